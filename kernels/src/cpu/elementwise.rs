@@ -1,0 +1,150 @@
+//! Element-wise and row-wise ops: bias, activations, dropout, gathers.
+
+use super::CpuCtx;
+use super::par::{self, MIN_ELEMS_PER_TASK, SyncPtr};
+use crate::ops::{Activation, Batched, DropoutSlot};
+use crate::rng;
+
+const GELU_C: f32 = 0.797_884_6; // sqrt(2 / pi)
+const GELU_A: f32 = 0.044_715;
+
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh())
+}
+
+#[inline(always)]
+fn gelu_grad(x: f32) -> f32 {
+    let t = (GELU_C * (x + GELU_A * x * x * x)).tanh();
+    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)
+}
+
+pub(crate) fn activation(ctx: &CpuCtx, act: Activation, x: &[f32], y: &mut [f32]) {
+    let out = SyncPtr::new(y);
+    let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
+    par::run(ctx, &segs, |s| {
+        // SAFETY: segments are disjoint and inside `y`.
+        let y = unsafe { out.slice(s.start, s.end - s.start) };
+        let x = &x[s.start..s.end];
+        match act {
+            Activation::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
+            Activation::Gelu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = gelu(x)),
+            Activation::Tanh => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.tanh()),
+            Activation::Sigmoid => y.iter_mut().zip(x).for_each(|(y, &x)| *y = sigmoid(x)),
+        }
+    });
+}
+
+pub(crate) fn activation_backward(ctx: &CpuCtx, act: Activation, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let out = SyncPtr::new(dx);
+    let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
+    par::run(ctx, &segs, |s| {
+        let r = s.start..s.end;
+        // SAFETY: segments are disjoint and inside `dx`.
+        let dx = unsafe { out.slice(s.start, s.end - s.start) };
+        let (x, y, dy) = (&x[r.clone()], &y[r.clone()], &dy[r]);
+        match act {
+            Activation::Relu => {
+                for i in 0..dx.len() {
+                    dx[i] = if x[i] > 0.0 { dy[i] } else { 0.0 };
+                }
+            }
+            Activation::Gelu => {
+                for i in 0..dx.len() {
+                    dx[i] = gelu_grad(x[i]) * dy[i];
+                }
+            }
+            Activation::Tanh => {
+                for i in 0..dx.len() {
+                    dx[i] = (1.0 - y[i] * y[i]) * dy[i];
+                }
+            }
+            Activation::Sigmoid => {
+                for i in 0..dx.len() {
+                    dx[i] = y[i] * (1.0 - y[i]) * dy[i];
+                }
+            }
+        }
+    });
+}
+
+/// The scale dropout applies to element `i` of a slot: 0 or `1 / (1 - p)`.
+#[inline(always)]
+pub(crate) fn dropout_scale(d: &DropoutSlot, i: usize) -> f32 {
+    if d.p <= 0.0 {
+        1.0
+    } else if rng::uniform(d.seed, d.step, i as u64) < d.p {
+        0.0
+    } else {
+        1.0 / (1.0 - d.p)
+    }
+}
+
+/// `y = x * mask`; the same function serves forward (x) and backward (dy).
+pub(crate) fn dropout(ctx: &CpuCtx, per_slot: usize, slots: &[DropoutSlot], x: &[f32], y: &mut [f32]) {
+    let out = SyncPtr::new(y);
+    let segs = par::segments(ctx, slots.len(), per_slot, MIN_ELEMS_PER_TASK);
+    par::run(ctx, &segs, |s| {
+        let base = s.slot * per_slot;
+        let d = &slots[s.slot];
+        // SAFETY: segments are disjoint and inside `y`.
+        let y = unsafe { out.slice(base + s.start, s.end - s.start) };
+        let x = &x[base + s.start..base + s.end];
+        if d.p <= 0.0 {
+            y.copy_from_slice(x);
+            return;
+        }
+        for (j, (y, &x)) in y.iter_mut().zip(x).enumerate() {
+            *y = x * dropout_scale(d, s.start + j);
+        }
+    });
+}
+
+pub(crate) fn bias_add(ctx: &CpuCtx, shape: Batched, bias_stride: usize, x: &mut [f32], bias: &[f32]) {
+    let out = SyncPtr::new(x);
+    let segs = par::segments(ctx, shape.slots, shape.rows, MIN_ELEMS_PER_TASK / shape.cols.max(1));
+    par::run(ctx, &segs, |s| {
+        let b = &bias[s.slot * bias_stride..s.slot * bias_stride + shape.cols];
+        let base = s.slot * shape.per_slot();
+        for r in s.start..s.end {
+            // SAFETY: each task owns rows start..end of its slot.
+            let row = unsafe { out.slice(base + r * shape.cols, shape.cols) };
+            row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
+        }
+    });
+}
+
+pub(crate) fn col_sum(ctx: &CpuCtx, shape: Batched, db_stride: usize, dy: &[f32], db: &mut [f32]) {
+    let out = SyncPtr::new(db);
+    // Tasks own column ranges, so the reduction over rows needs no merge.
+    let min_cols = (MIN_ELEMS_PER_TASK / shape.rows.max(1)).max(16);
+    let segs = par::segments(ctx, shape.slots, shape.cols, min_cols);
+    par::run(ctx, &segs, |s| {
+        // SAFETY: each task owns columns start..end of its slot's bias.
+        let acc = unsafe { out.slice(s.slot * db_stride + s.start, s.end - s.start) };
+        acc.fill(0.0);
+        let base = s.slot * shape.per_slot();
+        for r in 0..shape.rows {
+            let row = &dy[base + r * shape.cols + s.start..base + r * shape.cols + s.end];
+            acc.iter_mut().zip(row).for_each(|(a, d)| *a += d);
+        }
+    });
+}
+
+pub(crate) fn gather_rows(ctx: &CpuCtx, cols: usize, idx: &[u32], src: &[f32], dst: &mut [f32]) {
+    let out = SyncPtr::new(dst);
+    let segs = par::segments(ctx, 1, idx.len(), MIN_ELEMS_PER_TASK / cols.max(1));
+    par::run(ctx, &segs, |s| {
+        for (i, &row) in idx[s.start..s.end].iter().enumerate() {
+            let r = row as usize;
+            // SAFETY: each task owns destination rows start..end.
+            let d = unsafe { out.slice((s.start + i) * cols, cols) };
+            d.copy_from_slice(&src[r * cols..(r + 1) * cols]);
+        }
+    });
+}

@@ -1,0 +1,74 @@
+//! GEMM on the CPU through `matrixmultiply`, split into tasks by hand.
+//!
+//! `matrixmultiply` runs single-threaded here; parallelism comes from the
+//! lane's pool, over batch slots first and, for a lone large product, over
+//! row or column blocks of `C`. That keeps `lanes x threads <= cores` under
+//! the Salus core's control instead of a hidden global pool.
+
+use super::CpuCtx;
+use super::par::{self, SyncPtr};
+use crate::ops::Gemm;
+
+/// Below this many multiply-adds one product is not split across threads.
+const MIN_MACS_PER_TASK: usize = 1 << 18;
+
+#[derive(Clone, Copy)]
+struct Task {
+    batch: usize,
+    /// Split along rows of C (`true`) or columns (`false`).
+    rows: bool,
+    lo: usize,
+    hi: usize,
+}
+
+pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (rsa, csa) = if g.trans_a { (1, g.m) } else { (g.k, 1) };
+    let (rsb, csb) = if g.trans_b { (1, g.k) } else { (g.n, 1) };
+    let macs = g.m * g.n * g.k;
+    let split_rows = g.m >= g.n;
+    let extent = if split_rows { g.m } else { g.n };
+    let parts = if g.batch >= ctx.threads {
+        1
+    } else {
+        (ctx.threads / g.batch.max(1))
+            .min(macs / MIN_MACS_PER_TASK)
+            .clamp(1, extent.div_ceil(16).max(1))
+    };
+    let block = extent.div_ceil(parts).next_multiple_of(16).max(1);
+    let mut tasks = Vec::with_capacity(g.batch * parts);
+    for batch in 0..g.batch {
+        let mut lo = 0;
+        while lo < extent {
+            let hi = (lo + block).min(extent);
+            tasks.push(Task { batch, rows: split_rows, lo, hi });
+            lo = hi;
+        }
+    }
+    let out = SyncPtr::new(c);
+    let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
+    par::run(ctx, &tasks, |t| {
+        let (a, b) = (ap as *const f32, bp as *const f32);
+        let (mut ao, mut bo, mut co) = (t.batch * g.stride_a, t.batch * g.stride_b, t.batch * g.stride_c);
+        let (mut m, mut n) = (g.m, g.n);
+        if t.rows {
+            ao += t.lo * rsa;
+            co += t.lo * g.n;
+            m = t.hi - t.lo;
+        } else {
+            bo += t.lo * csb;
+            co += t.lo;
+            n = t.hi - t.lo;
+        }
+        // SAFETY: `Backend::gemm` checked every operand's extent; tasks
+        // write disjoint blocks of C.
+        unsafe {
+            matrixmultiply::sgemm(
+                m, g.k, n, g.alpha,
+                a.add(ao), rsa as isize, csa as isize,
+                b.add(bo), rsb as isize, csb as isize,
+                g.beta,
+                out.ptr().add(co), g.n as isize, 1,
+            );
+        }
+    });
+}

@@ -1,0 +1,100 @@
+//! Losses with their gradients and running statistics, one task per slot.
+
+use super::CpuCtx;
+use super::par::{self, SyncPtr};
+use crate::ops::{Batched, STATS_LEN};
+
+fn slots(n: usize) -> Vec<usize> {
+    (0..n).collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn softmax_xent(
+    ctx: &CpuCtx,
+    shape: Batched,
+    label_stride: usize,
+    logits: &[f32],
+    labels: &[f32],
+    dlogits: Option<&mut [f32]>,
+    stats: &mut [f32],
+    accumulate: bool,
+) {
+    let c = shape.cols;
+    let inv_rows = 1.0 / shape.rows.max(1) as f32;
+    let grad = dlogits.map(SyncPtr::new);
+    let st = SyncPtr::new(stats);
+    par::run(ctx, &slots(shape.slots), |&s| {
+        let (mut loss, mut correct) = (0.0f64, 0.0f64);
+        for r in 0..shape.rows {
+            let off = s * shape.per_slot() + r * c;
+            let z = &logits[off..off + c];
+            let label = labels[s * label_stride + r] as usize;
+            let (mut best, mut max) = (0, f32::NEG_INFINITY);
+            for (j, &v) in z.iter().enumerate() {
+                if v > max {
+                    max = v;
+                    best = j;
+                }
+            }
+            let sum: f32 = z.iter().map(|&v| (v - max).exp()).sum();
+            let lse = max + sum.ln();
+            loss += (lse - z[label]) as f64;
+            correct += (best == label) as u32 as f64;
+            if let Some(g) = grad {
+                // SAFETY: each task owns its slot's rows.
+                let d = unsafe { g.slice(off, c) };
+                let inv_sum = 1.0 / sum;
+                for j in 0..c {
+                    d[j] = ((z[j] - max).exp() * inv_sum - (j == label) as u32 as f32) * inv_rows;
+                }
+            }
+        }
+        write_stats(&st, s, accumulate, [loss, correct, shape.rows as f64]);
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn mse(
+    ctx: &CpuCtx,
+    shape: Batched,
+    target_stride: usize,
+    pred: &[f32],
+    target: &[f32],
+    dpred: Option<&mut [f32]>,
+    stats: &mut [f32],
+    accumulate: bool,
+) {
+    let c = shape.cols;
+    let scale = 2.0 / (shape.rows * c).max(1) as f32;
+    let grad = dpred.map(SyncPtr::new);
+    let st = SyncPtr::new(stats);
+    par::run(ctx, &slots(shape.slots), |&s| {
+        let mut sse = 0.0f64;
+        for r in 0..shape.rows {
+            let off = s * shape.per_slot() + r * c;
+            let toff = s * target_stride + r * c;
+            let (p, t) = (&pred[off..off + c], &target[toff..toff + c]);
+            // SAFETY: each task owns its slot's rows.
+            let mut d = grad.map(|g| unsafe { g.slice(off, c) });
+            for j in 0..c {
+                let e = p[j] - t[j];
+                sse += (e * e) as f64;
+                if let Some(d) = d.as_deref_mut() {
+                    d[j] = scale * e;
+                }
+            }
+        }
+        write_stats(&st, s, accumulate, [sse / c as f64, sse, shape.rows as f64]);
+    });
+}
+
+fn write_stats(st: &SyncPtr, slot: usize, accumulate: bool, v: [f64; 3]) {
+    // SAFETY: each task owns its slot's statistics.
+    let out = unsafe { st.slice(slot * STATS_LEN, STATS_LEN) };
+    for (o, v) in out.iter_mut().zip(v) {
+        *o = if accumulate { *o + v as f32 } else { v as f32 };
+    }
+    if !accumulate {
+        out[3] = 0.0;
+    }
+}

@@ -1,0 +1,51 @@
+//! The one error type of the `kernels` crate.
+
+use thiserror::Error;
+
+/// Everything a backend operation can fail with.
+#[derive(Debug, Error)]
+pub enum KernelError {
+    /// A view reaches past the end of its buffer.
+    #[error("{op}: {what} needs elements {off}..{end} but the buffer holds {len}")]
+    OutOfBounds {
+        op: &'static str,
+        what: &'static str,
+        off: usize,
+        end: usize,
+        len: usize,
+    },
+    /// Arguments that disagree with each other (slot counts, lengths).
+    #[error("{op}: {msg}")]
+    Shape { op: &'static str, msg: String },
+    /// The device could not provide memory.
+    #[error("out of device memory: {requested} bytes requested")]
+    OutOfMemory { requested: usize },
+    /// The backend is not available on this machine.
+    #[error("backend unavailable: {0}")]
+    Unavailable(String),
+    /// A failure reported by the device driver or runtime.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+pub type Result<T> = std::result::Result<T, KernelError>;
+
+/// Checks that `off..off+n` lies inside a buffer of `len` elements.
+pub(crate) fn check_range(
+    op: &'static str,
+    what: &'static str,
+    off: usize,
+    n: usize,
+    len: usize,
+) -> Result<()> {
+    match off.checked_add(n) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(KernelError::OutOfBounds {
+            op,
+            what,
+            off,
+            end: off.saturating_add(n),
+            len,
+        }),
+    }
+}

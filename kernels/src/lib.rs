@@ -1,0 +1,33 @@
+//! Compute backends for salus-tune.
+//!
+//! # Design
+//!
+//! One trait, [`Backend`], is what every device provides: buffers that are
+//! device handles, host<->device copies, GEMM (single and strided-batched),
+//! and the element-wise, loss and optimizer ops an MLP needs, each with its
+//! backward pass. The model code in `workers` is generic over it, so the
+//! CPU and CUDA run the same trials and the same tests.
+//!
+//! * **Batched everywhere.** Each op serves `slots` same-shape trials in one
+//!   call, with per-slot scalars ([`ops::SgdSlot`], [`ops::AdamSlot`],
+//!   [`ops::DropoutSlot`]). A single trial is one slot. Fused execution of
+//!   many trials is this form with more slots.
+//! * **Execution contexts.** Every op takes a `Ctx`: a Salus lane's thread
+//!   pool on the CPU, a stream on CUDA. The caller decides how many threads a
+//!   lane may use, so `lanes x threads <= cores` holds.
+//! * **No hidden state.** Dropout masks come from a counter-based RNG
+//!   ([`rng`]), so a trial's state is just its buffers and its step count.
+//!
+//! [`cpu::CpuBackend`] is the CPU implementation: `matrixmultiply` for GEMM,
+//! hand-split tasks on a rayon pool for the rest.
+
+pub mod backend;
+pub mod cpu;
+pub mod error;
+pub mod ops;
+pub mod rng;
+
+pub use backend::{Backend, DeviceKind, View, ViewMut, at, at_mut};
+pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
+pub use error::{KernelError, Result};
+pub use ops::{AdamSlot, Activation, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
