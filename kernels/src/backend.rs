@@ -7,7 +7,7 @@
 //! order; `sync` waits for them.
 
 use crate::error::Result;
-use crate::ops::{AdamSlot, Activation, Batched, DropoutSlot, Gemm, SgdSlot};
+use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, SgdSlot};
 
 /// What kind of device a backend drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,6 +60,8 @@ pub trait Backend: Send + Sync + 'static {
     type Buf: Send + Sync + 'static;
     /// An execution context: operations on one context run in order.
     type Ctx: Send + 'static;
+    /// A handle to a context's host threads, cheap to clone.
+    type HostThreads: Clone + Send + Sync + 'static;
 
     fn kind(&self) -> DeviceKind;
     /// A human-readable device name.
@@ -70,6 +72,12 @@ pub trait Backend: Send + Sync + 'static {
     /// A new execution context that may use `threads` host threads
     /// (intra-op parallelism on the CPU; ignored by CUDA).
     fn new_ctx(&self, threads: usize) -> Result<Self::Ctx>;
+    /// The host threads of `ctx`, for [`Backend::enter`].
+    fn host_threads(&self, ctx: &Self::Ctx) -> Self::HostThreads;
+    /// Runs `f` on the context's own host thread, so that the ops it calls
+    /// split work without a cross-thread hand-off each time. A lane runs its
+    /// iterations inside this.
+    fn enter<R: Send>(&self, host: &Self::HostThreads, f: impl FnOnce() -> R + Send) -> R;
     /// Waits until every operation queued on `ctx` has finished.
     fn sync(&self, ctx: &mut Self::Ctx) -> Result<()>;
 
@@ -79,32 +87,107 @@ pub trait Backend: Send + Sync + 'static {
     /// Host to device: `dst[off..off + src.len()] = src`.
     fn upload(&self, ctx: &mut Self::Ctx, src: &[f32], dst: ViewMut<'_, Self::Buf>) -> Result<()>;
     /// Device to host: `dst = src[off..off + dst.len()]`. Synchronous.
-    fn download(&self, ctx: &mut Self::Ctx, src: View<'_, Self::Buf>, dst: &mut [f32]) -> Result<()>;
+    fn download(
+        &self,
+        ctx: &mut Self::Ctx,
+        src: View<'_, Self::Buf>,
+        dst: &mut [f32],
+    ) -> Result<()>;
     /// Device to device copy of `len` elements.
-    fn copy(&self, ctx: &mut Self::Ctx, len: usize, src: View<'_, Self::Buf>, dst: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn copy(
+        &self,
+        ctx: &mut Self::Ctx,
+        len: usize,
+        src: View<'_, Self::Buf>,
+        dst: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
     /// Sets `len` elements to `value`.
-    fn fill(&self, ctx: &mut Self::Ctx, len: usize, value: f32, dst: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn fill(
+        &self,
+        ctx: &mut Self::Ctx,
+        len: usize,
+        value: f32,
+        dst: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// Row-major GEMM, single or strided-batched (see [`Gemm`]).
-    fn gemm(&self, ctx: &mut Self::Ctx, g: &Gemm, a: View<'_, Self::Buf>, b: View<'_, Self::Buf>, c: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn gemm(
+        &self,
+        ctx: &mut Self::Ctx,
+        g: &Gemm,
+        a: View<'_, Self::Buf>,
+        b: View<'_, Self::Buf>,
+        c: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// `dst[i] = src[idx[i]]` row by row, rows of `cols` elements.
-    fn gather_rows(&self, ctx: &mut Self::Ctx, cols: usize, idx: &[u32], src: View<'_, Self::Buf>, dst: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn gather_rows(
+        &self,
+        ctx: &mut Self::Ctx,
+        cols: usize,
+        idx: &[u32],
+        src: View<'_, Self::Buf>,
+        dst: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// `x[s][r][c] += bias[s * bias_stride + c]`.
-    fn bias_add(&self, ctx: &mut Self::Ctx, shape: Batched, bias_stride: usize, x: ViewMut<'_, Self::Buf>, bias: View<'_, Self::Buf>) -> Result<()>;
+    fn bias_add(
+        &self,
+        ctx: &mut Self::Ctx,
+        shape: Batched,
+        bias_stride: usize,
+        x: ViewMut<'_, Self::Buf>,
+        bias: View<'_, Self::Buf>,
+    ) -> Result<()>;
     /// `db[s * db_stride + c] = sum_r dy[s][r][c]`: the bias gradient.
-    fn col_sum(&self, ctx: &mut Self::Ctx, shape: Batched, db_stride: usize, dy: View<'_, Self::Buf>, db: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn col_sum(
+        &self,
+        ctx: &mut Self::Ctx,
+        shape: Batched,
+        db_stride: usize,
+        dy: View<'_, Self::Buf>,
+        db: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// `y = act(x)` over `n` elements.
-    fn activation(&self, ctx: &mut Self::Ctx, act: Activation, n: usize, x: View<'_, Self::Buf>, y: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn activation(
+        &self,
+        ctx: &mut Self::Ctx,
+        act: Activation,
+        n: usize,
+        x: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
     /// `dx = act'(x) * dy`, given the forward input `x` and output `y`.
-    fn activation_backward(&self, ctx: &mut Self::Ctx, act: Activation, n: usize, x: View<'_, Self::Buf>, y: View<'_, Self::Buf>, dy: View<'_, Self::Buf>, dx: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn activation_backward(
+        &self,
+        ctx: &mut Self::Ctx,
+        act: Activation,
+        n: usize,
+        x: View<'_, Self::Buf>,
+        y: View<'_, Self::Buf>,
+        dy: View<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// Inverted dropout over `slots.len()` slots of `per_slot` elements.
-    fn dropout(&self, ctx: &mut Self::Ctx, per_slot: usize, slots: &[DropoutSlot], x: View<'_, Self::Buf>, y: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn dropout(
+        &self,
+        ctx: &mut Self::Ctx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        x: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
     /// The backward pass of [`Backend::dropout`] with the same slots: the mask is recomputed.
-    fn dropout_backward(&self, ctx: &mut Self::Ctx, per_slot: usize, slots: &[DropoutSlot], dy: View<'_, Self::Buf>, dx: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn dropout_backward(
+        &self,
+        ctx: &mut Self::Ctx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        dy: View<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 
     /// Softmax cross-entropy of `logits` (`cols` = classes) against class
     /// indices stored as `f32` (`label_stride` apart per slot; 0 shares them).
@@ -112,18 +195,55 @@ pub trait Backend: Send + Sync + 'static {
     /// adds (or writes, unless `accumulate`) `[loss_sum, correct, rows, 0]`
     /// per slot into `stats`.
     #[allow(clippy::too_many_arguments)]
-    fn softmax_xent(&self, ctx: &mut Self::Ctx, shape: Batched, label_stride: usize, logits: View<'_, Self::Buf>, labels: View<'_, Self::Buf>, dlogits: Option<ViewMut<'_, Self::Buf>>, stats: ViewMut<'_, Self::Buf>, accumulate: bool) -> Result<()>;
+    fn softmax_xent(
+        &self,
+        ctx: &mut Self::Ctx,
+        shape: Batched,
+        label_stride: usize,
+        logits: View<'_, Self::Buf>,
+        labels: View<'_, Self::Buf>,
+        dlogits: Option<ViewMut<'_, Self::Buf>>,
+        stats: ViewMut<'_, Self::Buf>,
+        accumulate: bool,
+    ) -> Result<()>;
 
     /// Mean squared error, `loss = mean over rows and cols of (pred - target)^2`.
     /// Stats per slot: `[loss_sum over rows, squared error sum, rows, 0]`.
     #[allow(clippy::too_many_arguments)]
-    fn mse(&self, ctx: &mut Self::Ctx, shape: Batched, target_stride: usize, pred: View<'_, Self::Buf>, target: View<'_, Self::Buf>, dpred: Option<ViewMut<'_, Self::Buf>>, stats: ViewMut<'_, Self::Buf>, accumulate: bool) -> Result<()>;
+    fn mse(
+        &self,
+        ctx: &mut Self::Ctx,
+        shape: Batched,
+        target_stride: usize,
+        pred: View<'_, Self::Buf>,
+        target: View<'_, Self::Buf>,
+        dpred: Option<ViewMut<'_, Self::Buf>>,
+        stats: ViewMut<'_, Self::Buf>,
+        accumulate: bool,
+    ) -> Result<()>;
 
     /// One SGD step over `slots.len()` slots of `n` parameters.
     /// `velocity` is required when any slot has momentum.
-    fn sgd_step(&self, ctx: &mut Self::Ctx, n: usize, slots: &[SgdSlot], params: ViewMut<'_, Self::Buf>, grads: View<'_, Self::Buf>, velocity: Option<ViewMut<'_, Self::Buf>>) -> Result<()>;
+    fn sgd_step(
+        &self,
+        ctx: &mut Self::Ctx,
+        n: usize,
+        slots: &[SgdSlot],
+        params: ViewMut<'_, Self::Buf>,
+        grads: View<'_, Self::Buf>,
+        velocity: Option<ViewMut<'_, Self::Buf>>,
+    ) -> Result<()>;
 
     /// One Adam or AdamW step over `slots.len()` slots of `n` parameters.
     #[allow(clippy::too_many_arguments)]
-    fn adam_step(&self, ctx: &mut Self::Ctx, n: usize, slots: &[AdamSlot], params: ViewMut<'_, Self::Buf>, grads: View<'_, Self::Buf>, m: ViewMut<'_, Self::Buf>, v: ViewMut<'_, Self::Buf>) -> Result<()>;
+    fn adam_step(
+        &self,
+        ctx: &mut Self::Ctx,
+        n: usize,
+        slots: &[AdamSlot],
+        params: ViewMut<'_, Self::Buf>,
+        grads: View<'_, Self::Buf>,
+        m: ViewMut<'_, Self::Buf>,
+        v: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
 }

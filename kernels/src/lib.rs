@@ -30,4 +30,4 @@ pub mod rng;
 pub use backend::{Backend, DeviceKind, View, ViewMut, at, at_mut};
 pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
 pub use error::{KernelError, Result};
-pub use ops::{AdamSlot, Activation, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
+pub use ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};

@@ -60,7 +60,13 @@ impl Gemm {
         self
     }
     /// Batched over `batch` slots with the given element strides.
-    pub fn batched(mut self, batch: usize, stride_a: usize, stride_b: usize, stride_c: usize) -> Self {
+    pub fn batched(
+        mut self,
+        batch: usize,
+        stride_a: usize,
+        stride_b: usize,
+        stride_c: usize,
+    ) -> Self {
         self.batch = batch;
         self.stride_a = stride_a;
         self.stride_b = stride_b;

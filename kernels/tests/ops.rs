@@ -21,13 +21,19 @@ fn gemm_matches_reference<B: Backend>(d: &mut D<B>) {
                 let mut g = Gemm::new(m, n, k).beta(0.5);
                 g.trans_a = ta;
                 g.trans_b = tb;
-                d.b.gemm(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0)).unwrap();
+                d.b.gemm(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+                    .unwrap();
                 let want: Vec<f64> = gemm_ref(m, n, k, ta, tb, &to64(&a), &to64(&b))
                     .iter()
                     .zip(&c0)
                     .map(|(p, &c)| p + 0.5 * c as f64)
                     .collect();
-                assert_close(&format!("gemm {m}x{n}x{k} ta={ta} tb={tb}"), &d.get(&cb), &want, 1e-5);
+                assert_close(
+                    &format!("gemm {m}x{n}x{k} ta={ta} tb={tb}"),
+                    &d.get(&cb),
+                    &want,
+                    1e-5,
+                );
             }
         }
     }
@@ -37,17 +43,49 @@ fn gemm_matches_reference<B: Backend>(d: &mut D<B>) {
 /// differences of L = sum(W * (A B)).
 fn gemm_backward_finite_differences<B: Backend>(d: &mut D<B>) {
     let (m, n, k) = (6, 5, 4);
-    let (a, b, w) = (rand_vec(m * k, 4, 1.0), rand_vec(k * n, 5, 1.0), rand_vec(m * n, 6, 1.0));
+    let (a, b, w) = (
+        rand_vec(m * k, 4, 1.0),
+        rand_vec(k * n, 5, 1.0),
+        rand_vec(m * n, 6, 1.0),
+    );
     let (a64, b64, w64) = (to64(&a), to64(&b), to64(&w));
     let loss = |a: &[f64], b: &[f64]| -> f64 {
-        gemm_ref(m, n, k, false, false, a, b).iter().zip(&w64).map(|(c, w)| c * w).sum()
+        gemm_ref(m, n, k, false, false, a, b)
+            .iter()
+            .zip(&w64)
+            .map(|(c, w)| c * w)
+            .sum()
     };
     let (ab, bb, wb) = (d.put(&a), d.put(&b), d.put(&w));
     let (mut da, mut db) = (d.zeros(m * k), d.zeros(k * n));
-    d.b.gemm(&mut d.ctx, &Gemm::new(m, k, n).trans_b(), at(&wb, 0), at(&bb, 0), at_mut(&mut da, 0)).unwrap();
-    d.b.gemm(&mut d.ctx, &Gemm::new(k, n, m).trans_a(), at(&ab, 0), at(&wb, 0), at_mut(&mut db, 0)).unwrap();
-    assert_close("dA", &d.get(&da), &numeric_grad(|x| loss(x, &b64), &a64), 1e-5);
-    assert_close("dB", &d.get(&db), &numeric_grad(|x| loss(&a64, x), &b64), 1e-5);
+    d.b.gemm(
+        &mut d.ctx,
+        &Gemm::new(m, k, n).trans_b(),
+        at(&wb, 0),
+        at(&bb, 0),
+        at_mut(&mut da, 0),
+    )
+    .unwrap();
+    d.b.gemm(
+        &mut d.ctx,
+        &Gemm::new(k, n, m).trans_a(),
+        at(&ab, 0),
+        at(&wb, 0),
+        at_mut(&mut db, 0),
+    )
+    .unwrap();
+    assert_close(
+        "dA",
+        &d.get(&da),
+        &numeric_grad(|x| loss(x, &b64), &a64),
+        1e-5,
+    );
+    assert_close(
+        "dB",
+        &d.get(&db),
+        &numeric_grad(|x| loss(&a64, x), &b64),
+        1e-5,
+    );
 }
 
 fn gemm_batched_equals_single_calls<B: Backend>(d: &mut D<B>) {
@@ -60,13 +98,29 @@ fn gemm_batched_equals_single_calls<B: Backend>(d: &mut D<B>) {
         let (ab, bb) = (d.put(&a), d.put(&b));
         let mut cb = d.zeros(sc * (slots - 1) + m * n);
         let g = Gemm::new(m, n, k).trans_b().batched(slots, sa, sb, sc);
-        let g = Gemm { trans_b: false, ..g };
-        d.b.gemm(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0)).unwrap();
+        let g = Gemm {
+            trans_b: false,
+            ..g
+        };
+        d.b.gemm(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+            .unwrap();
         let batched = d.get(&cb);
         for s in 0..slots {
             let mut c1 = d.zeros(m * n);
-            d.b.gemm(&mut d.ctx, &Gemm::new(m, n, k), at(&ab, s * sa), at(&bb, s * sb), at_mut(&mut c1, 0)).unwrap();
-            assert_rel("batched gemm slot", &batched[s * sc..s * sc + m * n], &d.get(&c1), 1e-6);
+            d.b.gemm(
+                &mut d.ctx,
+                &Gemm::new(m, n, k),
+                at(&ab, s * sa),
+                at(&bb, s * sb),
+                at_mut(&mut c1, 0),
+            )
+            .unwrap();
+            assert_rel(
+                "batched gemm slot",
+                &batched[s * sc..s * sc + m * n],
+                &d.get(&c1),
+                1e-6,
+            );
         }
     }
 }
@@ -79,7 +133,8 @@ fn bias_add_and_col_sum<B: Backend>(d: &mut D<B>) {
     let w = rand_vec(shape.len(), 11, 1.0);
     let mut xb = d.put(&x);
     let bb = d.put(&bias);
-    d.b.bias_add(&mut d.ctx, shape, stride, at_mut(&mut xb, 0), at(&bb, 0)).unwrap();
+    d.b.bias_add(&mut d.ctx, shape, stride, at_mut(&mut xb, 0), at(&bb, 0))
+        .unwrap();
     let want: Vec<f64> = (0..shape.len())
         .map(|i| x[i] as f64 + bias[(i / 20) * stride + i % 4] as f64)
         .collect();
@@ -88,15 +143,27 @@ fn bias_add_and_col_sum<B: Backend>(d: &mut D<B>) {
     // col_sum is bias_add's backward: d/db of sum(w * (x + b)).
     let wb = d.put(&w);
     let mut db = d.put(&vec![9.0; stride * 3]);
-    d.b.col_sum(&mut d.ctx, shape, stride, at(&wb, 0), at_mut(&mut db, 0)).unwrap();
+    d.b.col_sum(&mut d.ctx, shape, stride, at(&wb, 0), at_mut(&mut db, 0))
+        .unwrap();
     let got = d.get(&db);
     for s in 0..3 {
         let f = |b: &[f64]| -> f64 {
-            (0..20).map(|i| w[s * 20 + i] as f64 * (x[s * 20 + i] as f64 + b[i % 4])).sum()
+            (0..20)
+                .map(|i| w[s * 20 + i] as f64 * (x[s * 20 + i] as f64 + b[i % 4]))
+                .sum()
         };
         let b0 = to64(&bias[s * stride..s * stride + 4]);
-        assert_close("col_sum", &got[s * stride..s * stride + 4], &numeric_grad(f, &b0), 1e-6);
-        assert_eq!(got[s * stride + 4], 9.0, "col_sum wrote outside its columns");
+        assert_close(
+            "col_sum",
+            &got[s * stride..s * stride + 4],
+            &numeric_grad(f, &b0),
+            1e-6,
+        );
+        assert_eq!(
+            got[s * stride + 4],
+            9.0,
+            "col_sum wrote outside its columns"
+        );
     }
 }
 
@@ -107,16 +174,36 @@ fn activations_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
     for act in Activation::ALL {
         let xb = d.put(&x);
         let mut yb = d.zeros(n);
-        d.b.activation(&mut d.ctx, act, n, at(&xb, 0), at_mut(&mut yb, 0)).unwrap();
+        d.b.activation(&mut d.ctx, act, n, at(&xb, 0), at_mut(&mut yb, 0))
+            .unwrap();
         let want: Vec<f64> = x.iter().map(|&v| act_ref(act, v as f64)).collect();
         assert_close(act.name(), &d.get(&yb), &want, 1e-6);
 
         let wb = d.put(&w);
         let mut dx = d.zeros(n);
-        d.b.activation_backward(&mut d.ctx, act, n, at(&xb, 0), at(&yb, 0), at(&wb, 0), at_mut(&mut dx, 0)).unwrap();
-        let f = |x: &[f64]| -> f64 { x.iter().zip(&w).map(|(&x, &w)| act_ref(act, x) * w as f64).sum() };
+        d.b.activation_backward(
+            &mut d.ctx,
+            act,
+            n,
+            at(&xb, 0),
+            at(&yb, 0),
+            at(&wb, 0),
+            at_mut(&mut dx, 0),
+        )
+        .unwrap();
+        let f = |x: &[f64]| -> f64 {
+            x.iter()
+                .zip(&w)
+                .map(|(&x, &w)| act_ref(act, x) * w as f64)
+                .sum()
+        };
         // ReLU's kink: no sample lies within the FD step of 0.
-        assert_close(&format!("{} backward", act.name()), &d.get(&dx), &numeric_grad(f, &to64(&x)), 1e-5);
+        assert_close(
+            &format!("{} backward", act.name()),
+            &d.get(&dx),
+            &numeric_grad(f, &to64(&x)),
+            1e-5,
+        );
     }
 }
 
@@ -125,7 +212,14 @@ fn activation_large_input_splits_consistently<B: Backend>(d: &mut D<B>) {
     let x = rand_vec(n, 14, 4.0);
     let xb = d.put(&x);
     let mut yb = d.zeros(n);
-    d.b.activation(&mut d.ctx, Activation::Tanh, n, at(&xb, 0), at_mut(&mut yb, 0)).unwrap();
+    d.b.activation(
+        &mut d.ctx,
+        Activation::Tanh,
+        n,
+        at(&xb, 0),
+        at_mut(&mut yb, 0),
+    )
+    .unwrap();
     let want: Vec<f64> = x.iter().map(|&v| (v as f64).tanh()).collect();
     assert_close("tanh, large", &d.get(&yb), &want, 1e-6);
 }
@@ -133,41 +227,81 @@ fn activation_large_input_splits_consistently<B: Backend>(d: &mut D<B>) {
 fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let per = 20_000;
     let slots = [
-        DropoutSlot { p: 0.5, seed: 1, step: 0 },
-        DropoutSlot { p: 0.2, seed: 1, step: 1 },
-        DropoutSlot { p: 0.0, seed: 2, step: 0 },
+        DropoutSlot {
+            p: 0.5,
+            seed: 1,
+            step: 0,
+        },
+        DropoutSlot {
+            p: 0.2,
+            seed: 1,
+            step: 1,
+        },
+        DropoutSlot {
+            p: 0.0,
+            seed: 2,
+            step: 0,
+        },
     ];
     let x = vec![1.0f32; per * 3];
     let xb = d.put(&x);
     let mut y = d.zeros(per * 3);
-    d.b.dropout(&mut d.ctx, per, &slots, at(&xb, 0), at_mut(&mut y, 0)).unwrap();
+    d.b.dropout(&mut d.ctx, per, &slots, at(&xb, 0), at_mut(&mut y, 0))
+        .unwrap();
     let y1 = d.get(&y);
     for (s, slot) in slots.iter().enumerate() {
         let part = &y1[s * per..(s + 1) * per];
         let dropped = part.iter().filter(|&&v| v == 0.0).count() as f64 / per as f64;
-        assert!((dropped - slot.p as f64).abs() < 0.02, "slot {s}: dropped {dropped}");
+        assert!(
+            (dropped - slot.p as f64).abs() < 0.02,
+            "slot {s}: dropped {dropped}"
+        );
         let kept = 1.0 / (1.0 - slot.p);
         assert!(part.iter().all(|&v| v == 0.0 || (v - kept).abs() < 1e-6));
     }
     // Same (seed, step): same mask. Another step: another mask.
-    d.b.dropout(&mut d.ctx, per, &slots, at(&xb, 0), at_mut(&mut y, 0)).unwrap();
+    d.b.dropout(&mut d.ctx, per, &slots, at(&xb, 0), at_mut(&mut y, 0))
+        .unwrap();
     assert_eq!(y1, d.get(&y));
-    let later: Vec<_> = slots.iter().map(|s| DropoutSlot { step: s.step + 1, ..*s }).collect();
-    d.b.dropout(&mut d.ctx, per, &later, at(&xb, 0), at_mut(&mut y, 0)).unwrap();
+    let later: Vec<_> = slots
+        .iter()
+        .map(|s| DropoutSlot {
+            step: s.step + 1,
+            ..*s
+        })
+        .collect();
+    d.b.dropout(&mut d.ctx, per, &later, at(&xb, 0), at_mut(&mut y, 0))
+        .unwrap();
     assert_ne!(y1[..per], d.get(&y)[..per]);
 
     // Backward against finite differences of sum(w * dropout(x)).
     let small = 50;
-    let one = [DropoutSlot { p: 0.3, seed: 9, step: 4 }];
+    let one = [DropoutSlot {
+        p: 0.3,
+        seed: 9,
+        step: 4,
+    }];
     let (xs, w) = (rand_vec(small, 15, 1.0), rand_vec(small, 16, 1.0));
     let (xb, wb) = (d.put(&xs), d.put(&w));
     let mut ys = d.zeros(small);
-    d.b.dropout(&mut d.ctx, small, &one, at(&xb, 0), at_mut(&mut ys, 0)).unwrap();
-    let mask: Vec<f64> = d.get(&ys).iter().zip(&xs).map(|(y, x)| (*y / *x) as f64).collect();
+    d.b.dropout(&mut d.ctx, small, &one, at(&xb, 0), at_mut(&mut ys, 0))
+        .unwrap();
+    let mask: Vec<f64> = d
+        .get(&ys)
+        .iter()
+        .zip(&xs)
+        .map(|(y, x)| (*y / *x) as f64)
+        .collect();
     let mut dx = d.zeros(small);
-    d.b.dropout_backward(&mut d.ctx, small, &one, at(&wb, 0), at_mut(&mut dx, 0)).unwrap();
+    d.b.dropout_backward(&mut d.ctx, small, &one, at(&wb, 0), at_mut(&mut dx, 0))
+        .unwrap();
     let f = |x: &[f64]| -> f64 { (0..small).map(|i| x[i] * mask[i] * w[i] as f64).sum() };
-    assert_close("dropout backward", &d.get(&dx), &numeric_grad(f, &to64(&xs)), 1e-6);
+    assert_close(
+        "dropout backward",
+        &d.get(&dx),
+        &numeric_grad(f, &to64(&xs)),
+        1e-6,
+    );
 }
 
 fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
@@ -178,13 +312,28 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     let (zb, lb) = (d.put(&z), d.put(&labels));
     let mut dz = d.zeros(shape.len());
     let mut stats = d.put(&[1.0; 2 * STATS_LEN]);
-    d.b.softmax_xent(&mut d.ctx, shape, rows, at(&zb, 0), at(&lb, 0), Some(at_mut(&mut dz, 0)), at_mut(&mut stats, 0), false).unwrap();
+    d.b.softmax_xent(
+        &mut d.ctx,
+        shape,
+        rows,
+        at(&zb, 0),
+        at(&lb, 0),
+        Some(at_mut(&mut dz, 0)),
+        at_mut(&mut stats, 0),
+        false,
+    )
+    .unwrap();
     let (grad, st) = (d.get(&dz), d.get(&stats));
     for s in 0..2 {
         let zs = to64(&z[s * rows * classes..(s + 1) * rows * classes]);
         let ls = &labels[s * rows..(s + 1) * rows];
         let loss = xent_ref(rows, classes, &zs, ls);
-        assert_close("xent loss_sum", &st[s * STATS_LEN..s * STATS_LEN + 1], &[loss * rows as f64], 1e-5);
+        assert_close(
+            "xent loss_sum",
+            &st[s * STATS_LEN..s * STATS_LEN + 1],
+            &[loss * rows as f64],
+            1e-5,
+        );
         let correct = (0..rows)
             .filter(|&r| {
                 let row = &zs[r * classes..(r + 1) * classes];
@@ -195,75 +344,206 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
         assert_eq!(st[s * STATS_LEN + 1], correct as f32);
         assert_eq!(st[s * STATS_LEN + 2], rows as f32);
         let g = numeric_grad(|z| xent_ref(rows, classes, z, ls), &zs);
-        assert_close("xent gradient", &grad[s * rows * classes..(s + 1) * rows * classes], &g, 1e-5);
+        assert_close(
+            "xent gradient",
+            &grad[s * rows * classes..(s + 1) * rows * classes],
+            &g,
+            1e-5,
+        );
     }
     // Accumulating adds to the statistics; shared labels (stride 0) work.
-    d.b.softmax_xent(&mut d.ctx, shape, 0, at(&zb, 0), at(&lb, 0), None, at_mut(&mut stats, 0), true).unwrap();
+    d.b.softmax_xent(
+        &mut d.ctx,
+        shape,
+        0,
+        at(&zb, 0),
+        at(&lb, 0),
+        None,
+        at_mut(&mut stats, 0),
+        true,
+    )
+    .unwrap();
     let st2 = d.get(&stats);
     assert_eq!(st2[2], 2.0 * rows as f32);
     let shared = xent_ref(rows, classes, &to64(&z[rows * classes..]), &labels[..rows]);
-    assert_close("shared labels", &[st2[STATS_LEN] - st[STATS_LEN]], &[shared * rows as f64], 1e-5);
+    assert_close(
+        "shared labels",
+        &[st2[STATS_LEN] - st[STATS_LEN]],
+        &[shared * rows as f64],
+        1e-5,
+    );
     // A label outside the classes is an error, not a panic.
     let bad = d.put(&[7.0; 2 * 9]);
-    assert!(d.b.softmax_xent(&mut d.ctx, shape, rows, at(&zb, 0), at(&bad, 0), None, at_mut(&mut stats, 0), false).is_err());
+    assert!(
+        d.b.softmax_xent(
+            &mut d.ctx,
+            shape,
+            rows,
+            at(&zb, 0),
+            at(&bad, 0),
+            None,
+            at_mut(&mut stats, 0),
+            false
+        )
+        .is_err()
+    );
 }
 
 fn mse_loss_and_gradient<B: Backend>(d: &mut D<B>) {
     let shape = Batched::new(2, 6, 3);
-    let (p, t) = (rand_vec(shape.len(), 18, 2.0), rand_vec(shape.len(), 19, 2.0));
+    let (p, t) = (
+        rand_vec(shape.len(), 18, 2.0),
+        rand_vec(shape.len(), 19, 2.0),
+    );
     let (pb, tb) = (d.put(&p), d.put(&t));
     let mut dp = d.zeros(shape.len());
     let mut stats = d.zeros(2 * STATS_LEN);
-    d.b.mse(&mut d.ctx, shape, 18, at(&pb, 0), at(&tb, 0), Some(at_mut(&mut dp, 0)), at_mut(&mut stats, 0), false).unwrap();
+    d.b.mse(
+        &mut d.ctx,
+        shape,
+        18,
+        at(&pb, 0),
+        at(&tb, 0),
+        Some(at_mut(&mut dp, 0)),
+        at_mut(&mut stats, 0),
+        false,
+    )
+    .unwrap();
     let (grad, st) = (d.get(&dp), d.get(&stats));
     for s in 0..2 {
         let ts = to64(&t[s * 18..(s + 1) * 18]);
         let loss = |p: &[f64]| p.iter().zip(&ts).map(|(p, t)| (p - t).powi(2)).sum::<f64>() / 18.0;
         let ps = to64(&p[s * 18..(s + 1) * 18]);
-        assert_close("mse sse", &st[s * STATS_LEN + 1..s * STATS_LEN + 2], &[loss(&ps) * 18.0], 1e-5);
-        assert_close("mse loss_sum", &st[s * STATS_LEN..s * STATS_LEN + 1], &[loss(&ps) * 6.0], 1e-5);
-        assert_close("mse gradient", &grad[s * 18..(s + 1) * 18], &numeric_grad(loss, &ps), 1e-6);
+        assert_close(
+            "mse sse",
+            &st[s * STATS_LEN + 1..s * STATS_LEN + 2],
+            &[loss(&ps) * 18.0],
+            1e-5,
+        );
+        assert_close(
+            "mse loss_sum",
+            &st[s * STATS_LEN..s * STATS_LEN + 1],
+            &[loss(&ps) * 6.0],
+            1e-5,
+        );
+        assert_close(
+            "mse gradient",
+            &grad[s * 18..(s + 1) * 18],
+            &numeric_grad(loss, &ps),
+            1e-6,
+        );
     }
 }
 
 fn sgd_hand_computed<B: Backend>(d: &mut D<B>) {
     let slots = [
-        SgdSlot { lr: 0.1, momentum: 0.9, weight_decay: 0.01, nesterov: false },
-        SgdSlot { lr: 0.1, momentum: 0.9, weight_decay: 0.0, nesterov: true },
-        SgdSlot { lr: 0.5, momentum: 0.0, weight_decay: 0.0, nesterov: false },
+        SgdSlot {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.01,
+            nesterov: false,
+        },
+        SgdSlot {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: true,
+        },
+        SgdSlot {
+            lr: 0.5,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        },
     ];
     let mut p = d.put(&[1.0, 1.0, 1.0]);
     let g = d.put(&[0.5, 0.5, 0.5]);
     let mut v = d.zeros(3);
     for _ in 0..2 {
-        d.b.sgd_step(&mut d.ctx, 1, &slots, at_mut(&mut p, 0), at(&g, 0), Some(at_mut(&mut v, 0))).unwrap();
+        d.b.sgd_step(
+            &mut d.ctx,
+            1,
+            &slots,
+            at_mut(&mut p, 0),
+            at(&g, 0),
+            Some(at_mut(&mut v, 0)),
+        )
+        .unwrap();
     }
     // Slot 0: g' = 0.51, v = 0.51, p = 0.949; then g' = 0.50949, v = 0.96849, p = 0.852151.
     // Slot 1: v = 0.5, p = 1 - 0.1 * 0.95 = 0.905; v = 0.95, p = 0.905 - 0.1 * 1.355 = 0.7695.
     // Slot 2: p = 1 - 0.25 - 0.25 = 0.5.
     assert_rel("sgd", &d.get(&p), &[0.852151, 0.7695, 0.5], 1e-6);
     assert_rel("sgd velocity", &d.get(&v), &[0.96849, 0.95, 0.0], 1e-6);
-    let none = [SgdSlot { momentum: 0.9, ..slots[0] }];
-    assert!(d.b.sgd_step(&mut d.ctx, 1, &none, at_mut(&mut p, 0), at(&g, 0), None).is_err());
+    let none = [SgdSlot {
+        momentum: 0.9,
+        ..slots[0]
+    }];
+    assert!(
+        d.b.sgd_step(&mut d.ctx, 1, &none, at_mut(&mut p, 0), at(&g, 0), None)
+            .is_err()
+    );
 }
 
 fn adam_hand_computed<B: Backend>(d: &mut D<B>) {
-    let base = AdamSlot { lr: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0, decoupled: false, step: 1 };
-    let slots = [base, AdamSlot { weight_decay: 0.1, decoupled: true, ..base }, AdamSlot { weight_decay: 0.1, ..base }];
+    let base = AdamSlot {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+        decoupled: false,
+        step: 1,
+    };
+    let slots = [
+        base,
+        AdamSlot {
+            weight_decay: 0.1,
+            decoupled: true,
+            ..base
+        },
+        AdamSlot {
+            weight_decay: 0.1,
+            ..base
+        },
+    ];
     let mut p = d.put(&[1.0; 3]);
     let (mut m, mut v) = (d.zeros(3), d.zeros(3));
     let g1 = d.put(&[0.5; 3]);
-    d.b.adam_step(&mut d.ctx, 1, &slots, at_mut(&mut p, 0), at(&g1, 0), at_mut(&mut m, 0), at_mut(&mut v, 0)).unwrap();
+    d.b.adam_step(
+        &mut d.ctx,
+        1,
+        &slots,
+        at_mut(&mut p, 0),
+        at(&g1, 0),
+        at_mut(&mut m, 0),
+        at_mut(&mut v, 0),
+    )
+    .unwrap();
     // Step 1: m-hat / sqrt(v-hat) = 1, so p = 1 - 0.1 = 0.9; AdamW first decays: 0.99 - 0.1 = 0.89.
     // Adam with L2: g' = 0.6, same unit step, p = 0.9.
     assert_rel("adam step 1", &d.get(&p), &[0.9, 0.89, 0.9], 1e-6);
     let g2 = d.put(&[-0.25; 3]);
     let slots2: Vec<_> = slots.iter().map(|s| AdamSlot { step: 2, ..*s }).collect();
-    d.b.adam_step(&mut d.ctx, 1, &slots2[..1], at_mut(&mut p, 0), at(&g2, 0), at_mut(&mut m, 0), at_mut(&mut v, 0)).unwrap();
+    d.b.adam_step(
+        &mut d.ctx,
+        1,
+        &slots2[..1],
+        at_mut(&mut p, 0),
+        at(&g2, 0),
+        at_mut(&mut m, 0),
+        at_mut(&mut v, 0),
+    )
+    .unwrap();
     // m = 0.02, v = 0.00031225, m-hat = 0.02 / 0.19, v-hat = 0.00031225 / 0.001999.
     // p = 0.9 - 0.1 * 0.1052632 / 0.3952251 = 0.8733667.
     assert_rel("adam step 2", &d.get(&p)[..1], &[0.873_366_7], 1e-6);
-    assert_rel("adam moments", &[d.get(&m)[0], d.get(&v)[0]], &[0.02, 0.000_312_25], 5e-5); // f32(1 - 0.999) is off by 1.3e-5
+    assert_rel(
+        "adam moments",
+        &[d.get(&m)[0], d.get(&v)[0]],
+        &[0.02, 0.000_312_25],
+        5e-5,
+    ); // f32(1 - 0.999) is off by 1.3e-5
 }
 
 /// Each batched op equals K single-slot calls with the same per-slot scalars.
@@ -274,33 +554,105 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let g = rand_vec(k * n, 21, 1.0);
     let (xb, gb) = (d.put(&x), d.put(&g));
 
-    let drops: Vec<_> = (0..k).map(|s| DropoutSlot { p: 0.1 * s as f32, seed: s as u64, step: 3 }).collect();
+    let drops: Vec<_> = (0..k)
+        .map(|s| DropoutSlot {
+            p: 0.1 * s as f32,
+            seed: s as u64,
+            step: 3,
+        })
+        .collect();
     let mut y = d.zeros(k * n);
-    d.b.dropout(&mut d.ctx, n, &drops, at(&xb, 0), at_mut(&mut y, 0)).unwrap();
+    d.b.dropout(&mut d.ctx, n, &drops, at(&xb, 0), at_mut(&mut y, 0))
+        .unwrap();
     let batched = d.get(&y);
     for s in 0..k {
         let mut y1 = d.zeros(n);
-        d.b.dropout(&mut d.ctx, n, &drops[s..s + 1], at(&xb, s * n), at_mut(&mut y1, 0)).unwrap();
-        assert_rel("dropout slot", &batched[s * n..(s + 1) * n], &d.get(&y1), 1e-6);
+        d.b.dropout(
+            &mut d.ctx,
+            n,
+            &drops[s..s + 1],
+            at(&xb, s * n),
+            at_mut(&mut y1, 0),
+        )
+        .unwrap();
+        assert_rel(
+            "dropout slot",
+            &batched[s * n..(s + 1) * n],
+            &d.get(&y1),
+            1e-6,
+        );
     }
 
-    let sgds: Vec<_> = (0..k).map(|s| SgdSlot { lr: 0.1 + s as f32, momentum: 0.5 * s as f32, weight_decay: 0.01, nesterov: s == 2 }).collect();
+    let sgds: Vec<_> = (0..k)
+        .map(|s| SgdSlot {
+            lr: 0.1 + s as f32,
+            momentum: 0.5 * s as f32,
+            weight_decay: 0.01,
+            nesterov: s == 2,
+        })
+        .collect();
     let adams: Vec<_> = (0..k)
-        .map(|s| AdamSlot { lr: 0.01 * (s + 1) as f32, beta1: 0.8 + 0.05 * s as f32, beta2: 0.99, eps: 1e-6, weight_decay: 0.01, decoupled: s == 1, step: 1 + s as u64 })
+        .map(|s| AdamSlot {
+            lr: 0.01 * (s + 1) as f32,
+            beta1: 0.8 + 0.05 * s as f32,
+            beta2: 0.99,
+            eps: 1e-6,
+            weight_decay: 0.01,
+            decoupled: s == 1,
+            step: 1 + s as u64,
+        })
         .collect();
     let (mut p, mut v) = (d.put(&x), d.put(&g));
-    d.b.sgd_step(&mut d.ctx, n, &sgds, at_mut(&mut p, 0), at(&gb, 0), Some(at_mut(&mut v, 0))).unwrap();
+    d.b.sgd_step(
+        &mut d.ctx,
+        n,
+        &sgds,
+        at_mut(&mut p, 0),
+        at(&gb, 0),
+        Some(at_mut(&mut v, 0)),
+    )
+    .unwrap();
     let (mut pa, mut ma, mut va) = (d.put(&x), d.put(&g), d.put(&vec![0.1; k * n]));
-    d.b.adam_step(&mut d.ctx, n, &adams, at_mut(&mut pa, 0), at(&gb, 0), at_mut(&mut ma, 0), at_mut(&mut va, 0)).unwrap();
+    d.b.adam_step(
+        &mut d.ctx,
+        n,
+        &adams,
+        at_mut(&mut pa, 0),
+        at(&gb, 0),
+        at_mut(&mut ma, 0),
+        at_mut(&mut va, 0),
+    )
+    .unwrap();
     let (bp, bv, bpa) = (d.get(&p), d.get(&v), d.get(&pa));
     for s in 0..k {
         let r = s * n..(s + 1) * n;
         let (mut p1, mut v1) = (d.put(&x[r.clone()]), d.put(&g[r.clone()]));
-        d.b.sgd_step(&mut d.ctx, n, &sgds[s..s + 1], at_mut(&mut p1, 0), at(&gb, s * n), Some(at_mut(&mut v1, 0))).unwrap();
+        d.b.sgd_step(
+            &mut d.ctx,
+            n,
+            &sgds[s..s + 1],
+            at_mut(&mut p1, 0),
+            at(&gb, s * n),
+            Some(at_mut(&mut v1, 0)),
+        )
+        .unwrap();
         assert_rel("sgd slot", &bp[r.clone()], &d.get(&p1), 1e-6);
         assert_rel("sgd velocity slot", &bv[r.clone()], &d.get(&v1), 1e-6);
-        let (mut p1, mut m1, mut v1) = (d.put(&x[r.clone()]), d.put(&g[r.clone()]), d.put(&vec![0.1; n]));
-        d.b.adam_step(&mut d.ctx, n, &adams[s..s + 1], at_mut(&mut p1, 0), at(&gb, s * n), at_mut(&mut m1, 0), at_mut(&mut v1, 0)).unwrap();
+        let (mut p1, mut m1, mut v1) = (
+            d.put(&x[r.clone()]),
+            d.put(&g[r.clone()]),
+            d.put(&vec![0.1; n]),
+        );
+        d.b.adam_step(
+            &mut d.ctx,
+            n,
+            &adams[s..s + 1],
+            at_mut(&mut p1, 0),
+            at(&gb, s * n),
+            at_mut(&mut m1, 0),
+            at_mut(&mut v1, 0),
+        )
+        .unwrap();
         assert_rel("adam slot", &bpa[r.clone()], &d.get(&p1), 1e-6);
     }
 
@@ -310,32 +662,83 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (zb, lb) = (d.put(&rand_vec(shape.len(), 22, 3.0)), d.put(&labels));
     let mut st = d.zeros(k * STATS_LEN);
     let mut dz = d.zeros(shape.len());
-    d.b.softmax_xent(&mut d.ctx, shape, 4, at(&zb, 0), at(&lb, 0), Some(at_mut(&mut dz, 0)), at_mut(&mut st, 0), false).unwrap();
+    d.b.softmax_xent(
+        &mut d.ctx,
+        shape,
+        4,
+        at(&zb, 0),
+        at(&lb, 0),
+        Some(at_mut(&mut dz, 0)),
+        at_mut(&mut st, 0),
+        false,
+    )
+    .unwrap();
     let (bst, bdz) = (d.get(&st), d.get(&dz));
     for s in 0..k {
         let one = Batched::new(1, 4, 10);
         let mut st1 = d.zeros(STATS_LEN);
         let mut dz1 = d.zeros(40);
-        d.b.softmax_xent(&mut d.ctx, one, 4, at(&zb, s * 40), at(&lb, s * 4), Some(at_mut(&mut dz1, 0)), at_mut(&mut st1, 0), false).unwrap();
-        assert_rel("xent stats slot", &bst[s * STATS_LEN..(s + 1) * STATS_LEN], &d.get(&st1), 1e-6);
-        assert_rel("xent grad slot", &bdz[s * 40..(s + 1) * 40], &d.get(&dz1), 1e-6);
+        d.b.softmax_xent(
+            &mut d.ctx,
+            one,
+            4,
+            at(&zb, s * 40),
+            at(&lb, s * 4),
+            Some(at_mut(&mut dz1, 0)),
+            at_mut(&mut st1, 0),
+            false,
+        )
+        .unwrap();
+        assert_rel(
+            "xent stats slot",
+            &bst[s * STATS_LEN..(s + 1) * STATS_LEN],
+            &d.get(&st1),
+            1e-6,
+        );
+        assert_rel(
+            "xent grad slot",
+            &bdz[s * 40..(s + 1) * 40],
+            &d.get(&dz1),
+            1e-6,
+        );
     }
 }
 
 fn out_of_bounds_views_are_errors<B: Backend>(d: &mut D<B>) {
     let a = d.zeros(10);
     let mut c = d.zeros(10);
-    let err = d.b.gemm(&mut d.ctx, &Gemm::new(4, 4, 4), at(&a, 0), at(&a, 0), at_mut(&mut c, 0)).unwrap_err();
+    let err =
+        d.b.gemm(
+            &mut d.ctx,
+            &Gemm::new(4, 4, 4),
+            at(&a, 0),
+            at(&a, 0),
+            at_mut(&mut c, 0),
+        )
+        .unwrap_err();
     assert!(err.to_string().contains("gemm"), "{err}");
-    assert!(d.b.activation(&mut d.ctx, Activation::Relu, 5, at(&a, 8), at_mut(&mut c, 0)).is_err());
-    assert!(d.b.gather_rows(&mut d.ctx, 2, &[0, 5], at(&a, 0), at_mut(&mut c, 0)).is_err());
+    assert!(
+        d.b.activation(
+            &mut d.ctx,
+            Activation::Relu,
+            5,
+            at(&a, 8),
+            at_mut(&mut c, 0)
+        )
+        .is_err()
+    );
+    assert!(
+        d.b.gather_rows(&mut d.ctx, 2, &[0, 5], at(&a, 0), at_mut(&mut c, 0))
+            .is_err()
+    );
 }
 
 fn gather_rows_copies_indexed_rows<B: Backend>(d: &mut D<B>) {
     let src: Vec<f32> = (0..12).map(|i| i as f32).collect();
     let sb = d.put(&src);
     let mut out = d.zeros(6);
-    d.b.gather_rows(&mut d.ctx, 2, &[5, 0, 3], at(&sb, 0), at_mut(&mut out, 0)).unwrap();
+    d.b.gather_rows(&mut d.ctx, 2, &[5, 0, 3], at(&sb, 0), at_mut(&mut out, 0))
+        .unwrap();
     assert_eq!(d.get(&out), vec![10.0, 11.0, 0.0, 1.0, 6.0, 7.0]);
 }
 

@@ -1,1 +1,42 @@
-pub fn placeholder() {}
+//! Trial workers for salus-tune.
+//!
+//! # Design
+//!
+//! This crate turns a hyper-parameter set into a schedulable [`Job`]: a
+//! state machine that runs one mini-batch iteration per `step`, on a
+//! [`Lane`] the Salus core hands it.
+//!
+//! * [`data`] loads data sets (built-in digits, synthetic, CSV, `.npy`)
+//!   and splits and standardises them; [`DeviceData`] puts a split on the
+//!   device once for every trial that uses it.
+//! * [`model`] describes the MLP template and its parameter layout.
+//! * [`group::MlpGroup`] trains K same-shape trials as one, through the
+//!   batched ops of `kernels`. A lone trial is a group of one, so fusion
+//!   needs no second code path.
+//! * [`trial::TrainTrial`] is one trial as a [`Job`]: it knows its
+//!   footprint exactly from the shapes, reports at report points, and
+//!   exports its whole state to bytes ([`TrialState`]) for swapping and
+//!   checkpoints, bit-exactly.
+//!
+//! Everything is generic over [`kernels::Backend`], so the CPU and CUDA run
+//! the same code.
+
+pub mod data;
+pub mod device_data;
+pub mod error;
+pub mod group;
+pub mod hparams;
+pub mod job;
+pub mod lane;
+pub mod model;
+pub mod state;
+pub mod trial;
+
+pub use device_data::DeviceData;
+pub use error::{Result, WorkerError};
+pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
+pub use job::{Footprint, FusionKey, Job, Report, StepOutcome};
+pub use lane::Lane;
+pub use model::{LossKind, MlpSpec};
+pub use state::TrialState;
+pub use trial::{TrainTrial, TrialConfig};

@@ -40,7 +40,14 @@ pub(crate) fn activation(ctx: &CpuCtx, act: Activation, x: &[f32], y: &mut [f32]
     });
 }
 
-pub(crate) fn activation_backward(ctx: &CpuCtx, act: Activation, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+pub(crate) fn activation_backward(
+    ctx: &CpuCtx,
+    act: Activation,
+    x: &[f32],
+    y: &[f32],
+    dy: &[f32],
+    dx: &mut [f32],
+) {
     let out = SyncPtr::new(dx);
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
     par::run(ctx, &segs, |s| {
@@ -48,27 +55,28 @@ pub(crate) fn activation_backward(ctx: &CpuCtx, act: Activation, x: &[f32], y: &
         // SAFETY: segments are disjoint and inside `dx`.
         let dx = unsafe { out.slice(s.start, s.end - s.start) };
         let (x, y, dy) = (&x[r.clone()], &y[r.clone()], &dy[r]);
+        // Each arm is a separate loop so LLVM vectorises it (a select, not a branch).
         match act {
-            Activation::Relu => {
-                for i in 0..dx.len() {
-                    dx[i] = if x[i] > 0.0 { dy[i] } else { 0.0 };
-                }
-            }
-            Activation::Gelu => {
-                for i in 0..dx.len() {
-                    dx[i] = gelu_grad(x[i]) * dy[i];
-                }
-            }
-            Activation::Tanh => {
-                for i in 0..dx.len() {
-                    dx[i] = (1.0 - y[i] * y[i]) * dy[i];
-                }
-            }
-            Activation::Sigmoid => {
-                for i in 0..dx.len() {
-                    dx[i] = y[i] * (1.0 - y[i]) * dy[i];
-                }
-            }
+            Activation::Relu => dx
+                .iter_mut()
+                .zip(x)
+                .zip(dy)
+                .for_each(|((dx, &x), &dy)| *dx = if x > 0.0 { dy } else { 0.0 }),
+            Activation::Gelu => dx
+                .iter_mut()
+                .zip(x)
+                .zip(dy)
+                .for_each(|((dx, &x), &dy)| *dx = gelu_grad(x) * dy),
+            Activation::Tanh => dx
+                .iter_mut()
+                .zip(y)
+                .zip(dy)
+                .for_each(|((dx, &y), &dy)| *dx = (1.0 - y * y) * dy),
+            Activation::Sigmoid => dx
+                .iter_mut()
+                .zip(y)
+                .zip(dy)
+                .for_each(|((dx, &y), &dy)| *dx = y * (1.0 - y) * dy),
         }
     });
 }
@@ -86,7 +94,13 @@ pub(crate) fn dropout_scale(d: &DropoutSlot, i: usize) -> f32 {
 }
 
 /// `y = x * mask`; the same function serves forward (x) and backward (dy).
-pub(crate) fn dropout(ctx: &CpuCtx, per_slot: usize, slots: &[DropoutSlot], x: &[f32], y: &mut [f32]) {
+pub(crate) fn dropout(
+    ctx: &CpuCtx,
+    per_slot: usize,
+    slots: &[DropoutSlot],
+    x: &[f32],
+    y: &mut [f32],
+) {
     let out = SyncPtr::new(y);
     let segs = par::segments(ctx, slots.len(), per_slot, MIN_ELEMS_PER_TASK);
     par::run(ctx, &segs, |s| {
@@ -105,9 +119,20 @@ pub(crate) fn dropout(ctx: &CpuCtx, per_slot: usize, slots: &[DropoutSlot], x: &
     });
 }
 
-pub(crate) fn bias_add(ctx: &CpuCtx, shape: Batched, bias_stride: usize, x: &mut [f32], bias: &[f32]) {
+pub(crate) fn bias_add(
+    ctx: &CpuCtx,
+    shape: Batched,
+    bias_stride: usize,
+    x: &mut [f32],
+    bias: &[f32],
+) {
     let out = SyncPtr::new(x);
-    let segs = par::segments(ctx, shape.slots, shape.rows, MIN_ELEMS_PER_TASK / shape.cols.max(1));
+    let segs = par::segments(
+        ctx,
+        shape.slots,
+        shape.rows,
+        MIN_ELEMS_PER_TASK / shape.cols.max(1),
+    );
     par::run(ctx, &segs, |s| {
         let b = &bias[s.slot * bias_stride..s.slot * bias_stride + shape.cols];
         let base = s.slot * shape.per_slot();

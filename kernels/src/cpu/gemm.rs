@@ -40,7 +40,12 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
         let mut lo = 0;
         while lo < extent {
             let hi = (lo + block).min(extent);
-            tasks.push(Task { batch, rows: split_rows, lo, hi });
+            tasks.push(Task {
+                batch,
+                rows: split_rows,
+                lo,
+                hi,
+            });
             lo = hi;
         }
     }
@@ -48,7 +53,11 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
     par::run(ctx, &tasks, |t| {
         let (a, b) = (ap as *const f32, bp as *const f32);
-        let (mut ao, mut bo, mut co) = (t.batch * g.stride_a, t.batch * g.stride_b, t.batch * g.stride_c);
+        let (mut ao, mut bo, mut co) = (
+            t.batch * g.stride_a,
+            t.batch * g.stride_b,
+            t.batch * g.stride_c,
+        );
         let (mut m, mut n) = (g.m, g.n);
         if t.rows {
             ao += t.lo * rsa;
@@ -63,11 +72,20 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
         // write disjoint blocks of C.
         unsafe {
             matrixmultiply::sgemm(
-                m, g.k, n, g.alpha,
-                a.add(ao), rsa as isize, csa as isize,
-                b.add(bo), rsb as isize, csb as isize,
+                m,
+                g.k,
+                n,
+                g.alpha,
+                a.add(ao),
+                rsa as isize,
+                csa as isize,
+                b.add(bo),
+                rsb as isize,
+                csb as isize,
                 g.beta,
-                out.ptr().add(co), g.n as isize, 1,
+                out.ptr().add(co),
+                g.n as isize,
+                1,
             );
         }
     });

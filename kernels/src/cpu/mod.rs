@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, DeviceKind, View, ViewMut};
 use crate::error::{KernelError, Result, check_range};
-use crate::ops::{AdamSlot, Activation, Batched, DropoutSlot, Gemm, SgdSlot, STATS_LEN};
+use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
 
 /// The CPU device.
 #[derive(Debug, Clone, Default)]
@@ -24,7 +24,9 @@ impl CpuBackend {
     }
     /// A CPU device that reports `bytes` of memory instead of the RAM it finds.
     pub fn with_memory(bytes: usize) -> Self {
-        CpuBackend { memory_bytes: Some(bytes) }
+        CpuBackend {
+            memory_bytes: Some(bytes),
+        }
     }
 }
 
@@ -77,30 +79,47 @@ fn system_memory() -> usize {
         .unwrap_or(4 << 30)
 }
 
-fn src<'a>(op: &'static str, what: &'static str, v: View<'a, CpuBuf>, n: usize) -> Result<&'a [f32]> {
+fn src<'a>(
+    op: &'static str,
+    what: &'static str,
+    v: View<'a, CpuBuf>,
+    n: usize,
+) -> Result<&'a [f32]> {
     check_range(op, what, v.off, n, v.buf.0.len())?;
     Ok(&v.buf.0[v.off..v.off + n])
 }
 
-fn dst<'a>(op: &'static str, what: &'static str, v: ViewMut<'a, CpuBuf>, n: usize) -> Result<&'a mut [f32]> {
+fn dst<'a>(
+    op: &'static str,
+    what: &'static str,
+    v: ViewMut<'a, CpuBuf>,
+    n: usize,
+) -> Result<&'a mut [f32]> {
     check_range(op, what, v.off, n, v.buf.0.len())?;
     Ok(&mut v.buf.0[v.off..v.off + n])
 }
 
 fn shape_err(op: &'static str, msg: impl Into<String>) -> KernelError {
-    KernelError::Shape { op, msg: msg.into() }
+    KernelError::Shape {
+        op,
+        msg: msg.into(),
+    }
 }
 
 impl Backend for CpuBackend {
     type Buf = CpuBuf;
     type Ctx = CpuCtx;
+    type HostThreads = Option<Arc<rayon::ThreadPool>>;
 
     fn kind(&self) -> DeviceKind {
         DeviceKind::Cpu
     }
 
     fn name(&self) -> String {
-        format!("cpu ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get()))
+        format!(
+            "cpu ({} threads)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
     }
 
     fn memory_bytes(&self) -> usize {
@@ -109,6 +128,17 @@ impl Backend for CpuBackend {
 
     fn new_ctx(&self, threads: usize) -> Result<CpuCtx> {
         CpuCtx::new(threads)
+    }
+
+    fn host_threads(&self, ctx: &CpuCtx) -> Self::HostThreads {
+        ctx.pool.clone()
+    }
+
+    fn enter<R: Send>(&self, host: &Self::HostThreads, f: impl FnOnce() -> R + Send) -> R {
+        match host {
+            Some(pool) => pool.install(f),
+            None => f(),
+        }
     }
 
     fn sync(&self, _ctx: &mut CpuCtx) -> Result<()> {
@@ -137,17 +167,36 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn copy(&self, _ctx: &mut CpuCtx, len: usize, s: View<'_, CpuBuf>, d: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn copy(
+        &self,
+        _ctx: &mut CpuCtx,
+        len: usize,
+        s: View<'_, CpuBuf>,
+        d: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         dst("copy", "dst", d, len)?.copy_from_slice(src("copy", "src", s, len)?);
         Ok(())
     }
 
-    fn fill(&self, _ctx: &mut CpuCtx, len: usize, value: f32, d: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn fill(
+        &self,
+        _ctx: &mut CpuCtx,
+        len: usize,
+        value: f32,
+        d: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         dst("fill", "dst", d, len)?.fill(value);
         Ok(())
     }
 
-    fn gemm(&self, ctx: &mut CpuCtx, g: &Gemm, a: View<'_, CpuBuf>, b: View<'_, CpuBuf>, c: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn gemm(
+        &self,
+        ctx: &mut CpuCtx,
+        g: &Gemm,
+        a: View<'_, CpuBuf>,
+        b: View<'_, CpuBuf>,
+        c: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         let (ea, eb, ec) = g.extents();
         if g.batch == 0 {
             return Ok(());
@@ -155,32 +204,76 @@ impl Backend for CpuBackend {
         let a = src("gemm", "A", a, ea)?;
         let b = src("gemm", "B", b, eb)?;
         if g.batch > 1 && g.stride_c < g.m * g.n {
-            return Err(shape_err("gemm", "batched outputs overlap (stride_c < m * n)"));
+            return Err(shape_err(
+                "gemm",
+                "batched outputs overlap (stride_c < m * n)",
+            ));
         }
         gemm::gemm(ctx, g, a, b, dst("gemm", "C", c, ec)?);
         Ok(())
     }
 
-    fn gather_rows(&self, ctx: &mut CpuCtx, cols: usize, idx: &[u32], s: View<'_, CpuBuf>, d: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn gather_rows(
+        &self,
+        ctx: &mut CpuCtx,
+        cols: usize,
+        idx: &[u32],
+        s: View<'_, CpuBuf>,
+        d: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         let rows = (s.buf.0.len() - s.off.min(s.buf.0.len())) / cols.max(1);
         if let Some(&bad) = idx.iter().find(|&&i| i as usize >= rows) {
-            return Err(shape_err("gather_rows", format!("row index {bad} >= {rows} rows")));
+            return Err(shape_err(
+                "gather_rows",
+                format!("row index {bad} >= {rows} rows"),
+            ));
         }
         let s = &s.buf.0[s.off..];
-        elementwise::gather_rows(ctx, cols, idx, s, dst("gather_rows", "dst", d, idx.len() * cols)?);
+        elementwise::gather_rows(
+            ctx,
+            cols,
+            idx,
+            s,
+            dst("gather_rows", "dst", d, idx.len() * cols)?,
+        );
         Ok(())
     }
 
-    fn bias_add(&self, ctx: &mut CpuCtx, shape: Batched, bias_stride: usize, x: ViewMut<'_, CpuBuf>, bias: View<'_, CpuBuf>) -> Result<()> {
+    fn bias_add(
+        &self,
+        ctx: &mut CpuCtx,
+        shape: Batched,
+        bias_stride: usize,
+        x: ViewMut<'_, CpuBuf>,
+        bias: View<'_, CpuBuf>,
+    ) -> Result<()> {
         if shape.is_empty() {
             return Ok(());
         }
-        let bias = src("bias_add", "bias", bias, (shape.slots - 1) * bias_stride + shape.cols)?;
-        elementwise::bias_add(ctx, shape, bias_stride, dst("bias_add", "x", x, shape.len())?, bias);
+        let bias = src(
+            "bias_add",
+            "bias",
+            bias,
+            (shape.slots - 1) * bias_stride + shape.cols,
+        )?;
+        elementwise::bias_add(
+            ctx,
+            shape,
+            bias_stride,
+            dst("bias_add", "x", x, shape.len())?,
+            bias,
+        );
         Ok(())
     }
 
-    fn col_sum(&self, ctx: &mut CpuCtx, shape: Batched, db_stride: usize, dy: View<'_, CpuBuf>, db: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn col_sum(
+        &self,
+        ctx: &mut CpuCtx,
+        shape: Batched,
+        db_stride: usize,
+        dy: View<'_, CpuBuf>,
+        db: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         if shape.slots == 0 || shape.cols == 0 {
             return Ok(());
         }
@@ -188,93 +281,253 @@ impl Backend for CpuBackend {
             return Err(shape_err("col_sum", "db_stride < cols"));
         }
         let dy = src("col_sum", "dy", dy, shape.len())?;
-        let db = dst("col_sum", "db", db, (shape.slots - 1) * db_stride + shape.cols)?;
+        let db = dst(
+            "col_sum",
+            "db",
+            db,
+            (shape.slots - 1) * db_stride + shape.cols,
+        )?;
         elementwise::col_sum(ctx, shape, db_stride, dy, db);
         Ok(())
     }
 
-    fn activation(&self, ctx: &mut CpuCtx, act: Activation, n: usize, x: View<'_, CpuBuf>, y: ViewMut<'_, CpuBuf>) -> Result<()> {
-        elementwise::activation(ctx, act, src("activation", "x", x, n)?, dst("activation", "y", y, n)?);
+    fn activation(
+        &self,
+        ctx: &mut CpuCtx,
+        act: Activation,
+        n: usize,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        elementwise::activation(
+            ctx,
+            act,
+            src("activation", "x", x, n)?,
+            dst("activation", "y", y, n)?,
+        );
         Ok(())
     }
 
-    fn activation_backward(&self, ctx: &mut CpuCtx, act: Activation, n: usize, x: View<'_, CpuBuf>, y: View<'_, CpuBuf>, dy: View<'_, CpuBuf>, dx: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn activation_backward(
+        &self,
+        ctx: &mut CpuCtx,
+        act: Activation,
+        n: usize,
+        x: View<'_, CpuBuf>,
+        y: View<'_, CpuBuf>,
+        dy: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         const OP: &str = "activation_backward";
-        let (x, y, dy) = (src(OP, "x", x, n)?, src(OP, "y", y, n)?, src(OP, "dy", dy, n)?);
+        let (x, y, dy) = (
+            src(OP, "x", x, n)?,
+            src(OP, "y", y, n)?,
+            src(OP, "dy", dy, n)?,
+        );
         elementwise::activation_backward(ctx, act, x, y, dy, dst(OP, "dx", dx, n)?);
         Ok(())
     }
 
-    fn dropout(&self, ctx: &mut CpuCtx, per_slot: usize, slots: &[DropoutSlot], x: View<'_, CpuBuf>, y: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn dropout(
+        &self,
+        ctx: &mut CpuCtx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         check_dropout("dropout", slots)?;
         let n = per_slot * slots.len();
-        elementwise::dropout(ctx, per_slot, slots, src("dropout", "x", x, n)?, dst("dropout", "y", y, n)?);
+        elementwise::dropout(
+            ctx,
+            per_slot,
+            slots,
+            src("dropout", "x", x, n)?,
+            dst("dropout", "y", y, n)?,
+        );
         Ok(())
     }
 
-    fn dropout_backward(&self, ctx: &mut CpuCtx, per_slot: usize, slots: &[DropoutSlot], dy: View<'_, CpuBuf>, dx: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn dropout_backward(
+        &self,
+        ctx: &mut CpuCtx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        dy: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         const OP: &str = "dropout_backward";
         check_dropout(OP, slots)?;
         let n = per_slot * slots.len();
-        elementwise::dropout(ctx, per_slot, slots, src(OP, "dy", dy, n)?, dst(OP, "dx", dx, n)?);
+        elementwise::dropout(
+            ctx,
+            per_slot,
+            slots,
+            src(OP, "dy", dy, n)?,
+            dst(OP, "dx", dx, n)?,
+        );
         Ok(())
     }
 
-    fn softmax_xent(&self, ctx: &mut CpuCtx, shape: Batched, label_stride: usize, logits: View<'_, CpuBuf>, labels: View<'_, CpuBuf>, dlogits: Option<ViewMut<'_, CpuBuf>>, stats: ViewMut<'_, CpuBuf>, accumulate: bool) -> Result<()> {
+    fn softmax_xent(
+        &self,
+        ctx: &mut CpuCtx,
+        shape: Batched,
+        label_stride: usize,
+        logits: View<'_, CpuBuf>,
+        labels: View<'_, CpuBuf>,
+        dlogits: Option<ViewMut<'_, CpuBuf>>,
+        stats: ViewMut<'_, CpuBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
         const OP: &str = "softmax_xent";
         if shape.slots == 0 {
             return Ok(());
         }
         let logits = src(OP, "logits", logits, shape.len())?;
-        let labels = src(OP, "labels", labels, (shape.slots - 1) * label_stride + shape.rows)?;
-        if let Some(bad) = labels.iter().find(|&&l| !(l >= 0.0 && (l as usize) < shape.cols && l.fract() == 0.0)) {
-            return Err(shape_err(OP, format!("label {bad} is not a class index below {}", shape.cols)));
+        let labels = src(
+            OP,
+            "labels",
+            labels,
+            (shape.slots - 1) * label_stride + shape.rows,
+        )?;
+        if let Some(bad) = labels
+            .iter()
+            .find(|&&l| !(l >= 0.0 && (l as usize) < shape.cols && l.fract() == 0.0))
+        {
+            return Err(shape_err(
+                OP,
+                format!("label {bad} is not a class index below {}", shape.cols),
+            ));
         }
-        let dlogits = dlogits.map(|d| dst(OP, "dlogits", d, shape.len())).transpose()?;
+        let dlogits = dlogits
+            .map(|d| dst(OP, "dlogits", d, shape.len()))
+            .transpose()?;
         let stats = dst(OP, "stats", stats, shape.slots * STATS_LEN)?;
-        loss::softmax_xent(ctx, shape, label_stride, logits, labels, dlogits, stats, accumulate);
+        loss::softmax_xent(
+            ctx,
+            shape,
+            label_stride,
+            logits,
+            labels,
+            dlogits,
+            stats,
+            accumulate,
+        );
         Ok(())
     }
 
-    fn mse(&self, ctx: &mut CpuCtx, shape: Batched, target_stride: usize, pred: View<'_, CpuBuf>, target: View<'_, CpuBuf>, dpred: Option<ViewMut<'_, CpuBuf>>, stats: ViewMut<'_, CpuBuf>, accumulate: bool) -> Result<()> {
+    fn mse(
+        &self,
+        ctx: &mut CpuCtx,
+        shape: Batched,
+        target_stride: usize,
+        pred: View<'_, CpuBuf>,
+        target: View<'_, CpuBuf>,
+        dpred: Option<ViewMut<'_, CpuBuf>>,
+        stats: ViewMut<'_, CpuBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
         const OP: &str = "mse";
         if shape.slots == 0 {
             return Ok(());
         }
         let pred = src(OP, "pred", pred, shape.len())?;
-        let target = src(OP, "target", target, (shape.slots - 1) * target_stride + shape.per_slot())?;
-        let dpred = dpred.map(|d| dst(OP, "dpred", d, shape.len())).transpose()?;
+        let target = src(
+            OP,
+            "target",
+            target,
+            (shape.slots - 1) * target_stride + shape.per_slot(),
+        )?;
+        let dpred = dpred
+            .map(|d| dst(OP, "dpred", d, shape.len()))
+            .transpose()?;
         let stats = dst(OP, "stats", stats, shape.slots * STATS_LEN)?;
-        loss::mse(ctx, shape, target_stride, pred, target, dpred, stats, accumulate);
+        loss::mse(
+            ctx,
+            shape,
+            target_stride,
+            pred,
+            target,
+            dpred,
+            stats,
+            accumulate,
+        );
         Ok(())
     }
 
-    fn sgd_step(&self, ctx: &mut CpuCtx, n: usize, slots: &[SgdSlot], params: ViewMut<'_, CpuBuf>, grads: View<'_, CpuBuf>, velocity: Option<ViewMut<'_, CpuBuf>>) -> Result<()> {
+    fn sgd_step(
+        &self,
+        ctx: &mut CpuCtx,
+        n: usize,
+        slots: &[SgdSlot],
+        params: ViewMut<'_, CpuBuf>,
+        grads: View<'_, CpuBuf>,
+        velocity: Option<ViewMut<'_, CpuBuf>>,
+    ) -> Result<()> {
         const OP: &str = "sgd_step";
         let total = n * slots.len();
         if velocity.is_none() && slots.iter().any(|s| s.momentum != 0.0) {
-            return Err(shape_err(OP, "a slot has momentum but no velocity buffer was given"));
+            return Err(shape_err(
+                OP,
+                "a slot has momentum but no velocity buffer was given",
+            ));
         }
-        let velocity = velocity.map(|v| dst(OP, "velocity", v, total)).transpose()?;
-        optim::sgd(ctx, n, slots, dst(OP, "params", params, total)?, src(OP, "grads", grads, total)?, velocity);
+        let velocity = velocity
+            .map(|v| dst(OP, "velocity", v, total))
+            .transpose()?;
+        optim::sgd(
+            ctx,
+            n,
+            slots,
+            dst(OP, "params", params, total)?,
+            src(OP, "grads", grads, total)?,
+            velocity,
+        );
         Ok(())
     }
 
-    fn adam_step(&self, ctx: &mut CpuCtx, n: usize, slots: &[AdamSlot], params: ViewMut<'_, CpuBuf>, grads: View<'_, CpuBuf>, m: ViewMut<'_, CpuBuf>, v: ViewMut<'_, CpuBuf>) -> Result<()> {
+    fn adam_step(
+        &self,
+        ctx: &mut CpuCtx,
+        n: usize,
+        slots: &[AdamSlot],
+        params: ViewMut<'_, CpuBuf>,
+        grads: View<'_, CpuBuf>,
+        m: ViewMut<'_, CpuBuf>,
+        v: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
         const OP: &str = "adam_step";
         let total = n * slots.len();
         if let Some(s) = slots.iter().find(|s| s.step == 0) {
-            return Err(shape_err(OP, format!("step must start at 1, got {}", s.step)));
+            return Err(shape_err(
+                OP,
+                format!("step must start at 1, got {}", s.step),
+            ));
         }
-        let (p, g) = (dst(OP, "params", params, total)?, src(OP, "grads", grads, total)?);
-        optim::adam(ctx, n, slots, p, g, dst(OP, "m", m, total)?, dst(OP, "v", v, total)?);
+        let (p, g) = (
+            dst(OP, "params", params, total)?,
+            src(OP, "grads", grads, total)?,
+        );
+        optim::adam(
+            ctx,
+            n,
+            slots,
+            p,
+            g,
+            dst(OP, "m", m, total)?,
+            dst(OP, "v", v, total)?,
+        );
         Ok(())
     }
 }
 
 fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<()> {
     match slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {
-        Some(s) => Err(shape_err(op, format!("dropout p must be in [0, 1), got {}", s.p))),
+        Some(s) => Err(shape_err(
+            op,
+            format!("dropout p must be in [0, 1), got {}", s.p),
+        )),
         None => Ok(()),
     }
 }

@@ -74,7 +74,13 @@ mod tests {
     #[test]
     fn segments_cover_every_slot_once() {
         let ctx = CpuCtx::new(4).unwrap();
-        for (slots, per, min) in [(1, 10, 1), (3, 1000, 100), (5, 7, 1), (2, 1 << 20, 1 << 16), (1, 0, 1)] {
+        for (slots, per, min) in [
+            (1, 10, 1),
+            (3, 1000, 100),
+            (5, 7, 1),
+            (2, 1 << 20, 1 << 16),
+            (1, 0, 1),
+        ] {
             let segs = segments(&ctx, slots, per, min);
             let mut covered = vec![0usize; slots * per];
             for s in &segs {

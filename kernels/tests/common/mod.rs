@@ -17,7 +17,9 @@ impl<B: Backend> Dev<B> {
     }
     pub fn put(&mut self, v: &[f32]) -> B::Buf {
         let mut buf = self.b.alloc_zeroed(v.len()).unwrap();
-        self.b.upload(&mut self.ctx, v, at_mut(&mut buf, 0)).unwrap();
+        self.b
+            .upload(&mut self.ctx, v, at_mut(&mut buf, 0))
+            .unwrap();
         buf
     }
     pub fn zeros(&mut self, n: usize) -> B::Buf {
@@ -65,7 +67,10 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f64], rel: f64) {
     let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g as f64 - w).abs() / scale;
-        assert!(err <= rel, "{what}[{i}]: got {g}, want {w} (error {err:.2e} of max {scale:.3e} > {rel:.1e})");
+        assert!(
+            err <= rel,
+            "{what}[{i}]: got {g}, want {w} (error {err:.2e} of max {scale:.3e} > {rel:.1e})"
+        );
     }
 }
 
@@ -80,7 +85,15 @@ pub fn assert_rel(what: &str, got: &[f32], want: &[f32], rel: f32) {
 }
 
 /// f64 reference GEMM: row-major `op(A) op(B)`.
-pub fn gemm_ref(m: usize, n: usize, k: usize, ta: bool, tb: bool, a: &[f64], b: &[f64]) -> Vec<f64> {
+pub fn gemm_ref(
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    a: &[f64],
+    b: &[f64],
+) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {

@@ -1,0 +1,200 @@
+//! CSV files: a header row, a named target column, numeric features.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::Path;
+
+use super::{Dataset, Task, TaskKind};
+use crate::error::{Result, WorkerError};
+
+/// Loads `path`; every column except `target` is a numeric feature.
+/// Classification targets may be any text; classes are numbered in sorted
+/// order (numeric order when every label is a number).
+pub fn load_csv(path: &Path, target: &str, kind: TaskKind) -> Result<Dataset> {
+    let file = std::fs::File::open(path).map_err(|source| WorkerError::Io {
+        path: path.into(),
+        source,
+    })?;
+    parse_csv(file, path, target, kind)
+}
+
+/// [`load_csv`] over any reader; `path` only names the source in errors.
+pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -> Result<Dataset> {
+    let err =
+        |line: u64, col: Option<u64>, msg: String| WorkerError::data(path, Some(line), col, msg);
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(reader);
+    let mut records = rdr.byte_records();
+    let header = match records.next() {
+        None => {
+            return Err(err(
+                1,
+                None,
+                "the file is empty; expected a header row".into(),
+            ));
+        }
+        Some(r) => r.map_err(|e| csv_error(path, e))?,
+    };
+    let names: Vec<String> = header
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            std::str::from_utf8(f)
+                .map(|s| s.trim().to_string())
+                .map_err(|_| {
+                    err(
+                        1,
+                        Some(i as u64 + 1),
+                        "the header is not valid UTF-8".into(),
+                    )
+                })
+        })
+        .collect::<Result<_>>()?;
+    let target_col = names.iter().position(|n| n == target).ok_or_else(|| {
+        err(
+            1,
+            None,
+            format!(
+                "no column named '{target}' in the header; columns are: {}",
+                names.join(", ")
+            ),
+        )
+    })?;
+    let features = names.len() - 1;
+    if features == 0 {
+        return Err(err(
+            1,
+            None,
+            "the header has no feature columns besides the target".into(),
+        ));
+    }
+
+    let (mut x, mut raw_targets) = (Vec::new(), Vec::new());
+    for rec in records {
+        let rec = rec.map_err(|e| csv_error(path, e))?;
+        let line = rec.position().map_or(0, |p| p.line());
+        if rec.len() == 1
+            && rec
+                .get(0)
+                .is_some_and(|f| f.iter().all(u8::is_ascii_whitespace))
+        {
+            continue; // a blank line
+        }
+        if rec.len() != names.len() {
+            return Err(err(
+                line,
+                None,
+                format!(
+                    "expected {} fields as in the header, found {}",
+                    names.len(),
+                    rec.len()
+                ),
+            ));
+        }
+        for (i, field) in rec.iter().enumerate() {
+            let col = Some(i as u64 + 1);
+            let text = std::str::from_utf8(field)
+                .map_err(|_| err(line, col, "not valid UTF-8".into()))?
+                .trim();
+            if i == target_col {
+                raw_targets.push((line, text.to_string()));
+                continue;
+            }
+            x.push(parse_number(text).ok_or_else(|| {
+                err(
+                    line,
+                    col,
+                    format!(
+                        "expected a finite number in feature column '{}', found '{}'",
+                        names[i], text
+                    ),
+                )
+            })?);
+        }
+    }
+    let rows = raw_targets.len();
+    if rows == 0 {
+        return Err(err(
+            1,
+            None,
+            "the file has a header but no data rows".into(),
+        ));
+    }
+    let tcol = Some(target_col as u64 + 1);
+    let (y, task, classes) = match kind {
+        TaskKind::Regression => {
+            let y = raw_targets
+                .iter()
+                .map(|(line, t)| {
+                    parse_number(t).ok_or_else(|| err(*line, tcol, format!("expected a finite number as regression target '{target}', found '{t}'")))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (y, Task::Regression { targets: 1 }, Vec::new())
+        }
+        TaskKind::Classification => {
+            if let Some((line, _)) = raw_targets.iter().find(|(_, t)| t.is_empty()) {
+                return Err(err(
+                    *line,
+                    tcol,
+                    format!("the class label '{target}' is empty"),
+                ));
+            }
+            let classes = class_names(raw_targets.iter().map(|(_, t)| t.as_str()));
+            if classes.len() < 2 {
+                return Err(err(
+                    1,
+                    tcol,
+                    format!(
+                        "classification needs at least 2 classes in '{target}', found {}",
+                        classes.len()
+                    ),
+                ));
+            }
+            let y = raw_targets
+                .iter()
+                .map(|(_, t)| classes.iter().position(|c| c == t).unwrap() as f32)
+                .collect();
+            (
+                y,
+                Task::Classification {
+                    classes: classes.len(),
+                },
+                classes,
+            )
+        }
+    };
+    Ok(Dataset {
+        name: format!("csv:{}:{target}", path.display()),
+        rows,
+        features,
+        x,
+        y,
+        task,
+        classes,
+    })
+}
+
+fn parse_number(s: &str) -> Option<f32> {
+    s.parse::<f32>().ok().filter(|v| v.is_finite())
+}
+
+/// Distinct labels, in numeric order when all are numbers, else sorted text.
+fn class_names<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let set: BTreeSet<&str> = labels.collect();
+    let mut names: Vec<String> = set.into_iter().map(String::from).collect();
+    if names.iter().all(|n| n.parse::<f64>().is_ok()) {
+        names.sort_by(|a, b| {
+            a.parse::<f64>()
+                .unwrap()
+                .total_cmp(&b.parse::<f64>().unwrap())
+        });
+    }
+    names
+}
+
+fn csv_error(path: &Path, e: csv::Error) -> WorkerError {
+    let line = e.position().map(|p| p.line());
+    WorkerError::data(path, line, None, format!("malformed CSV: {e}"))
+}

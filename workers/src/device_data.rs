@@ -1,0 +1,66 @@
+//! A split data set resident on a device, shared by every trial that uses it.
+
+use std::sync::Arc;
+
+use kernels::{Backend, at_mut};
+
+use crate::data::{SplitData, Task};
+use crate::error::Result;
+use crate::lane::Lane;
+
+/// Training and validation parts on the device, uploaded once.
+pub struct DeviceData<B: Backend> {
+    pub name: String,
+    pub task: Task,
+    pub features: usize,
+    pub target_cols: usize,
+    pub n_train: usize,
+    pub n_val: usize,
+    pub train_x: B::Buf,
+    pub train_y: B::Buf,
+    pub val_x: B::Buf,
+    pub val_y: B::Buf,
+    /// Standard deviation of each regression target, to report RMSE in
+    /// original units.
+    pub target_std: Vec<f32>,
+    /// Total sum of squares of the validation targets, for R².
+    pub val_sst: f64,
+}
+
+impl<B: Backend> DeviceData<B> {
+    pub fn upload(lane: &mut Lane<B>, data: &SplitData) -> Result<Arc<Self>> {
+        let (b, ctx) = lane.device();
+        let mut put = |v: &[f32]| -> Result<B::Buf> {
+            let mut buf = b.alloc_zeroed(v.len())?;
+            b.upload(ctx, v, at_mut(&mut buf, 0))?;
+            Ok(buf)
+        };
+        let t = data.target_cols();
+        let val_sst = (0..t)
+            .map(|c| {
+                let col = data.val_y.iter().skip(c).step_by(t).map(|&v| v as f64);
+                let mean = col.clone().sum::<f64>() / data.n_val as f64;
+                col.map(|v| (v - mean).powi(2)).sum::<f64>()
+            })
+            .sum();
+        Ok(Arc::new(DeviceData {
+            name: data.name.clone(),
+            task: data.task,
+            features: data.features,
+            target_cols: t,
+            n_train: data.n_train,
+            n_val: data.n_val,
+            train_x: put(&data.train_x)?,
+            train_y: put(&data.train_y)?,
+            val_x: put(&data.val_x)?,
+            val_y: put(&data.val_y)?,
+            target_std: data.target_std.clone(),
+            val_sst,
+        }))
+    }
+
+    /// Device bytes of the data set.
+    pub fn bytes(&self) -> usize {
+        4 * (self.n_train + self.n_val) * (self.features + self.target_cols)
+    }
+}

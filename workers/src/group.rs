@@ -1,0 +1,638 @@
+//! `MlpGroup`: K same-shape MLP trials trained as one, slot by slot.
+//!
+//! A group owns the persistent state of its slots (parameters, optimizer
+//! state, running training statistics) laid out `[slot][...]`, so that each
+//! kernel call is one strided-batched launch for all K. A single trial is a
+//! group of one; fused execution is a group of many. The ephemeral buffers
+//! of an iteration come from the lane's [`Workspace`].
+
+use kernels::{Backend, Batched, DropoutSlot, Gemm, STATS_LEN, at, at_mut};
+
+use crate::device_data::DeviceData;
+use crate::error::{Result, WorkerError};
+use crate::hparams::{OptimizerFamily, SlotHparams};
+use crate::lane::Lane;
+use crate::model::{Layer, LossKind, MlpSpec};
+
+/// Everything that fixes the size of a group's buffers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupShape {
+    pub spec: MlpSpec,
+    pub slots: usize,
+    pub batch: usize,
+    /// Whether hidden layers apply dropout (its `p` is per slot).
+    pub dropout: bool,
+    pub target_cols: usize,
+}
+
+impl GroupShape {
+    fn scratch_buffers(&self) -> usize {
+        if self.dropout { 3 } else { 2 }
+    }
+
+    /// Elements of one iteration's ephemeral buffers, exactly as allocated.
+    pub fn ephemeral_elems(&self) -> usize {
+        let s = &self.spec;
+        let kb = self.slots * self.batch;
+        let per_hidden = if self.dropout { 3 } else { 2 };
+        kb * s.input
+            + kb * self.target_cols
+            + kb * s.hidden.iter().sum::<usize>() * per_hidden
+            + 2 * kb * s.output
+            + self.scratch_buffers() * kb * s.max_width()
+            + self.slots * s.n_params()
+            + self.slots * STATS_LEN
+    }
+
+    pub fn ephemeral_bytes(&self) -> usize {
+        4 * self.ephemeral_elems()
+    }
+
+    /// Bytes of the slots' parameters, optimizer state and statistics.
+    pub fn persistent_bytes(&self, family: OptimizerFamily) -> usize {
+        4 * self.slots * (self.spec.n_params() * (1 + family.state_vectors()) + STATS_LEN)
+    }
+}
+
+/// One iteration's activations and gradients (see [`GroupShape::ephemeral_elems`]).
+pub struct Workspace<B: Backend> {
+    x: B::Buf,
+    y: B::Buf,
+    z: Vec<B::Buf>,
+    a: Vec<B::Buf>,
+    d: Vec<B::Buf>,
+    logits: B::Buf,
+    dlogits: B::Buf,
+    dh: B::Buf,
+    dz: B::Buf,
+    dtmp: Option<B::Buf>,
+    grads: B::Buf,
+    eval_stats: B::Buf,
+}
+
+impl<B: Backend> Workspace<B> {
+    /// Elements actually allocated, to check [`GroupShape::ephemeral_elems`].
+    pub fn allocated_elems(&self, b: &B) -> usize {
+        let bufs = [
+            &self.x,
+            &self.y,
+            &self.logits,
+            &self.dlogits,
+            &self.dh,
+            &self.dz,
+            &self.grads,
+            &self.eval_stats,
+        ];
+        let layers = self
+            .z
+            .iter()
+            .chain(&self.a)
+            .chain(&self.d)
+            .chain(&self.dtmp);
+        bufs.into_iter()
+            .chain(layers)
+            .map(|buf| b.buf_len(buf))
+            .sum()
+    }
+
+    pub(crate) fn new(b: &B, shape: &GroupShape) -> Result<Self> {
+        let s = &shape.spec;
+        let kb = shape.slots * shape.batch;
+        let hidden = |b: &B| -> Result<Vec<B::Buf>> {
+            s.hidden
+                .iter()
+                .map(|&h| Ok(b.alloc_zeroed(kb * h)?))
+                .collect()
+        };
+        let wide = kb * s.max_width();
+        Ok(Workspace {
+            x: b.alloc_zeroed(kb * s.input)?,
+            y: b.alloc_zeroed(kb * shape.target_cols)?,
+            z: hidden(b)?,
+            a: hidden(b)?,
+            d: if shape.dropout {
+                hidden(b)?
+            } else {
+                Vec::new()
+            },
+            logits: b.alloc_zeroed(kb * s.output)?,
+            dlogits: b.alloc_zeroed(kb * s.output)?,
+            dh: b.alloc_zeroed(wide)?,
+            dz: b.alloc_zeroed(wide)?,
+            dtmp: if shape.dropout {
+                Some(b.alloc_zeroed(wide)?)
+            } else {
+                None
+            },
+            grads: b.alloc_zeroed(shape.slots * s.n_params())?,
+            eval_stats: b.alloc_zeroed(shape.slots * STATS_LEN)?,
+        })
+    }
+}
+
+/// Where the first layer reads its input from.
+#[derive(Clone, Copy)]
+enum Input {
+    /// The gathered training batch in the workspace, one per slot.
+    Batch,
+    /// Validation rows from `row` on, shared by every slot.
+    Val { row: usize },
+}
+
+/// The state of one slot on the host: for swapping and checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotState {
+    pub params: Vec<f32>,
+    /// One vector per optimizer state (velocity; or first and second moments).
+    pub opt_state: Vec<Vec<f32>>,
+    pub train_stats: Vec<f32>,
+}
+
+/// Per-slot sums from the loss op: see [`kernels::STATS_LEN`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LossStats {
+    pub loss_sum: f64,
+    pub metric_sum: f64,
+    pub rows: f64,
+}
+
+impl LossStats {
+    fn from_slice(s: &[f32]) -> Self {
+        LossStats {
+            loss_sum: s[0] as f64,
+            metric_sum: s[1] as f64,
+            rows: s[2] as f64,
+        }
+    }
+    pub fn mean_loss(&self) -> f64 {
+        self.loss_sum / self.rows.max(1.0)
+    }
+}
+
+/// K same-shape trials trained together. See the module docs.
+pub struct MlpGroup<B: Backend> {
+    shape: GroupShape,
+    layers: Vec<Layer>,
+    n: usize,
+    family: OptimizerFamily,
+    slots: Vec<SlotHparams>,
+    params: B::Buf,
+    state: Vec<B::Buf>,
+    train_stats: B::Buf,
+}
+
+impl<B: Backend> MlpGroup<B> {
+    /// A group with freshly initialised slots (each from its own seed).
+    pub fn new(
+        lane: &mut Lane<B>,
+        spec: MlpSpec,
+        batch: usize,
+        target_cols: usize,
+        slots: Vec<SlotHparams>,
+    ) -> Result<Self> {
+        let family = match slots.first() {
+            None => {
+                return Err(WorkerError::Config(
+                    "a group needs at least one slot".into(),
+                ));
+            }
+            Some(s) => s.optimizer.family(),
+        };
+        if slots.iter().any(|s| s.optimizer.family() != family) {
+            return Err(WorkerError::Config(
+                "all slots of a group need the same optimizer family".into(),
+            ));
+        }
+        let shape = GroupShape {
+            dropout: slots.iter().any(|s| s.dropout > 0.0),
+            slots: slots.len(),
+            batch,
+            target_cols,
+            spec,
+        };
+        let n = shape.spec.n_params();
+        let k = slots.len();
+        let (b, ctx) = lane.device();
+        let mut params = b.alloc_zeroed(k * n)?;
+        for (s, h) in slots.iter().enumerate() {
+            b.upload(
+                ctx,
+                &shape.spec.init_params(h.seed),
+                at_mut(&mut params, s * n),
+            )?;
+        }
+        let state = (0..family.state_vectors())
+            .map(|_| b.alloc_zeroed(k * n))
+            .collect::<kernels::Result<_>>()?;
+        Ok(MlpGroup {
+            layers: shape.spec.layers(),
+            train_stats: b.alloc_zeroed(k * STATS_LEN)?,
+            shape,
+            n,
+            family,
+            slots,
+            params,
+            state,
+        })
+    }
+
+    pub fn shape(&self) -> &GroupShape {
+        &self.shape
+    }
+
+    pub fn family(&self) -> OptimizerFamily {
+        self.family
+    }
+
+    /// Elements actually allocated for persistent state, to check
+    /// [`GroupShape::persistent_bytes`].
+    pub fn allocated_elems(&self, b: &B) -> usize {
+        std::iter::once(&self.params)
+            .chain(&self.state)
+            .chain([&self.train_stats])
+            .map(|buf| b.buf_len(buf))
+            .sum()
+    }
+
+    pub fn slots(&self) -> &[SlotHparams] {
+        &self.slots
+    }
+
+    /// One training iteration of every slot. `idx` holds `slots x batch`
+    /// training-row indices; `iterations[s]` is slot `s`'s 0-based iteration.
+    pub fn train_step(
+        &mut self,
+        lane: &mut Lane<B>,
+        data: &DeviceData<B>,
+        idx: &[u32],
+        iterations: &[u64],
+    ) -> Result<()> {
+        self.forward_backward(lane, data, idx, iterations)?;
+        let (b, ctx, ws) = lane.parts(&self.shape)?;
+        self.update(b, ctx, ws, iterations)
+    }
+
+    /// The gradients of every slot's mean loss over the batch `idx`, without
+    /// updating anything but the training statistics. For gradient checks.
+    pub fn gradients(
+        &mut self,
+        lane: &mut Lane<B>,
+        data: &DeviceData<B>,
+        idx: &[u32],
+        iterations: &[u64],
+    ) -> Result<Vec<f32>> {
+        self.forward_backward(lane, data, idx, iterations)?;
+        let (b, ctx, ws) = lane.parts(&self.shape)?;
+        let mut host = vec![0.0; self.slots.len() * self.n];
+        b.download(ctx, at(&ws.grads, 0), &mut host)?;
+        Ok(host)
+    }
+
+    fn forward_backward(
+        &mut self,
+        lane: &mut Lane<B>,
+        data: &DeviceData<B>,
+        idx: &[u32],
+        iterations: &[u64],
+    ) -> Result<()> {
+        let (k, rows) = (self.slots.len(), self.shape.batch);
+        if idx.len() != k * rows || iterations.len() != k {
+            return Err(WorkerError::Config(format!(
+                "train_step: {} indices and {} iterations for {k} slots of {rows}",
+                idx.len(),
+                iterations.len()
+            )));
+        }
+        let (b, ctx, ws) = lane.parts(&self.shape)?;
+        b.gather_rows(
+            ctx,
+            data.features,
+            idx,
+            at(&data.train_x, 0),
+            at_mut(&mut ws.x, 0),
+        )?;
+        b.gather_rows(
+            ctx,
+            data.target_cols,
+            idx,
+            at(&data.train_y, 0),
+            at_mut(&mut ws.y, 0),
+        )?;
+        let train = Some(iterations);
+        self.forward(b, ctx, ws, data, Input::Batch, rows, train)?;
+        let out = self.shape.spec.output;
+        let shape = Batched::new(k, rows, out);
+        let stats = at_mut(&mut self.train_stats, 0);
+        match self.shape.spec.loss {
+            LossKind::CrossEntropy => b.softmax_xent(
+                ctx,
+                shape,
+                rows,
+                at(&ws.logits, 0),
+                at(&ws.y, 0),
+                Some(at_mut(&mut ws.dlogits, 0)),
+                stats,
+                true,
+            )?,
+            LossKind::Mse => b.mse(
+                ctx,
+                shape,
+                rows * out,
+                at(&ws.logits, 0),
+                at(&ws.y, 0),
+                Some(at_mut(&mut ws.dlogits, 0)),
+                stats,
+                true,
+            )?,
+        }
+        self.backward(b, ctx, ws, rows, iterations)
+    }
+
+    fn dropout_slots(&self, layer: usize, iterations: &[u64]) -> Vec<DropoutSlot> {
+        self.slots
+            .iter()
+            .zip(iterations)
+            .map(|(h, &it)| h.dropout_slot(layer, it))
+            .collect()
+    }
+
+    fn forward(
+        &self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        ws: &mut Workspace<B>,
+        data: &DeviceData<B>,
+        input: Input,
+        rows: usize,
+        train: Option<&[u64]>,
+    ) -> Result<()> {
+        let (k, n, last) = (self.slots.len(), self.n, self.layers.len() - 1);
+        let dropout = train.is_some() && self.shape.dropout;
+        let batch_stride = rows * data.features;
+        for (l, layer) in self.layers.iter().enumerate() {
+            let (a_in, a_stride) = match (l, input) {
+                (0, Input::Batch) => (at(&ws.x, 0), batch_stride),
+                (0, Input::Val { row }) => (at(&data.val_x, row * data.features), 0),
+                _ if dropout => (at(&ws.d[l - 1], 0), rows * layer.fan_in),
+                _ => (at(&ws.a[l - 1], 0), rows * layer.fan_in),
+            };
+            let g = Gemm::new(rows, layer.fan_out, layer.fan_in).batched(
+                k,
+                a_stride,
+                n,
+                rows * layer.fan_out,
+            );
+            let out = if l == last {
+                &mut ws.logits
+            } else {
+                &mut ws.z[l]
+            };
+            b.gemm(ctx, &g, a_in, at(&self.params, layer.w_off), at_mut(out, 0))?;
+            b.bias_add(
+                ctx,
+                Batched::new(k, rows, layer.fan_out),
+                n,
+                at_mut(out, 0),
+                at(&self.params, layer.b_off),
+            )?;
+            if l < last {
+                let len = k * rows * layer.fan_out;
+                b.activation(
+                    ctx,
+                    self.shape.spec.activation,
+                    len,
+                    at(&ws.z[l], 0),
+                    at_mut(&mut ws.a[l], 0),
+                )?;
+                if let (true, Some(its)) = (dropout, train) {
+                    let slots = self.dropout_slots(l, its);
+                    b.dropout(
+                        ctx,
+                        rows * layer.fan_out,
+                        &slots,
+                        at(&ws.a[l], 0),
+                        at_mut(&mut ws.d[l], 0),
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn backward(
+        &self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        ws: &mut Workspace<B>,
+        rows: usize,
+        iterations: &[u64],
+    ) -> Result<()> {
+        let (k, n) = (self.slots.len(), self.n);
+        let dropout = self.shape.dropout;
+        let act = self.shape.spec.activation;
+        let mut in_dz = false; // where dL/dz of the current layer lives: dlogits, then dz
+        for (l, layer) in self.layers.iter().enumerate().rev() {
+            let (fi, fo) = (layer.fan_in, layer.fan_out);
+            let h_in = match l {
+                0 => at(&ws.x, 0),
+                _ if dropout => at(&ws.d[l - 1], 0),
+                _ => at(&ws.a[l - 1], 0),
+            };
+            let dz = if in_dz {
+                at(&ws.dz, 0)
+            } else {
+                at(&ws.dlogits, 0)
+            };
+            let dw = Gemm::new(fi, fo, rows)
+                .trans_a()
+                .batched(k, rows * fi, rows * fo, n);
+            b.gemm(ctx, &dw, h_in, dz, at_mut(&mut ws.grads, layer.w_off))?;
+            b.col_sum(
+                ctx,
+                Batched::new(k, rows, fo),
+                n,
+                dz,
+                at_mut(&mut ws.grads, layer.b_off),
+            )?;
+            if l == 0 {
+                break;
+            }
+            let dh = Gemm::new(rows, fi, fo)
+                .trans_b()
+                .batched(k, rows * fo, n, rows * fi);
+            b.gemm(
+                ctx,
+                &dh,
+                dz,
+                at(&self.params, layer.w_off),
+                at_mut(&mut ws.dh, 0),
+            )?;
+            let len = k * rows * fi;
+            let da = match ws.dtmp.as_mut() {
+                Some(dtmp) => {
+                    let slots = self.dropout_slots(l - 1, iterations);
+                    b.dropout_backward(ctx, rows * fi, &slots, at(&ws.dh, 0), at_mut(dtmp, 0))?;
+                    at(&*dtmp, 0)
+                }
+                None => at(&ws.dh, 0),
+            };
+            b.activation_backward(
+                ctx,
+                act,
+                len,
+                at(&ws.z[l - 1], 0),
+                at(&ws.a[l - 1], 0),
+                da,
+                at_mut(&mut ws.dz, 0),
+            )?;
+            in_dz = true;
+        }
+        Ok(())
+    }
+
+    fn update(
+        &mut self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        ws: &mut Workspace<B>,
+        iterations: &[u64],
+    ) -> Result<()> {
+        let n = self.n;
+        match (self.family, self.state.as_mut_slice()) {
+            (OptimizerFamily::Sgd, [vel]) => {
+                let slots: Vec<_> = self.slots.iter().map(|h| h.sgd_slot()).collect();
+                b.sgd_step(
+                    ctx,
+                    n,
+                    &slots,
+                    at_mut(&mut self.params, 0),
+                    at(&ws.grads, 0),
+                    Some(at_mut(vel, 0)),
+                )?;
+            }
+            (OptimizerFamily::Adam, [m, v]) => {
+                let slots: Vec<_> = self
+                    .slots
+                    .iter()
+                    .zip(iterations)
+                    .map(|(h, &it)| h.adam_slot(it + 1))
+                    .collect();
+                b.adam_step(
+                    ctx,
+                    n,
+                    &slots,
+                    at_mut(&mut self.params, 0),
+                    at(&ws.grads, 0),
+                    at_mut(m, 0),
+                    at_mut(v, 0),
+                )?;
+            }
+            _ => unreachable!("state vectors match the family"),
+        }
+        Ok(())
+    }
+
+    /// Loss statistics of every slot over the whole validation split.
+    pub fn evaluate(&self, lane: &mut Lane<B>, data: &DeviceData<B>) -> Result<Vec<LossStats>> {
+        let (k, chunk) = (self.slots.len(), self.shape.batch);
+        let out = self.shape.spec.output;
+        let (b, ctx, ws) = lane.parts(&self.shape)?;
+        let mut row = 0;
+        while row < data.n_val {
+            let rows = chunk.min(data.n_val - row);
+            self.forward(b, ctx, ws, data, Input::Val { row }, rows, None)?;
+            let shape = Batched::new(k, rows, out);
+            let targets = at(&data.val_y, row * data.target_cols);
+            let stats = at_mut(&mut ws.eval_stats, 0);
+            let accumulate = row > 0;
+            match self.shape.spec.loss {
+                LossKind::CrossEntropy => b.softmax_xent(
+                    ctx,
+                    shape,
+                    0,
+                    at(&ws.logits, 0),
+                    targets,
+                    None,
+                    stats,
+                    accumulate,
+                )?,
+                LossKind::Mse => b.mse(
+                    ctx,
+                    shape,
+                    0,
+                    at(&ws.logits, 0),
+                    targets,
+                    None,
+                    stats,
+                    accumulate,
+                )?,
+            }
+            row += rows;
+        }
+        let mut host = vec![0.0f32; k * STATS_LEN];
+        b.download(ctx, at(&ws.eval_stats, 0), &mut host)?;
+        Ok(host
+            .chunks_exact(STATS_LEN)
+            .map(LossStats::from_slice)
+            .collect())
+    }
+
+    /// The training statistics accumulated since the last call, which resets them.
+    pub fn take_train_stats(&mut self, lane: &mut Lane<B>) -> Result<Vec<LossStats>> {
+        let k = self.slots.len();
+        let (b, ctx) = lane.device();
+        let mut host = vec![0.0f32; k * STATS_LEN];
+        b.download(ctx, at(&self.train_stats, 0), &mut host)?;
+        b.fill(ctx, k * STATS_LEN, 0.0, at_mut(&mut self.train_stats, 0))?;
+        Ok(host
+            .chunks_exact(STATS_LEN)
+            .map(LossStats::from_slice)
+            .collect())
+    }
+
+    /// Copies slot `s`'s persistent state to the host.
+    pub fn export_slot(&self, lane: &mut Lane<B>, s: usize) -> Result<SlotState> {
+        let n = self.n;
+        let (b, ctx) = lane.device();
+        let mut read = |buf: &B::Buf, off: usize, len: usize| -> Result<Vec<f32>> {
+            let mut v = vec![0.0; len];
+            b.download(ctx, at(buf, off), &mut v)?;
+            Ok(v)
+        };
+        Ok(SlotState {
+            params: read(&self.params, s * n, n)?,
+            opt_state: self
+                .state
+                .iter()
+                .map(|st| read(st, s * n, n))
+                .collect::<Result<_>>()?,
+            train_stats: read(&self.train_stats, s * STATS_LEN, STATS_LEN)?,
+        })
+    }
+
+    /// Overwrites slot `s`'s persistent state from the host.
+    pub fn import_slot(&mut self, lane: &mut Lane<B>, s: usize, st: &SlotState) -> Result<()> {
+        let n = self.n;
+        if st.params.len() != n
+            || st.opt_state.len() != self.state.len()
+            || st.opt_state.iter().any(|v| v.len() != n)
+            || st.train_stats.len() != STATS_LEN
+        {
+            return Err(WorkerError::BadState(format!(
+                "state does not fit a slot of {n} parameters with {} optimizer vectors",
+                self.state.len()
+            )));
+        }
+        let (b, ctx) = lane.device();
+        b.upload(ctx, &st.params, at_mut(&mut self.params, s * n))?;
+        for (buf, v) in self.state.iter_mut().zip(&st.opt_state) {
+            b.upload(ctx, v, at_mut(buf, s * n))?;
+        }
+        b.upload(
+            ctx,
+            &st.train_stats,
+            at_mut(&mut self.train_stats, s * STATS_LEN),
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! The `Job` trait: how the Salus core sees a trial.
+//!
+//! The core never learns what a model is. It sees a footprint (to admit
+//! the job), a fusion key (to group it with others), and a state machine
+//! that advances one iteration per `step`, reports at report points, and
+//! moves its persistent state off and back onto the device on request.
+
+use kernels::Backend;
+
+use crate::error::Result;
+use crate::group::GroupShape;
+use crate::hparams::OptimizerFamily;
+use crate::lane::Lane;
+use crate::state::TrialState;
+
+/// The device memory a job needs, known before it touches the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Footprint {
+    /// Lives as long as the job is resident: weights, optimizer state.
+    pub persistent_bytes: usize,
+    /// Needed only inside an iteration: activations and gradients.
+    pub ephemeral_bytes: usize,
+    /// Shared with every job on the same data (the data set itself).
+    pub shared_bytes: usize,
+}
+
+/// Jobs with equal keys can run as one fused group: same model shape,
+/// batch size, optimizer state layout and data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FusionKey {
+    pub shape: GroupShape,
+    pub family: OptimizerFamily,
+    pub data: String,
+}
+
+/// What a report point measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// 1-based report index: the step of Optuna's intermediate values.
+    pub step: u64,
+    /// Iterations done when the report was made.
+    pub iteration: u64,
+    /// Mean training loss since the previous report.
+    pub train_loss: f64,
+    /// Validation log-loss (classification) or MSE in standardised units.
+    pub val_loss: f64,
+    pub val_accuracy: Option<f64>,
+    /// RMSE in the target's original units.
+    pub val_rmse: Option<f64>,
+    pub val_r2: Option<f64>,
+}
+
+impl Report {
+    /// The value of a metric by name: `val_accuracy`, `val_loss`,
+    /// `val_rmse`, `val_r2` or `train_loss`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        match name {
+            "val_accuracy" => self.val_accuracy,
+            "val_loss" => Some(self.val_loss),
+            "val_rmse" => self.val_rmse,
+            "val_r2" => self.val_r2,
+            "train_loss" => Some(self.train_loss),
+            _ => None,
+        }
+    }
+}
+
+/// What one `step` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    /// An iteration ran; no report point.
+    Continue,
+    /// An iteration ran and ended at a report point.
+    Report(Report),
+    /// The last iteration ran; this is the final report.
+    Finished(Report),
+}
+
+/// A schedulable trial. See the module docs.
+pub trait Job<B: Backend>: Send {
+    fn footprint(&self) -> Footprint;
+    fn fusion_key(&self) -> FusionKey;
+    fn iterations_done(&self) -> u64;
+    fn total_iterations(&self) -> u64;
+    /// Whether the persistent state is on the device.
+    fn is_resident(&self) -> bool;
+    /// Runs exactly one iteration on `lane`.
+    fn step(&mut self, lane: &mut Lane<B>) -> Result<StepOutcome>;
+    /// The most recent report.
+    fn report(&self) -> Option<&Report>;
+    /// The full state, as host bytes can carry it.
+    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialState>;
+    /// Replaces the full state; the job continues exactly where `state` was taken.
+    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialState) -> Result<()>;
+    /// Moves the persistent state to host memory and frees the device's.
+    /// Returns the bytes moved.
+    fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize>;
+    /// Brings a swapped-out state back. Returns the bytes moved.
+    fn swap_in(&mut self, lane: &mut Lane<B>) -> Result<usize>;
+}

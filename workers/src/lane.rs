@@ -1,0 +1,99 @@
+//! A lane: one execution context and its arena of ephemeral buffers.
+//!
+//! Salus splits a trial's memory in two. Persistent memory (weights,
+//! optimizer state) belongs to the trial. Ephemeral memory (activations,
+//! gradients) is needed only inside an iteration, so trials that take
+//! turns on a lane share it: the lane keeps one [`Workspace`] per group
+//! shape and hands it to whichever trial is stepping.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kernels::Backend;
+
+use crate::error::Result;
+use crate::group::{GroupShape, Workspace};
+
+/// An execution context with its ephemeral arena.
+pub struct Lane<B: Backend> {
+    backend: Arc<B>,
+    ctx: B::Ctx,
+    id: usize,
+    threads: usize,
+    workspaces: HashMap<GroupShape, Workspace<B>>,
+}
+
+impl<B: Backend> Lane<B> {
+    /// A lane whose ops may use `threads` host threads.
+    pub fn new(backend: Arc<B>, id: usize, threads: usize) -> Result<Self> {
+        let ctx = backend.new_ctx(threads)?;
+        Ok(Lane {
+            backend,
+            ctx,
+            id,
+            threads,
+            workspaces: HashMap::new(),
+        })
+    }
+
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn backend(&self) -> &Arc<B> {
+        &self.backend
+    }
+
+    /// The backend and this lane's context, borrowed together.
+    pub fn device(&mut self) -> (&B, &mut B::Ctx) {
+        (&self.backend, &mut self.ctx)
+    }
+
+    /// Runs `f` on this lane's host thread (see [`Backend::enter`]). Step a
+    /// trial inside it: on the CPU this is what makes intra-op threads pay.
+    pub fn run<R: Send>(&mut self, f: impl FnOnce(&mut Self) -> R + Send) -> R {
+        let host = self.backend.host_threads(&self.ctx);
+        let backend = self.backend.clone();
+        backend.enter(&host, || f(self))
+    }
+
+    /// Waits for everything queued on this lane.
+    pub fn sync(&mut self) -> Result<()> {
+        Ok(self.backend.sync(&mut self.ctx)?)
+    }
+
+    /// The backend, the context and the workspace for `shape`, allocated on first use.
+    pub(crate) fn parts(
+        &mut self,
+        shape: &GroupShape,
+    ) -> Result<(&B, &mut B::Ctx, &mut Workspace<B>)> {
+        if !self.workspaces.contains_key(shape) {
+            let ws = Workspace::new(&*self.backend, shape)?;
+            self.workspaces.insert(shape.clone(), ws);
+        }
+        let ws = self.workspaces.get_mut(shape).expect("inserted above");
+        Ok((&self.backend, &mut self.ctx, ws))
+    }
+
+    /// Elements allocated in this lane's arena, buffer by buffer.
+    pub fn arena_allocated_elems(&self) -> usize {
+        self.workspaces
+            .values()
+            .map(|ws| ws.allocated_elems(&*self.backend))
+            .sum()
+    }
+
+    /// Bytes held by this lane's arena.
+    pub fn arena_bytes(&self) -> usize {
+        self.workspaces.keys().map(|s| s.ephemeral_bytes()).sum()
+    }
+
+    /// Frees the arena; it is rebuilt on the next step.
+    pub fn release_arena(&mut self) {
+        self.workspaces.clear();
+    }
+}

@@ -1,0 +1,325 @@
+//! `TrainTrial`: one built-in MLP trial as a [`Job`].
+//!
+//! An epoch is `floor(n_train / batch)` full mini-batches of a fresh seeded
+//! permutation, so every iteration has the same shape (what fusion and CUDA
+//! graphs need) and the permutation of any epoch can be recomputed from the
+//! seed alone. Evaluation runs at report points, once per epoch by default.
+
+use std::sync::Arc;
+
+use kernels::Backend;
+use rand::seq::SliceRandom;
+use rand::{SeedableRng, rngs::StdRng};
+
+use crate::data::Task;
+use crate::device_data::DeviceData;
+use crate::error::{Result, WorkerError};
+use crate::group::{GroupShape, LossStats, MlpGroup};
+use crate::hparams::SlotHparams;
+use crate::job::{Footprint, FusionKey, Job, Report, StepOutcome};
+use crate::lane::Lane;
+use crate::model::{LossKind, MlpSpec};
+use crate::state::{TrialState, fnv1a};
+
+/// What a trial trains, before it is bound to data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialConfig {
+    /// Hidden layer widths, input to output.
+    pub hidden: Vec<usize>,
+    pub activation: kernels::Activation,
+    pub batch_size: usize,
+    pub epochs: u64,
+    pub hparams: SlotHparams,
+    /// Iterations between report points; `None` reports once per epoch.
+    pub report_every: Option<u64>,
+}
+
+impl TrialConfig {
+    /// The model for `task` with `features` inputs.
+    pub fn spec(&self, features: usize, task: Task) -> MlpSpec {
+        MlpSpec {
+            input: features,
+            hidden: self.hidden.clone(),
+            output: task.outputs(),
+            activation: self.activation,
+            loss: match task {
+                Task::Classification { .. } => LossKind::CrossEntropy,
+                Task::Regression { .. } => LossKind::Mse,
+            },
+        }
+    }
+}
+
+/// One trial of the built-in MLP. See the module docs.
+pub struct TrainTrial<B: Backend> {
+    cfg: TrialConfig,
+    data: Arc<DeviceData<B>>,
+    shape: GroupShape,
+    group: Option<MlpGroup<B>>,
+    swapped: Option<TrialState>,
+    iteration: u64,
+    reports: u64,
+    iters_per_epoch: u64,
+    report_every: u64,
+    perm: Vec<u32>,
+    perm_epoch: Option<u64>,
+    last_report: Option<Report>,
+}
+
+impl<B: Backend> TrainTrial<B> {
+    /// A trial with fresh weights, resident on `lane`'s device.
+    pub fn new(lane: &mut Lane<B>, data: Arc<DeviceData<B>>, cfg: TrialConfig) -> Result<Self> {
+        if cfg.batch_size == 0 || cfg.batch_size > data.n_train {
+            return Err(WorkerError::Config(format!(
+                "batch_size {} must be between 1 and the {} training rows",
+                cfg.batch_size, data.n_train
+            )));
+        }
+        if cfg.epochs == 0 || cfg.hidden.contains(&0) {
+            return Err(WorkerError::Config(
+                "epochs and hidden widths must be at least 1".into(),
+            ));
+        }
+        if !(0.0..1.0).contains(&cfg.hparams.dropout) {
+            return Err(WorkerError::Config(format!(
+                "dropout must be in [0, 1), got {}",
+                cfg.hparams.dropout
+            )));
+        }
+        let spec = cfg.spec(data.features, data.task);
+        let group = MlpGroup::new(
+            lane,
+            spec,
+            cfg.batch_size,
+            data.target_cols,
+            vec![cfg.hparams],
+        )?;
+        let iters_per_epoch = (data.n_train / cfg.batch_size) as u64;
+        let report_every = cfg.report_every.unwrap_or(iters_per_epoch).max(1);
+        Ok(TrainTrial {
+            shape: group.shape().clone(),
+            group: Some(group),
+            swapped: None,
+            iteration: 0,
+            reports: 0,
+            iters_per_epoch,
+            report_every,
+            perm: Vec::new(),
+            perm_epoch: None,
+            last_report: None,
+            data,
+            cfg,
+        })
+    }
+
+    pub fn config(&self) -> &TrialConfig {
+        &self.cfg
+    }
+
+    pub fn iterations_per_epoch(&self) -> u64 {
+        self.iters_per_epoch
+    }
+
+    /// Training FLOPs of one iteration (6 x batch x weights).
+    pub fn flops_per_iteration(&self) -> f64 {
+        6.0 * (self.cfg.batch_size * self.shape.spec.macs_per_sample()) as f64
+    }
+
+    fn fingerprint(&self) -> u64 {
+        fnv1a(format!("{:?}|{:?}", self.shape, self.cfg.hparams.optimizer.family()).as_bytes())
+    }
+
+    /// The seeded permutation of `epoch`'s training rows.
+    fn permutation(&self, epoch: u64) -> Vec<u32> {
+        let mut perm: Vec<u32> = (0..self.data.n_train as u32).collect();
+        let seed = kernels::rng::mix64(self.cfg.hparams.seed ^ 0x5bff_1e00_0000_0000 ^ epoch);
+        perm.shuffle(&mut StdRng::seed_from_u64(seed));
+        perm
+    }
+
+    fn make_report(&mut self, lane: &mut Lane<B>) -> Result<Report> {
+        let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
+        let train = group.take_train_stats(lane)?[0];
+        let val = group.evaluate(lane, &self.data)?[0];
+        let report = report_from(&self.data, self.reports + 1, self.iteration, train, val);
+        if !report.train_loss.is_finite() || !report.val_loss.is_finite() {
+            let loss = if report.train_loss.is_finite() {
+                report.val_loss
+            } else {
+                report.train_loss
+            };
+            return Err(WorkerError::Diverged {
+                iteration: self.iteration,
+                loss,
+            });
+        }
+        self.reports += 1;
+        Ok(report)
+    }
+}
+
+fn report_from<B: Backend>(
+    data: &DeviceData<B>,
+    step: u64,
+    iteration: u64,
+    train: LossStats,
+    val: LossStats,
+) -> Report {
+    let mut r = Report {
+        step,
+        iteration,
+        train_loss: train.mean_loss(),
+        val_loss: val.mean_loss(),
+        val_accuracy: None,
+        val_rmse: None,
+        val_r2: None,
+    };
+    match data.task {
+        Task::Classification { .. } => r.val_accuracy = Some(val.metric_sum / val.rows.max(1.0)),
+        Task::Regression { targets } => {
+            let mse = val.metric_sum / (val.rows * targets as f64).max(1.0);
+            let scale = if targets == 1 {
+                data.target_std.first().copied().unwrap_or(1.0) as f64
+            } else {
+                1.0
+            };
+            r.val_rmse = Some(mse.sqrt() * scale);
+            r.val_r2 = Some(1.0 - val.metric_sum / data.val_sst.max(f64::MIN_POSITIVE));
+        }
+    }
+    r
+}
+
+impl<B: Backend> Job<B> for TrainTrial<B> {
+    fn footprint(&self) -> Footprint {
+        Footprint {
+            persistent_bytes: self
+                .shape
+                .persistent_bytes(self.cfg.hparams.optimizer.family()),
+            ephemeral_bytes: self.shape.ephemeral_bytes(),
+            shared_bytes: self.data.bytes(),
+        }
+    }
+
+    fn fusion_key(&self) -> FusionKey {
+        FusionKey {
+            shape: self.shape.clone(),
+            family: self.cfg.hparams.optimizer.family(),
+            data: self.data.name.clone(),
+        }
+    }
+
+    fn iterations_done(&self) -> u64 {
+        self.iteration
+    }
+
+    fn total_iterations(&self) -> u64 {
+        self.iters_per_epoch * self.cfg.epochs
+    }
+
+    fn is_resident(&self) -> bool {
+        self.group.is_some()
+    }
+
+    fn step(&mut self, lane: &mut Lane<B>) -> Result<StepOutcome> {
+        if self.iteration >= self.total_iterations() {
+            return Err(WorkerError::Config("the trial has already finished".into()));
+        }
+        let epoch = self.iteration / self.iters_per_epoch;
+        if self.perm_epoch != Some(epoch) {
+            self.perm = self.permutation(epoch);
+            self.perm_epoch = Some(epoch);
+        }
+        let pos = (self.iteration % self.iters_per_epoch) as usize * self.cfg.batch_size;
+        let idx = &self.perm[pos..pos + self.cfg.batch_size];
+        let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
+        group.train_step(lane, &self.data, idx, &[self.iteration])?;
+        self.iteration += 1;
+        let finished = self.iteration == self.total_iterations();
+        if !finished && self.iteration % self.report_every != 0 {
+            return Ok(StepOutcome::Continue);
+        }
+        let report = self.make_report(lane)?;
+        self.last_report = Some(report.clone());
+        Ok(if finished {
+            StepOutcome::Finished(report)
+        } else {
+            StepOutcome::Report(report)
+        })
+    }
+
+    fn report(&self) -> Option<&Report> {
+        self.last_report.as_ref()
+    }
+
+    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialState> {
+        if let Some(st) = &self.swapped {
+            return Ok(st.clone());
+        }
+        let group = self.group.as_ref().ok_or(WorkerError::NotResident)?;
+        Ok(TrialState {
+            fingerprint: self.fingerprint(),
+            iteration: self.iteration,
+            reports: self.reports,
+            slot: group.export_slot(lane, 0)?,
+        })
+    }
+
+    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialState) -> Result<()> {
+        if state.fingerprint != self.fingerprint() {
+            return Err(WorkerError::BadState(
+                "the state was taken from a different model or optimizer".into(),
+            ));
+        }
+        if state.iteration > self.total_iterations() {
+            return Err(WorkerError::BadState(format!(
+                "the state is at iteration {} of a {}-iteration trial",
+                state.iteration,
+                self.total_iterations()
+            )));
+        }
+        if self.group.is_none() {
+            let spec = self.shape.spec.clone();
+            self.group = Some(MlpGroup::new(
+                lane,
+                spec,
+                self.cfg.batch_size,
+                self.data.target_cols,
+                vec![self.cfg.hparams],
+            )?);
+        }
+        self.group
+            .as_mut()
+            .expect("resident")
+            .import_slot(lane, 0, &state.slot)?;
+        self.swapped = None;
+        self.iteration = state.iteration;
+        self.reports = state.reports;
+        Ok(())
+    }
+
+    fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize> {
+        if self.group.is_none() {
+            return Ok(0);
+        }
+        let state = self.export_state(lane)?;
+        let bytes = state.float_bytes();
+        self.swapped = Some(state);
+        self.group = None;
+        Ok(bytes)
+    }
+
+    fn swap_in(&mut self, lane: &mut Lane<B>) -> Result<usize> {
+        match self.swapped.take() {
+            None => Ok(0),
+            Some(state) => {
+                let bytes = state.float_bytes();
+                if let Err(e) = self.import_state(lane, &state) {
+                    self.swapped = Some(state);
+                    return Err(e);
+                }
+                Ok(bytes)
+            }
+        }
+    }
+}
