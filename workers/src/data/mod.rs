@@ -13,7 +13,7 @@ mod npy;
 mod split;
 mod synthetic;
 
-pub use self::csv::load_csv;
+pub use self::csv::{load_csv, parse_csv};
 pub use digits::digits;
 pub use npy::{NpyArray, load_npy, load_npy_pair, parse_npy};
 pub use split::{SplitData, split};

@@ -1,0 +1,32 @@
+//! Helpers shared by the workers tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use kernels::{Activation, Backend, CpuBackend};
+use workers::data::{SplitData, split, synthetic_classification, synthetic_regression};
+use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
+
+pub fn cpu_lane(threads: usize) -> Lane<CpuBackend> {
+    Lane::new(Arc::new(CpuBackend::new()), 0, threads).unwrap()
+}
+
+pub fn small_classification() -> SplitData {
+    split(&synthetic_classification(120, 6, 3, 4, 7), 0.25, 1).unwrap()
+}
+
+pub fn small_regression() -> SplitData {
+    split(&synthetic_regression(120, 5, 3, 0.1, 8), 0.25, 1).unwrap()
+}
+
+pub fn upload<B: Backend>(lane: &mut Lane<B>, d: &SplitData) -> Arc<DeviceData<B>> {
+    DeviceData::upload(lane, d).unwrap()
+}
+
+pub fn hparams(optimizer: Optimizer, lr: f32, dropout: f32, seed: u64) -> SlotHparams {
+    SlotHparams { optimizer, lr, weight_decay: 1e-4, dropout, seed }
+}
+
+pub fn config(hidden: Vec<usize>, activation: Activation, batch: usize, epochs: u64, hp: SlotHparams) -> TrialConfig {
+    TrialConfig { hidden, activation, batch_size: batch, epochs, hparams: hp, report_every: None }
+}
