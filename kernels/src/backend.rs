@@ -159,6 +159,7 @@ pub trait Backend: Send + Sync + 'static {
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
     /// `dx = act'(x) * dy`, given the forward input `x` and output `y`.
+    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut Self::Ctx,

@@ -135,8 +135,8 @@ impl<B: Backend> Workspace<B> {
 enum Input {
     /// The gathered training batch in the workspace, one per slot.
     Batch,
-    /// Validation rows from `row` on, shared by every slot.
-    Val { row: usize },
+    /// `rows` validation rows from `row` on, shared by every slot.
+    Val { row: usize, rows: usize },
 }
 
 /// The state of one slot on the host: for swapping and checkpoints.
@@ -319,7 +319,7 @@ impl<B: Backend> MlpGroup<B> {
             at_mut(&mut ws.y, 0),
         )?;
         let train = Some(iterations);
-        self.forward(b, ctx, ws, data, Input::Batch, rows, train)?;
+        self.forward(b, ctx, ws, data, Input::Batch, train)?;
         let out = self.shape.spec.output;
         let shape = Batched::new(k, rows, out);
         let stats = at_mut(&mut self.train_stats, 0);
@@ -363,16 +363,19 @@ impl<B: Backend> MlpGroup<B> {
         ws: &mut Workspace<B>,
         data: &DeviceData<B>,
         input: Input,
-        rows: usize,
         train: Option<&[u64]>,
     ) -> Result<()> {
         let (k, n, last) = (self.slots.len(), self.n, self.layers.len() - 1);
         let dropout = train.is_some() && self.shape.dropout;
+        let rows = match input {
+            Input::Batch => self.shape.batch,
+            Input::Val { rows, .. } => rows,
+        };
         let batch_stride = rows * data.features;
         for (l, layer) in self.layers.iter().enumerate() {
             let (a_in, a_stride) = match (l, input) {
                 (0, Input::Batch) => (at(&ws.x, 0), batch_stride),
-                (0, Input::Val { row }) => (at(&data.val_x, row * data.features), 0),
+                (0, Input::Val { row, .. }) => (at(&data.val_x, row * data.features), 0),
                 _ if dropout => (at(&ws.d[l - 1], 0), rows * layer.fan_in),
                 _ => (at(&ws.a[l - 1], 0), rows * layer.fan_in),
             };
@@ -540,7 +543,7 @@ impl<B: Backend> MlpGroup<B> {
         let mut row = 0;
         while row < data.n_val {
             let rows = chunk.min(data.n_val - row);
-            self.forward(b, ctx, ws, data, Input::Val { row }, rows, None)?;
+            self.forward(b, ctx, ws, data, Input::Val { row, rows }, None)?;
             let shape = Batched::new(k, rows, out);
             let targets = at(&data.val_y, row * data.target_cols);
             let stats = at_mut(&mut ws.eval_stats, 0);

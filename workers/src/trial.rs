@@ -236,7 +236,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         group.train_step(lane, &self.data, idx, &[self.iteration])?;
         self.iteration += 1;
         let finished = self.iteration == self.total_iterations();
-        if !finished && self.iteration % self.report_every != 0 {
+        if !finished && !self.iteration.is_multiple_of(self.report_every) {
             return Ok(StepOutcome::Continue);
         }
         let report = self.make_report(lane)?;

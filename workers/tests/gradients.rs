@@ -11,7 +11,10 @@ use workers::{LossKind, MlpSpec, Optimizer, SlotHparams};
 fn act64(act: Activation, x: f64) -> f64 {
     match act {
         Activation::Relu => x.max(0.0),
-        Activation::Gelu => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+        Activation::Gelu => {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        }
         Activation::Tanh => x.tanh(),
         Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
     }
@@ -19,9 +22,23 @@ fn act64(act: Activation, x: f64) -> f64 {
 
 /// The mean loss of one slot over batch rows `idx`, all in f64, with the
 /// same dropout masks as the kernels (a pure function of seed and step).
-fn loss64(spec: &MlpSpec, p: &[f64], data: &SplitData, idx: &[u32], hp: &SlotHparams, iteration: u64) -> f64 {
+fn loss64(
+    spec: &MlpSpec,
+    p: &[f64],
+    data: &SplitData,
+    idx: &[u32],
+    hp: &SlotHparams,
+    iteration: u64,
+) -> f64 {
     let rows = idx.len();
-    let mut h: Vec<f64> = idx.iter().flat_map(|&i| data.train_x[i as usize * spec.input..(i as usize + 1) * spec.input].iter().map(|&v| v as f64)).collect();
+    let mut h: Vec<f64> = idx
+        .iter()
+        .flat_map(|&i| {
+            data.train_x[i as usize * spec.input..(i as usize + 1) * spec.input]
+                .iter()
+                .map(|&v| v as f64)
+        })
+        .collect();
     let layers = spec.layers();
     for (l, layer) in layers.iter().enumerate() {
         let mut z = vec![0.0; rows * layer.fan_out];
@@ -43,7 +60,13 @@ fn loss64(spec: &MlpSpec, p: &[f64], data: &SplitData, idx: &[u32], hp: &SlotHpa
             .iter()
             .enumerate()
             .map(|(j, &v)| {
-                let keep = if d.p == 0.0 { 1.0 } else if rng::uniform(d.seed, d.step, j as u64) < d.p { 0.0 } else { 1.0 / (1.0 - d.p as f64) };
+                let keep = if d.p == 0.0 {
+                    1.0
+                } else if rng::uniform(d.seed, d.step, j as u64) < d.p {
+                    0.0
+                } else {
+                    1.0 / (1.0 - d.p as f64)
+                };
                 act64(spec.activation, v) * keep
             })
             .collect();
@@ -59,7 +82,10 @@ fn loss64(spec: &MlpSpec, p: &[f64], data: &SplitData, idx: &[u32], hp: &SlotHpa
                 total += lse - z[data.train_y[i as usize] as usize];
             }
             LossKind::Mse => {
-                total += (0..out).map(|c| (z[c] - data.train_y[i as usize * out + c] as f64).powi(2)).sum::<f64>() / out as f64;
+                total += (0..out)
+                    .map(|c| (z[c] - data.train_y[i as usize * out + c] as f64).powi(2))
+                    .sum::<f64>()
+                    / out as f64;
             }
         }
     }
@@ -69,21 +95,53 @@ fn loss64(spec: &MlpSpec, p: &[f64], data: &SplitData, idx: &[u32], hp: &SlotHpa
 fn check(data: &SplitData, act: Activation, dropout: f32, slots: usize) {
     let mut lane = cpu_lane(1);
     let dev = upload(&mut lane, data);
-    let spec = MlpSpec { input: data.features, hidden: vec![7, 5], output: data.task.outputs(), activation: act, loss: if data.task.target_cols() == 1 && matches!(data.task, workers::data::Task::Classification { .. }) { LossKind::CrossEntropy } else { LossKind::Mse } };
+    let spec = MlpSpec {
+        input: data.features,
+        hidden: vec![7, 5],
+        output: data.task.outputs(),
+        activation: act,
+        loss: if data.task.target_cols() == 1
+            && matches!(data.task, workers::data::Task::Classification { .. })
+        {
+            LossKind::CrossEntropy
+        } else {
+            LossKind::Mse
+        },
+    };
     let batch = 8;
-    let hps: Vec<_> = (0..slots).map(|s| SlotHparams { dropout, ..hparams(Optimizer::adam(), 1e-3, dropout, 11 + s as u64) }).collect();
-    let mut group = MlpGroup::new(&mut lane, spec.clone(), batch, data.target_cols(), hps.clone()).unwrap();
-    let idx: Vec<u32> = (0..slots * batch).map(|i| ((i * 5 + 3) % data.n_train) as u32).collect();
+    let hps: Vec<_> = (0..slots)
+        .map(|s| SlotHparams {
+            dropout,
+            ..hparams(Optimizer::adam(), 1e-3, dropout, 11 + s as u64)
+        })
+        .collect();
+    let mut group = MlpGroup::new(
+        &mut lane,
+        spec.clone(),
+        batch,
+        data.target_cols(),
+        hps.clone(),
+    )
+    .unwrap();
+    let idx: Vec<u32> = (0..slots * batch)
+        .map(|i| ((i * 5 + 3) % data.n_train) as u32)
+        .collect();
     let iterations: Vec<u64> = (0..slots as u64).map(|s| 4 + s).collect();
     let grads = group.gradients(&mut lane, &dev, &idx, &iterations).unwrap();
     let n = spec.n_params();
     for s in 0..slots {
-        let p0: Vec<f64> = spec.init_params(hps[s].seed).iter().map(|&v| v as f64).collect();
+        let p0: Vec<f64> = spec
+            .init_params(hps[s].seed)
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
         let rows = &idx[s * batch..(s + 1) * batch];
         let f = |p: &[f64]| loss64(&spec, p, data, rows, &hps[s], iterations[s]);
         let mut p = p0.clone();
         let f0 = f(&p0);
-        let scale = grads[s * n..(s + 1) * n].iter().fold(0.0f64, |m, g| m.max(g.abs() as f64));
+        let scale = grads[s * n..(s + 1) * n]
+            .iter()
+            .fold(0.0f64, |m, g| m.max(g.abs() as f64));
         let mut kinks = 0;
         for i in 0..n {
             let h = 1e-5;
@@ -99,7 +157,10 @@ fn check(data: &SplitData, act: Activation, dropout: f32, slots: usize) {
             if (right - left).abs() > 1e-3 * scale {
                 kinks += 1;
                 let near = (got - right).abs().min((got - left).abs());
-                assert!(near <= 1e-3 * scale, "{act:?} slot {s} param {i}: analytic {got} is neither one-sided slope {left} / {right}");
+                assert!(
+                    near <= 1e-3 * scale,
+                    "{act:?} slot {s} param {i}: analytic {got} is neither one-sided slope {left} / {right}"
+                );
                 continue;
             }
             let numeric = (up - down) / (2.0 * h);

@@ -9,7 +9,10 @@ use workers::data::{Task, TaskKind, digits, load_csv, load_npy_pair, parse_npy, 
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
-    std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
     path
 }
 
@@ -19,7 +22,8 @@ fn npy(descr: &str, shape: &str, body: &[u8]) -> Vec<u8> {
 
 fn npy_order(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
     let order = if fortran { "True" } else { "False" };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
+    let mut header =
+        format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {shape}, }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -34,7 +38,11 @@ fn npy_order(descr: &str, fortran: bool, shape: &str, body: &[u8]) -> Vec<u8> {
 #[test]
 fn csv_classification_with_text_labels() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "iris.csv", b"a,b,species\n1.0,2,setosa\n3,4.5,virginica\n\n5,6,setosa\n");
+    let p = write(
+        dir.path(),
+        "iris.csv",
+        b"a,b,species\n1.0,2,setosa\n3,4.5,virginica\n\n5,6,setosa\n",
+    );
     let d = load_csv(&p, "species", TaskKind::Classification).unwrap();
     assert_eq!((d.rows, d.features), (3, 2));
     assert_eq!(d.x, vec![1.0, 2.0, 3.0, 4.5, 5.0, 6.0]);
@@ -46,7 +54,11 @@ fn csv_classification_with_text_labels() {
 #[test]
 fn csv_target_in_the_middle_and_numeric_class_order() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "d.csv", b"x1,label,x2\n0.5,10,1\n0.25,9,2\n1,10,3\n");
+    let p = write(
+        dir.path(),
+        "d.csv",
+        b"x1,label,x2\n0.5,10,1\n0.25,9,2\n1,10,3\n",
+    );
     let d = load_csv(&p, "label", TaskKind::Classification).unwrap();
     assert_eq!(d.classes, vec!["9", "10"]);
     assert_eq!(d.y, vec![1.0, 0.0, 1.0]);
@@ -59,37 +71,102 @@ fn csv_target_in_the_middle_and_numeric_class_order() {
 fn bad_csv_files_name_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let cases: &[(&[u8], &str, TaskKind, &str)] = &[
-        (b"a,b,y\n1,2,0\n3,oops,1\n", "y", TaskKind::Classification, "bad.csv:3:2: expected a finite number in feature column 'b', found 'oops'"),
-        (b"a,b,y\n1,2,0\n3,4\n", "y", TaskKind::Classification, "bad.csv:3: expected 3 fields"),
-        (b"a,b,y\n1,2,0\n", "target", TaskKind::Classification, "bad.csv:1: no column named 'target'"),
-        (b"", "y", TaskKind::Classification, "bad.csv:1: the file is empty"),
-        (b"a,y\n", "y", TaskKind::Regression, "bad.csv:1: the file has a header but no data rows"),
-        (b"a,y\n1,x\n", "y", TaskKind::Regression, "bad.csv:2:2: expected a finite number as regression target 'y'"),
-        (b"a,y\n1,0\n2,0\n", "y", TaskKind::Classification, "at least 2 classes"),
-        (b"a,y\n1,0\nNaN,1\n", "y", TaskKind::Classification, "bad.csv:3:1: expected a finite number"),
-        (b"a,y\n1,0\n\xff,1\n", "y", TaskKind::Classification, "bad.csv:3:1: not valid UTF-8"),
-        (b"y\n1\n", "y", TaskKind::Classification, "no feature columns"),
+        (
+            b"a,b,y\n1,2,0\n3,oops,1\n",
+            "y",
+            TaskKind::Classification,
+            "bad.csv:3:2: expected a finite number in feature column 'b', found 'oops'",
+        ),
+        (
+            b"a,b,y\n1,2,0\n3,4\n",
+            "y",
+            TaskKind::Classification,
+            "bad.csv:3: expected 3 fields",
+        ),
+        (
+            b"a,b,y\n1,2,0\n",
+            "target",
+            TaskKind::Classification,
+            "bad.csv:1: no column named 'target'",
+        ),
+        (
+            b"",
+            "y",
+            TaskKind::Classification,
+            "bad.csv:1: the file is empty",
+        ),
+        (
+            b"a,y\n",
+            "y",
+            TaskKind::Regression,
+            "bad.csv:1: the file has a header but no data rows",
+        ),
+        (
+            b"a,y\n1,x\n",
+            "y",
+            TaskKind::Regression,
+            "bad.csv:2:2: expected a finite number as regression target 'y'",
+        ),
+        (
+            b"a,y\n1,0\n2,0\n",
+            "y",
+            TaskKind::Classification,
+            "at least 2 classes",
+        ),
+        (
+            b"a,y\n1,0\nNaN,1\n",
+            "y",
+            TaskKind::Classification,
+            "bad.csv:3:1: expected a finite number",
+        ),
+        (
+            b"a,y\n1,0\n\xff,1\n",
+            "y",
+            TaskKind::Classification,
+            "bad.csv:3:1: not valid UTF-8",
+        ),
+        (
+            b"y\n1\n",
+            "y",
+            TaskKind::Classification,
+            "no feature columns",
+        ),
     ];
     for (bytes, target, kind, want) in cases {
         let p = write(dir.path(), "bad.csv", bytes);
         let err = load_csv(&p, target, *kind).unwrap_err().to_string();
-        assert!(err.contains(want), "{:?}: got {err}, want it to contain {want}", String::from_utf8_lossy(bytes));
+        assert!(
+            err.contains(want),
+            "{:?}: got {err}, want it to contain {want}",
+            String::from_utf8_lossy(bytes)
+        );
     }
-    let err = load_csv(&dir.path().join("missing.csv"), "y", TaskKind::Regression).unwrap_err().to_string();
+    let err = load_csv(&dir.path().join("missing.csv"), "y", TaskKind::Regression)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("missing.csv"), "{err}");
 }
 
 #[test]
 fn npy_pairs_in_several_dtypes() {
     let dir = tempfile::tempdir().unwrap();
-    let x: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let x: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let xp = write(dir.path(), "x.npy", &npy("<f4", "(3, 2)", &x));
     let y: Vec<u8> = [0i64, 1, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
     let yp = write(dir.path(), "y.npy", &npy("<i8", "(3,)", &y));
     let d = load_npy_pair(&xp, &yp, TaskKind::Classification).unwrap();
-    assert_eq!((d.rows, d.features, d.task), (3, 2, Task::Classification { classes: 2 }));
+    assert_eq!(
+        (d.rows, d.features, d.task),
+        (3, 2, Task::Classification { classes: 2 })
+    );
     assert_eq!(d.x, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    let y64: Vec<u8> = [0.5f64, 1.5, 2.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let y64: Vec<u8> = [0.5f64, 1.5, 2.5]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let yp = write(dir.path(), "y64.npy", &npy("<f8", "(3, 1)", &y64));
     let r = load_npy_pair(&xp, &yp, TaskKind::Regression).unwrap();
     assert_eq!(r.y, vec![0.5, 1.5, 2.5]);
@@ -110,16 +187,36 @@ fn bad_npy_files_say_what_is_wrong() {
         (b"\x93NUMPY\x01\x00\xff\x00{".to_vec(), "truncated"),
     ];
     for (bytes, want) in cases {
-        let err = parse_npy(&bytes, Path::new("bad.npy")).unwrap_err().to_string();
-        assert!(err.starts_with("bad.npy: ") && err.contains(want), "got {err}, want {want}");
+        let err = parse_npy(&bytes, Path::new("bad.npy"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("bad.npy: ") && err.contains(want),
+            "got {err}, want {want}"
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let xp = write(dir.path(), "x.npy", &npy("<f4", "(2, 2)", &body));
     let yp = write(dir.path(), "y.npy", &npy("<f4", "(3,)", &body));
-    let err = load_npy_pair(&xp, &yp, TaskKind::Regression).unwrap_err().to_string();
+    let err = load_npy_pair(&xp, &yp, TaskKind::Regression)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("must have 2 rows"), "{err}");
-    let yp = write(dir.path(), "y.npy", &npy("<f4", "(2,)", &[0.5f32, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()));
-    let err = load_npy_pair(&xp, &yp, TaskKind::Classification).unwrap_err().to_string();
+    let yp = write(
+        dir.path(),
+        "y.npy",
+        &npy(
+            "<f4",
+            "(2,)",
+            &[0.5f32, 1.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+        ),
+    );
+    let err = load_npy_pair(&xp, &yp, TaskKind::Classification)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("integers"), "{err}");
 }
 
@@ -136,15 +233,29 @@ fn split_is_seeded_stratified_and_standardised_on_train_only() {
     d.labels().for_each(|l| all_counts[l] += 1);
     for c in 0..10 {
         let want = all_counts[c] as f64 * 0.2;
-        assert!((val_counts[c] as f64 - want).abs() <= 1.0, "class {c}: {} of {}", val_counts[c], all_counts[c]);
+        assert!(
+            (val_counts[c] as f64 - want).abs() <= 1.0,
+            "class {c}: {} of {}",
+            val_counts[c],
+            all_counts[c]
+        );
     }
     // Training columns have mean 0 and std 1 (or are constant), validation columns only roughly.
     for f in 0..64 {
-        let col: Vec<f64> = a.train_x.iter().skip(f).step_by(64).map(|&v| v as f64).collect();
+        let col: Vec<f64> = a
+            .train_x
+            .iter()
+            .skip(f)
+            .step_by(64)
+            .map(|&v| v as f64)
+            .collect();
         let mean = col.iter().sum::<f64>() / col.len() as f64;
         let var = col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / col.len() as f64;
         assert!(mean.abs() < 1e-4, "feature {f} mean {mean}");
-        assert!((var - 1.0).abs() < 1e-3 || var < 1e-9, "feature {f} var {var}");
+        assert!(
+            (var - 1.0).abs() < 1e-3 || var < 1e-9,
+            "feature {f} var {var}"
+        );
     }
     assert!(split(&d, 1.5, 0).is_err());
 }

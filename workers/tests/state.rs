@@ -6,7 +6,10 @@ use common::*;
 use kernels::Activation;
 use workers::{Job, Optimizer, Report, StepOutcome, TrainTrial, TrialState, WorkerError};
 
-fn run_to_end(trial: &mut TrainTrial<kernels::CpuBackend>, lane: &mut workers::Lane<kernels::CpuBackend>) -> Vec<Report> {
+fn run_to_end(
+    trial: &mut TrainTrial<kernels::CpuBackend>,
+    lane: &mut workers::Lane<kernels::CpuBackend>,
+) -> Vec<Report> {
     let mut reports = Vec::new();
     loop {
         match trial.step(lane).unwrap() {
@@ -20,7 +23,11 @@ fn run_to_end(trial: &mut TrainTrial<kernels::CpuBackend>, lane: &mut workers::L
     }
 }
 
-fn run_iterations(trial: &mut TrainTrial<kernels::CpuBackend>, lane: &mut workers::Lane<kernels::CpuBackend>, n: u64) -> Vec<Report> {
+fn run_iterations(
+    trial: &mut TrainTrial<kernels::CpuBackend>,
+    lane: &mut workers::Lane<kernels::CpuBackend>,
+    n: u64,
+) -> Vec<Report> {
     (0..n)
         .filter_map(|_| match trial.step(lane).unwrap() {
             StepOutcome::Report(r) | StepOutcome::Finished(r) => Some(r),
@@ -31,9 +38,44 @@ fn run_iterations(trial: &mut TrainTrial<kernels::CpuBackend>, lane: &mut worker
 
 fn configs() -> Vec<workers::TrialConfig> {
     vec![
-        config(vec![16, 8], Activation::Relu, 10, 4, hparams(Optimizer::adam(), 3e-3, 0.2, 5)),
-        config(vec![12], Activation::Tanh, 9, 4, hparams(Optimizer::Sgd { momentum: 0.9, nesterov: true }, 0.05, 0.0, 6)),
-        config(vec![8, 8], Activation::Gelu, 16, 3, hparams(Optimizer::AdamW { beta1: 0.9, beta2: 0.99, eps: 1e-7 }, 1e-2, 0.1, 7)),
+        config(
+            vec![16, 8],
+            Activation::Relu,
+            10,
+            4,
+            hparams(Optimizer::adam(), 3e-3, 0.2, 5),
+        ),
+        config(
+            vec![12],
+            Activation::Tanh,
+            9,
+            4,
+            hparams(
+                Optimizer::Sgd {
+                    momentum: 0.9,
+                    nesterov: true,
+                },
+                0.05,
+                0.0,
+                6,
+            ),
+        ),
+        config(
+            vec![8, 8],
+            Activation::Gelu,
+            16,
+            3,
+            hparams(
+                Optimizer::AdamW {
+                    beta1: 0.9,
+                    beta2: 0.99,
+                    eps: 1e-7,
+                },
+                1e-2,
+                0.1,
+                7,
+            ),
+        ),
     ]
 }
 
@@ -53,7 +95,9 @@ fn export_then_import_into_a_fresh_trial_continues_the_same_trajectory() {
         drop(first);
 
         let mut second = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
-        second.import_state(&mut lane, &TrialState::from_bytes(&bytes).unwrap()).unwrap();
+        second
+            .import_state(&mut lane, &TrialState::from_bytes(&bytes).unwrap())
+            .unwrap();
         assert_eq!(second.iterations_done(), cut);
         reports.extend(run_to_end(&mut second, &mut lane));
         assert_eq!(reports, uninterrupted, "{cfg:?}");
@@ -67,14 +111,20 @@ fn swap_out_and_in_mid_training_is_invisible() {
     for cfg in configs() {
         let mut lane = cpu_lane(2);
         let dev = upload(&mut lane, &data);
-        let uninterrupted = run_to_end(&mut TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap(), &mut lane);
+        let uninterrupted = run_to_end(
+            &mut TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap(),
+            &mut lane,
+        );
 
         let mut trial = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
         let mut reports = run_iterations(&mut trial, &mut lane, 5);
         let moved = trial.swap_out(&mut lane).unwrap();
         assert_eq!(moved, trial.footprint().persistent_bytes);
         assert!(!trial.is_resident());
-        assert!(matches!(trial.step(&mut lane), Err(WorkerError::NotResident)));
+        assert!(matches!(
+            trial.step(&mut lane),
+            Err(WorkerError::NotResident)
+        ));
         // Another trial uses the lane's arena in between.
         let mut other = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
         run_iterations(&mut other, &mut lane, 3);
@@ -97,7 +147,10 @@ fn states_round_trip_through_bytes_and_refuse_other_models() {
     let bytes = state.to_bytes();
     assert_eq!(TrialState::from_bytes(&bytes).unwrap(), state);
     for cut in [0, 10, 55, bytes.len() - 1] {
-        assert!(TrialState::from_bytes(&bytes[..cut]).is_err(), "truncated at {cut}");
+        assert!(
+            TrialState::from_bytes(&bytes[..cut]).is_err(),
+            "truncated at {cut}"
+        );
     }
     let mut other = TrainTrial::new(&mut lane, dev, cfgs[1].clone()).unwrap();
     let err = other.import_state(&mut lane, &state).unwrap_err();

@@ -308,6 +308,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut CpuCtx,

@@ -24,9 +24,28 @@ pub fn upload<B: Backend>(lane: &mut Lane<B>, d: &SplitData) -> Arc<DeviceData<B
 }
 
 pub fn hparams(optimizer: Optimizer, lr: f32, dropout: f32, seed: u64) -> SlotHparams {
-    SlotHparams { optimizer, lr, weight_decay: 1e-4, dropout, seed }
+    SlotHparams {
+        optimizer,
+        lr,
+        weight_decay: 1e-4,
+        dropout,
+        seed,
+    }
 }
 
-pub fn config(hidden: Vec<usize>, activation: Activation, batch: usize, epochs: u64, hp: SlotHparams) -> TrialConfig {
-    TrialConfig { hidden, activation, batch_size: batch, epochs, hparams: hp, report_every: None }
+pub fn config(
+    hidden: Vec<usize>,
+    activation: Activation,
+    batch: usize,
+    epochs: u64,
+    hp: SlotHparams,
+) -> TrialConfig {
+    TrialConfig {
+        hidden,
+        activation,
+        batch_size: batch,
+        epochs,
+        hparams: hp,
+        report_every: None,
+    }
 }
