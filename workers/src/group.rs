@@ -6,7 +6,7 @@
 //! group of one; fused execution is a group of many. The ephemeral buffers
 //! of an iteration come from the lane's [`Workspace`].
 
-use kernels::{Backend, Batched, DropoutSlot, Gemm, STATS_LEN, at, at_mut};
+use kernels::{Backend, Batched, DropoutSlot, Gemm, STATS_LEN, View, ViewMut, at, at_mut};
 
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
@@ -323,28 +323,20 @@ impl<B: Backend> MlpGroup<B> {
         let out = self.shape.spec.output;
         let shape = Batched::new(k, rows, out);
         let stats = at_mut(&mut self.train_stats, 0);
-        match self.shape.spec.loss {
-            LossKind::CrossEntropy => b.softmax_xent(
-                ctx,
-                shape,
-                rows,
-                at(&ws.logits, 0),
-                at(&ws.y, 0),
-                Some(at_mut(&mut ws.dlogits, 0)),
-                stats,
-                true,
-            )?,
-            LossKind::Mse => b.mse(
-                ctx,
-                shape,
-                rows * out,
-                at(&ws.logits, 0),
-                at(&ws.y, 0),
-                Some(at_mut(&mut ws.dlogits, 0)),
-                stats,
-                true,
-            )?,
-        }
+        let dlogits = Some(at_mut(&mut ws.dlogits, 0));
+        let target_stride = rows * data.target_cols;
+        Self::loss(
+            self.shape.spec.loss,
+            b,
+            ctx,
+            shape,
+            target_stride,
+            at(&ws.logits, 0),
+            at(&ws.y, 0),
+            dlogits,
+            stats,
+            true,
+        )?;
         self.backward(b, ctx, ws, rows, iterations)
     }
 
@@ -418,6 +410,45 @@ impl<B: Backend> MlpGroup<B> {
                     )?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The task's loss over `shape`; targets are `target_stride` apart per slot.
+    #[allow(clippy::too_many_arguments)]
+    fn loss(
+        kind: LossKind,
+        b: &B,
+        ctx: &mut B::Ctx,
+        shape: Batched,
+        target_stride: usize,
+        logits: View<'_, B::Buf>,
+        targets: View<'_, B::Buf>,
+        dlogits: Option<ViewMut<'_, B::Buf>>,
+        stats: ViewMut<'_, B::Buf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match kind {
+            LossKind::CrossEntropy => b.softmax_xent(
+                ctx,
+                shape,
+                target_stride,
+                logits,
+                targets,
+                dlogits,
+                stats,
+                accumulate,
+            )?,
+            LossKind::Mse => b.mse(
+                ctx,
+                shape,
+                target_stride,
+                logits,
+                targets,
+                dlogits,
+                stats,
+                accumulate,
+            )?,
         }
         Ok(())
     }
@@ -548,28 +579,18 @@ impl<B: Backend> MlpGroup<B> {
             let targets = at(&data.val_y, row * data.target_cols);
             let stats = at_mut(&mut ws.eval_stats, 0);
             let accumulate = row > 0;
-            match self.shape.spec.loss {
-                LossKind::CrossEntropy => b.softmax_xent(
-                    ctx,
-                    shape,
-                    0,
-                    at(&ws.logits, 0),
-                    targets,
-                    None,
-                    stats,
-                    accumulate,
-                )?,
-                LossKind::Mse => b.mse(
-                    ctx,
-                    shape,
-                    0,
-                    at(&ws.logits, 0),
-                    targets,
-                    None,
-                    stats,
-                    accumulate,
-                )?,
-            }
+            Self::loss(
+                self.shape.spec.loss,
+                b,
+                ctx,
+                shape,
+                0,
+                at(&ws.logits, 0),
+                targets,
+                None,
+                stats,
+                accumulate,
+            )?;
             row += rows;
         }
         let mut host = vec![0.0f32; k * STATS_LEN];
