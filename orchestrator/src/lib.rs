@@ -27,3 +27,6 @@ pub fn device_report() -> Vec<String> {
         cpu.memory_bytes() as f64 / (1u64 << 30) as f64
     )]
 }
+
+pub mod sampler;
+pub mod space;

@@ -1,0 +1,260 @@
+//! The search space: each hyper-parameter is a distribution, possibly
+//! active only under a condition on a categorical parent.
+//!
+//! Values follow Optuna's conventions, so storage can write them as Optuna
+//! does: floats and ints as themselves, categoricals as the index of the
+//! chosen value among `choices`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A categorical choice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Choice::Bool(b) => write!(f, "{b}"),
+            Choice::Int(i) => write!(f, "{i}"),
+            Choice::Float(x) => write!(f, "{x}"),
+            Choice::Str(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// Where a hyper-parameter's values come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Distribution {
+    /// `low..=high`; `log` samples uniformly in log space; `step` snaps to
+    /// `low + k * step`.
+    Float {
+        low: f64,
+        high: f64,
+        log: bool,
+        step: Option<f64>,
+    },
+    /// `low..=high` in multiples of `step` from `low`.
+    Int {
+        low: i64,
+        high: i64,
+        log: bool,
+        step: i64,
+    },
+    Categorical {
+        choices: Vec<Choice>,
+    },
+}
+
+/// A sampled value: floats and ints as themselves, categoricals by index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ParamValue {
+    Float(f64),
+    Int(i64),
+    Choice(usize),
+}
+
+impl ParamValue {
+    /// Optuna's internal representation (`trial_params.param_value`).
+    pub fn internal(self) -> f64 {
+        match self {
+            ParamValue::Float(v) => v,
+            ParamValue::Int(v) => v as f64,
+            ParamValue::Choice(i) => i as f64,
+        }
+    }
+}
+
+impl Distribution {
+    /// Why the distribution is unusable, if it is.
+    pub fn check(&self) -> Result<(), String> {
+        match *self {
+            Distribution::Float {
+                low,
+                high,
+                log,
+                step,
+            } => {
+                if !(low.is_finite() && high.is_finite()) {
+                    return Err("low and high must be finite numbers".into());
+                }
+                if low > high {
+                    return Err(format!("low ({low}) must not exceed high ({high})"));
+                }
+                if log && low <= 0.0 {
+                    return Err(format!("a log-scaled range needs low > 0, got low = {low}"));
+                }
+                match step {
+                    Some(s) if !(s > 0.0 && s.is_finite()) => {
+                        Err(format!("step must be > 0, got {s}"))
+                    }
+                    Some(_) if log => Err("step and log cannot be combined".into()),
+                    _ => Ok(()),
+                }
+            }
+            Distribution::Int {
+                low,
+                high,
+                log,
+                step,
+            } => {
+                if low > high {
+                    return Err(format!("low ({low}) must not exceed high ({high})"));
+                }
+                if log && low < 1 {
+                    return Err(format!(
+                        "a log-scaled range needs low >= 1, got low = {low}"
+                    ));
+                }
+                if step < 1 {
+                    return Err(format!("step must be >= 1, got {step}"));
+                }
+                if log && step != 1 {
+                    return Err("step and log cannot be combined".into());
+                }
+                Ok(())
+            }
+            Distribution::Categorical { ref choices } if choices.is_empty() => {
+                Err("choices must not be empty".into())
+            }
+            Distribution::Categorical { .. } => Ok(()),
+        }
+    }
+
+    /// Every value of a discrete distribution, in order; `None` for a
+    /// continuous float (no step).
+    pub fn grid(&self) -> Option<Vec<ParamValue>> {
+        match *self {
+            Distribution::Float { step: None, .. } => None,
+            Distribution::Float {
+                low,
+                high,
+                step: Some(s),
+                ..
+            } => {
+                let n = ((high - low) / s + 1e-9).floor() as usize;
+                Some(
+                    (0..=n)
+                        .map(|k| ParamValue::Float(low + k as f64 * s))
+                        .collect(),
+                )
+            }
+            Distribution::Int {
+                low, high, step, ..
+            } => Some(
+                (low..=high)
+                    .step_by(step as usize)
+                    .map(ParamValue::Int)
+                    .collect(),
+            ),
+            Distribution::Categorical { ref choices } => {
+                Some((0..choices.len()).map(ParamValue::Choice).collect())
+            }
+        }
+    }
+
+    /// Whether `v` is a value this distribution can produce.
+    pub fn contains(&self, v: ParamValue) -> bool {
+        match (self, v) {
+            (Distribution::Float { low, high, .. }, ParamValue::Float(x)) => {
+                *low <= x && x <= *high
+            }
+            (
+                Distribution::Int {
+                    low, high, step, ..
+                },
+                ParamValue::Int(x),
+            ) => *low <= x && x <= *high && (x - low) % step == 0,
+            (Distribution::Categorical { choices }, ParamValue::Choice(i)) => i < choices.len(),
+            _ => false,
+        }
+    }
+}
+
+/// A parameter is active only when `parent` took one of `values`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub parent: String,
+    pub values: Vec<Choice>,
+}
+
+/// One hyper-parameter of the search space.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub dist: Distribution,
+    pub condition: Option<Condition>,
+}
+
+/// The parameters of one trial, by name.
+pub type Params = BTreeMap<String, ParamValue>;
+
+/// An ordered search space: every conditional parameter comes after its parent.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SearchSpace {
+    params: Vec<Param>,
+}
+
+impl SearchSpace {
+    /// Checks every distribution, and that each condition names an earlier
+    /// categorical parameter and values among its choices.
+    pub fn new(params: Vec<Param>) -> Result<Self, String> {
+        for (i, p) in params.iter().enumerate() {
+            p.dist.check().map_err(|e| format!("{}: {e}", p.name))?;
+            if params[..i].iter().any(|q| q.name == p.name) {
+                return Err(format!("{}: defined twice", p.name));
+            }
+            if let Some(c) = &p.condition {
+                let parent = params[..i]
+                    .iter()
+                    .find(|q| q.name == c.parent)
+                    .ok_or_else(|| {
+                        format!(
+                            "{}: the condition names '{}', which is not an earlier parameter",
+                            p.name, c.parent
+                        )
+                    })?;
+                let Distribution::Categorical { choices } = &parent.dist else {
+                    return Err(format!(
+                        "{}: the condition's parent '{}' must be categorical",
+                        p.name, c.parent
+                    ));
+                };
+                if let Some(v) = c.values.iter().find(|v| !choices.contains(v)) {
+                    return Err(format!(
+                        "{}: '{}' is not a choice of '{}'",
+                        p.name, v, c.parent
+                    ));
+                }
+            }
+        }
+        Ok(SearchSpace { params })
+    }
+
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
+    /// Whether `p` is active given the values chosen so far.
+    pub fn is_active(&self, p: &Param, chosen: &Params) -> bool {
+        let Some(c) = &p.condition else { return true };
+        let Some(parent) = self.params.iter().find(|q| q.name == c.parent) else {
+            return false;
+        };
+        match (chosen.get(&c.parent), &parent.dist) {
+            (Some(ParamValue::Choice(i)), Distribution::Categorical { choices }) => {
+                c.values.contains(&choices[*i])
+            }
+            _ => false,
+        }
+    }
+}
