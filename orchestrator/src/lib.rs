@@ -28,5 +28,7 @@ pub fn device_report() -> Vec<String> {
     )]
 }
 
+pub mod error;
 pub mod sampler;
 pub mod space;
+pub mod study;

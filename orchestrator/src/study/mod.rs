@@ -1,0 +1,516 @@
+//! A study: what `study.toml` describes, validated.
+//!
+//! Every tunable hyper-parameter is a [`Knob`]: a key in a section, a type,
+//! a domain of valid values and a default. In the file each knob is either a
+//! fixed value or a distribution (`{ float = [lo, hi] }`, `{ int = [lo, hi] }`,
+//! `{ choices = [...] }`); the distributions form the [`SearchSpace`].
+//! Optimizer-specific knobs live in `[train.sgd]`, `[train.adam]` and
+//! `[train.adamw]`, and are active only when `optimizer` takes that value.
+
+mod parse;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kernels::Activation;
+use workers::data::{SplitData, TaskKind};
+use workers::{Optimizer, SlotHparams, TrialConfig};
+
+pub use parse::{load, parse_str};
+
+use crate::error::Result;
+use crate::space::{Choice, Distribution, ParamValue, Params, SearchSpace};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Minimize,
+    Maximize,
+}
+
+impl Direction {
+    /// Optuna's spelling in `study_directions.direction`.
+    pub fn optuna(self) -> &'static str {
+        match self {
+            Direction::Minimize => "MINIMIZE",
+            Direction::Maximize => "MAXIMIZE",
+        }
+    }
+    pub fn better(self, a: f64, b: f64) -> bool {
+        match self {
+            Direction::Minimize => a < b,
+            Direction::Maximize => a > b,
+        }
+    }
+}
+
+/// Where the data comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DataSource {
+    Digits,
+    Csv {
+        path: PathBuf,
+        target: String,
+    },
+    Npy {
+        path: PathBuf,
+        targets: PathBuf,
+    },
+    SyntheticClassification {
+        rows: usize,
+        features: usize,
+        classes: usize,
+        informative: usize,
+    },
+    SyntheticRegression {
+        rows: usize,
+        features: usize,
+        informative: usize,
+        noise: f32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataConfig {
+    pub source: DataSource,
+    pub task: TaskKind,
+    pub validation: f64,
+    pub split_seed: u64,
+}
+
+impl DataConfig {
+    pub fn load(&self) -> Result<SplitData> {
+        use workers::data::*;
+        let ds = match &self.source {
+            DataSource::Digits => digits(),
+            DataSource::Csv { path, target } => load_csv(path, target, self.task)?,
+            DataSource::Npy { path, targets } => load_npy_pair(path, targets, self.task)?,
+            DataSource::SyntheticClassification {
+                rows,
+                features,
+                classes,
+                informative,
+            } => {
+                synthetic_classification(*rows, *features, *classes, *informative, self.split_seed)
+            }
+            DataSource::SyntheticRegression {
+                rows,
+                features,
+                informative,
+                noise,
+            } => synthetic_regression(*rows, *features, *informative, *noise, self.split_seed),
+        };
+        Ok(split(&ds, self.validation, self.split_seed)?)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplerKind {
+    Random,
+    Grid,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    pub kind: SamplerKind,
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrunerKind {
+    None,
+}
+
+/// Scheduling policies of the Salus core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Pack,
+    Fair,
+    Srtf,
+    Fifo,
+    Priority,
+}
+
+/// `[scheduler]`: parsed and checked; trials run one at a time until the
+/// Salus core lands.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SchedulerConfig {
+    pub policy: Option<Policy>,
+    pub lanes: Option<usize>,
+    pub max_concurrent: Option<usize>,
+    pub memory_bytes: Option<u64>,
+}
+
+/// A value of a knob.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KnobValue {
+    Float(f64),
+    Int(i64),
+    Str(String),
+    Bool(bool),
+}
+
+impl KnobValue {
+    fn from_choice(c: &Choice) -> Self {
+        match c {
+            Choice::Bool(b) => KnobValue::Bool(*b),
+            Choice::Int(i) => KnobValue::Int(*i),
+            Choice::Float(f) => KnobValue::Float(*f),
+            Choice::Str(s) => KnobValue::Str(s.clone()),
+        }
+    }
+    fn as_f64(&self) -> f64 {
+        match *self {
+            KnobValue::Float(f) => f,
+            KnobValue::Int(i) => i as f64,
+            _ => f64::NAN,
+        }
+    }
+    fn as_i64(&self) -> i64 {
+        match *self {
+            KnobValue::Int(i) => i,
+            KnobValue::Float(f) => f.round() as i64,
+            _ => 0,
+        }
+    }
+    fn as_str(&self) -> &str {
+        match self {
+            KnobValue::Str(s) => s,
+            _ => "",
+        }
+    }
+}
+
+impl std::fmt::Display for KnobValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KnobValue::Float(v) => write!(f, "{v}"),
+            KnobValue::Int(v) => write!(f, "{v}"),
+            KnobValue::Str(v) => write!(f, "{v}"),
+            KnobValue::Bool(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// The type and domain of a knob.
+#[derive(Debug, Clone, Copy)]
+pub enum KnobKind {
+    /// `min < x` (or `<=` when `min_inclusive`), and `x < max` when given.
+    Float {
+        min: f64,
+        min_inclusive: bool,
+        max: Option<f64>,
+    },
+    Int {
+        min: i64,
+    },
+    Str(&'static [&'static str]),
+    Bool,
+}
+
+/// A tunable hyper-parameter. `name` is its parameter name in storage.
+#[derive(Debug, Clone)]
+pub struct Knob {
+    pub name: &'static str,
+    pub section: &'static str,
+    pub key: &'static str,
+    pub kind: KnobKind,
+    pub default: KnobDefault,
+    /// Active only when `optimizer` is this value.
+    pub optimizer: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum KnobDefault {
+    Float(f64),
+    Int(i64),
+    Str(&'static str),
+    Bool(bool),
+}
+
+const ACTIVATIONS: &[&str] = &["relu", "gelu", "tanh", "sigmoid"];
+const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
+const POSITIVE: KnobKind = KnobKind::Float {
+    min: 0.0,
+    min_inclusive: false,
+    max: None,
+};
+const NON_NEGATIVE: KnobKind = KnobKind::Float {
+    min: 0.0,
+    min_inclusive: true,
+    max: None,
+};
+const UNIT: KnobKind = KnobKind::Float {
+    min: 0.0,
+    min_inclusive: true,
+    max: Some(1.0),
+};
+
+const fn knob(
+    name: &'static str,
+    section: &'static str,
+    key: &'static str,
+    kind: KnobKind,
+    default: KnobDefault,
+    optimizer: Option<&'static str>,
+) -> Knob {
+    Knob {
+        name,
+        section,
+        key,
+        kind,
+        default,
+        optimizer,
+    }
+}
+
+/// Every knob, in the order parameters are sampled (parents first).
+pub static KNOBS: &[Knob] = &[
+    knob(
+        "depth",
+        "model",
+        "depth",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(2),
+        None,
+    ),
+    knob(
+        "width",
+        "model",
+        "width",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(128),
+        None,
+    ),
+    knob(
+        "activation",
+        "model",
+        "activation",
+        KnobKind::Str(ACTIVATIONS),
+        KnobDefault::Str("relu"),
+        None,
+    ),
+    knob(
+        "optimizer",
+        "train",
+        "optimizer",
+        KnobKind::Str(OPTIMIZERS),
+        KnobDefault::Str("adam"),
+        None,
+    ),
+    knob(
+        "lr",
+        "train",
+        "lr",
+        POSITIVE,
+        KnobDefault::Float(1e-3),
+        None,
+    ),
+    knob(
+        "batch_size",
+        "train",
+        "batch_size",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(128),
+        None,
+    ),
+    knob(
+        "epochs",
+        "train",
+        "epochs",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(10),
+        None,
+    ),
+    knob(
+        "weight_decay",
+        "train",
+        "weight_decay",
+        NON_NEGATIVE,
+        KnobDefault::Float(0.0),
+        None,
+    ),
+    knob(
+        "dropout",
+        "train",
+        "dropout",
+        UNIT,
+        KnobDefault::Float(0.0),
+        None,
+    ),
+    knob(
+        "sgd.momentum",
+        "train.sgd",
+        "momentum",
+        UNIT,
+        KnobDefault::Float(0.9),
+        Some("sgd"),
+    ),
+    knob(
+        "sgd.nesterov",
+        "train.sgd",
+        "nesterov",
+        KnobKind::Bool,
+        KnobDefault::Bool(false),
+        Some("sgd"),
+    ),
+    knob(
+        "adam.beta1",
+        "train.adam",
+        "beta1",
+        UNIT,
+        KnobDefault::Float(0.9),
+        Some("adam"),
+    ),
+    knob(
+        "adam.beta2",
+        "train.adam",
+        "beta2",
+        UNIT,
+        KnobDefault::Float(0.999),
+        Some("adam"),
+    ),
+    knob(
+        "adam.eps",
+        "train.adam",
+        "eps",
+        POSITIVE,
+        KnobDefault::Float(1e-8),
+        Some("adam"),
+    ),
+    knob(
+        "adamw.beta1",
+        "train.adamw",
+        "beta1",
+        UNIT,
+        KnobDefault::Float(0.9),
+        Some("adamw"),
+    ),
+    knob(
+        "adamw.beta2",
+        "train.adamw",
+        "beta2",
+        UNIT,
+        KnobDefault::Float(0.999),
+        Some("adamw"),
+    ),
+    knob(
+        "adamw.eps",
+        "train.adamw",
+        "eps",
+        POSITIVE,
+        KnobDefault::Float(1e-8),
+        Some("adamw"),
+    ),
+];
+
+/// A validated study file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Study {
+    pub path: PathBuf,
+    pub name: String,
+    pub direction: Direction,
+    pub metric: String,
+    pub trials: u64,
+    pub seed: u64,
+    /// As written in the file, resolved against the file's folder.
+    pub storage: Option<String>,
+    pub timeout: Option<Duration>,
+    pub data: DataConfig,
+    pub space: SearchSpace,
+    /// Knobs given a fixed value, by parameter name.
+    pub fixed: BTreeMap<String, KnobValue>,
+    pub report_every: Option<u64>,
+    pub sampler: SamplerConfig,
+    pub pruner: PrunerKind,
+    pub scheduler: SchedulerConfig,
+    /// `(line, column)` of each knob given in the file, for later errors.
+    pub positions: BTreeMap<String, (usize, usize)>,
+}
+
+impl Study {
+    /// A knob's value in a trial: sampled, else fixed, else its default.
+    pub fn value(&self, params: &Params, name: &str) -> KnobValue {
+        if let Some(v) = params.get(name) {
+            let p = self
+                .space
+                .params()
+                .iter()
+                .find(|p| p.name == name)
+                .expect("sampled params are in the space");
+            return match (*v, &p.dist) {
+                (ParamValue::Float(f), _) => KnobValue::Float(f),
+                (ParamValue::Int(i), _) => KnobValue::Int(i),
+                (ParamValue::Choice(i), Distribution::Categorical { choices }) => {
+                    KnobValue::from_choice(&choices[i])
+                }
+                (ParamValue::Choice(_), _) => unreachable!("a choice comes from a categorical"),
+            };
+        }
+        if let Some(v) = self.fixed.get(name) {
+            return v.clone();
+        }
+        let k = KNOBS.iter().find(|k| k.name == name).expect("a known knob");
+        match k.default {
+            KnobDefault::Float(f) => KnobValue::Float(f),
+            KnobDefault::Int(i) => KnobValue::Int(i),
+            KnobDefault::Str(s) => KnobValue::Str(s.into()),
+            KnobDefault::Bool(b) => KnobValue::Bool(b),
+        }
+    }
+
+    /// The worker configuration of a trial with `params`, seeded by `seed`.
+    pub fn trial_config(&self, params: &Params, seed: u64) -> TrialConfig {
+        let v = |name: &str| self.value(params, name);
+        let optimizer = match v("optimizer").as_str() {
+            "sgd" => Optimizer::Sgd {
+                momentum: v("sgd.momentum").as_f64() as f32,
+                nesterov: v("sgd.nesterov") == KnobValue::Bool(true),
+            },
+            o => {
+                let (b1, b2, eps) = (
+                    v(&format!("{o}.beta1")).as_f64() as f32,
+                    v(&format!("{o}.beta2")).as_f64() as f32,
+                    v(&format!("{o}.eps")).as_f64() as f32,
+                );
+                if o == "adamw" {
+                    Optimizer::AdamW {
+                        beta1: b1,
+                        beta2: b2,
+                        eps,
+                    }
+                } else {
+                    Optimizer::Adam {
+                        beta1: b1,
+                        beta2: b2,
+                        eps,
+                    }
+                }
+            }
+        };
+        TrialConfig {
+            hidden: vec![v("width").as_i64() as usize; v("depth").as_i64() as usize],
+            activation: Activation::from_name(v("activation").as_str()).unwrap_or(Activation::Relu),
+            batch_size: v("batch_size").as_i64() as usize,
+            epochs: v("epochs").as_i64() as u64,
+            hparams: SlotHparams {
+                optimizer,
+                lr: v("lr").as_f64() as f32,
+                weight_decay: v("weight_decay").as_f64() as f32,
+                dropout: v("dropout").as_f64() as f32,
+                seed,
+            },
+            report_every: self.report_every,
+        }
+    }
+
+    /// The search space in Optuna's `distribution_json` form, by name: what
+    /// resuming compares.
+    pub fn space_json(&self) -> BTreeMap<String, String> {
+        self.space
+            .params()
+            .iter()
+            .map(|p| (p.name.clone(), crate::space::distribution_json(&p.dist)))
+            .collect()
+    }
+}

@@ -1,0 +1,139 @@
+//! Study files: the examples parse, values resolve, and mistakes are
+//! reported at their file, line, column and key.
+
+use std::path::Path;
+
+use salus_tune::error::Error;
+use salus_tune::space::{Choice, Distribution, ParamValue, Params};
+use salus_tune::study::{Direction, KnobValue, SamplerKind, load, parse_str};
+use workers::Optimizer;
+
+fn parse(src: &str) -> Result<salus_tune::study::Study, Error> {
+    parse_str(src, Path::new("studies/t.toml"))
+}
+
+#[test]
+fn every_example_study_parses() {
+    for entry in std::fs::read_dir("studies").unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}
+
+#[test]
+fn digits_example_resolves_its_space_and_defaults() {
+    let s = load(Path::new("studies/digits.toml")).unwrap();
+    assert_eq!(
+        (s.name.as_str(), s.metric.as_str(), s.direction, s.trials),
+        ("digits-mlp", "val_accuracy", Direction::Maximize, 32)
+    );
+    let names: Vec<&str> = s.space.params().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["depth", "width", "lr", "batch_size", "weight_decay"]
+    );
+    assert_eq!(
+        s.space.params()[1].dist,
+        Distribution::Int {
+            low: 32,
+            high: 512,
+            log: true,
+            step: 1
+        }
+    );
+    let mut params = Params::new();
+    params.insert("depth".into(), ParamValue::Int(3));
+    params.insert("width".into(), ParamValue::Int(100));
+    params.insert("lr".into(), ParamValue::Float(0.01));
+    params.insert("batch_size".into(), ParamValue::Choice(1));
+    params.insert("weight_decay".into(), ParamValue::Float(1e-4));
+    let cfg = s.trial_config(&params, 9);
+    assert_eq!(cfg.hidden, vec![100, 100, 100]);
+    assert_eq!((cfg.batch_size, cfg.epochs), (64, 30));
+    assert_eq!(cfg.hparams.lr, 0.01);
+    assert_eq!(cfg.hparams.seed, 9);
+    assert_eq!(cfg.hparams.optimizer, Optimizer::adam());
+}
+
+#[test]
+fn optimizer_sections_are_conditional_parameters() {
+    let s = load(Path::new("studies/optimizers.toml")).unwrap();
+    let momentum = s
+        .space
+        .params()
+        .iter()
+        .find(|p| p.name == "sgd.momentum")
+        .unwrap();
+    let cond = momentum.condition.as_ref().unwrap();
+    assert_eq!(
+        (cond.parent.as_str(), cond.values.clone()),
+        ("optimizer", vec![Choice::Str("sgd".into())])
+    );
+    let mut params = Params::new();
+    params.insert("optimizer".into(), ParamValue::Choice(0));
+    params.insert("width".into(), ParamValue::Choice(1));
+    params.insert("lr".into(), ParamValue::Float(0.05));
+    params.insert("sgd.momentum".into(), ParamValue::Float(0.7));
+    params.insert("sgd.nesterov".into(), ParamValue::Choice(1));
+    let cfg = s.trial_config(&params, 0);
+    assert_eq!(
+        cfg.hparams.optimizer,
+        Optimizer::Sgd {
+            momentum: 0.7,
+            nesterov: true
+        }
+    );
+    assert_eq!(cfg.hidden, vec![128, 128]);
+    // With optimizer fixed to sgd, its section is plain (unconditional) parameters.
+    let fixed =
+        parse("[train]\noptimizer = \"sgd\"\n[train.sgd]\nmomentum = { float = [0.1, 0.9] }\n")
+            .unwrap();
+    assert!(fixed.space.params()[0].condition.is_none());
+    assert_eq!(
+        fixed.value(&Params::new(), "sgd.nesterov"),
+        KnobValue::Bool(false)
+    );
+}
+
+#[test]
+fn defaults_follow_the_task() {
+    let s = parse("[data]\nsource = \"synthetic-regression\"\nrows = 100\n").unwrap();
+    assert_eq!(
+        (s.metric.as_str(), s.direction),
+        ("val_rmse", Direction::Minimize)
+    );
+    assert_eq!(s.name, "t", "the name defaults to the file stem");
+    let g = load(Path::new("studies/grid.toml")).unwrap();
+    assert_eq!(g.sampler.kind, SamplerKind::Grid);
+    let r =
+        parse("[study]\nmetric = \"val_r2\"\n[data]\nsource = \"synthetic-regression\"\n").unwrap();
+    assert_eq!(r.direction, Direction::Maximize);
+}
+
+#[test]
+fn errors_point_at_line_column_and_key() {
+    let err = parse("[study]\ntrials = 3\n\n[train]\nlerning_rate = 0.1\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "studies/t.toml:5:1: train.lerning_rate: unknown key 'lerning_rate' in [train]; did you mean 'lr'?"
+    );
+    let err = parse("[train]\nlr = { float = [0.1, 0.01], log = true }\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("studies/t.toml:2:6: train.lr: low (0.1) must not exceed high (0.01)"),
+        "{err}"
+    );
+    let err = parse("[model]\nactivation = \"rleu\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(":2:14: model.activation: unknown activation 'rleu'")
+            && err.contains("did you mean 'relu'"),
+        "{err}"
+    );
+}
