@@ -28,7 +28,12 @@ pub fn device_report() -> Vec<String> {
     )]
 }
 
+pub mod commands;
 pub mod error;
+pub mod output;
+pub mod progress;
+pub mod runner;
 pub mod sampler;
 pub mod space;
+pub mod storage;
 pub mod study;

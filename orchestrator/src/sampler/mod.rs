@@ -156,13 +156,31 @@ mod tests {
         let space = space();
         let run = |seed| {
             let mut s = RandomSampler::new(seed);
-            (0..200)
-                .map(|_| s.propose(&space, &[]).unwrap())
-                .collect::<Vec<_>>()
+            let mut history: Vec<TrialRecord> = Vec::new();
+            for _ in 0..200 {
+                let params = s.propose(&space, &history).unwrap();
+                history.push(TrialRecord {
+                    params,
+                    value: None,
+                });
+            }
+            history.into_iter().map(|t| t.params).collect::<Vec<_>>()
         };
         let a = run(1);
         assert_eq!(a, run(1));
         assert_ne!(a, run(2));
+        // A fresh sampler given the same history (a resumed study) continues the sequence.
+        let history: Vec<TrialRecord> = a[..50]
+            .iter()
+            .map(|p| TrialRecord {
+                params: p.clone(),
+                value: None,
+            })
+            .collect();
+        assert_eq!(
+            RandomSampler::new(1).propose(&space, &history).unwrap(),
+            a[50]
+        );
         for pt in &a {
             for p in space.params() {
                 match pt.get(&p.name) {

@@ -5,16 +5,16 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 use super::{Sampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, SearchSpace};
 
+/// Each proposal draws from a generator seeded by `(seed, number of trials
+/// so far)`, so a resumed study continues the same sequence.
 #[derive(Debug)]
 pub struct RandomSampler {
-    rng: StdRng,
+    seed: u64,
 }
 
 impl RandomSampler {
     pub fn new(seed: u64) -> Self {
-        RandomSampler {
-            rng: StdRng::seed_from_u64(seed),
-        }
+        RandomSampler { seed }
     }
 }
 
@@ -71,11 +71,13 @@ impl Sampler for RandomSampler {
         "random"
     }
 
-    fn propose(&mut self, space: &SearchSpace, _history: &[TrialRecord]) -> Option<Params> {
+    fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
+        let stream = kernels::rng::mix64(self.seed ^ kernels::rng::mix64(history.len() as u64 + 1));
+        let mut rng = StdRng::seed_from_u64(stream);
         let mut params = Params::new();
         for p in space.params() {
             if space.is_active(p, &params) {
-                params.insert(p.name.clone(), draw(&mut self.rng, &p.dist));
+                params.insert(p.name.clone(), draw(&mut rng, &p.dist));
             }
         }
         Some(params)

@@ -1,0 +1,266 @@
+//! What each CLI command does. `main.rs` only parses arguments.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{Error, Result};
+use crate::output::{self, Format};
+use crate::progress::Reporter;
+use crate::runner::{RunOptions, Runner};
+use crate::space::{Distribution, distribution_json};
+use crate::storage::{self, Store, Writer};
+use crate::study::{self, DataSource, Study};
+
+/// Exit status of a run stopped by Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// `--device`: only the CPU exists in this build.
+pub fn check_device(device: &str) -> Result<()> {
+    match device {
+        "auto" => Ok(()),
+        "cpu" => Ok(()),
+        d if d == "cuda" || d.starts_with("cuda:") => Err(Error::Input(format!(
+            "--device {d}: this build has no CUDA backend; use --device cpu or auto"
+        ))),
+        d => Err(Error::Input(format!(
+            "--device {d}: expected auto, cpu or cuda:N"
+        ))),
+    }
+}
+
+pub struct RunArgs {
+    pub study: PathBuf,
+    pub storage: Option<String>,
+    pub device: String,
+    pub options: RunOptions,
+    /// Progress bars (true), plain lines (false), or nothing (None).
+    pub progress: Option<bool>,
+}
+
+/// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
+pub async fn run(args: RunArgs) -> Result<i32> {
+    check_device(&args.device)?;
+    let study = study::load(&args.study)?;
+    if args.device == "auto" {
+        eprintln!("device: cpu (this build has no CUDA backend)");
+    }
+    let url = storage::resolve(args.storage.as_deref(), &study);
+    let mut store = Store::open(&url).await?;
+    let (info, resumed) = store.create_or_resume(&study).await?;
+    let existing = store.trials(info.id).await?;
+    if resumed {
+        eprintln!(
+            "resuming study '{}' from {url} ({} trials stored)",
+            study.name,
+            existing.len()
+        );
+    }
+    let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, Ordering::SeqCst);
+            eprintln!("\nstopping at the next iteration boundary (Ctrl-C again to stop at once)");
+            if tokio::signal::ctrl_c().await.is_ok() {
+                // Every write is a committed transaction or none: the database stays consistent.
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+        }
+    });
+
+    let mut reporter = match args.progress {
+        None => Reporter::Quiet,
+        Some(bars) => Reporter::new(bars && std::io::stderr().is_terminal()),
+    };
+    let runner_study = study.clone();
+    let options = args.options;
+    let summary = tokio::task::spawn_blocking(move || {
+        Runner {
+            study: &runner_study,
+            info,
+            writer,
+            reporter: &mut reporter,
+            stop,
+            options,
+        }
+        .run(existing)
+    })
+    .await
+    .map_err(|e| Error::Run(format!("the runner panicked: {e}")))??;
+    writer_task
+        .await
+        .map_err(|e| Error::Run(format!("the writer panicked: {e}")))?;
+
+    let study_id = store.pick_study(Some(&study.name)).await?.id;
+    let trials = store.trials(study_id).await?;
+    match output::best(&trials, study.direction) {
+        Some(best) => print!(
+            "{}",
+            output::render_best(best, Some(&study.metric), Format::Table)
+        ),
+        None => println!("no trial completed"),
+    }
+    println!("results: {url}");
+    Ok(if summary.interrupted {
+        EXIT_INTERRUPTED
+    } else {
+        0
+    })
+}
+
+/// `salus-tune check STUDY.toml`: validates and prints the resolved study.
+pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
+    let s = study::load(path)?;
+    let mut out = format!("{}: ok\n", path.display());
+    out += &format!("study      {}\n", s.name);
+    out += &format!(
+        "objective  {} {}\n",
+        s.direction.optuna().to_lowercase(),
+        s.metric
+    );
+    out += &format!(
+        "trials     {}{}\n",
+        s.trials,
+        s.timeout
+            .map_or(String::new(), |t| format!(" (timeout {t:?})"))
+    );
+    let data = match &s.data.source {
+        DataSource::Digits => "digits (built in)".to_string(),
+        DataSource::Csv { path, target } => format!("csv {} (target '{target}')", path.display()),
+        DataSource::Npy { path, targets } => {
+            format!("npy {} / {}", path.display(), targets.display())
+        }
+        DataSource::SyntheticClassification {
+            rows,
+            features,
+            classes,
+            ..
+        } => format!("synthetic-classification {rows} x {features}, {classes} classes"),
+        DataSource::SyntheticRegression { rows, features, .. } => {
+            format!("synthetic-regression {rows} x {features}")
+        }
+    };
+    out += &format!("data       {data}, validation {}\n", s.data.validation);
+    out += &format!(
+        "sampler    {:?} (seed {})\n",
+        s.sampler.kind, s.sampler.seed
+    )
+    .to_lowercase();
+    out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
+    out += &format!("search space ({} parameters):\n", s.space.params().len());
+    for p in s.space.params() {
+        let dist = match &p.dist {
+            Distribution::Float {
+                low,
+                high,
+                log,
+                step,
+            } => format!(
+                "float [{low}, {high}]{}{}",
+                if *log { " log" } else { "" },
+                step.map_or(String::new(), |s| format!(" step {s}"))
+            ),
+            Distribution::Int {
+                low,
+                high,
+                log,
+                step,
+            } => format!(
+                "int [{low}, {high}]{}{}",
+                if *log { " log" } else { "" },
+                if *step != 1 {
+                    format!(" step {step}")
+                } else {
+                    String::new()
+                }
+            ),
+            Distribution::Categorical { .. } => format!(
+                "choices {}",
+                distribution_json(&p.dist)
+                    .split("\"choices\": ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .trim_end_matches("}}")
+            ),
+        };
+        let when = p.condition.as_ref().map_or(String::new(), |c| {
+            format!(
+                "  (when {} = {})",
+                c.parent,
+                c.values
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        });
+        out += &format!("  {:<14} {dist}{when}\n", p.name);
+    }
+    if !s.fixed.is_empty() {
+        out += "fixed:\n";
+        for (k, v) in &s.fixed {
+            out += &format!("  {k:<14} {v}\n");
+        }
+    }
+    Ok(out)
+}
+
+/// Where `trials` and `best` read from: a study file, or `--storage` and `--study`.
+pub struct ReadArgs {
+    pub study_file: Option<PathBuf>,
+    pub storage: Option<String>,
+    pub study: Option<String>,
+    pub format: Format,
+}
+
+async fn open_for_reading(args: &ReadArgs) -> Result<(Store, storage::StudyInfo, Option<String>)> {
+    let (url, name, metric) = match &args.study_file {
+        Some(path) => {
+            let s = study::load(path)?;
+            (
+                storage::resolve(args.storage.as_deref(), &s),
+                args.study.clone().or(Some(s.name.clone())),
+                Some(s.metric),
+            )
+        }
+        None => {
+            let url = args.storage.clone().or_else(|| std::env::var("SALUS_TUNE_STORAGE").ok().filter(|s| !s.is_empty())).ok_or_else(|| {
+                Error::Input("say which results to read: give a study file, or --storage URL (or set SALUS_TUNE_STORAGE)".into())
+            })?;
+            (url, args.study.clone(), None)
+        }
+    };
+    let mut store = Store::open_existing(&url).await?;
+    let info = store.pick_study(name.as_deref()).await?;
+    Ok((store, info, metric))
+}
+
+pub async fn trials(args: ReadArgs) -> Result<String> {
+    let (mut store, info, _) = open_for_reading(&args).await?;
+    Ok(output::render_trials(
+        &store.trials(info.id).await?,
+        args.format,
+    ))
+}
+
+pub async fn best(args: ReadArgs) -> Result<String> {
+    let (mut store, info, metric) = open_for_reading(&args).await?;
+    let trials = store.trials(info.id).await?;
+    let best = output::best(&trials, info.direction)
+        .ok_or_else(|| Error::Run(format!("study '{}' has no complete trial yet", info.name)))?;
+    Ok(output::render_best(best, metric.as_deref(), args.format))
+}
+
+/// For tests and callers that hold a parsed study.
+pub fn describe_study(s: &Study) -> String {
+    format!(
+        "{} ({} {})",
+        s.name,
+        s.direction.optuna().to_lowercase(),
+        s.metric
+    )
+}

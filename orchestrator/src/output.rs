@@ -1,0 +1,191 @@
+//! `trials` and `best` output: a table, CSV or JSON.
+
+use serde_json::{Value, json};
+
+use crate::storage::{TrialRow, TrialState};
+use crate::study::Direction;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+/// A stored parameter's value as Optuna shows it: the number, or the chosen
+/// categorical value.
+pub fn external(internal: f64, distribution_json: &str) -> Value {
+    let dist: Value = serde_json::from_str(distribution_json).unwrap_or(Value::Null);
+    match dist["name"].as_str() {
+        Some("CategoricalDistribution") => dist["attributes"]["choices"]
+            .get(internal as usize)
+            .cloned()
+            .unwrap_or(Value::Null),
+        Some("IntDistribution") => json!(internal.round() as i64),
+        _ => json!(internal),
+    }
+}
+
+fn params_json(t: &TrialRow) -> serde_json::Map<String, Value> {
+    t.params
+        .iter()
+        .map(|(n, v, d)| (n.clone(), external(*v, d)))
+        .collect()
+}
+
+fn duration_s(t: &TrialRow) -> Option<f64> {
+    let parse = |s: &Option<String>| {
+        s.as_deref()
+            .and_then(|s| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok())
+    };
+    Some((parse(&t.datetime_complete)? - parse(&t.datetime_start)?).as_seconds_f64())
+}
+
+/// One trial as JSON.
+pub fn trial_json(t: &TrialRow) -> Value {
+    json!({
+        "number": t.number,
+        "state": t.state.as_str(),
+        "value": t.value,
+        "params": params_json(t),
+        "datetime_start": t.datetime_start,
+        "datetime_complete": t.datetime_complete,
+        "duration_s": duration_s(t),
+        "intermediate_values": t.intermediate.iter().map(|(s, v)| json!([s, v])).collect::<Vec<_>>(),
+        "fail_reason": t.fail_reason,
+    })
+}
+
+/// The best COMPLETE trial for `direction` (the lowest number on ties).
+pub fn best(trials: &[TrialRow], direction: Direction) -> Option<&TrialRow> {
+    trials
+        .iter()
+        .filter(|t| t.state == TrialState::Complete && t.value.is_some_and(f64::is_finite))
+        .fold(None, |acc: Option<&TrialRow>, t| match acc {
+            Some(b) if !direction.better(t.value.unwrap(), b.value.unwrap()) => Some(b),
+            _ => Some(t),
+        })
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if n.is_f64() => format!("{f:.6}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string(),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Rows of trials as text in `format`.
+pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
+    if format == Format::Json {
+        return serde_json::to_string_pretty(&trials.iter().map(trial_json).collect::<Vec<_>>())
+            .unwrap()
+            + "\n";
+    }
+    let mut names: Vec<String> = Vec::new();
+    for t in trials {
+        for (n, _, _) in &t.params {
+            if !names.contains(n) {
+                names.push(n.clone());
+            }
+        }
+    }
+    let mut header = vec![
+        "number".to_string(),
+        "state".into(),
+        "value".into(),
+        "duration_s".into(),
+    ];
+    header.extend(names.iter().cloned());
+    let rows: Vec<Vec<String>> = trials
+        .iter()
+        .map(|t| {
+            let params = params_json(t);
+            let mut row = vec![
+                t.number.to_string(),
+                t.state.as_str().to_string(),
+                t.value.map_or(String::new(), |v| cell(&json!(v))),
+                duration_s(t).map_or(String::new(), |d| format!("{d:.2}")),
+            ];
+            row.extend(
+                names
+                    .iter()
+                    .map(|n| params.get(n).map_or(String::new(), cell)),
+            );
+            row
+        })
+        .collect();
+    match format {
+        Format::Csv => std::iter::once(&header)
+            .chain(&rows)
+            .map(|r| r.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",") + "\n")
+            .collect(),
+        _ => table(&header, &rows),
+    }
+}
+
+fn table(header: &[String], rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            std::iter::once(&header[i])
+                .chain(rows.iter().map(|r| &r[i]))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |r: &[String]| {
+        r.iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+            + "\n"
+    };
+    let mut out = line(header);
+    out += &(widths
+        .iter()
+        .map(|w| "-".repeat(*w))
+        .collect::<Vec<_>>()
+        .join("  ")
+        + "\n");
+    rows.iter().for_each(|r| out += &line(r));
+    out
+}
+
+/// The best trial as text in `format`.
+pub fn render_best(t: &TrialRow, metric: Option<&str>, format: Format) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(&trial_json(t)).unwrap() + "\n",
+        Format::Csv => render_trials(std::slice::from_ref(t), Format::Csv),
+        Format::Table => {
+            let mut out = format!(
+                "Best trial: {}\n  {}: {}\n  params:\n",
+                t.number,
+                metric.unwrap_or("value"),
+                t.value.map_or(String::new(), |v| v.to_string())
+            );
+            for (n, v) in params_json(t) {
+                out += &format!("    {n}: {}\n", cell(&v));
+            }
+            out
+        }
+    }
+}

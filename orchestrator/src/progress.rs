@@ -1,0 +1,201 @@
+//! What a person sees while a study runs: indicatif bars on a terminal,
+//! plain log lines otherwise. The runner calls these; nothing here touches
+//! the engine.
+
+use std::time::{Duration, Instant};
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::runner::RunSummary;
+use crate::study::Study;
+
+pub enum Reporter {
+    /// An overall bar (trials, best value) and one bar for the running trial.
+    Bars {
+        multi: MultiProgress,
+        overall: ProgressBar,
+        trial: Option<ProgressBar>,
+        metric: String,
+    },
+    /// One line per event, to standard error.
+    Lines { metric: String, started: Instant },
+    /// Nothing at all.
+    Quiet,
+}
+
+fn best_text(metric: &str, best: Option<(i64, f64)>) -> String {
+    best.map_or("no complete trial yet".into(), |(n, v)| {
+        format!("best {metric}={v:.4} (trial {n})")
+    })
+}
+
+impl Reporter {
+    /// Bars when standard error is a terminal, else lines.
+    pub fn new(terminal: bool) -> Self {
+        if terminal {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
+            let overall = multi.add(ProgressBar::new(0));
+            overall.set_style(ProgressStyle::with_template("{prefix:.bold} [{bar:30.cyan/blue}] {pos}/{len} trials  {elapsed_precise}  {msg}").unwrap().progress_chars("=> "));
+            overall.enable_steady_tick(Duration::from_millis(200));
+            Reporter::Bars {
+                multi,
+                overall,
+                trial: None,
+                metric: String::new(),
+            }
+        } else {
+            Reporter::Lines {
+                metric: String::new(),
+                started: Instant::now(),
+            }
+        }
+    }
+
+    pub fn study_start(
+        &mut self,
+        study: &Study,
+        budget: u64,
+        finished: u64,
+        best: Option<(i64, f64)>,
+    ) {
+        let resumed = if finished > 0 {
+            format!(", resuming with {finished} finished")
+        } else {
+            String::new()
+        };
+        match self {
+            Reporter::Bars {
+                overall,
+                metric,
+                multi,
+                ..
+            } => {
+                *metric = study.metric.clone();
+                overall.set_prefix(study.name.clone());
+                overall.set_length(budget);
+                overall.set_position(finished.min(budget));
+                overall.set_message(best_text(metric, best));
+                let _ = multi.println(format!(
+                    "study '{}': {budget} trials, {} {}{resumed}",
+                    study.name,
+                    study.direction.optuna().to_lowercase(),
+                    study.metric
+                ));
+            }
+            Reporter::Lines { metric, .. } => {
+                *metric = study.metric.clone();
+                eprintln!(
+                    "study '{}': {budget} trials, {} {}{resumed}",
+                    study.name,
+                    study.direction.optuna().to_lowercase(),
+                    study.metric
+                );
+            }
+            Reporter::Quiet => {}
+        }
+    }
+
+    pub fn trial_start(&mut self, number: i64, params: &str, reports: u64) {
+        match self {
+            Reporter::Bars { multi, trial, .. } => {
+                let bar = multi.add(ProgressBar::new(reports));
+                bar.set_style(
+                    ProgressStyle::with_template(
+                        "  trial {prefix:>4} [{bar:20.green/white}] report {pos}/{len}  {msg}",
+                    )
+                    .unwrap()
+                    .progress_chars("=> "),
+                );
+                bar.set_prefix(number.to_string());
+                bar.set_message(params.to_string());
+                *trial = Some(bar);
+            }
+            Reporter::Lines { .. } => eprintln!("trial {number} started: {params}"),
+            Reporter::Quiet => {}
+        }
+    }
+
+    pub fn trial_report(&mut self, _number: i64, step: u64, metric: &str, value: f64) {
+        if let Reporter::Bars {
+            trial: Some(bar), ..
+        } = self
+        {
+            bar.set_position(step);
+            bar.set_message(format!("{metric}={value:.4}"));
+        }
+    }
+
+    fn finish_bar(&mut self) {
+        if let Reporter::Bars { trial, multi, .. } = self
+            && let Some(bar) = trial.take()
+        {
+            bar.finish_and_clear();
+            multi.remove(&bar);
+        }
+    }
+
+    pub fn trial_end(
+        &mut self,
+        number: i64,
+        value: Option<f64>,
+        best: Option<(i64, f64)>,
+        finished: u64,
+    ) {
+        self.finish_bar();
+        match self {
+            Reporter::Bars {
+                multi,
+                overall,
+                metric,
+                ..
+            } => {
+                overall.set_position(finished);
+                overall.set_message(best_text(metric, best));
+                if let Some(v) = value {
+                    let _ = multi.println(format!("trial {number} COMPLETE {metric}={v:.4}"));
+                }
+            }
+            Reporter::Lines { metric, started } => {
+                if let Some(v) = value {
+                    eprintln!(
+                        "trial {number} COMPLETE {metric}={v:.4}; {} [{finished} finished, {:.1}s]",
+                        best_text(metric, best),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Reporter::Quiet => {}
+        }
+    }
+
+    pub fn trial_failed(&mut self, number: i64, reason: &str) {
+        self.finish_bar();
+        self.note(&format!("trial {number} FAIL: {reason}"));
+    }
+
+    pub fn trial_interrupted(&mut self, number: i64) {
+        self.finish_bar();
+        self.note(&format!(
+            "trial {number} interrupted; it is WAITING and will run first when the study resumes"
+        ));
+    }
+
+    pub fn note(&mut self, msg: &str) {
+        match self {
+            Reporter::Bars { multi, .. } => drop(multi.println(msg)),
+            Reporter::Lines { .. } => eprintln!("{msg}"),
+            Reporter::Quiet => {}
+        }
+    }
+
+    pub fn study_end(&mut self, study: &Study, s: &RunSummary) {
+        if let Reporter::Bars { overall, .. } = self {
+            overall.finish();
+        }
+        let how = if s.interrupted { "stopped" } else { "done" };
+        self.note(&format!(
+            "study '{}' {how}: {} trials run now, {} finished in all",
+            study.name, s.ran, s.finished
+        ));
+    }
+}

@@ -1,0 +1,77 @@
+//! Schema migrations, applied once each, in order, in one transaction.
+
+use sqlx::{Connection, Row, SqliteConnection};
+
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "optuna_v3.2.0.a",
+        include_str!("../../../migrations/sqlite/0001_optuna.sql"),
+    ),
+    (
+        2,
+        "salus_tables",
+        include_str!("../../../migrations/sqlite/0002_salus.sql"),
+    ),
+];
+
+/// The Optuna schema version these tables match.
+pub const OPTUNA_SCHEMA_VERSION: i64 = 12;
+
+pub(super) async fn migrate(conn: &mut SqliteConnection) -> Result<(), String> {
+    let mut tx = conn
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| e.to_string())?;
+    sqlx::raw_sql("CREATE TABLE IF NOT EXISTS salus_schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at DATETIME NOT NULL)")
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    let applied: Vec<i64> = sqlx::query("SELECT version FROM salus_schema_migrations")
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for &(version, name, sql) in MIGRATIONS {
+        if applied.contains(&version) {
+            continue;
+        }
+        let optuna_made = version == 1
+            && sqlx::query(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'version_info'",
+            )
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some();
+        if optuna_made {
+            let v: Option<i64> = sqlx::query_scalar("SELECT schema_version FROM version_info")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| e.to_string())?
+                .flatten();
+            if v != Some(OPTUNA_SCHEMA_VERSION) {
+                return Err(format!(
+                    "the database has Optuna schema version {v:?}; salus-tune reads version {OPTUNA_SCHEMA_VERSION} (Optuna 5.0)"
+                ));
+            }
+        } else {
+            sqlx::raw_sql(sql)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| format!("migration {version} ({name}): {e}"))?;
+        }
+        sqlx::query(
+            "INSERT INTO salus_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+        )
+        .bind(version)
+        .bind(name)
+        .bind(super::now())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    tx.commit().await.map_err(|e| e.to_string())
+}

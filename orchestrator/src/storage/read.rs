@@ -1,0 +1,335 @@
+//! Creating or resuming a study, and reading trials back.
+
+use std::collections::BTreeMap;
+
+use sqlx::{Connection, Row};
+
+use super::{Store, now, storage_err};
+use crate::error::{Error, Result};
+use crate::study::{Direction, Study};
+
+/// Optuna's trial states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialState {
+    Running,
+    Complete,
+    Pruned,
+    Fail,
+    Waiting,
+}
+
+impl TrialState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialState::Running => "RUNNING",
+            TrialState::Complete => "COMPLETE",
+            TrialState::Pruned => "PRUNED",
+            TrialState::Fail => "FAIL",
+            TrialState::Waiting => "WAITING",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "RUNNING" => TrialState::Running,
+            "COMPLETE" => TrialState::Complete,
+            "PRUNED" => TrialState::Pruned,
+            "FAIL" => TrialState::Fail,
+            "WAITING" => TrialState::Waiting,
+            _ => return None,
+        })
+    }
+    /// Finished: counts toward the trial budget.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            TrialState::Complete | TrialState::Pruned | TrialState::Fail
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyInfo {
+    pub id: i64,
+    pub name: String,
+    pub direction: Direction,
+}
+
+/// One trial as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialRow {
+    pub trial_id: i64,
+    pub number: i64,
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub datetime_start: Option<String>,
+    pub datetime_complete: Option<String>,
+    /// `(name, internal value, distribution_json)`.
+    pub params: Vec<(String, f64, String)>,
+    /// `(step, value)`; NaN where Optuna stored a non-finite value as NULL.
+    pub intermediate: Vec<(i64, f64)>,
+    pub fail_reason: Option<String>,
+}
+
+fn direction_of(s: &str) -> Direction {
+    if s == "MAXIMIZE" {
+        Direction::Maximize
+    } else {
+        Direction::Minimize
+    }
+}
+
+const SPACE_KEY: &str = "salus:search_space";
+
+impl Store {
+    pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
+        let url = self.url.clone();
+        let rows = sqlx::query(
+            "SELECT s.study_id, s.study_name, COALESCE(d.direction, 'MINIMIZE') FROM studies s \
+             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 ORDER BY s.study_id",
+        )
+        .fetch_all(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))?;
+        Ok(rows
+            .iter()
+            .map(|r| StudyInfo {
+                id: r.get(0),
+                name: r.get(1),
+                direction: direction_of(r.get::<String, _>(2).as_str()),
+            })
+            .collect())
+    }
+
+    /// The study named `name`, or the only one when `name` is `None`.
+    pub async fn pick_study(&mut self, name: Option<&str>) -> Result<StudyInfo> {
+        let all = self.studies().await?;
+        let names = || {
+            all.iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match name {
+            Some(n) => all.iter().find(|s| s.name == n).cloned().ok_or_else(|| {
+                Error::Input(format!(
+                    "no study named '{n}' in {}; it holds: {}",
+                    self.url,
+                    names()
+                ))
+            }),
+            None if all.len() == 1 => Ok(all[0].clone()),
+            None if all.is_empty() => Err(Error::Input(format!("{} holds no study yet", self.url))),
+            None => Err(Error::Input(format!(
+                "{} holds several studies; choose one with --study: {}",
+                self.url,
+                names()
+            ))),
+        }
+    }
+
+    /// Creates the study, or resumes it after checking that its direction
+    /// and search space are unchanged. Returns whether it already existed.
+    pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, bool)> {
+        let url = self.url.clone();
+        let err = |e: sqlx::Error| storage_err(&url, e);
+        let space =
+            serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
+        let mut tx = self
+            .conn()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err)?;
+        let existing = sqlx::query(
+            "SELECT s.study_id, d.direction, a.value_json FROM studies s \
+             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
+             LEFT JOIN study_system_attributes a ON a.study_id = s.study_id AND a.\"key\" = ? \
+             WHERE s.study_name = ?",
+        )
+        .bind(SPACE_KEY)
+        .bind(&study.name)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(err)?;
+        if let Some(row) = existing {
+            let id: i64 = row.get(0);
+            let direction: Option<String> = row.get(1);
+            let stored: Option<String> = row.get(2);
+            if direction.as_deref() != Some(study.direction.optuna()) {
+                return Err(Error::Input(format!(
+                    "study '{}' in {url} is stored with direction {}, but {} asks for {}; rename the study or use another storage",
+                    study.name,
+                    direction.unwrap_or_else(|| "none".into()),
+                    study.path.display(),
+                    study.direction.optuna()
+                )));
+            }
+            if let Some(stored) = stored {
+                let stored: BTreeMap<String, String> =
+                    serde_json::from_str(&stored).unwrap_or_default();
+                if let Some(diff) = space_diff(&stored, &study.space_json()) {
+                    return Err(Error::Input(format!(
+                        "study '{}' in {url} was created with a different search space ({diff}); rename the study in {} or use another storage",
+                        study.name,
+                        study.path.display()
+                    )));
+                }
+            }
+            tx.commit().await.map_err(err)?;
+            return Ok((
+                StudyInfo {
+                    id,
+                    name: study.name.clone(),
+                    direction: study.direction,
+                },
+                true,
+            ));
+        }
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id")
+                .bind(&study.name)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
+        sqlx::query(
+            "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
+        )
+        .bind(study.direction.optuna())
+        .bind(id)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        let fixed: BTreeMap<&String, String> = study
+            .fixed
+            .iter()
+            .map(|(k, v)| (k, v.to_string()))
+            .collect();
+        let attrs = [
+            ("study_system_attributes", SPACE_KEY, space),
+            (
+                "study_user_attributes",
+                "metric",
+                serde_json::to_string(&study.metric).unwrap(),
+            ),
+            (
+                "study_user_attributes",
+                "fixed_params",
+                serde_json::to_string(&fixed).unwrap(),
+            ),
+            (
+                "study_user_attributes",
+                "created_by",
+                serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION")))
+                    .unwrap(),
+            ),
+        ];
+        for (table, key, value) in attrs {
+            sqlx::query(&format!(
+                "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?)"
+            ))
+            .bind(id)
+            .bind(key)
+            .bind(value)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        sqlx::query("INSERT INTO salus_events (study_id, time, kind, detail) VALUES (?, ?, 'study_create', ?)")
+            .bind(id)
+            .bind(now())
+            .bind(serde_json::json!({ "file": study.path.display().to_string() }).to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok((
+            StudyInfo {
+                id,
+                name: study.name.clone(),
+                direction: study.direction,
+            },
+            false,
+        ))
+    }
+
+    /// Every trial of a study, by number, with parameters and intermediate values.
+    pub async fn trials(&mut self, study_id: i64) -> Result<Vec<TrialRow>> {
+        let url = self.url.clone();
+        let err = |e: sqlx::Error| storage_err(&url, e);
+        let rows = sqlx::query(
+            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, st.fail_reason \
+             FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
+             LEFT JOIN salus_trials st ON st.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
+        )
+        .bind(study_id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(err)?;
+        let mut trials: Vec<TrialRow> = rows
+            .iter()
+            .map(|r| TrialRow {
+                trial_id: r.get(0),
+                number: r.get(1),
+                state: TrialState::parse(r.get::<String, _>(2).as_str())
+                    .unwrap_or(TrialState::Fail),
+                value: r.get(3),
+                datetime_start: r.get(4),
+                datetime_complete: r.get(5),
+                params: Vec::new(),
+                intermediate: Vec::new(),
+                fail_reason: r.get(6),
+            })
+            .collect();
+        let index: BTreeMap<i64, usize> = trials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.trial_id, i))
+            .collect();
+        let params = sqlx::query(
+            "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json FROM trial_params p \
+             JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ? ORDER BY p.param_id",
+        )
+        .bind(study_id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(err)?;
+        for r in &params {
+            if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+                trials[i].params.push((r.get(1), r.get(2), r.get(3)));
+            }
+        }
+        let values = sqlx::query(
+            "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \
+             JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = ? ORDER BY iv.trial_id, iv.step",
+        )
+        .bind(study_id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(err)?;
+        for r in &values {
+            if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+                trials[i]
+                    .intermediate
+                    .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
+            }
+        }
+        Ok(trials)
+    }
+}
+
+/// What changed between two search spaces, if anything.
+fn space_diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Option<String> {
+    let mut parts = Vec::new();
+    for (k, v) in new {
+        match old.get(k) {
+            None => parts.push(format!("'{k}' is new")),
+            Some(o) if o != v => parts.push(format!("'{k}' changed from {o} to {v}")),
+            _ => {}
+        }
+    }
+    parts.extend(
+        old.keys()
+            .filter(|k| !new.contains_key(*k))
+            .map(|k| format!("'{k}' was removed")),
+    );
+    (!parts.is_empty()).then(|| parts.join("; "))
+}

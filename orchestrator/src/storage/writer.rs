@@ -1,0 +1,407 @@
+//! The one writer: a task that owns a connection and applies writes in
+//! short `BEGIN IMMEDIATE` transactions.
+//!
+//! Callers (the runner's thread) send [`WriteOp`]s over a channel. The task
+//! takes whatever has queued up (up to [`MAX_BATCH`]) into one transaction,
+//! so a burst of intermediate values costs one commit, and a transaction
+//! never holds the write lock for long: readers on WAL never wait, and other
+//! writers wait at most one short batch. Operations that need an answer
+//! (a new trial's id, a flush) get it after their transaction commits.
+
+use sqlx::{Connection, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{TrialState, now};
+use crate::error::{Error, Result};
+
+/// Most operations one transaction takes.
+pub const MAX_BATCH: usize = 256;
+
+/// A new trial's row in `salus_trials`.
+#[derive(Debug, Clone, Default)]
+pub struct TrialResources {
+    pub device: String,
+    pub lane: Option<i64>,
+    pub persistent_bytes: i64,
+    pub ephemeral_bytes: i64,
+    pub shared_bytes: i64,
+    pub total_iterations: i64,
+}
+
+/// One write. See the module docs.
+#[derive(Debug)]
+pub enum WriteOp {
+    /// A new RUNNING trial with its parameters `(name, internal value, distribution_json)`.
+    CreateTrial {
+        study_id: i64,
+        params: Vec<(String, f64, String)>,
+        reply: oneshot::Sender<std::result::Result<(i64, i64), String>>,
+    },
+    /// A WAITING trial starts (again).
+    StartTrial { trial_id: i64 },
+    /// What the trial needs and where it runs.
+    Resources {
+        trial_id: i64,
+        resources: TrialResources,
+    },
+    /// An intermediate value; a repeated step replaces the earlier value.
+    Intermediate {
+        trial_id: i64,
+        step: i64,
+        value: f64,
+    },
+    /// The trial ends in `state`, with its objective value when COMPLETE.
+    Finish {
+        trial_id: i64,
+        state: TrialState,
+        value: Option<f64>,
+        iterations: i64,
+        device_seconds: f64,
+        fail_reason: Option<String>,
+    },
+    /// A RUNNING trial goes back to WAITING (interrupted or orphaned), its
+    /// intermediate values cleared so that its rerun starts clean.
+    Requeue { trial_id: i64 },
+    Event {
+        study_id: i64,
+        trial_id: Option<i64>,
+        kind: &'static str,
+        detail: String,
+    },
+    /// Answers once everything sent before it is committed.
+    Flush {
+        reply: oneshot::Sender<std::result::Result<(), String>>,
+    },
+}
+
+/// The sending side, cheap to clone. Its methods block: call them from a
+/// plain thread, not from async code.
+#[derive(Clone)]
+pub struct Writer {
+    tx: mpsc::UnboundedSender<WriteOp>,
+    url: String,
+}
+
+impl Writer {
+    /// Starts the writer task on the current tokio runtime.
+    pub fn spawn(conn: SqliteConnection, url: &str) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = tokio::spawn(run(conn, rx));
+        (
+            Writer {
+                tx,
+                url: url.to_string(),
+            },
+            handle,
+        )
+    }
+
+    fn gone(&self) -> Error {
+        Error::Storage {
+            url: self.url.clone(),
+            msg: "the writer stopped".into(),
+        }
+    }
+
+    pub fn send(&self, op: WriteOp) -> Result<()> {
+        self.tx.send(op).map_err(|_| self.gone())
+    }
+
+    /// Creates a RUNNING trial; returns `(trial_id, number)`.
+    pub fn create_trial(
+        &self,
+        study_id: i64,
+        params: Vec<(String, f64, String)>,
+    ) -> Result<(i64, i64)> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteOp::CreateTrial {
+            study_id,
+            params,
+            reply,
+        })?;
+        rx.blocking_recv()
+            .map_err(|_| self.gone())?
+            .map_err(|msg| Error::Storage {
+                url: self.url.clone(),
+                msg,
+            })
+    }
+
+    /// Waits until everything sent so far is committed; reports any write
+    /// that failed since the last flush.
+    pub fn flush(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteOp::Flush { reply })?;
+        rx.blocking_recv()
+            .map_err(|_| self.gone())?
+            .map_err(|msg| Error::Storage {
+                url: self.url.clone(),
+                msg,
+            })
+    }
+}
+
+enum Reply {
+    Trial(
+        oneshot::Sender<std::result::Result<(i64, i64), String>>,
+        (i64, i64),
+    ),
+    Flush(oneshot::Sender<std::result::Result<(), String>>),
+}
+
+async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp>) {
+    let mut failure: Option<String> = None;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        match apply(&mut conn, &mut batch).await {
+            Ok(replies) => {
+                for r in replies {
+                    match r {
+                        Reply::Trial(tx, ids) => drop(tx.send(Ok(ids))),
+                        Reply::Flush(tx) => drop(tx.send(failure.take().map_or(Ok(()), Err))),
+                    }
+                }
+            }
+            Err(e) => {
+                let msg = format!("a write failed and was rolled back: {e}");
+                for op in batch {
+                    match op {
+                        WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
+                        WriteOp::Flush { reply } => drop(reply.send(Err(msg.clone()))),
+                        _ => failure = Some(msg.clone()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn apply(
+    conn: &mut SqliteConnection,
+    batch: &mut [WriteOp],
+) -> std::result::Result<Vec<Reply>, sqlx::Error> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let mut replies = Vec::new();
+    let time = now();
+    let mut pending: Vec<(usize, (i64, i64))> = Vec::new();
+    for (i, op) in batch.iter_mut().enumerate() {
+        match op {
+            WriteOp::CreateTrial {
+                study_id, params, ..
+            } => {
+                let number: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+                        .bind(*study_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let trial_id: i64 = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
+                    .bind(number)
+                    .bind(*study_id)
+                    .bind(&time)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                for (name, value, dist) in params.iter() {
+                    sqlx::query("INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?)")
+                        .bind(trial_id)
+                        .bind(name)
+                        .bind(*value)
+                        .bind(dist)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                event(
+                    &mut tx,
+                    *study_id,
+                    Some(trial_id),
+                    "trial_start",
+                    &serde_json::json!({ "number": number }).to_string(),
+                    &time,
+                )
+                .await?;
+                pending.push((i, (trial_id, number)));
+            }
+            WriteOp::StartTrial { trial_id } => {
+                sqlx::query("UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL WHERE trial_id = ?").bind(&time).bind(*trial_id).execute(&mut *tx).await?;
+                study_event(&mut tx, *trial_id, "trial_start", "{}", &time).await?;
+            }
+            WriteOp::Resources {
+                trial_id,
+                resources: r,
+            } => {
+                sqlx::query(
+                    "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
+                     ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
+                     ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
+                     iterations = 0, device_seconds = 0, fail_reason = NULL",
+                )
+                .bind(*trial_id)
+                .bind(&r.device)
+                .bind(r.lane)
+                .bind(r.persistent_bytes)
+                .bind(r.ephemeral_bytes)
+                .bind(r.shared_bytes)
+                .bind(r.total_iterations)
+                .execute(&mut *tx)
+                .await?;
+            }
+            WriteOp::Intermediate {
+                trial_id,
+                step,
+                value,
+            } => {
+                let (v, kind) = optuna_value(*value, true);
+                sqlx::query(
+                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",
+                )
+                .bind(*trial_id)
+                .bind(*step)
+                .bind(v)
+                .bind(kind)
+                .execute(&mut *tx)
+                .await?;
+            }
+            WriteOp::Finish {
+                trial_id,
+                state,
+                value,
+                iterations,
+                device_seconds,
+                fail_reason,
+            } => {
+                sqlx::query(
+                    "UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
+                )
+                .bind(state.as_str())
+                .bind(&time)
+                .bind(*trial_id)
+                .execute(&mut *tx)
+                .await?;
+                if let Some(value) = value {
+                    let (v, kind) = optuna_value(*value, false);
+                    sqlx::query(
+                        "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?) \
+                         ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
+                    )
+                    .bind(*trial_id)
+                    .bind(v)
+                    .bind(kind)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                if let Some(reason) = fail_reason {
+                    sqlx::query("INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json")
+                        .bind(*trial_id)
+                        .bind(serde_json::to_string(reason).unwrap())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query("UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?")
+                    .bind(*iterations)
+                    .bind(*device_seconds)
+                    .bind(fail_reason.as_deref())
+                    .bind(*trial_id)
+                    .execute(&mut *tx)
+                    .await?;
+                let kind = if *state == TrialState::Complete {
+                    "trial_complete"
+                } else {
+                    "trial_fail"
+                };
+                study_event(&mut tx, *trial_id, kind, &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason }).to_string(), &time).await?;
+            }
+            WriteOp::Requeue { trial_id } => {
+                sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *tx).await?;
+                sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ?")
+                    .bind(*trial_id)
+                    .execute(&mut *tx)
+                    .await?;
+                study_event(&mut tx, *trial_id, "trial_requeue", "{}", &time).await?;
+            }
+            WriteOp::Event {
+                study_id,
+                trial_id,
+                kind,
+                detail,
+            } => event(&mut tx, *study_id, *trial_id, kind, detail, &time).await?,
+            WriteOp::Flush { .. } => {}
+        }
+    }
+    tx.commit().await?;
+    // Answers go out only now that their writes are durable.
+    for (i, op) in batch.iter_mut().enumerate() {
+        match op {
+            WriteOp::CreateTrial { reply, .. } => {
+                let ids = pending
+                    .iter()
+                    .find(|(j, _)| *j == i)
+                    .map(|(_, ids)| *ids)
+                    .expect("created above");
+                let (dummy, _) = oneshot::channel();
+                replies.push(Reply::Trial(std::mem::replace(reply, dummy), ids));
+            }
+            WriteOp::Flush { reply } => {
+                let (dummy, _) = oneshot::channel();
+                replies.push(Reply::Flush(std::mem::replace(reply, dummy)));
+            }
+            _ => {}
+        }
+    }
+    Ok(replies)
+}
+
+/// Optuna's encoding of a float: `(value, type)`, with non-finite values
+/// stored as NULL (intermediate NaN) or by their type alone.
+fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
+    if v.is_nan() {
+        (None, if intermediate { "NAN" } else { "FINITE" })
+    } else if v == f64::INFINITY {
+        (None, "INF_POS")
+    } else if v == f64::NEG_INFINITY {
+        (None, "INF_NEG")
+    } else {
+        (Some(v), "FINITE")
+    }
+}
+
+async fn event(
+    conn: &mut SqliteConnection,
+    study_id: i64,
+    trial_id: Option<i64>,
+    kind: &str,
+    detail: &str,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(study_id)
+    .bind(trial_id)
+    .bind(time)
+    .bind(kind)
+    .bind(detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// An event for a trial, its study looked up.
+async fn study_event(
+    conn: &mut SqliteConnection,
+    trial_id: i64,
+    kind: &str,
+    detail: &str,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let study_id: i64 = sqlx::query_scalar("SELECT study_id FROM trials WHERE trial_id = ?")
+        .bind(trial_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    event(conn, study_id, Some(trial_id), kind, detail, time).await
+}
