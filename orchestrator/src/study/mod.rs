@@ -159,6 +159,16 @@ impl KnobValue {
             Choice::Str(s) => KnobValue::Str(s.clone()),
         }
     }
+    /// The exact value as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            KnobValue::Float(v) => (*v).into(),
+            KnobValue::Int(v) => (*v).into(),
+            KnobValue::Str(v) => v.clone().into(),
+            KnobValue::Bool(v) => (*v).into(),
+        }
+    }
+
     fn as_f64(&self) -> f64 {
         match *self {
             KnobValue::Float(f) => f,
@@ -184,7 +194,7 @@ impl KnobValue {
 impl std::fmt::Display for KnobValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KnobValue::Float(v) => write!(f, "{v}"),
+            KnobValue::Float(v) => write!(f, "{}", crate::output::fmt_float(*v)),
             KnobValue::Int(v) => write!(f, "{v}"),
             KnobValue::Str(v) => write!(f, "{v}"),
             KnobValue::Bool(v) => write!(f, "{v}"),

@@ -1,0 +1,59 @@
+//! Optuna itself reads what salus-tune writes.
+//!
+//! Needs a Python with Optuna 5.0 and pandas: `SALUS_TUNE_PYTHON`, else
+//! `.venv/bin/python` (which `scripts/test.sh` creates). Without one the
+//! test says so and passes, unless `SALUS_TUNE_REQUIRE_OPTUNA=1` (as CI
+//! sets), where it fails.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("SALUS_TUNE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    let ok = Command::new(&candidate)
+        .args(["-c", "import optuna, pandas"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(candidate)
+}
+
+#[test]
+fn optuna_loads_the_study_salus_tune_wrote() {
+    let Some(python) = python() else {
+        let msg = "no Python with optuna and pandas (set SALUS_TUNE_PYTHON or run scripts/test.sh)";
+        if std::env::var("SALUS_TUNE_REQUIRE_OPTUNA").is_ok_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+        eprintln!("skipped: {msg}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "s.toml",
+        &small_study("interop", 5)
+            .replace("[study]", "[study]\nstorage = \"sqlite:///interop.db\""),
+    );
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for (cmd, file) in [("trials", "trials.json"), ("best", "best.json")] {
+        let out = run_in(dir.path(), &[cmd, "s.toml", "--format", "json"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        std::fs::write(dir.path().join(file), &out.stdout).unwrap();
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/optuna_interop.py");
+    let out = Command::new(python)
+        .current_dir(dir.path())
+        .arg(script)
+        .args(["interop.db", "interop", "trials.json", "best.json", "5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+}

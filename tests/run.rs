@@ -1,0 +1,267 @@
+//! The binary end to end: a study runs, stores what Optuna expects,
+//! resumes, refuses a changed space, survives failing trials and Ctrl-C.
+
+mod common;
+
+use common::*;
+use salus_tune::storage::TrialState;
+
+#[test]
+fn a_six_trial_digits_study_completes_and_stores_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("six", 6));
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Best trial: ") && stdout.contains("val_accuracy: 0.9"),
+        "{stdout}"
+    );
+
+    let db = dir.path().join("six.db");
+    let trials = trials(&db, Some("six"));
+    assert_eq!(trials.len(), 6);
+    for t in &trials {
+        assert_eq!(t.state, TrialState::Complete);
+        assert!((0.0..=1.0).contains(&t.value.unwrap()), "an accuracy");
+        assert_eq!(
+            t.intermediate.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+            vec![1, 2, 3],
+            "one value per epoch"
+        );
+        assert_eq!(
+            t.intermediate.last().unwrap().1,
+            t.value.unwrap(),
+            "the final report is the value"
+        );
+        let names: Vec<&str> = t.params.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert!(names.contains(&"lr") && names.contains(&"width") && names.contains(&"optimizer"));
+        let sgd = t
+            .params
+            .iter()
+            .any(|(n, v, _)| n == "optimizer" && *v == 0.0);
+        assert_eq!(
+            names.contains(&"sgd.momentum"),
+            sgd,
+            "momentum exactly when sgd"
+        );
+    }
+    assert_eq!(
+        trials.iter().map(|t| t.number).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_values WHERE value_type = 'FINITE'"
+        ),
+        6
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_trials WHERE iterations = total_iterations AND persistent_bytes > 0"
+        ),
+        6
+    );
+    assert_eq!(scalar(&db, "SELECT schema_version FROM version_info"), 12);
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM alembic_version WHERE version_num = 'v3.2.0.a'"
+        ),
+        1
+    );
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM salus_best_trials WHERE rank = 1"),
+        1
+    );
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM salus_learning_curves"),
+        18
+    );
+
+    // `best` agrees with the stored values, in every format.
+    let best = run_in(dir.path(), &["best", "s.toml", "--format", "json"]);
+    assert_eq!(best.status.code(), Some(0), "{}", text(&best));
+    let json: serde_json::Value = serde_json::from_slice(&best.stdout).unwrap();
+    let top = trials
+        .iter()
+        .map(|t| t.value.unwrap())
+        .fold(f64::MIN, f64::max);
+    assert_eq!(json["value"].as_f64().unwrap(), top);
+    assert!(json["params"]["optimizer"].is_string() && json["params"]["width"].is_i64());
+    let table = text(&run_in(dir.path(), &["best", "s.toml"]));
+    assert!(table.starts_with("Best trial: "), "{table}");
+    let csv = text(&run_in(
+        dir.path(),
+        &["trials", "--storage", "sqlite:///six.db", "--format", "csv"],
+    ));
+    assert_eq!(csv.lines().count(), 7, "{csv}");
+    assert!(csv.starts_with("number,state,value,duration_s,"), "{csv}");
+}
+
+#[test]
+fn rerunning_resumes_and_a_changed_space_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("again", 3));
+    assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
+    let first = trials(&dir.path().join("again.db"), None);
+
+    // The budget is met: nothing new runs.
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        text(&out).contains("resuming study 'again'"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(trials(&dir.path().join("again.db"), None), first);
+
+    // A larger budget adds trials after the finished ones, which stay as they were.
+    assert_eq!(
+        run_in(dir.path(), &["s.toml", "--trials", "5"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let more = trials(&dir.path().join("again.db"), None);
+    assert_eq!(more.len(), 5);
+    assert_eq!(&more[..3], &first[..]);
+    let params: Vec<_> = more.iter().map(|t| t.params.clone()).collect();
+    assert!(
+        params[3..].iter().all(|p| !params[..3].contains(p)),
+        "resumed sampling does not repeat earlier points"
+    );
+
+    // The same name with another search space is bad input.
+    write(
+        dir.path(),
+        "s.toml",
+        &small_study("again", 3).replace("[16, 32]", "[16, 64]"),
+    );
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("different search space ('width' changed"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_diverging_trial_fails_and_the_study_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = "[study]\nname = \"nan\"\ntrials = 4\nseed = 1\n[model]\ndepth = 1\nwidth = 16\n\
+                 [train]\noptimizer = \"sgd\"\nlr = { choices = [0.01, 1e30] }\nbatch_size = 64\nepochs = 2\n";
+    write(dir.path(), "s.toml", study);
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let trials = trials(&dir.path().join("nan.db"), None);
+    assert_eq!(trials.len(), 4);
+    let failed: Vec<_> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Fail)
+        .collect();
+    assert!(!failed.is_empty() && failed.len() < 4, "{trials:?}");
+    for t in &failed {
+        assert!(
+            t.fail_reason.as_deref().unwrap().contains("diverged"),
+            "{t:?}"
+        );
+        assert!(t.value.is_none());
+    }
+    assert_eq!(
+        scalar(
+            &dir.path().join("nan.db"),
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE \"key\" = 'fail_reason'"
+        ),
+        failed.len() as i64
+    );
+}
+
+#[test]
+fn an_orphaned_running_trial_is_run_again_first() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("orphan", 2));
+    assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
+    let db = dir.path().join("orphan.db");
+    let before = trials(&db, None);
+    // As if the process had died during trial 1.
+    block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "UPDATE trials SET state = 'RUNNING', datetime_complete = NULL WHERE number = 1",
+        )
+        .execute(&mut c)
+        .await
+        .unwrap();
+        sqlx::query("DELETE FROM trial_values WHERE trial_id = (SELECT trial_id FROM trials WHERE number = 1)").execute(&mut c).await.unwrap();
+    });
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let after = trials(&db, None);
+    assert_eq!(after.len(), 2, "no extra trial: the orphan is re-run");
+    assert_eq!(after[1].state, TrialState::Complete);
+    assert_eq!(after[1].params, before[1].params);
+    assert_eq!(
+        after[1].value, before[1].value,
+        "same parameters, same seed, same result"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_the_study_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = small_study("stop", 40)
+        .replace("epochs = 3", "epochs = 40")
+        .replace("[16, 32]", "[256, 512]");
+    write(dir.path(), "s.toml", &study);
+    let child = bin()
+        .current_dir(dir.path())
+        .args(["s.toml"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let db = dir.path().join("stop.db");
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'"),
+        0
+    );
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'WAITING'"),
+        1
+    );
+    let done = scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'");
+    block_on(async {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        let ok: String = sqlx::query_scalar("PRAGMA integrity_check")
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(ok, "ok");
+    });
+    // Resume with a small budget: the waiting trial runs first.
+    let out = run_in(dir.path(), &["s.toml", "--trials", &(done + 1).to_string()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'WAITING'"),
+        0
+    );
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM trials"), done + 1);
+}
