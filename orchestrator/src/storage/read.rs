@@ -83,6 +83,15 @@ const SPACE_KEY: &str = "salus:search_space";
 impl Store {
     pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
         let url = self.url.clone();
+        // A file that a writer has created but not yet migrated holds no study.
+        let has_tables = sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'study_directions'")
+            .fetch_optional(self.conn())
+            .await
+            .map_err(|e| storage_err(&url, e))?
+            .is_some();
+        if !has_tables {
+            return Ok(Vec::new());
+        }
         let rows = sqlx::query(
             "SELECT s.study_id, s.study_name, COALESCE(d.direction, 'MINIMIZE') FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 ORDER BY s.study_id",
