@@ -269,9 +269,17 @@ fn ctrl_c_stops_cleanly_and_the_study_resumes() {
 #[test]
 fn readers_never_see_a_locked_database_while_a_study_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let study = small_study("busy", 6).replace("epochs = 3", "epochs = 30").replace("[16, 32]", "[128, 256]");
+    let study = small_study("busy", 6)
+        .replace("epochs = 3", "epochs = 30")
+        .replace("[16, 32]", "[128, 256]");
     write(dir.path(), "s.toml", &study);
-    let mut child = bin().current_dir(dir.path()).args(["s.toml"]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["s.toml"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let mut reads = 0;
     while child.try_wait().unwrap().is_none() && reads < 200 {
         if dir.path().join("busy.db").exists() {
@@ -280,10 +288,14 @@ fn readers_never_see_a_locked_database_while_a_study_runs() {
             assert!(!msg.contains("locked"), "{msg}");
             if out.status.code() == Some(0) {
                 reads += 1;
-                serde_json::from_slice::<serde_json::Value>(&out.stdout).expect("a whole JSON document");
+                serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                    .expect("a whole JSON document");
             } else {
                 // Only before the study exists may a reader find nothing.
-                assert!(msg.contains("no study named") || msg.contains("holds no study"), "{msg}");
+                assert!(
+                    msg.contains("no study named") || msg.contains("holds no study"),
+                    "{msg}"
+                );
             }
         }
     }

@@ -84,11 +84,13 @@ impl Store {
     pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
         let url = self.url.clone();
         // A file that a writer has created but not yet migrated holds no study.
-        let has_tables = sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'study_directions'")
-            .fetch_optional(self.conn())
-            .await
-            .map_err(|e| storage_err(&url, e))?
-            .is_some();
+        let has_tables = sqlx::query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'study_directions'",
+        )
+        .fetch_optional(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))?
+        .is_some();
         if !has_tables {
             return Ok(Vec::new());
         }
