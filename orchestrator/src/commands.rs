@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
 use crate::runner::{RunOptions, Runner};
-use crate::space::{Distribution, distribution_json};
 use crate::storage::{self, Store, Writer};
 use crate::study::{self, DataSource, Study};
 
@@ -153,40 +152,7 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
     out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
     out += &format!("search space ({} parameters):\n", s.space.params().len());
     for p in s.space.params() {
-        let dist = match &p.dist {
-            Distribution::Float {
-                low,
-                high,
-                log,
-                step,
-            } => format!(
-                "float [{low}, {high}]{}{}",
-                if *log { " log" } else { "" },
-                step.map_or(String::new(), |s| format!(" step {s}"))
-            ),
-            Distribution::Int {
-                low,
-                high,
-                log,
-                step,
-            } => format!(
-                "int [{low}, {high}]{}{}",
-                if *log { " log" } else { "" },
-                if *step != 1 {
-                    format!(" step {step}")
-                } else {
-                    String::new()
-                }
-            ),
-            Distribution::Categorical { .. } => format!(
-                "choices {}",
-                distribution_json(&p.dist)
-                    .split("\"choices\": ")
-                    .nth(1)
-                    .unwrap_or("")
-                    .trim_end_matches("}}")
-            ),
-        };
+        let dist = p.dist.to_string();
         let when = p.condition.as_ref().map_or(String::new(), |c| {
             format!(
                 "  (when {} = {})",

@@ -176,6 +176,49 @@ impl Distribution {
     }
 }
 
+/// For people: `float [0.0001, 0.1] log`, `int [64, 256] step 64`,
+/// `choices ["sgd", "adam"]`.
+impl fmt::Display for Distribution {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Distribution::Float {
+                low,
+                high,
+                log,
+                step,
+            } => {
+                write!(f, "float [{low}, {high}]")?;
+                if *log {
+                    write!(f, " log")?;
+                }
+                if let Some(s) = step {
+                    write!(f, " step {s}")?;
+                }
+                Ok(())
+            }
+            Distribution::Int {
+                low,
+                high,
+                log,
+                step,
+            } => {
+                write!(f, "int [{low}, {high}]")?;
+                if *log {
+                    write!(f, " log")?;
+                }
+                if *step != 1 {
+                    write!(f, " step {step}")?;
+                }
+                Ok(())
+            }
+            Distribution::Categorical { choices } => {
+                let list: Vec<String> = choices.iter().map(json_choice).collect();
+                write!(f, "choices [{}]", list.join(", "))
+            }
+        }
+    }
+}
+
 /// A parameter is active only when `parent` took one of `values`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {

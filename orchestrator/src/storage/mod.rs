@@ -105,18 +105,11 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .map_err(|e| storage_err(url, format!("cannot create {}: {e}", dir.display())))?;
         }
-        let mut conn = Self::options(&path, true)
-            .connect()
+        let mut store = Self::connect(url, path, true).await?;
+        migrate::migrate(&mut store.conn)
             .await
             .map_err(|e| storage_err(url, e))?;
-        migrate::migrate(&mut conn)
-            .await
-            .map_err(|e| storage_err(url, e))?;
-        Ok(Store {
-            url: url.to_string(),
-            path,
-            conn,
-        })
+        Ok(store)
     }
 
     /// Opens an existing database for reading; a missing file is bad input.
@@ -128,7 +121,11 @@ impl Store {
                 path.display()
             )));
         }
-        let conn = Self::options(&path, false)
+        Self::connect(url, path, false).await
+    }
+
+    async fn connect(url: &str, path: PathBuf, create: bool) -> Result<Self> {
+        let conn = Self::options(&path, create)
             .connect()
             .await
             .map_err(|e| storage_err(url, e))?;
