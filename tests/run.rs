@@ -302,3 +302,25 @@ fn readers_never_see_a_locked_database_while_a_study_runs() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(reads >= 3, "only {reads} reads overlapped the run");
 }
+
+#[test]
+fn the_same_seed_gives_the_same_study() {
+    let runs: Vec<_> = (0..3)
+        .map(|i| {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "s.toml", &small_study("seeded", 3));
+            let seed = if i < 2 { "7" } else { "8" };
+            let out = run_in(dir.path(), &["s.toml", "--seed", seed]);
+            assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+            trials(&dir.path().join("seeded.db"), None)
+                .into_iter()
+                .map(|t| (t.params, t.value, t.intermediate))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        runs[0], runs[1],
+        "same seed: same parameters, values and curves"
+    );
+    assert_ne!(runs[0], runs[2]);
+}

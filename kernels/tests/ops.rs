@@ -704,6 +704,78 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Bias, column sums and MSE: the batched call equals per-slot calls.
+fn batched_bias_colsum_mse_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
+    let (k, rows, cols, stride) = (3, 5, 4, 6);
+    let shape = Batched::new(k, rows, cols);
+    let (x, bias) = (
+        rand_vec(shape.len(), 30, 1.0),
+        rand_vec(k * stride, 31, 1.0),
+    );
+    let (bb, tb) = (d.put(&bias), d.put(&rand_vec(shape.len(), 32, 1.0)));
+    let mut xb = d.put(&x);
+    d.b.bias_add(&mut d.ctx, shape, stride, at_mut(&mut xb, 0), at(&bb, 0))
+        .unwrap();
+    let mut db = d.zeros(k * stride);
+    d.b.col_sum(&mut d.ctx, shape, stride, at(&xb, 0), at_mut(&mut db, 0))
+        .unwrap();
+    let mut st = d.zeros(k * STATS_LEN);
+    let mut dp = d.zeros(shape.len());
+    d.b.mse(
+        &mut d.ctx,
+        shape,
+        rows * cols,
+        at(&xb, 0),
+        at(&tb, 0),
+        Some(at_mut(&mut dp, 0)),
+        at_mut(&mut st, 0),
+        false,
+    )
+    .unwrap();
+    let (bx, bdb, bst, bdp) = (d.get(&xb), d.get(&db), d.get(&st), d.get(&dp));
+    let one = Batched::new(1, rows, cols);
+    let n = rows * cols;
+    for s in 0..k {
+        let mut x1 = d.put(&x[s * n..(s + 1) * n]);
+        d.b.bias_add(&mut d.ctx, one, 0, at_mut(&mut x1, 0), at(&bb, s * stride))
+            .unwrap();
+        assert_rel("bias_add slot", &bx[s * n..(s + 1) * n], &d.get(&x1), 1e-6);
+        let mut db1 = d.zeros(cols);
+        d.b.col_sum(&mut d.ctx, one, 0, at(&x1, 0), at_mut(&mut db1, 0))
+            .unwrap();
+        assert_rel(
+            "col_sum slot",
+            &bdb[s * stride..s * stride + cols],
+            &d.get(&db1),
+            1e-6,
+        );
+        let (mut st1, mut dp1) = (d.zeros(STATS_LEN), d.zeros(n));
+        d.b.mse(
+            &mut d.ctx,
+            one,
+            0,
+            at(&x1, 0),
+            at(&tb, s * n),
+            Some(at_mut(&mut dp1, 0)),
+            at_mut(&mut st1, 0),
+            false,
+        )
+        .unwrap();
+        assert_rel(
+            "mse stats slot",
+            &bst[s * STATS_LEN..(s + 1) * STATS_LEN],
+            &d.get(&st1),
+            1e-6,
+        );
+        assert_rel(
+            "mse grad slot",
+            &bdp[s * n..(s + 1) * n],
+            &d.get(&dp1),
+            1e-6,
+        );
+    }
+}
+
 fn out_of_bounds_views_are_errors<B: Backend>(d: &mut D<B>) {
     let a = d.zeros(10);
     let mut c = d.zeros(10);
@@ -755,6 +827,7 @@ backend_tests!(
     sgd_hand_computed,
     adam_hand_computed,
     batched_ops_equal_single_slot_calls,
+    batched_bias_colsum_mse_equal_single_slot_calls,
     out_of_bounds_views_are_errors,
     gather_rows_copies_indexed_rows,
 );
