@@ -33,6 +33,7 @@ pub mod error;
 pub mod output;
 pub mod progress;
 pub mod runner;
+pub mod salus;
 pub mod sampler;
 pub mod space;
 pub mod storage;

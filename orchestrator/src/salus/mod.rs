@@ -1,0 +1,27 @@
+//! The embedded Salus core (in progress).
+//!
+//! Salus (Yu & Chowdhury, MLSys 2020) shares one device between training
+//! jobs with two primitives: fast switching at iteration boundaries, and
+//! memory sharing that keeps a job's *persistent* memory (weights, optimizer
+//! state) resident while *ephemeral* memory (activations, gradients) lives
+//! in per-lane arenas that jobs on a lane take turns using.
+//!
+//! This module holds the core's pure parts, each testable without a device:
+//!
+//! * [`ledger::MemoryLedger`]: the admission rule
+//!   `sum(persistent of resident jobs) + sum(lane arenas) + shared data <= budget`,
+//!   and [`ledger::place`], Salus' lane placement (a new lane when memory
+//!   allows, else the best-fitting existing lane).
+//! * [`policy`]: `pack`, `fair`, `srtf`, `fifo` and `priority` as functions
+//!   from the runnable jobs' state to the job a lane runs next.
+//!
+//! The executor that drives lanes with these decisions is not built yet;
+//! trials still run one after another through `runner`.
+
+pub mod ledger;
+pub mod policy;
+
+/// Identifies a job inside the core.
+pub type JobId = u64;
+/// Identifies a lane.
+pub type LaneId = usize;

@@ -1,0 +1,274 @@
+//! Scheduling policies: at each iteration boundary, which runnable job a
+//! lane runs next. Each is a pure function of the jobs' state.
+//!
+//! | policy | picks | ties |
+//! |---|---|---|
+//! | `pack` | the least recently run (round-robin) | arrival |
+//! | `fair` | the least device time so far | least recently run |
+//! | `srtf` | the fewest remaining iterations; a shorter arrival preempts at the next boundary | arrival |
+//! | `fifo` | the earliest arrival, to completion | - |
+//! | `priority` | the highest priority (from the tuner's early-stopping signals) | least recently run |
+
+use std::cmp::Ordering;
+
+use super::JobId;
+pub use crate::study::Policy;
+
+/// What a policy may look at for one runnable job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JobState {
+    pub id: JobId,
+    /// Arrival order: smaller arrived earlier.
+    pub arrival: u64,
+    pub remaining_iterations: u64,
+    /// Device seconds used so far.
+    pub device_time: f64,
+    /// Higher runs first under `priority`.
+    pub priority: f64,
+    /// The boundary at which the job last ran; 0 if never.
+    pub last_run: u64,
+}
+
+/// The policy used when the study names none: `priority` when a pruner
+/// feeds priorities, else `pack`.
+pub fn default_policy(has_pruner: bool) -> Policy {
+    if has_pruner {
+        Policy::Priority
+    } else {
+        Policy::Pack
+    }
+}
+
+fn order(policy: Policy, a: &JobState, b: &JobState) -> Ordering {
+    let by_arrival = a.arrival.cmp(&b.arrival);
+    let by_recency = a.last_run.cmp(&b.last_run).then(by_arrival);
+    match policy {
+        Policy::Pack => by_recency,
+        Policy::Fair => a.device_time.total_cmp(&b.device_time).then(by_recency),
+        Policy::Srtf => a
+            .remaining_iterations
+            .cmp(&b.remaining_iterations)
+            .then(by_arrival),
+        Policy::Fifo => by_arrival,
+        Policy::Priority => b.priority.total_cmp(&a.priority).then(by_recency),
+    }
+}
+
+/// The job a lane runs next, or `None` when nothing is runnable.
+pub fn next(policy: Policy, runnable: &[JobState]) -> Option<JobId> {
+    runnable
+        .iter()
+        .min_by(|a, b| order(policy, a, b))
+        .map(|j| j.id)
+}
+
+/// The order in which waiting jobs are admitted as memory frees up.
+pub fn admission_order(policy: Policy, waiting: &[JobState]) -> Vec<JobId> {
+    let mut v = waiting.to_vec();
+    // Round-robin means nothing before admission: pack and fair admit in arrival order.
+    let admit_policy = match policy {
+        Policy::Pack | Policy::Fair => Policy::Fifo,
+        p => p,
+    };
+    v.sort_by(|a, b| order(admit_policy, a, b));
+    v.into_iter().map(|j| j.id).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job for the simulator: `cost` time units per iteration.
+    #[derive(Clone, Copy)]
+    struct SimJob {
+        arrival_time: f64,
+        iterations: u64,
+        cost: f64,
+        priority: f64,
+    }
+
+    /// One lane, pure: runs `jobs` under `policy` until all finish or
+    /// `horizon` passes. Returns the (start time, job) of every iteration
+    /// and each job's finish time.
+    fn simulate(
+        policy: Policy,
+        jobs: &[SimJob],
+        horizon: f64,
+    ) -> (Vec<(f64, JobId)>, Vec<Option<f64>>) {
+        let mut state: Vec<JobState> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| JobState {
+                id: i as JobId,
+                arrival: i as u64,
+                remaining_iterations: j.iterations,
+                device_time: 0.0,
+                priority: j.priority,
+                last_run: 0,
+            })
+            .collect();
+        let (mut t, mut boundary, mut trace) = (0.0, 0u64, Vec::new());
+        let mut finish = vec![None; jobs.len()];
+        while t < horizon {
+            let runnable: Vec<JobState> = state
+                .iter()
+                .filter(|s| s.remaining_iterations > 0 && jobs[s.id as usize].arrival_time <= t)
+                .copied()
+                .collect();
+            let Some(id) = next(policy, &runnable) else {
+                match jobs
+                    .iter()
+                    .map(|j| j.arrival_time)
+                    .filter(|&a| a > t)
+                    .min_by(f64::total_cmp)
+                {
+                    Some(a) => {
+                        t = a;
+                        continue;
+                    }
+                    None => break,
+                }
+            };
+            boundary += 1;
+            let s = &mut state[id as usize];
+            trace.push((t, id));
+            t += jobs[id as usize].cost;
+            s.device_time += jobs[id as usize].cost;
+            s.remaining_iterations -= 1;
+            s.last_run = boundary;
+            if s.remaining_iterations == 0 {
+                finish[id as usize] = Some(t);
+            }
+        }
+        (trace, finish)
+    }
+
+    fn job(arrival_time: f64, iterations: u64, cost: f64) -> SimJob {
+        SimJob {
+            arrival_time,
+            iterations,
+            cost,
+            priority: 0.0,
+        }
+    }
+
+    #[test]
+    fn fair_equalises_device_time_within_ten_percent() {
+        let jobs: Vec<SimJob> = [1.0, 2.0, 3.0, 5.0, 7.0]
+            .iter()
+            .map(|&c| job(0.0, u64::MAX / 2, c))
+            .collect();
+        let (trace, _) = simulate(Policy::Fair, &jobs, 2000.0);
+        // Over the window, each job's device time is within 10% of the mean.
+        let mut used = [0.0; 5];
+        for (_, id) in &trace {
+            used[*id as usize] += jobs[*id as usize].cost;
+        }
+        let mean = used.iter().sum::<f64>() / 5.0;
+        for (i, u) in used.iter().enumerate() {
+            assert!(
+                (u - mean).abs() <= 0.1 * mean,
+                "job {i}: {u} vs mean {mean}"
+            );
+        }
+        // Pack, by contrast, gives time in proportion to cost.
+        let (trace, _) = simulate(Policy::Pack, &jobs, 2000.0);
+        let cheap = trace.iter().filter(|(_, id)| *id == 0).count() as f64;
+        let dear = trace.iter().filter(|(_, id)| *id == 4).count() as f64;
+        assert!(
+            (cheap - dear).abs() <= 1.0,
+            "pack alternates iterations, not time"
+        );
+    }
+
+    #[test]
+    fn srtf_runs_shortest_remaining_first_and_preempts_at_the_next_boundary() {
+        let jobs = [
+            job(0.0, 30, 1.0),
+            job(0.0, 10, 1.0),
+            job(0.0, 20, 1.0),
+            job(15.5, 3, 1.0),
+        ];
+        let (trace, finish) = simulate(Policy::Srtf, &jobs, 1e9);
+        let order: Vec<JobId> = trace.iter().map(|(_, id)| *id).collect();
+        assert!(
+            order[..10].iter().all(|&id| id == 1),
+            "the 10-iteration job first"
+        );
+        // Job 3 arrives at 15.5, mid-iteration of job 2; it runs at the boundary at 16.
+        let first3 = trace.iter().find(|(_, id)| *id == 3).unwrap();
+        assert_eq!(first3.0, 16.0);
+        assert_eq!(trace[15].1, 2, "job 2 ran until then");
+        assert!(finish[3].unwrap() < finish[2].unwrap() && finish[2].unwrap() < finish[0].unwrap());
+        // Average completion time beats FIFO on this mix.
+        let avg = |f: &[Option<f64>]| {
+            f.iter()
+                .zip(&jobs)
+                .map(|(f, j)| f.unwrap() - j.arrival_time)
+                .sum::<f64>()
+                / 4.0
+        };
+        let (_, fifo) = simulate(Policy::Fifo, &jobs, 1e9);
+        assert!(avg(&finish) < avg(&fifo));
+    }
+
+    #[test]
+    fn fifo_runs_each_job_to_completion_in_arrival_order() {
+        let jobs = [job(0.0, 5, 1.0), job(0.0, 2, 1.0), job(1.0, 1, 1.0)];
+        let (trace, _) = simulate(Policy::Fifo, &jobs, 1e9);
+        let order: Vec<JobId> = trace.iter().map(|(_, id)| *id).collect();
+        assert_eq!(order, vec![0, 0, 0, 0, 0, 1, 1, 2]);
+    }
+
+    #[test]
+    fn a_higher_priority_arrival_runs_at_the_next_boundary() {
+        let mut jobs = [job(0.0, 100, 1.0), job(0.0, 100, 1.0), job(10.25, 5, 1.0)];
+        jobs[2].priority = 5.0;
+        let (trace, _) = simulate(Policy::Priority, &jobs, 1e9);
+        let at = trace.iter().position(|(t, _)| *t >= 10.25).unwrap();
+        assert_eq!(trace[at], (11.0, 2), "the first boundary after its arrival");
+        assert!(
+            trace[at..at + 5].iter().all(|(_, id)| *id == 2),
+            "it keeps the lane while it outranks the rest"
+        );
+        // Equal priorities share the lane round-robin.
+        let before: Vec<JobId> = trace[..10].iter().map(|(_, id)| *id).collect();
+        assert_eq!(before, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn nothing_starves_under_pack() {
+        let jobs: Vec<SimJob> = (0..6)
+            .map(|i| job(i as f64 * 0.5, 1000, 1.0 + i as f64))
+            .collect();
+        let (trace, _) = simulate(Policy::Pack, &jobs, 3000.0);
+        // After every job has arrived, each runs within any 6 consecutive boundaries.
+        let start = trace.iter().position(|(t, _)| *t >= 2.5).unwrap();
+        for w in trace[start..].windows(6) {
+            let mut seen: Vec<JobId> = w.iter().map(|(_, id)| *id).collect();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), 6, "{w:?}");
+        }
+    }
+
+    #[test]
+    fn admission_follows_the_policy() {
+        let s = |id, arrival, remaining, priority| JobState {
+            id,
+            arrival,
+            remaining_iterations: remaining,
+            device_time: 0.0,
+            priority,
+            last_run: 0,
+        };
+        let waiting = [s(0, 0, 50, 1.0), s(1, 1, 10, 3.0), s(2, 2, 30, 2.0)];
+        assert_eq!(admission_order(Policy::Fifo, &waiting), vec![0, 1, 2]);
+        assert_eq!(admission_order(Policy::Pack, &waiting), vec![0, 1, 2]);
+        assert_eq!(admission_order(Policy::Srtf, &waiting), vec![1, 2, 0]);
+        assert_eq!(admission_order(Policy::Priority, &waiting), vec![1, 2, 0]);
+        assert_eq!(default_policy(true), Policy::Priority);
+        assert_eq!(default_policy(false), Policy::Pack);
+        assert_eq!(next(Policy::Fair, &[]), None);
+    }
+}
