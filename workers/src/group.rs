@@ -190,6 +190,22 @@ impl<B: Backend> MlpGroup<B> {
         target_cols: usize,
         slots: Vec<SlotHparams>,
     ) -> Result<Self> {
+        let mut group = Self::zeroed(lane, spec, batch, target_cols, slots)?;
+        let (b, ctx) = lane.device();
+        for (s, h) in group.slots.iter().enumerate() {
+            let init = group.shape.spec.init_params(h.seed);
+            b.upload(ctx, &init, at_mut(&mut group.params, s * group.n))?;
+        }
+        Ok(group)
+    }
+
+    /// The shape a group of these slots has, without allocating it.
+    pub fn shape_of(
+        spec: MlpSpec,
+        batch: usize,
+        target_cols: usize,
+        slots: &[SlotHparams],
+    ) -> Result<(GroupShape, OptimizerFamily)> {
         let family = match slots.first() {
             None => {
                 return Err(WorkerError::Config(
@@ -210,28 +226,32 @@ impl<B: Backend> MlpGroup<B> {
             target_cols,
             spec,
         };
+        Ok((shape, family))
+    }
+
+    /// A group whose parameters and state are all zero, to import into.
+    pub fn zeroed(
+        lane: &mut Lane<B>,
+        spec: MlpSpec,
+        batch: usize,
+        target_cols: usize,
+        slots: Vec<SlotHparams>,
+    ) -> Result<Self> {
+        let (shape, family) = Self::shape_of(spec, batch, target_cols, &slots)?;
         let n = shape.spec.n_params();
         let k = slots.len();
-        let (b, ctx) = lane.device();
-        let mut params = b.alloc_zeroed(k * n)?;
-        for (s, h) in slots.iter().enumerate() {
-            b.upload(
-                ctx,
-                &shape.spec.init_params(h.seed),
-                at_mut(&mut params, s * n),
-            )?;
-        }
+        let b = &**lane.backend();
         let state = (0..family.state_vectors())
             .map(|_| b.alloc_zeroed(k * n))
             .collect::<kernels::Result<_>>()?;
         Ok(MlpGroup {
             layers: shape.spec.layers(),
+            params: b.alloc_zeroed(k * n)?,
             train_stats: b.alloc_zeroed(k * STATS_LEN)?,
             shape,
             n,
             family,
             slots,
-            params,
             state,
         })
     }

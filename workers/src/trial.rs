@@ -14,7 +14,7 @@ use rand::{SeedableRng, rngs::StdRng};
 use crate::data::Task;
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
-use crate::group::{GroupShape, LossStats, MlpGroup};
+use crate::group::{GroupShape, LossStats, MlpGroup, SlotState};
 use crate::hparams::SlotHparams;
 use crate::job::{Footprint, FusionKey, Job, Report, StepOutcome};
 use crate::lane::Lane;
@@ -69,6 +69,15 @@ pub struct TrainTrial<B: Backend> {
 impl<B: Backend> TrainTrial<B> {
     /// A trial with fresh weights, resident on `lane`'s device.
     pub fn new(lane: &mut Lane<B>, data: Arc<DeviceData<B>>, cfg: TrialConfig) -> Result<Self> {
+        let mut trial = Self::new_on_host(data, cfg)?;
+        trial.swap_in(lane)?;
+        Ok(trial)
+    }
+
+    /// A trial with fresh weights held on the host: nothing is on the device
+    /// until `swap_in` (which is how the Salus core admits it). Its
+    /// footprint is known already.
+    pub fn new_on_host(data: Arc<DeviceData<B>>, cfg: TrialConfig) -> Result<Self> {
         if cfg.batch_size == 0 || cfg.batch_size > data.n_train {
             return Err(WorkerError::Config(format!(
                 "batch_size {} must be between 1 and the {} training rows",
@@ -87,18 +96,14 @@ impl<B: Backend> TrainTrial<B> {
             )));
         }
         let spec = cfg.spec(data.features, data.task);
-        let group = MlpGroup::new(
-            lane,
-            spec,
-            cfg.batch_size,
-            data.target_cols,
-            vec![cfg.hparams],
-        )?;
+        let (shape, family) =
+            MlpGroup::<B>::shape_of(spec, cfg.batch_size, data.target_cols, &[cfg.hparams])?;
+        let n = shape.spec.n_params();
         let iters_per_epoch = (data.n_train / cfg.batch_size) as u64;
         let report_every = cfg.report_every.unwrap_or(iters_per_epoch).max(1);
-        Ok(TrainTrial {
-            shape: group.shape().clone(),
-            group: Some(group),
+        let mut trial = TrainTrial {
+            shape,
+            group: None,
             swapped: None,
             iteration: 0,
             reports: 0,
@@ -109,7 +114,19 @@ impl<B: Backend> TrainTrial<B> {
             last_report: None,
             data,
             cfg,
-        })
+        };
+        let slot = SlotState {
+            params: trial.shape.spec.init_params(trial.cfg.hparams.seed),
+            opt_state: vec![vec![0.0; n]; family.state_vectors()],
+            train_stats: vec![0.0; kernels::STATS_LEN],
+        };
+        trial.swapped = Some(TrialState {
+            fingerprint: trial.fingerprint(),
+            iteration: 0,
+            reports: 0,
+            slot,
+        });
+        Ok(trial)
     }
 
     pub fn config(&self) -> &TrialConfig {
@@ -280,7 +297,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         }
         if self.group.is_none() {
             let spec = self.shape.spec.clone();
-            self.group = Some(MlpGroup::new(
+            self.group = Some(MlpGroup::zeroed(
                 lane,
                 spec,
                 self.cfg.batch_size,
