@@ -12,7 +12,8 @@ use std::sync::Arc;
 use kernels::Backend;
 
 use crate::error::Result;
-use crate::group::{GroupShape, Workspace};
+pub use crate::group::GroupShape;
+use crate::group::Workspace;
 
 /// An execution context with its ephemeral arena.
 pub struct Lane<B: Backend> {
@@ -90,6 +91,11 @@ impl<B: Backend> Lane<B> {
     /// Bytes held by this lane's arena.
     pub fn arena_bytes(&self) -> usize {
         self.workspaces.keys().map(|s| s.ephemeral_bytes()).sum()
+    }
+
+    /// Frees the workspace of one shape (no job of that shape is left here).
+    pub fn release_workspace(&mut self, shape: &GroupShape) {
+        self.workspaces.remove(shape);
     }
 
     /// Frees the arena; it is rebuilt on the next step.

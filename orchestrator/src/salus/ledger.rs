@@ -95,17 +95,17 @@ impl MemoryLedger {
         fp.persistent_bytes as u64 + self.shared_cost(shared_key, fp.shared_bytes as u64)
     }
 
-    /// Makes `job` resident, with `extra_arena` more bytes for its lane's
-    /// arena (0 when the lane's arena already fits it).
+    /// Makes `job` resident on `lane`, growing the lane's arena by
+    /// `arena_growth` bytes (0 when the lane already holds a workspace of
+    /// the job's shape).
     pub fn admit(
         &mut self,
         job: JobId,
         fp: &Footprint,
         shared_key: &str,
         lane: LaneId,
-        arena_bytes: u64,
+        arena_growth: u64,
     ) -> Result<(), NoRoom> {
-        let arena_growth = arena_bytes.saturating_sub(self.arenas.get(&lane).copied().unwrap_or(0));
         let needed = self.admission_cost(fp, shared_key) + arena_growth;
         let free = self.free();
         if needed > free {
@@ -117,9 +117,19 @@ impl MemoryLedger {
             .entry(shared_key.to_string())
             .or_insert((fp.shared_bytes as u64, 0));
         entry.1 += 1;
-        let arena = self.arenas.entry(lane).or_insert(0);
-        *arena = (*arena).max(arena_bytes);
+        *self.arenas.entry(lane).or_insert(0) += arena_growth;
         Ok(())
+    }
+
+    /// Shrinks a lane's arena by `bytes` (a workspace it no longer needs);
+    /// the lane closes when its arena is empty.
+    pub fn shrink_arena(&mut self, lane: LaneId, bytes: u64) {
+        if let Some(a) = self.arenas.get_mut(&lane) {
+            *a = a.saturating_sub(bytes);
+            if *a == 0 {
+                self.arenas.remove(&lane);
+            }
+        }
     }
 
     /// Releases a job's persistent memory (finished, or swapped out), and
@@ -154,18 +164,30 @@ impl MemoryLedger {
 pub enum Placement {
     /// Open a new lane with an arena of this many bytes.
     NewLane { arena_bytes: u64 },
-    /// Join an existing lane whose arena already fits the job.
-    Join(LaneId),
+    /// Join an existing lane, growing its arena by `arena_growth` bytes.
+    Join { lane: LaneId, arena_growth: u64 },
     /// Nothing fits now: wait in the queue.
     Wait,
 }
 
-/// Salus' placement: a new lane when there is a free lane slot and memory
-/// for its arena; else the best-fitting existing lane (the smallest arena
-/// that fits the job's ephemeral bytes); else wait.
+/// An open lane, as placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneLoad {
+    pub lane: LaneId,
+    /// Jobs assigned to it.
+    pub jobs: usize,
+    /// Whether it already holds a workspace of the new job's shape.
+    pub has_shape: bool,
+}
+
+/// Salus' placement: a new lane while there is a free lane slot and memory
+/// for its arena; else the best-fitting existing lane, which (with arenas
+/// as per-shape workspaces) is one that already holds the job's shape, so
+/// its arena need not grow (the least loaded such lane); else the least
+/// loaded lane that memory lets grow; else wait.
 pub fn place(
     ledger: &MemoryLedger,
-    lanes: &[LaneId],
+    lanes: &[LaneLoad],
     max_lanes: usize,
     fp: &Footprint,
     shared_key: &str,
@@ -179,11 +201,26 @@ pub fn place(
     if lanes.len() < max_lanes && cost + eph <= free {
         return Placement::NewLane { arena_bytes: eph };
     }
+    if let Some(l) = lanes
+        .iter()
+        .filter(|l| l.has_shape)
+        .min_by_key(|l| (l.jobs, l.lane))
+    {
+        return Placement::Join {
+            lane: l.lane,
+            arena_growth: 0,
+        };
+    }
+    if cost + eph > free {
+        return Placement::Wait;
+    }
     lanes
         .iter()
-        .filter_map(|&l| ledger.arena(l).filter(|&a| a >= eph).map(|a| (a, l)))
-        .min()
-        .map_or(Placement::Wait, |(_, l)| Placement::Join(l))
+        .min_by_key(|l| (l.jobs, l.lane))
+        .map_or(Placement::Wait, |l| Placement::Join {
+            lane: l.lane,
+            arena_growth: eph,
+        })
 }
 
 #[cfg(test)]
@@ -202,22 +239,22 @@ mod tests {
     fn admission_keeps_the_rule_and_accounts_exactly() {
         let mut l = MemoryLedger::new(1000);
         l.admit(1, &fp(100, 50, 200), "digits", 0, 50).unwrap();
-        l.admit(2, &fp(100, 50, 200), "digits", 0, 50).unwrap();
+        l.admit(2, &fp(100, 50, 200), "digits", 0, 0).unwrap();
         let s = l.snapshot();
         assert_eq!(
             (s.persistent, s.arenas, s.shared, s.used(), s.free()),
             (200, 50, 200, 450, 550)
         );
-        // A larger arena on the same lane grows it; the data set is counted once.
+        // Another shape on the same lane grows its arena; the data set is counted once.
         l.admit(3, &fp(100, 80, 200), "digits", 0, 80).unwrap();
-        assert_eq!(l.snapshot().used(), 300 + 80 + 200);
-        // 420 bytes are free: 420 persistent plus a 10-byte arena do not fit.
-        let err = l.admit(4, &fp(420, 10, 0), "other", 1, 10).unwrap_err();
+        assert_eq!(l.snapshot().used(), 300 + 130 + 200);
+        // 370 bytes are free: 370 persistent plus a 10-byte arena do not fit.
+        let err = l.admit(4, &fp(370, 10, 0), "other", 1, 10).unwrap_err();
         assert_eq!(
             err,
             NoRoom {
-                needed: 430,
-                free: 420
+                needed: 380,
+                free: 370
             }
         );
         assert!(!l.is_resident(4));
@@ -229,45 +266,76 @@ mod tests {
             0,
             "the data set goes with its last user"
         );
-        l.release_lane(0);
+        l.shrink_arena(0, 50);
+        assert_eq!(l.arena(0), Some(80));
+        l.shrink_arena(0, 80);
+        assert_eq!(l.arena(0), None, "an empty arena closes the lane");
         assert_eq!(l.snapshot().used(), 0);
     }
 
     #[test]
-    fn placement_opens_lanes_then_best_fits() {
-        let mut l = MemoryLedger::new(10_000);
+    fn placement_prefers_a_lane_with_the_shape_then_a_new_lane_then_growth() {
+        let l = MemoryLedger::new(10_000);
+        let load = |lane, jobs, has_shape| LaneLoad {
+            lane,
+            jobs,
+            has_shape,
+        };
         assert_eq!(
             place(&l, &[], 2, &fp(100, 300, 0), "d"),
             Placement::NewLane { arena_bytes: 300 }
         );
-        l.admit(1, &fp(100, 300, 0), "d", 0, 300).unwrap();
-        l.admit(2, &fp(100, 900, 0), "d", 1, 900).unwrap();
-        // Lanes are full: the smallest arena that fits wins.
+        // A free lane slot comes first, even when a lane holds the shape.
         assert_eq!(
-            place(&l, &[0, 1], 2, &fp(100, 250, 0), "d"),
-            Placement::Join(0)
+            place(&l, &[load(1, 1, true)], 2, &fp(100, 300, 0), "d"),
+            Placement::NewLane { arena_bytes: 300 }
         );
         assert_eq!(
-            place(&l, &[0, 1], 2, &fp(100, 500, 0), "d"),
-            Placement::Join(1)
+            place(
+                &l,
+                &[load(0, 3, false), load(1, 1, true)],
+                2,
+                &fp(100, 300, 0),
+                "d"
+            ),
+            Placement::Join {
+                lane: 1,
+                arena_growth: 0
+            }
         );
         assert_eq!(
-            place(&l, &[0, 1], 2, &fp(100, 2000, 0), "d"),
+            place(&l, &[load(0, 3, false)], 2, &fp(100, 300, 0), "d"),
+            Placement::NewLane { arena_bytes: 300 }
+        );
+        assert_eq!(
+            place(
+                &l,
+                &[load(0, 3, false), load(1, 2, false)],
+                2,
+                &fp(100, 300, 0),
+                "d"
+            ),
+            Placement::Join {
+                lane: 1,
+                arena_growth: 300
+            }
+        );
+        // Memory short for the persistent part, or for any growth: wait.
+        assert_eq!(
+            place(&l, &[load(0, 1, true)], 4, &fp(10_001, 10, 0), "d"),
             Placement::Wait
         );
-        // Memory short for the persistent part: wait.
         assert_eq!(
-            place(&l, &[0, 1], 4, &fp(9_000, 10, 0), "d"),
+            place(&l, &[load(0, 1, false)], 4, &fp(9_900, 200, 0), "d"),
             Placement::Wait
         );
-        // 8600 bytes free: room for the job but not for a new 250-byte arena, so join the best fit.
+        // ... unless a lane already holds the shape.
         assert_eq!(
-            place(&l, &[0, 1], 4, &fp(8_500, 250, 0), "d"),
-            Placement::Join(0)
-        );
-        assert_eq!(
-            place(&l, &[0, 1], 4, &fp(8_000, 250, 0), "d"),
-            Placement::NewLane { arena_bytes: 250 }
+            place(&l, &[load(0, 1, true)], 4, &fp(9_900, 200, 0), "d"),
+            Placement::Join {
+                lane: 0,
+                arena_growth: 0
+            }
         );
     }
 

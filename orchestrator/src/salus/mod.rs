@@ -10,14 +10,17 @@
 //!
 //! * [`ledger::MemoryLedger`]: the admission rule
 //!   `sum(persistent of resident jobs) + sum(lane arenas) + shared data <= budget`,
-//!   and [`ledger::place`], Salus' lane placement (a new lane when memory
-//!   allows, else the best-fitting existing lane).
+//!   and [`ledger::place`], Salus' lane placement. A lane's arena is the
+//!   workspaces of the shapes it serves (one per shape, reused by every job
+//!   of that shape on the lane), so the best fit is a lane that already
+//!   holds the job's shape.
 //! * [`policy`]: `pack`, `fair`, `srtf`, `fifo` and `priority` as functions
 //!   from the runnable jobs' state to the job a lane runs next.
 //!
 //! The executor that drives lanes with these decisions is not built yet;
 //! trials still run one after another through `runner`.
 
+pub mod core;
 pub mod ledger;
 pub mod policy;
 

@@ -1,0 +1,644 @@
+//! The executor: lanes that run jobs one iteration at a time.
+//!
+//! Each lane is a host thread that owns a `workers::Lane` (an execution
+//! context and its arena). At every iteration boundary it takes the core's
+//! lock, asks [`policy::next`] which of its runnable jobs goes next, takes
+//! that job out of the table, releases the lock, runs one `step`, and
+//! gives the job back with what happened. Between steps a job belongs to
+//! the table, so the scheduler may pause it, resume it, swap it out or
+//! prune it at any boundary.
+//!
+//! Admission follows [`MemoryLedger`]: a submitted job waits until
+//! [`place`] finds it a lane and memory. A new job's state starts on the
+//! host, so admitting it is a swap-in, done by its lane before its first
+//! step. When a waiting job does not fit and a paused job of lower priority
+//! is resident, that job is swapped out first (the lowest priority first).
+//!
+//! Everything observable leaves as a [`CoreEvent`] on a channel: reports,
+//! endings, swaps, and the per-lane timeline (segments of consecutive
+//! iterations of one job, and switch latencies).
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use kernels::Backend;
+use workers::{Footprint, Job, Lane, Report, StepOutcome, WorkerError, lane::GroupShape};
+
+use super::ledger::{LaneLoad, LedgerSnapshot, MemoryLedger, Placement, place};
+use super::policy::{self, JobState, Policy};
+use super::{JobId, LaneId};
+
+/// How the core runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CoreConfig {
+    pub policy: Policy,
+    pub lanes: usize,
+    /// Intra-op threads per lane (`lanes x threads <= cores` on the CPU).
+    pub threads_per_lane: usize,
+    /// Device bytes the core may use.
+    pub budget: u64,
+}
+
+impl CoreConfig {
+    /// Lanes and threads for `cores` CPU cores: `lanes` lanes (at most one
+    /// per core), sharing the cores between them.
+    pub fn cpu(policy: Policy, lanes: usize, cores: usize, budget: u64) -> Self {
+        let lanes = lanes.clamp(1, cores.max(1));
+        CoreConfig {
+            policy,
+            lanes,
+            threads_per_lane: (cores / lanes).max(1),
+            budget,
+        }
+    }
+}
+
+/// What the core reports.
+#[derive(Debug)]
+pub enum CoreEvent {
+    Admitted {
+        job: JobId,
+        lane: LaneId,
+    },
+    Report {
+        job: JobId,
+        report: Report,
+    },
+    Finished {
+        job: JobId,
+        report: Report,
+        iterations: u64,
+        device_seconds: f64,
+    },
+    Failed {
+        job: JobId,
+        error: WorkerError,
+        iterations: u64,
+        device_seconds: f64,
+    },
+    Pruned {
+        job: JobId,
+        iterations: u64,
+        device_seconds: f64,
+    },
+    /// A swap between host and device (`out`: to the host).
+    Swapped {
+        job: JobId,
+        lane: LaneId,
+        out: bool,
+        bytes: usize,
+        seconds: f64,
+    },
+    /// `iterations` consecutive iterations of `job` on `lane`, in seconds
+    /// since the core started.
+    Segment {
+        lane: LaneId,
+        job: JobId,
+        start: f64,
+        end: f64,
+        iterations: u64,
+    },
+    /// Time between two different jobs' iterations on one lane.
+    Switch {
+        lane: LaneId,
+        from: JobId,
+        to: JobId,
+        seconds: f64,
+    },
+}
+
+struct Entry<B: Backend> {
+    /// `None` while a lane holds it.
+    job: Option<Box<dyn Job<B>>>,
+    sched: JobState,
+    footprint: Footprint,
+    shape: GroupShape,
+    shared_key: String,
+    /// The lane whose arena and memory it holds; `None` while waiting or swapped out.
+    lane: Option<LaneId>,
+    paused: bool,
+    swap_out: bool,
+    prune: bool,
+    iterations: u64,
+}
+
+impl<B: Backend> Entry<B> {
+    fn running(&self) -> bool {
+        self.job.is_none()
+    }
+}
+
+struct State<B: Backend> {
+    policy: Policy,
+    max_lanes: usize,
+    ledger: MemoryLedger,
+    jobs: BTreeMap<JobId, Entry<B>>,
+    next_id: JobId,
+    boundary: u64,
+    stop: bool,
+    events: Sender<CoreEvent>,
+    /// Workspaces a lane should drop: no job of that shape is left on it.
+    drop_shapes: BTreeMap<LaneId, Vec<GroupShape>>,
+}
+
+enum Work<B: Backend> {
+    Step(JobId, Box<dyn Job<B>>),
+    SwapOut(JobId, Box<dyn Job<B>>),
+}
+
+struct Shared<B: Backend> {
+    state: Mutex<State<B>>,
+    wake: Condvar,
+    epoch: Instant,
+}
+
+/// The running core. See the module docs.
+pub struct SalusCore<B: Backend> {
+    shared: Arc<Shared<B>>,
+    lanes: Vec<JoinHandle<()>>,
+}
+
+impl<B: Backend> SalusCore<B> {
+    /// Starts `config.lanes` lane threads on `backend`.
+    pub fn start(
+        backend: Arc<B>,
+        config: CoreConfig,
+        events: Sender<CoreEvent>,
+    ) -> Result<Self, WorkerError> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                policy: config.policy,
+                max_lanes: config.lanes,
+                ledger: MemoryLedger::new(config.budget),
+                jobs: BTreeMap::new(),
+                next_id: 0,
+                boundary: 0,
+                stop: false,
+                events,
+                drop_shapes: BTreeMap::new(),
+            }),
+            wake: Condvar::new(),
+            epoch: Instant::now(),
+        });
+        let mut lanes = Vec::new();
+        for id in 0..config.lanes {
+            let lane = Lane::new(backend.clone(), id, config.threads_per_lane)?;
+            let shared = shared.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("salus-lane-{id}"))
+                .spawn(move || lane_main(lane, shared))
+                .map_err(|e| WorkerError::Config(format!("cannot start lane thread: {e}")))?;
+            lanes.push(handle);
+        }
+        Ok(SalusCore { shared, lanes })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a job; it runs once memory and a lane allow.
+    pub fn submit(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
+        let mut st = self.lock();
+        let id = st.next_id;
+        st.next_id += 1;
+        let sched = JobState {
+            id,
+            arrival: id,
+            remaining_iterations: job.total_iterations() - job.iterations_done(),
+            device_time: 0.0,
+            priority,
+            last_run: 0,
+        };
+        let entry = Entry {
+            footprint: job.footprint(),
+            shape: job.fusion_key().shape,
+            iterations: job.iterations_done(),
+            job: Some(job),
+            sched,
+            shared_key: shared_key.to_string(),
+            lane: None,
+            paused: false,
+            swap_out: false,
+            prune: false,
+        };
+        st.jobs.insert(id, entry);
+        st.admit_waiting();
+        drop(st);
+        self.shared.wake.notify_all();
+        id
+    }
+
+    fn with_job(&self, id: JobId, f: impl FnOnce(&mut Entry<B>)) {
+        let mut st = self.lock();
+        if let Some(e) = st.jobs.get_mut(&id) {
+            f(e);
+        }
+        st.admit_waiting();
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
+    /// Stops running `id` at its next boundary; it stays resident until
+    /// memory is needed.
+    pub fn pause(&self, id: JobId) {
+        self.with_job(id, |e| e.paused = true);
+    }
+
+    /// Lets a paused job run again (swapping it back in if it was swapped out).
+    pub fn resume(&self, id: JobId) {
+        self.with_job(id, |e| e.paused = false);
+    }
+
+    /// Moves a paused, resident job's state to the host now.
+    pub fn swap_out(&self, id: JobId) {
+        self.with_job(id, |e| {
+            if e.lane.is_some() {
+                e.swap_out = true;
+            }
+        });
+    }
+
+    /// Ends a job at its next boundary.
+    pub fn prune(&self, id: JobId) {
+        let mut st = self.lock();
+        if let Some(e) = st.jobs.get_mut(&id) {
+            e.prune = true;
+            if !e.running() {
+                st.remove(id, Ending::Pruned);
+            }
+        }
+        st.admit_waiting();
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
+    pub fn set_priority(&self, id: JobId, priority: f64) {
+        self.with_job(id, |e| e.sched.priority = priority);
+    }
+
+    /// The memory accounting now.
+    pub fn ledger(&self) -> LedgerSnapshot {
+        self.lock().ledger.snapshot()
+    }
+
+    /// Jobs not yet ended.
+    pub fn live_jobs(&self) -> usize {
+        self.lock().jobs.len()
+    }
+
+    /// Stops every lane at its next boundary and returns the jobs that had
+    /// not ended, by id.
+    pub fn shutdown(mut self) -> Vec<(JobId, Box<dyn Job<B>>)> {
+        self.lock().stop = true;
+        self.shared.wake.notify_all();
+        for h in self.lanes.drain(..) {
+            let _ = h.join();
+        }
+        let mut st = self.lock();
+        std::mem::take(&mut st.jobs)
+            .into_iter()
+            .filter_map(|(id, e)| e.job.map(|j| (id, j)))
+            .collect()
+    }
+}
+
+impl<B: Backend> Drop for SalusCore<B> {
+    fn drop(&mut self) {
+        if !self.lanes.is_empty() {
+            self.lock().stop = true;
+            self.shared.wake.notify_all();
+            for h in self.lanes.drain(..) {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+enum Ending {
+    Finished(Report),
+    Failed(WorkerError),
+    Pruned,
+}
+
+impl<B: Backend> State<B> {
+    fn emit(&self, e: CoreEvent) {
+        let _ = self.events.send(e);
+    }
+
+    fn lane_loads(&self, shape: &GroupShape) -> Vec<LaneLoad> {
+        let mut loads: BTreeMap<LaneId, LaneLoad> = BTreeMap::new();
+        for e in self.jobs.values() {
+            if let Some(l) = e.lane {
+                let load = loads.entry(l).or_insert(LaneLoad {
+                    lane: l,
+                    jobs: 0,
+                    has_shape: false,
+                });
+                load.jobs += 1;
+                load.has_shape |= &e.shape == shape;
+            }
+        }
+        // Lanes whose arena is still held but have no jobs count as open too.
+        for l in 0..self.max_lanes {
+            if self.ledger.arena(l).is_some() {
+                loads.entry(l).or_insert(LaneLoad {
+                    lane: l,
+                    jobs: 0,
+                    has_shape: false,
+                });
+            }
+        }
+        loads.into_values().collect()
+    }
+
+    /// Admits waiting jobs in the policy's order while memory and lanes allow.
+    fn admit_waiting(&mut self) {
+        let waiting: Vec<JobState> = self
+            .jobs
+            .values()
+            .filter(|e| e.lane.is_none() && !e.paused && !e.running() && !e.prune)
+            .map(|e| e.sched)
+            .collect();
+        for id in policy::admission_order(self.policy, &waiting) {
+            let (fp, shape, key) = {
+                let e = &self.jobs[&id];
+                (e.footprint, e.shape.clone(), e.shared_key.clone())
+            };
+            let loads = self.lane_loads(&shape);
+            let (lane, growth) = match place(&self.ledger, &loads, self.max_lanes, &fp, &key) {
+                Placement::NewLane { arena_bytes } => {
+                    let open: Vec<LaneId> = loads.iter().map(|l| l.lane).collect();
+                    match (0..self.max_lanes).find(|l| !open.contains(l)) {
+                        Some(l) => (l, arena_bytes),
+                        None => continue,
+                    }
+                }
+                Placement::Join { lane, arena_growth } => (lane, arena_growth),
+                Placement::Wait => {
+                    self.make_room(id);
+                    continue;
+                }
+            };
+            if self.ledger.admit(id, &fp, &key, lane, growth).is_ok() {
+                self.jobs.get_mut(&id).expect("waiting job").lane = Some(lane);
+                self.emit(CoreEvent::Admitted { job: id, lane });
+            }
+        }
+    }
+
+    /// Asks for the lowest-priority paused, resident job below `for_job`'s
+    /// priority to be swapped out, if none is already on its way out. One
+    /// still finishing its iteration counts: it goes out at that boundary.
+    fn make_room(&mut self, for_job: JobId) {
+        if self.jobs.values().any(|e| e.swap_out) {
+            return;
+        }
+        let want = self.jobs[&for_job].sched.priority;
+        let victim = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.paused && e.lane.is_some() && e.sched.priority <= want)
+            .min_by(|a, b| {
+                a.1.sched
+                    .priority
+                    .total_cmp(&b.1.sched.priority)
+                    .then(a.0.cmp(b.0))
+            })
+            .map(|(id, _)| *id);
+        if let Some(v) = victim {
+            self.jobs.get_mut(&v).expect("victim").swap_out = true;
+        }
+    }
+
+    /// Frees `id`'s memory on its lane (ledger and, if it was the last job
+    /// of its shape there, the workspace).
+    fn leave_lane(&mut self, id: JobId) {
+        let (lane, shape, key, eph) = {
+            let e = &self.jobs[&id];
+            (
+                e.lane,
+                e.shape.clone(),
+                e.shared_key.clone(),
+                e.footprint.ephemeral_bytes as u64,
+            )
+        };
+        let Some(lane) = lane else { return };
+        self.ledger.release(id, &key);
+        self.jobs.get_mut(&id).expect("job").lane = None;
+        let shape_left = self
+            .jobs
+            .values()
+            .any(|e| e.lane == Some(lane) && e.shape == shape);
+        if !shape_left {
+            self.ledger.shrink_arena(lane, eph);
+            self.drop_shapes.entry(lane).or_default().push(shape);
+        }
+    }
+
+    fn remove(&mut self, id: JobId, ending: Ending) {
+        self.leave_lane(id);
+        let e = self.jobs.remove(&id).expect("job");
+        let (iterations, device_seconds) = (e.iterations, e.sched.device_time);
+        self.emit(match ending {
+            Ending::Finished(report) => CoreEvent::Finished {
+                job: id,
+                report,
+                iterations,
+                device_seconds,
+            },
+            Ending::Failed(error) => CoreEvent::Failed {
+                job: id,
+                error,
+                iterations,
+                device_seconds,
+            },
+            Ending::Pruned => CoreEvent::Pruned {
+                job: id,
+                iterations,
+                device_seconds,
+            },
+        });
+    }
+
+    fn next_work(&mut self, lane: LaneId) -> Option<Work<B>> {
+        if let Some((&id, _)) = self
+            .jobs
+            .iter()
+            .find(|(_, e)| e.lane == Some(lane) && e.swap_out && !e.running())
+        {
+            let job = self
+                .jobs
+                .get_mut(&id)
+                .expect("job")
+                .job
+                .take()
+                .expect("not running");
+            return Some(Work::SwapOut(id, job));
+        }
+        let runnable: Vec<JobState> = self
+            .jobs
+            .values()
+            .filter(|e| e.lane == Some(lane) && !e.running() && !e.paused && !e.prune)
+            .map(|e| e.sched)
+            .collect();
+        let id = policy::next(self.policy, &runnable)?;
+        let job = self
+            .jobs
+            .get_mut(&id)
+            .expect("job")
+            .job
+            .take()
+            .expect("not running");
+        Some(Work::Step(id, job))
+    }
+
+    fn return_step(
+        &mut self,
+        id: JobId,
+        job: Box<dyn Job<B>>,
+        result: Result<StepOutcome, WorkerError>,
+        seconds: f64,
+    ) {
+        self.boundary += 1;
+        let boundary = self.boundary;
+        let e = self.jobs.get_mut(&id).expect("job");
+        e.job = Some(job);
+        e.sched.device_time += seconds;
+        e.sched.last_run = boundary;
+        let ok = result.is_ok();
+        if ok {
+            e.iterations += 1;
+            e.sched.remaining_iterations = e.sched.remaining_iterations.saturating_sub(1);
+        }
+        let prune = e.prune;
+        match result {
+            Ok(StepOutcome::Continue) => {}
+            Ok(StepOutcome::Report(report)) => self.emit(CoreEvent::Report { job: id, report }),
+            Ok(StepOutcome::Finished(report)) => return self.remove(id, Ending::Finished(report)),
+            Err(error) => return self.remove(id, Ending::Failed(error)),
+        }
+        if prune {
+            self.remove(id, Ending::Pruned);
+        }
+    }
+}
+
+fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
+    let mut lane = lane;
+    let id = lane.id();
+    lane.run(|lane| {
+        // The job whose iterations the current timeline segment covers.
+        let mut segment: Option<(JobId, f64, f64, u64)> = None;
+        let flush = |seg: &mut Option<(JobId, f64, f64, u64)>, st: &State<B>| {
+            if let Some((job, start, end, iterations)) = seg.take() {
+                st.emit(CoreEvent::Segment {
+                    lane: id,
+                    job,
+                    start,
+                    end,
+                    iterations,
+                });
+            }
+        };
+        loop {
+            let work = {
+                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if let Some(shapes) = st.drop_shapes.remove(&id) {
+                        shapes.iter().for_each(|s| lane.release_workspace(s));
+                    }
+                    if st.stop {
+                        flush(&mut segment, &st);
+                        return;
+                    }
+                    if let Some(w) = st.next_work(id) {
+                        break w;
+                    }
+                    flush(&mut segment, &st);
+                    st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            match work {
+                Work::Step(job_id, mut job) => {
+                    let start = shared.epoch.elapsed().as_secs_f64();
+                    let switched = segment
+                        .as_ref()
+                        .filter(|s| s.0 != job_id)
+                        .map(|s| (s.0, s.2));
+                    let mut swap_in = None;
+                    let result = if job.is_resident() {
+                        Ok(())
+                    } else {
+                        let t = Instant::now();
+                        job.swap_in(lane)
+                            .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
+                    };
+                    let t0 = shared.epoch.elapsed().as_secs_f64();
+                    let result = result.and_then(|_| job.step(lane));
+                    let end = shared.epoch.elapsed().as_secs_f64();
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some((bytes, seconds)) = swap_in {
+                        st.emit(CoreEvent::Swapped {
+                            job: job_id,
+                            lane: id,
+                            out: false,
+                            bytes,
+                            seconds,
+                        });
+                    }
+                    if let Some((from, prev_end)) = switched {
+                        st.emit(CoreEvent::Switch {
+                            lane: id,
+                            from,
+                            to: job_id,
+                            seconds: (start - prev_end).max(0.0),
+                        });
+                    }
+                    match &mut segment {
+                        Some(s) if s.0 == job_id => {
+                            s.2 = end;
+                            s.3 += 1;
+                        }
+                        _ => {
+                            flush(&mut segment, &st);
+                            segment = Some((job_id, t0, end, 1));
+                        }
+                    }
+                    st.return_step(job_id, job, result, end - t0);
+                    st.admit_waiting();
+                    drop(st);
+                    shared.wake.notify_all();
+                }
+                Work::SwapOut(job_id, mut job) => {
+                    let t = Instant::now();
+                    let result = job.swap_out(lane);
+                    let seconds = t.elapsed().as_secs_f64();
+                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let e = st.jobs.get_mut(&job_id).expect("job");
+                    e.job = Some(job);
+                    e.swap_out = false;
+                    match result {
+                        Ok(bytes) => {
+                            st.leave_lane(job_id);
+                            st.emit(CoreEvent::Swapped {
+                                job: job_id,
+                                lane: id,
+                                out: true,
+                                bytes,
+                                seconds,
+                            });
+                        }
+                        Err(error) => st.remove(job_id, Ending::Failed(error)),
+                    }
+                    st.admit_waiting();
+                    drop(st);
+                    shared.wake.notify_all();
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,394 @@
+//! The Salus core with real trials on the CPU: interleaving, admission
+//! under a memory budget, pause, swap, resume, priorities and pruning.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, channel};
+
+use kernels::{Activation, CpuBackend};
+use salus_tune::salus::JobId;
+use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use salus_tune::salus::policy::Policy;
+use workers::data::{split, synthetic_classification};
+use workers::{
+    DeviceData, Job, Lane, Optimizer, Report, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
+};
+
+type Data = Arc<DeviceData<CpuBackend>>;
+
+fn data() -> Data {
+    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1).unwrap();
+    DeviceData::upload(
+        &mut lane,
+        &split(&synthetic_classification(400, 12, 4, 6, 3), 0.25, 0).unwrap(),
+    )
+    .unwrap()
+}
+
+fn cfg(width: usize, seed: u64, epochs: u64) -> TrialConfig {
+    TrialConfig {
+        hidden: vec![width, width],
+        activation: Activation::Relu,
+        batch_size: 25,
+        epochs,
+        hparams: SlotHparams {
+            optimizer: Optimizer::adam(),
+            lr: 3e-3,
+            weight_decay: 0.0,
+            dropout: 0.1,
+            seed,
+        },
+        report_every: None,
+    }
+}
+
+/// The reports of a trial run alone on its own lane.
+fn alone(data: &Data, c: &TrialConfig) -> Vec<Report> {
+    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 9, 1).unwrap();
+    let mut t = TrainTrial::new(&mut lane, data.clone(), c.clone()).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match t.step(&mut lane).unwrap() {
+            StepOutcome::Continue => {}
+            StepOutcome::Report(r) => out.push(r),
+            StepOutcome::Finished(r) => {
+                out.push(r);
+                return out;
+            }
+        }
+    }
+}
+
+fn job(data: &Data, c: &TrialConfig) -> Box<dyn Job<CpuBackend>> {
+    Box::new(TrainTrial::new_on_host(data.clone(), c.clone()).unwrap())
+}
+
+fn bytes(data: &Data, c: &TrialConfig) -> u64 {
+    let fp = job(data, c).footprint();
+    (fp.persistent_bytes + fp.ephemeral_bytes) as u64
+}
+
+/// Every event until no job is left, with each job's reports.
+struct Log {
+    reports: BTreeMap<JobId, Vec<Report>>,
+    events: Vec<CoreEvent>,
+}
+
+fn drain(rx: &Receiver<CoreEvent>, jobs: usize, mut on: impl FnMut(&CoreEvent)) -> Log {
+    let mut log = Log {
+        reports: BTreeMap::new(),
+        events: Vec::new(),
+    };
+    let mut ended = 0;
+    while ended < jobs {
+        let ev = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("an event within a minute");
+        on(&ev);
+        match &ev {
+            CoreEvent::Report { job, report } => {
+                log.reports.entry(*job).or_default().push(report.clone())
+            }
+            CoreEvent::Finished { job, report, .. } => {
+                log.reports.entry(*job).or_default().push(report.clone());
+                ended += 1;
+            }
+            CoreEvent::Failed { error, .. } => panic!("a job failed: {error}"),
+            CoreEvent::Pruned { .. } => ended += 1,
+            _ => {}
+        }
+        log.events.push(ev);
+    }
+    log
+}
+
+#[test]
+fn interleaved_jobs_give_exactly_what_they_give_alone() {
+    let data = data();
+    let configs: Vec<TrialConfig> = [8, 16, 8, 24, 16]
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| cfg(w, i as u64, 3))
+        .collect();
+    for policy in [
+        Policy::Pack,
+        Policy::Fair,
+        Policy::Srtf,
+        Policy::Fifo,
+        Policy::Priority,
+    ] {
+        let (tx, rx) = channel();
+        let core = SalusCore::start(
+            Arc::new(CpuBackend::new()),
+            CoreConfig::cpu(policy, 2, 2, 1 << 30),
+            tx,
+        )
+        .unwrap();
+        let ids: Vec<JobId> = configs
+            .iter()
+            .map(|c| core.submit(job(&data, c), 0.0, "d"))
+            .collect();
+        let log = drain(&rx, ids.len(), |_| {});
+        for (id, c) in ids.iter().zip(&configs) {
+            assert_eq!(log.reports[id], alone(&data, c), "{policy:?}: job {id}");
+        }
+        // Under pack both lanes are used and jobs interleave on them.
+        if policy == Policy::Pack {
+            let lanes: std::collections::BTreeSet<usize> = log
+                .events
+                .iter()
+                .filter_map(|e| {
+                    if let CoreEvent::Admitted { lane, .. } = e {
+                        Some(*lane)
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            assert_eq!(lanes.len(), 2);
+            assert!(
+                log.events
+                    .iter()
+                    .any(|e| matches!(e, CoreEvent::Switch { .. }))
+            );
+        }
+        assert_eq!(core.ledger().used(), 0, "everything released");
+        core.shutdown();
+    }
+}
+
+#[test]
+fn admission_never_exceeds_the_memory_budget() {
+    let data = data();
+    let c = cfg(32, 1, 2);
+    let fp = job(&data, &c).footprint();
+    // Two trials on two lanes, and their data set; not a third persistent part.
+    let budget = 2 * bytes(&data, &c) + data.bytes() as u64 + fp.persistent_bytes as u64 / 2;
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 2, 2, budget),
+        tx,
+    )
+    .unwrap();
+    let ids: Vec<JobId> = (0..6)
+        .map(|i| core.submit(job(&data, &cfg(32, i, 2)), 0.0, "d"))
+        .collect();
+    let (mut resident, mut max_resident) = (0i32, 0);
+    let mut lanes = std::collections::BTreeSet::new();
+    let log = drain(&rx, ids.len(), |e| {
+        assert!(core.ledger().used() <= budget);
+        match e {
+            CoreEvent::Admitted { lane, .. } => {
+                lanes.insert(*lane);
+                resident += 1;
+                max_resident = max_resident.max(resident);
+            }
+            CoreEvent::Finished { .. } => resident -= 1,
+            _ => {}
+        }
+    });
+    assert_eq!(max_resident, 2, "two fit, no more");
+    assert_eq!(lanes.len(), 2, "a new lane while one is free");
+    assert_eq!(log.reports.len(), 6, "every job ran once memory allowed");
+}
+
+/// A job that stops before iteration `at` until the test lets it go.
+struct Gated {
+    inner: Box<dyn Job<CpuBackend>>,
+    at: u64,
+    reached: std::sync::mpsc::Sender<u64>,
+    go: Receiver<()>,
+    tag: u64,
+}
+
+impl Job<CpuBackend> for Gated {
+    fn footprint(&self) -> workers::Footprint {
+        self.inner.footprint()
+    }
+    fn fusion_key(&self) -> workers::FusionKey {
+        self.inner.fusion_key()
+    }
+    fn iterations_done(&self) -> u64 {
+        self.inner.iterations_done()
+    }
+    fn total_iterations(&self) -> u64 {
+        self.inner.total_iterations()
+    }
+    fn is_resident(&self) -> bool {
+        self.inner.is_resident()
+    }
+    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<StepOutcome> {
+        if self.inner.iterations_done() == self.at {
+            self.reached.send(self.tag).unwrap();
+            self.go.recv().unwrap();
+        }
+        self.inner.step(lane)
+    }
+    fn report(&self) -> Option<&Report> {
+        self.inner.report()
+    }
+    fn export_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+    ) -> workers::Result<workers::TrialState> {
+        self.inner.export_state(lane)
+    }
+    fn import_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+        state: &workers::TrialState,
+    ) -> workers::Result<()> {
+        self.inner.import_state(lane, state)
+    }
+    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+        self.inner.swap_out(lane)
+    }
+    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+        self.inner.swap_in(lane)
+    }
+}
+
+/// A gated job, the receiver of its "reached" signal and the sender of "go".
+fn gated(
+    data: &Data,
+    c: &TrialConfig,
+    at: u64,
+    tag: u64,
+    reached: &std::sync::mpsc::Sender<u64>,
+) -> (Box<dyn Job<CpuBackend>>, std::sync::mpsc::Sender<()>) {
+    let (go_tx, go_rx) = channel();
+    (
+        Box::new(Gated {
+            inner: job(data, c),
+            at,
+            reached: reached.clone(),
+            go: go_rx,
+            tag,
+        }),
+        go_tx,
+    )
+}
+
+#[test]
+fn pause_swap_and_resume_continue_bit_exactly() {
+    let data = data();
+    let c = cfg(16, 7, 4);
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30),
+        tx,
+    )
+    .unwrap();
+    let (reached_tx, reached) = channel();
+    let (j, go) = gated(&data, &c, 15, 0, &reached_tx);
+    let id = core.submit(j, 0.0, "d");
+    // Mid-epoch, before iteration 15: pause it and move it to the host.
+    reached.recv().unwrap();
+    core.pause(id);
+    core.swap_out(id);
+    go.send(()).unwrap();
+    let mut swapped = Vec::new();
+    let log = drain(&rx, 1, |e| {
+        if let CoreEvent::Swapped { out, bytes, .. } = e {
+            swapped.push((*out, *bytes));
+            if *out {
+                assert_eq!(
+                    core.ledger().persistent,
+                    0,
+                    "swapped out: no persistent memory held"
+                );
+                core.resume(id);
+            }
+        }
+    });
+    assert_eq!(
+        log.reports[&id],
+        alone(&data, &c),
+        "the same trajectory as an uninterrupted run"
+    );
+    let persistent = job(&data, &c).footprint().persistent_bytes;
+    // Admission (in), swap out, swap back in.
+    assert_eq!(
+        swapped,
+        vec![(false, persistent), (true, persistent), (false, persistent)]
+    );
+}
+
+#[test]
+fn higher_priority_work_swaps_out_the_lowest_priority_paused_job() {
+    let data = data();
+    let (cl, cm, ch) = (cfg(32, 1, 3), cfg(32, 2, 3), cfg(32, 3, 3));
+    let fp = job(&data, &cl).footprint();
+    // One lane; room for two trials' persistent state, not three.
+    let budget =
+        (2 * fp.persistent_bytes + fp.ephemeral_bytes + data.bytes() + fp.persistent_bytes / 2)
+            as u64;
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Priority, 1, 1, budget),
+        tx,
+    )
+    .unwrap();
+    let (reached_tx, reached) = channel();
+    let (jl, go_low) = gated(&data, &cl, 5, 1, &reached_tx);
+    let (jm, go_mid) = gated(&data, &cm, 5, 2, &reached_tx);
+    let low = core.submit(jl, 1.0, "d");
+    let mid = core.submit(jm, 2.0, "d");
+    // The higher priority runs first: mid reaches its gate, is paused; then low.
+    assert_eq!(reached.recv().unwrap(), 2);
+    core.pause(mid);
+    go_mid.send(()).unwrap();
+    assert_eq!(reached.recv().unwrap(), 1);
+    core.pause(low);
+    let high = core.submit(job(&data, &ch), 9.0, "d");
+    go_low.send(()).unwrap();
+    let mut swapped_out = Vec::new();
+    let log = drain(&rx, 3, |e| match e {
+        CoreEvent::Swapped { job, out: true, .. } => swapped_out.push(*job),
+        CoreEvent::Finished { job, .. } if *job == high => {
+            core.resume(low);
+            core.resume(mid);
+        }
+        _ => {}
+    });
+    assert_eq!(
+        swapped_out,
+        vec![low],
+        "only the lowest-priority paused job made room"
+    );
+    assert_eq!(log.reports[&low], alone(&data, &cl));
+    assert_eq!(log.reports[&mid], alone(&data, &cm));
+    assert_eq!(log.reports[&high], alone(&data, &ch));
+}
+
+#[test]
+fn a_pruned_job_ends_and_frees_its_memory() {
+    let data = data();
+    let (tx, rx) = channel();
+    let core = Arc::new(
+        SalusCore::start(
+            Arc::new(CpuBackend::new()),
+            CoreConfig::cpu(Policy::Fifo, 1, 1, 1 << 30),
+            tx,
+        )
+        .unwrap(),
+    );
+    let a = core.submit(job(&data, &cfg(16, 1, 50)), 0.0, "d");
+    let b = core.submit(job(&data, &cfg(16, 2, 2)), 0.0, "d");
+    let mut pruned = Vec::new();
+    drain(&rx, 2, |e| match e {
+        CoreEvent::Report { job, .. } if *job == a => core.prune(a),
+        CoreEvent::Pruned {
+            job, iterations, ..
+        } => pruned.push((*job, *iterations)),
+        _ => {}
+    });
+    assert_eq!(pruned.len(), 1);
+    assert_eq!(pruned[0].0, a);
+    assert!(pruned[0].1 < 50 * 12, "ended early");
+    let _ = b;
+    assert_eq!(core.ledger().used(), 0);
+}
