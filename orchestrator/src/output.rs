@@ -83,10 +83,7 @@ fn cell(v: &Value) -> String {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => format!("{f:.6}")
-                .trim_end_matches('0')
-                .trim_end_matches('.')
-                .to_string(),
+            Some(f) if n.is_f64() => fmt_float(f),
             _ => n.to_string(),
         },
         other => other.to_string(),

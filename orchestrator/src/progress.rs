@@ -14,7 +14,7 @@ pub enum Reporter {
     Bars {
         multi: MultiProgress,
         overall: ProgressBar,
-        trial: Option<ProgressBar>,
+        trials: std::collections::BTreeMap<i64, ProgressBar>,
         metric: String,
     },
     /// One line per event, to standard error.
@@ -40,7 +40,7 @@ impl Reporter {
             Reporter::Bars {
                 multi,
                 overall,
-                trial: None,
+                trials: Default::default(),
                 metric: String::new(),
             }
         } else {
@@ -97,7 +97,7 @@ impl Reporter {
 
     pub fn trial_start(&mut self, number: i64, params: &str, reports: u64) {
         match self {
-            Reporter::Bars { multi, trial, .. } => {
+            Reporter::Bars { multi, trials, .. } => {
                 let bar = multi.add(ProgressBar::new(reports));
                 bar.set_style(
                     ProgressStyle::with_template(
@@ -108,26 +108,25 @@ impl Reporter {
                 );
                 bar.set_prefix(number.to_string());
                 bar.set_message(params.to_string());
-                *trial = Some(bar);
+                trials.insert(number, bar);
             }
             Reporter::Lines { .. } => eprintln!("trial {number} started: {params}"),
             Reporter::Quiet => {}
         }
     }
 
-    pub fn trial_report(&mut self, _number: i64, step: u64, metric: &str, value: f64) {
-        if let Reporter::Bars {
-            trial: Some(bar), ..
-        } = self
+    pub fn trial_report(&mut self, number: i64, step: u64, metric: &str, value: f64) {
+        if let Reporter::Bars { trials, .. } = self
+            && let Some(bar) = trials.get(&number)
         {
             bar.set_position(step);
             bar.set_message(format!("{metric}={value:.4}"));
         }
     }
 
-    fn finish_bar(&mut self) {
-        if let Reporter::Bars { trial, multi, .. } = self
-            && let Some(bar) = trial.take()
+    fn finish_bar(&mut self, number: i64) {
+        if let Reporter::Bars { trials, multi, .. } = self
+            && let Some(bar) = trials.remove(&number)
         {
             bar.finish_and_clear();
             multi.remove(&bar);
@@ -141,7 +140,7 @@ impl Reporter {
         best: Option<(i64, f64)>,
         finished: u64,
     ) {
-        self.finish_bar();
+        self.finish_bar(number);
         match self {
             Reporter::Bars {
                 multi,
@@ -169,12 +168,12 @@ impl Reporter {
     }
 
     pub fn trial_failed(&mut self, number: i64, reason: &str) {
-        self.finish_bar();
+        self.finish_bar(number);
         self.note(&format!("trial {number} FAIL: {reason}"));
     }
 
     pub fn trial_interrupted(&mut self, number: i64) {
-        self.finish_bar();
+        self.finish_bar(number);
         self.note(&format!(
             "trial {number} interrupted; it is WAITING and will run first when the study resumes"
         ));

@@ -1,8 +1,9 @@
 //! Runs a study: propose, train, record, until the budget is spent.
 //!
-//! Trials run one after another on one lane for now; the Salus core will
-//! schedule many at once. The runner owns no output: it tells a
-//! [`Reporter`] what happens, and the writer what to store.
+//! Every trial runs through the Salus core: the runner keeps up to
+//! `max_concurrent` trials submitted (default: two per lane), and turns the
+//! core's events into storage writes and progress. It owns no output: it
+//! tells a [`Reporter`] what happens, and the writer what to store.
 //!
 //! Resuming: trials that are finished (COMPLETE, PRUNED, FAIL) count toward
 //! the budget. A trial left RUNNING by a process that died, or interrupted
@@ -13,16 +14,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use std::collections::BTreeMap;
+
 use kernels::{Backend, CpuBackend};
-use workers::{DeviceData, Job, Lane, StepOutcome, TrainTrial, WorkerError};
+use workers::{DeviceData, Job, Lane, TrainTrial, WorkerError};
 
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
+use crate::salus::JobId;
+use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::ledger::MemoryLedger;
+use crate::salus::policy::default_policy;
 use crate::sampler::{GridSampler, RandomSampler, Sampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
-use crate::storage::writer::{TrialResources, WriteOp};
+use crate::storage::writer::{LaneStats, RunInfo, TrialResources, WriteOp};
 use crate::storage::{StudyInfo, TrialRow, TrialState, Writer};
-use crate::study::{SamplerKind, Study};
+use crate::study::{PrunerKind, SamplerKind, Study};
 
 /// What a run was asked to do beyond the study file.
 #[derive(Debug, Clone, Default)]
@@ -93,7 +100,36 @@ pub struct Runner<'a> {
     pub options: RunOptions,
 }
 
+/// A trial handed to the core.
+struct Flight {
+    pending: Pending,
+    history_index: usize,
+    footprint: workers::Footprint,
+    total_iterations: u64,
+}
+
+/// Per-lane totals for `salus_lane_stats`.
+#[derive(Default)]
+struct LaneTally {
+    iterations: i64,
+    busy_s: f64,
+    switches: i64,
+    switch_sum_s: f64,
+    switch_max_s: f64,
+}
+
 impl Runner<'_> {
+    /// The core's settings from `[scheduler]` and this machine.
+    fn core_config(&self, backend: &CpuBackend) -> CoreConfig {
+        let s = &self.study.scheduler;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let policy = s
+            .policy
+            .unwrap_or(default_policy(self.study.pruner != PrunerKind::None));
+        let budget = MemoryLedger::cpu_budget(s.memory_bytes, backend.memory_bytes() as u64);
+        CoreConfig::cpu(policy, s.lanes.unwrap_or(cores), cores, budget)
+    }
+
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
     pub fn run(mut self, existing: Vec<TrialRow>) -> Result<RunSummary> {
         let study = self.study;
@@ -103,23 +139,20 @@ impl Runner<'_> {
         if let Some(max) = self.max_batch()
             && max as usize > data.n_train
         {
-            {
-                let (line, col) = study.positions.get("batch_size").copied().unwrap_or((0, 0));
-                return Err(Error::Study {
-                    path: study.path.display().to_string(),
-                    line,
-                    col,
-                    key: "train.batch_size".into(),
-                    msg: format!(
-                        "batch_size can be {max}, but the training split has only {} rows",
-                        data.n_train
-                    ),
-                });
-            }
+            let (line, col) = study.positions.get("batch_size").copied().unwrap_or((0, 0));
+            return Err(Error::Study {
+                path: study.path.display().to_string(),
+                line,
+                col,
+                key: "train.batch_size".into(),
+                msg: format!(
+                    "batch_size can be {max}, but the training split has only {} rows",
+                    data.n_train
+                ),
+            });
         }
         let backend = Arc::new(CpuBackend::new());
-        let mut lane = Lane::new(backend.clone(), 0, 1)?;
-        let device_data = DeviceData::upload(&mut lane, &data)?;
+        let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
 
         let mut history: Vec<TrialRecord> = Vec::new();
         let mut waiting = std::collections::VecDeque::new();
@@ -164,75 +197,310 @@ impl Runner<'_> {
                 .map_err(Error::Input)?,
             ),
         };
-        self.writer.send(WriteOp::Event { study_id: self.info.id, trial_id: None, kind: "study_start", detail: serde_json::json!({ "budget": budget, "finished": finished, "device": backend.name() }).to_string() })?;
+
+        let config = self.core_config(&backend);
+        let max_concurrent = study
+            .scheduler
+            .max_concurrent
+            .unwrap_or(2 * config.lanes)
+            .max(1);
+        let run_id = self.writer.start_run(
+            self.info.id,
+            RunInfo {
+                device: backend.name(),
+                policy: format!("{:?}", config.policy).to_lowercase(),
+                lanes: config.lanes as i64,
+                threads_per_lane: config.threads_per_lane as i64,
+                budget_bytes: config.budget as i64,
+            },
+        )?;
+        self.writer.send(WriteOp::Event {
+            study_id: self.info.id,
+            trial_id: None,
+            kind: "study_start",
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": backend.name(), "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent }).to_string(),
+        })?;
         self.reporter.study_start(study, budget, finished, best);
+        let (events, rx) = std::sync::mpsc::channel();
+        let core = SalusCore::start(backend.clone(), config, events)?;
 
         let started = Instant::now();
-        let mut ran = 0;
-        let mut interrupted = false;
-        while finished < budget {
+        let mut in_flight: BTreeMap<JobId, Flight> = BTreeMap::new();
+        let mut lanes: BTreeMap<usize, LaneTally> = BTreeMap::new();
+        let (mut ran, mut interrupted, mut exhausted) = (0u64, false, false);
+        loop {
             if self.stop.load(Ordering::SeqCst) {
                 interrupted = true;
                 break;
             }
-            if study.timeout.is_some_and(|t| started.elapsed() >= t) {
-                self.reporter.note(&format!(
-                    "timeout of {:?} reached; no new trials",
-                    study.timeout.unwrap()
-                ));
+            let timed_out = study.timeout.is_some_and(|t| started.elapsed() >= t);
+            while !exhausted
+                && !timed_out
+                && in_flight.len() < max_concurrent
+                && finished + (in_flight.len() as u64) < budget
+            {
+                let pending = match waiting.pop_front() {
+                    Some(p) => {
+                        self.writer.send(WriteOp::StartTrial {
+                            trial_id: p.trial_id,
+                        })?;
+                        p
+                    }
+                    None => match sampler.propose(&study.space, &history) {
+                        None => {
+                            self.reporter.note("the grid is exhausted");
+                            exhausted = true;
+                            break;
+                        }
+                        Some(params) => {
+                            let (trial_id, number) = self
+                                .writer
+                                .create_trial(self.info.id, encode_params(study, &params))?;
+                            history.push(TrialRecord {
+                                params: params.clone(),
+                                value: None,
+                            });
+                            Pending {
+                                trial_id,
+                                number,
+                                params,
+                            }
+                        }
+                    },
+                };
+                let history_index = history
+                    .iter()
+                    .rposition(|t| t.params == pending.params)
+                    .unwrap_or(history.len() - 1);
+                let cfg = study.trial_config(&pending.params, trial_seed(seed, pending.number));
+                match TrainTrial::new_on_host(device_data.clone(), cfg.clone()) {
+                    Ok(trial) => {
+                        let reports = trial.total_iterations().div_ceil(
+                            cfg.report_every
+                                .unwrap_or(trial.iterations_per_epoch())
+                                .max(1),
+                        );
+                        self.reporter.trial_start(
+                            pending.number,
+                            &describe(study, &pending.params),
+                            reports,
+                        );
+                        let flight = Flight {
+                            footprint: trial.footprint(),
+                            total_iterations: trial.total_iterations(),
+                            history_index,
+                            pending,
+                        };
+                        let id = core.submit(Box::new(trial), 0.0, &device_data.name);
+                        in_flight.insert(id, flight);
+                        ran += 1;
+                    }
+                    Err(e) => {
+                        ran += 1;
+                        finished += 1;
+                        self.fail(&pending, 0, 0.0, format!("could not build the trial: {e}"))?;
+                    }
+                }
+            }
+            if in_flight.is_empty() {
+                if timed_out {
+                    self.reporter.note(&format!(
+                        "timeout of {:?} reached; no new trials",
+                        study.timeout.unwrap_or_default()
+                    ));
+                }
                 break;
             }
-            let pending = match waiting.pop_front() {
-                Some(p) => {
-                    self.writer.send(WriteOp::StartTrial {
-                        trial_id: p.trial_id,
+            let event = match rx.recv_timeout(std::time::Duration::from_millis(100)) {
+                Ok(e) => e,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Run("the Salus core stopped".into()));
+                }
+            };
+            let trial_of = |in_flight: &BTreeMap<JobId, Flight>, job: JobId| {
+                in_flight.get(&job).map(|f| f.pending.trial_id)
+            };
+            match event {
+                CoreEvent::Admitted { job, lane } => {
+                    if let Some(f) = in_flight.get(&job) {
+                        let fp = f.footprint;
+                        self.writer.send(WriteOp::Resources {
+                            trial_id: f.pending.trial_id,
+                            resources: TrialResources {
+                                device: backend.name(),
+                                lane: Some(lane as i64),
+                                persistent_bytes: fp.persistent_bytes as i64,
+                                ephemeral_bytes: fp.ephemeral_bytes as i64,
+                                shared_bytes: fp.shared_bytes as i64,
+                                total_iterations: f.total_iterations as i64,
+                            },
+                        })?;
+                    }
+                }
+                CoreEvent::Report { job, report } => {
+                    if let Some(f) = in_flight.get(&job) {
+                        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+                        self.writer.send(WriteOp::Intermediate {
+                            trial_id: f.pending.trial_id,
+                            step: report.step as i64,
+                            value,
+                        })?;
+                        self.reporter.trial_report(
+                            f.pending.number,
+                            report.step,
+                            &study.metric,
+                            value,
+                        );
+                    }
+                }
+                CoreEvent::Finished {
+                    job,
+                    report,
+                    iterations,
+                    device_seconds,
+                } => {
+                    let Some(f) = in_flight.remove(&job) else {
+                        continue;
+                    };
+                    finished += 1;
+                    let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+                    self.writer.send(WriteOp::Intermediate {
+                        trial_id: f.pending.trial_id,
+                        step: report.step as i64,
+                        value,
                     })?;
-                    p
-                }
-                None => match sampler.propose(&study.space, &history) {
-                    None => {
-                        self.reporter.note("the grid is exhausted");
-                        break;
+                    if !value.is_finite() {
+                        self.fail(
+                            &f.pending,
+                            iterations as i64,
+                            device_seconds,
+                            format!("{} is {value}", study.metric),
+                        )?;
+                        continue;
                     }
-                    Some(params) => {
-                        let (trial_id, number) = self
-                            .writer
-                            .create_trial(self.info.id, encode_params(study, &params))?;
-                        Pending {
-                            trial_id,
-                            number,
-                            params,
-                        }
-                    }
-                },
-            };
-            let outcome = self.run_trial(&mut lane, &device_data, &pending, seed)?;
-            ran += 1;
-            let value = match outcome {
-                TrialEnd::Complete(v) => {
-                    finished += 1;
-                    if best.is_none_or(|(_, b)| study.direction.better(v, b)) {
-                        best = Some((pending.number, v));
-                    }
-                    Some(v)
-                }
-                TrialEnd::Failed => {
-                    finished += 1;
-                    None
-                }
-                TrialEnd::Interrupted => {
-                    interrupted = true;
+                    self.writer.send(WriteOp::Finish {
+                        trial_id: f.pending.trial_id,
+                        state: TrialState::Complete,
+                        value: Some(value),
+                        iterations: iterations as i64,
+                        device_seconds,
+                        fail_reason: None,
+                    })?;
                     self.writer.flush()?;
-                    break;
+                    if best.is_none_or(|(_, b)| study.direction.better(value, b)) {
+                        best = Some((f.pending.number, value));
+                    }
+                    history[f.history_index].value = Some(value);
+                    self.reporter
+                        .trial_end(f.pending.number, Some(value), best, finished);
                 }
+                CoreEvent::Failed {
+                    job,
+                    error,
+                    iterations,
+                    device_seconds,
+                } => {
+                    let Some(f) = in_flight.remove(&job) else {
+                        continue;
+                    };
+                    finished += 1;
+                    let reason = match error {
+                        WorkerError::Diverged { iteration, loss } => {
+                            format!("diverged at iteration {iteration}: training loss is {loss}")
+                        }
+                        e => e.to_string(),
+                    };
+                    self.fail(&f.pending, iterations as i64, device_seconds, reason)?;
+                    self.reporter
+                        .trial_end(f.pending.number, None, best, finished);
+                }
+                CoreEvent::Pruned {
+                    job,
+                    iterations,
+                    device_seconds,
+                } => {
+                    let Some(f) = in_flight.remove(&job) else {
+                        continue;
+                    };
+                    finished += 1;
+                    self.writer.send(WriteOp::Finish {
+                        trial_id: f.pending.trial_id,
+                        state: TrialState::Pruned,
+                        value: None,
+                        iterations: iterations as i64,
+                        device_seconds,
+                        fail_reason: None,
+                    })?;
+                    self.reporter
+                        .trial_end(f.pending.number, None, best, finished);
+                }
+                CoreEvent::Swapped {
+                    job,
+                    lane,
+                    out,
+                    bytes,
+                    seconds,
+                } => {
+                    let time_s = started.elapsed().as_secs_f64();
+                    self.writer.send(WriteOp::Swap {
+                        run_id,
+                        trial_id: trial_of(&in_flight, job),
+                        lane: lane as i64,
+                        out,
+                        bytes: bytes as i64,
+                        seconds,
+                        time_s,
+                    })?;
+                }
+                CoreEvent::Segment {
+                    lane,
+                    job,
+                    start,
+                    end,
+                    iterations,
+                } => {
+                    let t = lanes.entry(lane).or_default();
+                    t.iterations += iterations as i64;
+                    t.busy_s += end - start;
+                    self.writer.send(WriteOp::Segment {
+                        run_id,
+                        lane: lane as i64,
+                        trial_id: trial_of(&in_flight, job),
+                        start_s: start,
+                        end_s: end,
+                        iterations: iterations as i64,
+                    })?;
+                }
+                CoreEvent::Switch { lane, seconds, .. } => {
+                    let t = lanes.entry(lane).or_default();
+                    t.switches += 1;
+                    t.switch_sum_s += seconds;
+                    t.switch_max_s = t.switch_max_s.max(seconds);
+                }
+            }
+        }
+        // Whatever has not ended goes back to WAITING and runs first on resume.
+        for (job, _) in core.shutdown() {
+            if let Some(f) = in_flight.remove(&job) {
+                self.writer.send(WriteOp::Requeue {
+                    trial_id: f.pending.trial_id,
+                })?;
+                self.reporter.trial_interrupted(f.pending.number);
+            }
+        }
+        let wall_s = started.elapsed().as_secs_f64();
+        for (lane, t) in lanes {
+            let stats = LaneStats {
+                lane: lane as i64,
+                iterations: t.iterations,
+                busy_s: t.busy_s,
+                wall_s,
+                switches: t.switches,
+                switch_mean_us: (t.switches > 0).then(|| 1e6 * t.switch_sum_s / t.switches as f64),
+                switch_max_us: (t.switches > 0).then_some(1e6 * t.switch_max_s),
             };
-            self.writer.flush()?;
-            self.reporter
-                .trial_end(pending.number, value, best, finished);
-            history.push(TrialRecord {
-                params: pending.params,
-                value,
-            });
+            self.writer.send(WriteOp::LaneStats { run_id, stats })?;
         }
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
@@ -280,109 +548,7 @@ impl Runner<'_> {
         }
     }
 
-    fn run_trial(
-        &mut self,
-        lane: &mut Lane<CpuBackend>,
-        data: &Arc<DeviceData<CpuBackend>>,
-        p: &Pending,
-        seed: u64,
-    ) -> Result<TrialEnd> {
-        let study = self.study;
-        let cfg = study.trial_config(&p.params, trial_seed(seed, p.number));
-        let mut trial = match TrainTrial::new(lane, data.clone(), cfg.clone()) {
-            Ok(t) => t,
-            Err(e) => return self.fail(p, 0, 0.0, format!("could not build the trial: {e}")),
-        };
-        let fp = trial.footprint();
-        self.writer.send(WriteOp::Resources {
-            trial_id: p.trial_id,
-            resources: TrialResources {
-                device: lane.backend().name(),
-                lane: Some(lane.id() as i64),
-                persistent_bytes: fp.persistent_bytes as i64,
-                ephemeral_bytes: fp.ephemeral_bytes as i64,
-                shared_bytes: fp.shared_bytes as i64,
-                total_iterations: trial.total_iterations() as i64,
-            },
-        })?;
-        let reports = trial.total_iterations().div_ceil(
-            cfg.report_every
-                .unwrap_or(trial.iterations_per_epoch())
-                .max(1),
-        );
-        self.reporter
-            .trial_start(p.number, &describe(study, &p.params), reports);
-        let start = Instant::now();
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                self.writer.send(WriteOp::Requeue {
-                    trial_id: p.trial_id,
-                })?;
-                self.reporter.trial_interrupted(p.number);
-                return Ok(TrialEnd::Interrupted);
-            }
-            let outcome = match trial.step(lane) {
-                Ok(o) => o,
-                Err(WorkerError::Diverged { iteration, loss }) => {
-                    return self.fail(
-                        p,
-                        trial.iterations_done() as i64,
-                        start.elapsed().as_secs_f64(),
-                        format!("diverged at iteration {iteration}: training loss is {loss}"),
-                    );
-                }
-                Err(e) => {
-                    return self.fail(
-                        p,
-                        trial.iterations_done() as i64,
-                        start.elapsed().as_secs_f64(),
-                        e.to_string(),
-                    );
-                }
-            };
-            let (report, last) = match outcome {
-                StepOutcome::Continue => continue,
-                StepOutcome::Report(r) => (r, false),
-                StepOutcome::Finished(r) => (r, true),
-            };
-            let value = report.metric(&study.metric).unwrap_or(f64::NAN);
-            self.writer.send(WriteOp::Intermediate {
-                trial_id: p.trial_id,
-                step: report.step as i64,
-                value,
-            })?;
-            self.reporter
-                .trial_report(p.number, report.step, &study.metric, value);
-            if last {
-                let seconds = start.elapsed().as_secs_f64();
-                if !value.is_finite() {
-                    return self.fail(
-                        p,
-                        trial.iterations_done() as i64,
-                        seconds,
-                        format!("{} is {value}", study.metric),
-                    );
-                }
-                self.writer.send(WriteOp::Finish {
-                    trial_id: p.trial_id,
-                    state: TrialState::Complete,
-                    value: Some(value),
-                    iterations: trial.iterations_done() as i64,
-                    device_seconds: seconds,
-                    fail_reason: None,
-                })?;
-                return Ok(TrialEnd::Complete(value));
-            }
-        }
-    }
-
-    fn fail(
-        &mut self,
-        p: &Pending,
-        iterations: i64,
-        seconds: f64,
-        reason: String,
-    ) -> Result<TrialEnd> {
+    fn fail(&mut self, p: &Pending, iterations: i64, seconds: f64, reason: String) -> Result<()> {
         self.reporter.trial_failed(p.number, &reason);
         self.writer.send(WriteOp::Finish {
             trial_id: p.trial_id,
@@ -392,14 +558,8 @@ impl Runner<'_> {
             device_seconds: seconds,
             fail_reason: Some(reason),
         })?;
-        Ok(TrialEnd::Failed)
+        self.writer.flush()
     }
-}
-
-enum TrialEnd {
-    Complete(f64),
-    Failed,
-    Interrupted,
 }
 
 /// `name=value` pairs of a trial's sampled parameters.

@@ -13,6 +13,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_tables",
         include_str!("../../../migrations/sqlite/0002_salus.sql"),
     ),
+    (
+        3,
+        "salus_telemetry",
+        include_str!("../../../migrations/sqlite/0003_salus_telemetry.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

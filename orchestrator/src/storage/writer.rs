@@ -28,6 +28,28 @@ pub struct TrialResources {
     pub total_iterations: i64,
 }
 
+/// A run of the Salus core.
+#[derive(Debug, Clone, Default)]
+pub struct RunInfo {
+    pub device: String,
+    pub policy: String,
+    pub lanes: i64,
+    pub threads_per_lane: i64,
+    pub budget_bytes: i64,
+}
+
+/// One lane's totals over a run.
+#[derive(Debug, Clone, Default)]
+pub struct LaneStats {
+    pub lane: i64,
+    pub iterations: i64,
+    pub busy_s: f64,
+    pub wall_s: f64,
+    pub switches: i64,
+    pub switch_mean_us: Option<f64>,
+    pub switch_max_us: Option<f64>,
+}
+
 /// One write. See the module docs.
 #[derive(Debug)]
 pub enum WriteOp {
@@ -38,7 +60,9 @@ pub enum WriteOp {
         reply: oneshot::Sender<std::result::Result<(i64, i64), String>>,
     },
     /// A WAITING trial starts (again).
-    StartTrial { trial_id: i64 },
+    StartTrial {
+        trial_id: i64,
+    },
     /// What the trial needs and where it runs.
     Resources {
         trial_id: i64,
@@ -61,12 +85,42 @@ pub enum WriteOp {
     },
     /// A RUNNING trial goes back to WAITING (interrupted or orphaned), its
     /// intermediate values cleared so that its rerun starts clean.
-    Requeue { trial_id: i64 },
+    Requeue {
+        trial_id: i64,
+    },
     Event {
         study_id: i64,
         trial_id: Option<i64>,
         kind: &'static str,
         detail: String,
+    },
+    /// A run of the core starts; answers its `run_id`.
+    StartRun {
+        study_id: i64,
+        run: RunInfo,
+        reply: oneshot::Sender<std::result::Result<i64, String>>,
+    },
+    /// Consecutive iterations of a trial on a lane.
+    Segment {
+        run_id: i64,
+        lane: i64,
+        trial_id: Option<i64>,
+        start_s: f64,
+        end_s: f64,
+        iterations: i64,
+    },
+    Swap {
+        run_id: i64,
+        trial_id: Option<i64>,
+        lane: i64,
+        out: bool,
+        bytes: i64,
+        seconds: f64,
+        time_s: f64,
+    },
+    LaneStats {
+        run_id: i64,
+        stats: LaneStats,
     },
     /// Answers once everything sent before it is committed.
     Flush {
@@ -127,6 +181,22 @@ impl Writer {
             })
     }
 
+    /// Records the start of a run of the core; returns its `run_id`.
+    pub fn start_run(&self, study_id: i64, run: RunInfo) -> Result<i64> {
+        let (reply, rx) = oneshot::channel();
+        self.send(WriteOp::StartRun {
+            study_id,
+            run,
+            reply,
+        })?;
+        rx.blocking_recv()
+            .map_err(|_| self.gone())?
+            .map_err(|msg| Error::Storage {
+                url: self.url.clone(),
+                msg,
+            })
+    }
+
     /// Waits until everything sent so far is committed; reports any write
     /// that failed since the last flush.
     pub fn flush(&self) -> Result<()> {
@@ -146,6 +216,7 @@ enum Reply {
         oneshot::Sender<std::result::Result<(i64, i64), String>>,
         (i64, i64),
     ),
+    Run(oneshot::Sender<std::result::Result<i64, String>>, i64),
     Flush(oneshot::Sender<std::result::Result<(), String>>),
 }
 
@@ -164,6 +235,7 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp
                 for r in replies {
                     match r {
                         Reply::Trial(tx, ids) => drop(tx.send(Ok(ids))),
+                        Reply::Run(tx, id) => drop(tx.send(Ok(id))),
                         Reply::Flush(tx) => drop(tx.send(failure.take().map_or(Ok(()), Err))),
                     }
                 }
@@ -173,6 +245,7 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp
                 for op in batch {
                     match op {
                         WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
+                        WriteOp::StartRun { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::Flush { reply } => drop(reply.send(Err(msg.clone()))),
                         _ => failure = Some(msg.clone()),
                     }
@@ -330,6 +403,74 @@ async fn apply(
                 kind,
                 detail,
             } => event(&mut tx, *study_id, *trial_id, kind, detail, &time).await?,
+            WriteOp::StartRun { study_id, run, .. } => {
+                let run_id: i64 = sqlx::query_scalar(
+                    "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
+                )
+                .bind(*study_id)
+                .bind(&time)
+                .bind(&run.device)
+                .bind(&run.policy)
+                .bind(run.lanes)
+                .bind(run.threads_per_lane)
+                .bind(run.budget_bytes)
+                .fetch_one(&mut *tx)
+                .await?;
+                pending.push((i, (run_id, 0)));
+            }
+            WriteOp::Segment {
+                run_id,
+                lane,
+                trial_id,
+                start_s,
+                end_s,
+                iterations,
+            } => {
+                sqlx::query("INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)")
+                    .bind(*run_id)
+                    .bind(*lane)
+                    .bind(*trial_id)
+                    .bind(*start_s)
+                    .bind(*end_s)
+                    .bind(*iterations)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            WriteOp::Swap {
+                run_id,
+                trial_id,
+                lane,
+                out,
+                bytes,
+                seconds,
+                time_s,
+            } => {
+                sqlx::query("INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)")
+                    .bind(*run_id)
+                    .bind(*trial_id)
+                    .bind(*lane)
+                    .bind(if *out { "out" } else { "in" })
+                    .bind(*bytes)
+                    .bind(*seconds)
+                    .bind(*time_s)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            WriteOp::LaneStats { run_id, stats: s } => {
+                sqlx::query(
+                    "INSERT OR REPLACE INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(*run_id)
+                .bind(s.lane)
+                .bind(s.iterations)
+                .bind(s.busy_s)
+                .bind(s.wall_s)
+                .bind(s.switches)
+                .bind(s.switch_mean_us)
+                .bind(s.switch_max_us)
+                .execute(&mut *tx)
+                .await?;
+            }
             WriteOp::Flush { .. } => {}
         }
     }
@@ -349,6 +490,15 @@ async fn apply(
             WriteOp::Flush { reply } => {
                 let (dummy, _) = oneshot::channel();
                 replies.push(Reply::Flush(std::mem::replace(reply, dummy)));
+            }
+            WriteOp::StartRun { reply, .. } => {
+                let id = pending
+                    .iter()
+                    .find(|(j, _)| *j == i)
+                    .map(|(_, ids)| ids.0)
+                    .expect("inserted above");
+                let (dummy, _) = oneshot::channel();
+                replies.push(Reply::Run(std::mem::replace(reply, dummy), id));
             }
             _ => {}
         }
