@@ -36,3 +36,9 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<kernels::KernelError> for Error {
+    fn from(e: kernels::KernelError) -> Self {
+        Error::Worker(workers::WorkerError::Kernel(e))
+    }
+}

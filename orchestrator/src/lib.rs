@@ -28,6 +28,7 @@ pub fn device_report() -> Vec<String> {
     )]
 }
 
+pub mod bench;
 pub mod commands;
 pub mod error;
 pub mod output;

@@ -48,8 +48,49 @@ enum Command {
     Trials(ReadFlags),
     /// Show a study's best trial.
     Best(ReadFlags),
+    /// Benchmarks of the packing goals (see ANCHORS.md).
+    Bench {
+        #[command(subcommand)]
+        which: BenchCmd,
+    },
     /// List the compute devices this build can use.
     Devices,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// K same-shape 784-h-h-10 trials one at a time (seq) and through the
+    /// core's lanes: aggregate TFLOP/s, ratio to seq, switch latency, the
+    /// core's overhead against a bare loop, and the CPU's GEMM rate.
+    Packing {
+        /// auto, cpu or cuda:N.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// A small configuration that runs in seconds (h=64, K in {1, 4}).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// A seeded trace of real trials with heavy-tailed lengths and staggered
+    /// arrivals, replayed under fifo, pack, fair and srtf: average job
+    /// completion time, makespan, busy fraction, ratio to fifo.
+    Policies {
+        /// auto, cpu or cuda:N.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        #[arg(long)]
+        json: bool,
+        /// Trials in the trace (at least 2).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(2..))]
+        jobs: u64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Rounds over the policies; each figure is the median.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        rounds: u64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -96,7 +137,54 @@ impl From<ReadFlags> for ReadArgs {
     }
 }
 
-const COMMANDS: &[&str] = &["run", "check", "trials", "best", "devices", "help"];
+const COMMANDS: &[&str] = &["run", "check", "trials", "best", "bench", "devices", "help"];
+
+fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
+    use salus_tune::bench;
+    let mut progress = |line: &str| eprintln!("{line}");
+    match which {
+        BenchCmd::Packing {
+            device,
+            json,
+            quick,
+        } => {
+            let backend = bench::backend(&device)?;
+            let (hs, ks, gflop): (&[usize], &[usize], f64) = if quick {
+                (&[64], &[1, 4], 0.5)
+            } else {
+                (&[256, 1024], &[1, 4, 16, 64], 50.0)
+            };
+            let r = bench::packing::run(&backend, hs, ks, gflop, &mut progress)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
+            } else {
+                print!("{}", r.table());
+            }
+        }
+        BenchCmd::Policies {
+            device,
+            json,
+            jobs,
+            seed,
+            rounds,
+        } => {
+            let backend = bench::backend(&device)?;
+            let r = bench::policies::run(
+                &backend,
+                jobs as usize,
+                seed,
+                rounds as usize,
+                &mut progress,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
+            } else {
+                print!("{}", r.table());
+            }
+        }
+    }
+    Ok(0)
+}
 
 fn main() {
     let mut argv: Vec<String> = std::env::args().collect();
@@ -143,6 +231,7 @@ fn main() {
                 print!("{s}");
                 0
             }),
+            Command::Bench { which } => bench(which),
             Command::Devices => {
                 salus_tune::device_report()
                     .iter()

@@ -140,6 +140,8 @@ struct State<B: Backend> {
     boundary: u64,
     stop: bool,
     events: Sender<CoreEvent>,
+    /// Each lane's current job and the device seconds of its slice so far.
+    current: BTreeMap<LaneId, (JobId, f64)>,
     /// Workspaces a lane should drop: no job of that shape is left on it.
     drop_shapes: BTreeMap<LaneId, Vec<GroupShape>>,
 }
@@ -179,6 +181,7 @@ impl<B: Backend> SalusCore<B> {
                 stop: false,
                 events,
                 drop_shapes: BTreeMap::new(),
+                current: BTreeMap::new(),
             }),
             wake: Condvar::new(),
             epoch: Instant::now(),
@@ -212,6 +215,7 @@ impl<B: Backend> SalusCore<B> {
             device_time: 0.0,
             priority,
             last_run: 0,
+            slice_s: 0.0,
         };
         let entry = Entry {
             footprint: job.footprint(),
@@ -479,11 +483,15 @@ impl<B: Backend> State<B> {
                 .expect("not running");
             return Some(Work::SwapOut(id, job));
         }
+        let current = self.current.get(&lane).copied();
         let runnable: Vec<JobState> = self
             .jobs
             .values()
             .filter(|e| e.lane == Some(lane) && !e.running() && !e.paused && !e.prune)
-            .map(|e| e.sched)
+            .map(|e| JobState {
+                slice_s: current.filter(|c| c.0 == e.sched.id).map_or(0.0, |c| c.1),
+                ..e.sched
+            })
             .collect();
         let id = policy::next(self.policy, &runnable)?;
         let job = self
@@ -498,11 +506,17 @@ impl<B: Backend> State<B> {
 
     fn return_step(
         &mut self,
+        lane: LaneId,
         id: JobId,
         job: Box<dyn Job<B>>,
         result: Result<StepOutcome, WorkerError>,
         seconds: f64,
-    ) {
+    ) -> bool {
+        let slice = match self.current.get(&lane) {
+            Some(&(j, s)) if j == id => s + seconds,
+            _ => seconds,
+        };
+        self.current.insert(lane, (id, slice));
         self.boundary += 1;
         let boundary = self.boundary;
         let e = self.jobs.get_mut(&id).expect("job");
@@ -518,12 +532,19 @@ impl<B: Backend> State<B> {
         match result {
             Ok(StepOutcome::Continue) => {}
             Ok(StepOutcome::Report(report)) => self.emit(CoreEvent::Report { job: id, report }),
-            Ok(StepOutcome::Finished(report)) => return self.remove(id, Ending::Finished(report)),
-            Err(error) => return self.remove(id, Ending::Failed(error)),
+            Ok(StepOutcome::Finished(report)) => {
+                self.remove(id, Ending::Finished(report));
+                return true;
+            }
+            Err(error) => {
+                self.remove(id, Ending::Failed(error));
+                return true;
+            }
         }
         if prune {
             self.remove(id, Ending::Pruned);
         }
+        prune
     }
 }
 
@@ -608,10 +629,12 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                             segment = Some((job_id, t0, end, 1));
                         }
                     }
-                    st.return_step(job_id, job, result, end - t0);
-                    st.admit_waiting();
-                    drop(st);
-                    shared.wake.notify_all();
+                    // Only a job leaving frees memory or changes other lanes' work.
+                    if st.return_step(id, job_id, job, result, end - t0) {
+                        st.admit_waiting();
+                        drop(st);
+                        shared.wake.notify_all();
+                    }
                 }
                 Work::SwapOut(job_id, mut job) => {
                     let t = Instant::now();

@@ -8,6 +8,12 @@
 //! | `srtf` | the fewest remaining iterations; a shorter arrival preempts at the next boundary | arrival |
 //! | `fifo` | the earliest arrival, to completion | - |
 //! | `priority` | the highest priority (from the tuner's early-stopping signals) | least recently run |
+//!
+//! `pack` and `fair` switch in time slices of [`SLICE_S`]: a lane keeps its
+//! current job until it has run that long. Switching every iteration costs
+//! nothing on a GPU where everything stays resident, but on a CPU each switch
+//! evicts the previous trial's weights from cache. `srtf`, `fifo` and
+//! `priority` decide afresh at every boundary, so preemption is immediate.
 
 use std::cmp::Ordering;
 
@@ -27,7 +33,13 @@ pub struct JobState {
     pub priority: f64,
     /// The boundary at which the job last ran; 0 if never.
     pub last_run: u64,
+    /// Device seconds of the lane's current slice, for the job the lane ran
+    /// last; 0 for every other job.
+    pub slice_s: f64,
 }
+
+/// The time slice of `pack` and `fair`, in device seconds.
+pub const SLICE_S: f64 = 0.005;
 
 /// The policy used when the study names none: `priority` when a pruner
 /// feeds priorities, else `pack`.
@@ -56,6 +68,13 @@ fn order(policy: Policy, a: &JobState, b: &JobState) -> Ordering {
 
 /// The job a lane runs next, or `None` when nothing is runnable.
 pub fn next(policy: Policy, runnable: &[JobState]) -> Option<JobId> {
+    if matches!(policy, Policy::Pack | Policy::Fair)
+        && let Some(j) = runnable
+            .iter()
+            .find(|j| j.slice_s > 0.0 && j.slice_s < SLICE_S)
+    {
+        return Some(j.id);
+    }
     runnable
         .iter()
         .min_by(|a, b| order(policy, a, b))
@@ -105,6 +124,7 @@ mod tests {
                 device_time: 0.0,
                 priority: j.priority,
                 last_run: 0,
+                slice_s: 0.0,
             })
             .collect();
         let (mut t, mut boundary, mut trace) = (0.0, 0u64, Vec::new());
@@ -253,6 +273,42 @@ mod tests {
     }
 
     #[test]
+    fn pack_and_fair_keep_the_current_job_for_a_slice() {
+        let s = |id, device_time, last_run, slice_s| JobState {
+            id,
+            arrival: id,
+            remaining_iterations: 10,
+            device_time,
+            priority: 0.0,
+            last_run,
+            slice_s,
+        };
+        let mid_slice = [s(0, 0.0, 1, 0.0), s(1, 0.004, 2, SLICE_S / 2.0)];
+        let spent = [s(0, 0.0, 1, 0.0), s(1, 0.006, 2, SLICE_S * 1.2)];
+        for p in [Policy::Pack, Policy::Fair] {
+            assert_eq!(next(p, &mid_slice), Some(1), "{p:?} keeps its slice");
+            assert_eq!(next(p, &spent), Some(0), "{p:?} switches after it");
+        }
+        // SRTF and priority decide at every boundary.
+        let short = [
+            JobState {
+                remaining_iterations: 1,
+                ..s(0, 0.0, 1, 0.0)
+            },
+            s(1, 0.0, 2, SLICE_S / 2.0),
+        ];
+        assert_eq!(next(Policy::Srtf, &short), Some(0));
+        let urgent = [
+            JobState {
+                priority: 9.0,
+                ..s(0, 0.0, 1, 0.0)
+            },
+            s(1, 0.0, 2, SLICE_S / 2.0),
+        ];
+        assert_eq!(next(Policy::Priority, &urgent), Some(0));
+    }
+
+    #[test]
     fn admission_follows_the_policy() {
         let s = |id, arrival, remaining, priority| JobState {
             id,
@@ -261,6 +317,7 @@ mod tests {
             device_time: 0.0,
             priority,
             last_run: 0,
+            slice_s: 0.0,
         };
         let waiting = [s(0, 0, 50, 1.0), s(1, 1, 10, 3.0), s(2, 2, 30, 2.0)];
         assert_eq!(admission_order(Policy::Fifo, &waiting), vec![0, 1, 2]);

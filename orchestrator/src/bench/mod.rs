@@ -1,0 +1,49 @@
+//! `salus-tune bench`: the measurements of ANCHORS.md and the issues,
+//! taken in one run so that ratios hold on a shared machine.
+//!
+//! * [`packing`]: aggregate training throughput of K same-shape trials run
+//!   one after another (`seq`) and through the Salus core's lanes (`lanes`),
+//!   the core's overhead against a bare training loop, switch latency, and
+//!   the CPU's GEMM rate.
+//! * [`policies`]: a seeded trace of really-trained trials with heavy-tailed
+//!   lengths and staggered arrivals, replayed under each policy.
+
+pub mod packing;
+pub mod policies;
+
+use std::sync::Arc;
+
+use kernels::CpuBackend;
+use workers::data::{SplitData, split, synthetic_classification};
+use workers::{DeviceData, Lane};
+
+use crate::error::{Error, Result};
+
+/// `--device` for benchmarks: only the CPU in this build.
+pub fn backend(device: &str) -> Result<Arc<CpuBackend>> {
+    crate::commands::check_device(device)?;
+    Ok(Arc::new(CpuBackend::new()))
+}
+
+/// Synthetic classification data with `features` inputs, about 1.5 batches
+/// of training rows (so that an epoch is exactly one iteration, whatever the
+/// stratified split's rounding) and a small validation part.
+pub fn bench_data(
+    backend: &Arc<CpuBackend>,
+    features: usize,
+    classes: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<(SplitData, Arc<DeviceData<CpuBackend>>)> {
+    let val = 64;
+    let total = batch + batch / 2 + val;
+    let ds = synthetic_classification(total, features, classes, features.min(16), seed);
+    let data = split(&ds, val as f64 / total as f64, seed)?;
+    let mut lane = Lane::new(backend.clone(), 0, 1)?;
+    let dev = DeviceData::upload(&mut lane, &data).map_err(Error::from)?;
+    Ok((data, dev))
+}
+
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,267 @@
+//! `salus-tune bench packing`. See the module docs of [`super`].
+
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+use std::time::Instant;
+
+use kernels::{Activation, Backend, CpuBackend, Gemm, at, at_mut};
+use serde_json::json;
+use workers::{
+    DeviceData, Job, Lane, Optimizer, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
+};
+
+use crate::error::Result;
+use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::policy::Policy;
+
+const BATCH: usize = 128;
+
+/// One measured configuration.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub h: usize,
+    pub k: usize,
+    pub mode: &'static str,
+    pub tflops: f64,
+    pub ratio_vs_seq: f64,
+    pub seconds: f64,
+    pub iterations: u64,
+}
+
+pub struct Results {
+    pub rows: Vec<Row>,
+    pub overhead_pct: f64,
+    pub switch_mean_us: Option<f64>,
+    pub cpu_gemm_gflops: f64,
+    pub lanes: usize,
+    pub cores: usize,
+}
+
+fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
+    TrialConfig {
+        hidden: vec![h, h],
+        activation: Activation::Relu,
+        batch_size: BATCH,
+        epochs: iterations,
+        hparams: SlotHparams {
+            optimizer: Optimizer::adam(),
+            lr: 1e-3,
+            weight_decay: 0.0,
+            dropout: 0.0,
+            seed,
+        },
+        // Only the final report: evaluation is not what is measured.
+        report_every: Some(u64::MAX / 2),
+    }
+}
+
+/// Trains each trial to the end on one lane, one after another.
+fn run_bare(lane: &mut Lane<CpuBackend>, trials: Vec<TrainTrial<CpuBackend>>) -> Result<f64> {
+    let start = Instant::now();
+    lane.run(|lane| -> Result<()> {
+        for mut t in trials {
+            t.swap_in(lane)?;
+            while !matches!(t.step(lane)?, StepOutcome::Finished(_)) {}
+        }
+        Ok(())
+    })?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// Trains all trials through the core; returns seconds and switch latencies.
+fn run_core(
+    backend: &Arc<CpuBackend>,
+    trials: Vec<TrainTrial<CpuBackend>>,
+    config: CoreConfig,
+) -> Result<(f64, Vec<f64>)> {
+    let (tx, rx) = channel();
+    let core = SalusCore::start(backend.clone(), config, tx)?;
+    let n = trials.len();
+    let start = Instant::now();
+    for t in trials {
+        core.submit(Box::new(t), 0.0, "bench");
+    }
+    let (mut ended, mut switches) = (0, Vec::new());
+    while ended < n {
+        match rx
+            .recv()
+            .map_err(|_| crate::error::Error::Run("the core stopped".into()))?
+        {
+            CoreEvent::Finished { .. } => ended += 1,
+            CoreEvent::Failed { error, .. } => return Err(error.into()),
+            CoreEvent::Switch { seconds, .. } => switches.push(seconds),
+            _ => {}
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    core.shutdown();
+    Ok((seconds, switches))
+}
+
+/// The CPU's GEMM rate on one large product (2048^3), all cores.
+pub fn cpu_gemm_gflops(backend: &CpuBackend) -> Result<f64> {
+    let n = 2048;
+    let mut ctx = backend.new_ctx(super::cores())?;
+    let host = backend.host_threads(&ctx);
+    let a = backend.alloc_zeroed(n * n)?;
+    let b = backend.alloc_zeroed(n * n)?;
+    let mut c = backend.alloc_zeroed(n * n)?;
+    let g = Gemm::new(n, n, n);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        backend.enter(&host, || {
+            backend.gemm(&mut ctx, &g, at(&a, 0), at(&b, 0), at_mut(&mut c, 0))
+        })?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(g.flops() / best / 1e9)
+}
+
+/// Runs the benchmark: `ks` x `hs`, each in `seq` and `lanes` mode.
+pub fn run(
+    backend: &Arc<CpuBackend>,
+    hs: &[usize],
+    ks: &[usize],
+    target_gflop: f64,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Results> {
+    let cores = super::cores();
+    let lanes = cores;
+    let (_, dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
+    let mut rows = Vec::new();
+    let mut switch_all = Vec::new();
+    for &h in hs {
+        let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
+        for &k in ks {
+            let iterations = ((target_gflop * 1e9 / (flops_iter * k as f64)).ceil() as u64).max(2);
+            let make = |dev: &Arc<DeviceData<CpuBackend>>| -> Result<Vec<TrainTrial<CpuBackend>>> {
+                (0..k)
+                    .map(|s| {
+                        Ok(TrainTrial::new_on_host(
+                            dev.clone(),
+                            config(h, iterations, s as u64),
+                        )?)
+                    })
+                    .collect()
+            };
+            let total_flops = flops_iter * (k as u64 * iterations) as f64;
+            // seq: one trial at a time on one lane with every core's threads.
+            let mut lane = Lane::new(backend.clone(), 0, cores)?;
+            let seq_s = run_bare(&mut lane, make(&dev)?)?;
+            drop(lane);
+            // lanes: all K through the core, one lane per core (at most one per
+            // trial), each lane running its trials in arrival order: this
+            // measures throughput. Round-robin (`pack`) would keep every
+            // trial's state hot at once, which is for fairness, not speed.
+            let cfg = CoreConfig::cpu(Policy::Fifo, lanes.min(k), cores, u64::MAX / 4);
+            let (lanes_s, switches) = run_core(backend, make(&dev)?, cfg)?;
+            switch_all.extend(switches);
+            for (mode, s) in [("seq", seq_s), ("lanes", lanes_s)] {
+                let row = Row {
+                    h,
+                    k,
+                    mode,
+                    tflops: total_flops / s / 1e12,
+                    ratio_vs_seq: seq_s / s,
+                    seconds: s,
+                    iterations: k as u64 * iterations,
+                };
+                progress(&format!(
+                    "h={h:<5} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq  ({:.2} s)",
+                    row.tflops, row.ratio_vs_seq, s
+                ));
+                rows.push(row);
+            }
+        }
+    }
+    // The core's overhead against a bare loop: one trial, the same lane set-up.
+    let h = hs[0];
+    let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
+    let iterations = ((4.0 * target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
+    let (mut bare, mut through) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        let mut lane = Lane::new(backend.clone(), 0, cores)?;
+        bare = bare.min(run_bare(
+            &mut lane,
+            vec![TrainTrial::new_on_host(
+                dev.clone(),
+                config(h, iterations, 1),
+            )?],
+        )?);
+        drop(lane);
+        let cfg = CoreConfig::cpu(Policy::Pack, 1, cores, u64::MAX / 4);
+        through = through.min(
+            run_core(
+                backend,
+                vec![TrainTrial::new_on_host(
+                    dev.clone(),
+                    config(h, iterations, 1),
+                )?],
+                cfg,
+            )?
+            .0,
+        );
+    }
+    let overhead_pct = 100.0 * (through - bare) / bare;
+    progress(&format!(
+        "core overhead vs a bare loop (h={h}, K=1, {iterations} iterations): {overhead_pct:+.2}%"
+    ));
+    let cpu_gemm_gflops = cpu_gemm_gflops(backend)?;
+    let switch_mean_us = (!switch_all.is_empty())
+        .then(|| 1e6 * switch_all.iter().sum::<f64>() / switch_all.len() as f64);
+    Ok(Results {
+        rows,
+        overhead_pct,
+        switch_mean_us,
+        cpu_gemm_gflops,
+        lanes,
+        cores,
+    })
+}
+
+impl Results {
+    pub fn json(&self) -> serde_json::Value {
+        let mut v: Vec<serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|r| json!({ "h": r.h, "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "seconds": r.seconds, "iterations": r.iterations }))
+            .collect();
+        v.push(json!({ "overhead_pct": self.overhead_pct }));
+        v.push(json!({ "switch_mean_us": self.switch_mean_us }));
+        v.push(json!({ "cpu_gemm_gflops": self.cpu_gemm_gflops, "device": "cpu", "cores": self.cores, "lanes": self.lanes }));
+        serde_json::Value::Array(v)
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "bench packing: 784-h-h-10 MLPs, batch {BATCH}, Adam; cpu, {} cores\n",
+            self.cores
+        );
+        out += &format!(
+            "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes sharing the cores, fifo within a lane\n\n",
+            self.cores, self.lanes
+        );
+        out += "h      K    mode    TFLOP/s   vs seq   seconds\n";
+        for r in &self.rows {
+            out += &format!(
+                "{:<6} {:<4} {:<7} {:<9.4} {:<8.2} {:.2}\n",
+                r.h, r.k, r.mode, r.tflops, r.ratio_vs_seq, r.seconds
+            );
+        }
+        out += &format!(
+            "\nswitch latency (lanes mode): {}\n",
+            self.switch_mean_us
+                .map_or("no switches".into(), |u| format!("{u:.1} us mean"))
+        );
+        out += &format!(
+            "core overhead vs a bare training loop: {:+.2}%\n",
+            self.overhead_pct
+        );
+        out += &format!(
+            "cpu sgemm 2048^3 (same crate, same run): {:.1} GFLOP/s\n",
+            self.cpu_gemm_gflops
+        );
+        out
+    }
+}

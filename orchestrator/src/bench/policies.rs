@@ -1,0 +1,281 @@
+//! `salus-tune bench policies`: the seed paper's headline experiment for
+//! training jobs (SRTF against FIFO), on real trials.
+//!
+//! A seeded trace of jobs, each a real MLP trained for a heavy-tailed number
+//! of iterations (Pareto, shape 1.1, clamped to 10..1500: a 150x spread),
+//! arriving at staggered times (exponential gaps, the arrivals spread over
+//! about a third of the total work, so that a queue builds). The trace is
+//! replayed on one lane under each policy; a job's completion time runs from
+//! its arrival to its last iteration.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::mpsc::{RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use kernels::{Activation, CpuBackend};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use serde_json::json;
+use workers::{DeviceData, Job, Optimizer, SlotHparams, StepOutcome, TrainTrial, TrialConfig};
+
+use crate::error::{Error, Result};
+use crate::salus::JobId;
+use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::policy::Policy;
+
+const BATCH: usize = 64;
+const MIN_ITERATIONS: u64 = 10;
+const MAX_ITERATIONS: u64 = 1500;
+
+/// One job of the trace.
+#[derive(Debug, Clone, Copy)]
+pub struct TraceJob {
+    pub arrival_s: f64,
+    pub iterations: u64,
+}
+
+pub struct PolicyRow {
+    pub policy: Policy,
+    pub avg_jct_s: f64,
+    pub makespan_s: f64,
+    pub busy_fraction: f64,
+    pub jct_ratio_vs_fifo: f64,
+}
+
+pub struct Results {
+    pub rows: Vec<PolicyRow>,
+    pub jobs: usize,
+    pub shortest: u64,
+    pub longest: u64,
+    pub seconds_per_iteration: f64,
+}
+
+fn config(iterations: u64, seed: u64) -> TrialConfig {
+    TrialConfig {
+        hidden: vec![128, 128],
+        activation: Activation::Relu,
+        batch_size: BATCH,
+        epochs: iterations,
+        hparams: SlotHparams {
+            optimizer: Optimizer::adam(),
+            lr: 1e-3,
+            weight_decay: 0.0,
+            dropout: 0.0,
+            seed,
+        },
+        report_every: Some(u64::MAX / 2),
+    }
+}
+
+/// The seeded trace: lengths, then arrivals scaled to `seconds_per_iteration`.
+pub fn trace(jobs: usize, seed: u64, seconds_per_iteration: f64) -> Vec<TraceJob> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut lengths: Vec<u64> = (0..jobs)
+        .map(|_| {
+            let u: f64 = rng.random_range(1e-9..1.0);
+            ((MIN_ITERATIONS as f64) * u.powf(-1.0 / 1.1))
+                .round()
+                .clamp(MIN_ITERATIONS as f64, MAX_ITERATIONS as f64) as u64
+        })
+        .collect();
+    // The spread is part of the experiment: make sure both ends occur.
+    lengths[0] = MAX_ITERATIONS;
+    if jobs > 1 {
+        lengths[1] = MIN_ITERATIONS;
+    }
+    let work: f64 = lengths.iter().sum::<u64>() as f64 * seconds_per_iteration;
+    let mean_gap = work / 3.0 / jobs as f64;
+    let mut t = 0.0;
+    lengths
+        .into_iter()
+        .map(|iterations| {
+            let job = TraceJob {
+                arrival_s: t,
+                iterations,
+            };
+            t += -mean_gap * rng.random_range(1e-9..1.0f64).ln();
+            job
+        })
+        .collect()
+}
+
+/// Seconds per iteration of the trace's model on one lane.
+fn calibrate(backend: &Arc<CpuBackend>, dev: &Arc<DeviceData<CpuBackend>>) -> Result<f64> {
+    let mut lane = workers::Lane::new(backend.clone(), 0, super::cores())?;
+    let mut t = TrainTrial::new(&mut lane, dev.clone(), config(200, 0))?;
+    let start = Instant::now();
+    lane.run(|lane| -> Result<()> {
+        while !matches!(t.step(lane)?, StepOutcome::Finished(_)) {}
+        Ok(())
+    })?;
+    Ok(start.elapsed().as_secs_f64() / 200.0)
+}
+
+/// Replays `trace` under `policy`: (average completion time, makespan, busy fraction).
+fn replay(
+    backend: &Arc<CpuBackend>,
+    dev: &Arc<DeviceData<CpuBackend>>,
+    trace: &[TraceJob],
+    policy: Policy,
+) -> Result<(f64, f64, f64)> {
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        backend.clone(),
+        CoreConfig::cpu(policy, 1, super::cores(), u64::MAX / 4),
+        tx,
+    )?;
+    let jobs: Vec<TrainTrial<CpuBackend>> = trace
+        .iter()
+        .enumerate()
+        .map(|(i, j)| TrainTrial::new_on_host(dev.clone(), config(j.iterations, i as u64)))
+        .collect::<workers::Result<_>>()?;
+    let start = Instant::now();
+    let mut arrived: BTreeMap<JobId, f64> = BTreeMap::new();
+    let mut finished: BTreeMap<JobId, f64> = BTreeMap::new();
+    let mut busy = 0.0;
+    let mut pending = jobs.into_iter().zip(trace).peekable();
+    while finished.len() < trace.len() {
+        let now = start.elapsed().as_secs_f64();
+        if let Some((_, j)) = pending.peek()
+            && j.arrival_s <= now
+        {
+            let (job, _) = pending.next().expect("peeked");
+            let id = core.submit(Box::new(job), 0.0, "trace");
+            arrived.insert(id, now);
+            continue;
+        }
+        let wait = pending.peek().map_or(Duration::from_secs(60), |(_, j)| {
+            Duration::from_secs_f64((j.arrival_s - now).max(0.0))
+        });
+        match rx.recv_timeout(wait) {
+            Ok(CoreEvent::Finished { job, .. }) => {
+                finished.insert(job, start.elapsed().as_secs_f64());
+            }
+            Ok(CoreEvent::Failed { error, .. }) => return Err(error.into()),
+            Ok(CoreEvent::Segment { start, end, .. }) => busy += end - start,
+            Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Error::Run("the core stopped".into()));
+            }
+        }
+    }
+    core.shutdown();
+    // Segments still open at the last finish were flushed by shutdown; drain them.
+    while let Ok(e) = rx.try_recv() {
+        if let CoreEvent::Segment { start, end, .. } = e {
+            busy += end - start;
+        }
+    }
+    let avg_jct =
+        finished.iter().map(|(id, f)| f - arrived[id]).sum::<f64>() / finished.len() as f64;
+    let first = arrived.values().cloned().fold(f64::INFINITY, f64::min);
+    let makespan = finished.values().cloned().fold(0.0, f64::max) - first;
+    Ok((avg_jct, makespan, (busy / makespan).min(1.0)))
+}
+
+pub fn run(
+    backend: &Arc<CpuBackend>,
+    jobs: usize,
+    seed: u64,
+    rounds: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Results> {
+    let (_, dev) = super::bench_data(backend, 64, 10, BATCH, seed)?;
+    let spi = calibrate(backend, &dev)?;
+    let trace = trace(jobs, seed, spi);
+    let (shortest, longest) = (
+        trace.iter().map(|j| j.iterations).min().unwrap_or(0),
+        trace.iter().map(|j| j.iterations).max().unwrap_or(0),
+    );
+    progress(&format!(
+        "trace: {jobs} trials, {shortest}..{longest} iterations ({:.0}x), {} iterations in all, {:.0} us per iteration, arrivals over {:.1} s",
+        longest as f64 / shortest.max(1) as f64,
+        trace.iter().map(|j| j.iterations).sum::<u64>(),
+        spi * 1e6,
+        trace.last().map_or(0.0, |j| j.arrival_s)
+    ));
+    // Rounds interleave the policies, so a slow spell of a shared machine
+    // hits them alike; each figure is the median of its rounds.
+    let policies = [Policy::Fifo, Policy::Pack, Policy::Fair, Policy::Srtf];
+    let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); policies.len()];
+    for round in 0..rounds.max(1) {
+        for (i, &policy) in policies.iter().enumerate() {
+            let (jct, makespan, busy) = replay(backend, &dev, &trace, policy)?;
+            progress(&format!(
+                "round {round}: {:<6} avg JCT {jct:.3} s  makespan {makespan:.3} s  busy {:.0}%",
+                format!("{policy:?}").to_lowercase(),
+                busy * 100.0
+            ));
+            samples[i].push((jct, makespan, busy));
+        }
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut rows: Vec<PolicyRow> = policies
+        .iter()
+        .zip(&samples)
+        .map(|(&policy, s)| PolicyRow {
+            policy,
+            avg_jct_s: median(s.iter().map(|x| x.0).collect()),
+            makespan_s: median(s.iter().map(|x| x.1).collect()),
+            busy_fraction: median(s.iter().map(|x| x.2).collect()),
+            jct_ratio_vs_fifo: 0.0,
+        })
+        .collect();
+    let fifo = rows[0].avg_jct_s;
+    rows.iter_mut()
+        .for_each(|r| r.jct_ratio_vs_fifo = fifo / r.avg_jct_s);
+    Ok(Results {
+        rows,
+        jobs,
+        shortest,
+        longest,
+        seconds_per_iteration: spi,
+    })
+}
+
+impl Results {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "policy": format!("{:?}", r.policy).to_lowercase(),
+                        "avg_jct_s": r.avg_jct_s,
+                        "makespan_s": r.makespan_s,
+                        "busy_fraction": r.busy_fraction,
+                        "jct_ratio_vs_fifo": r.jct_ratio_vs_fifo,
+                        "jobs": self.jobs,
+                        "shortest_iterations": self.shortest,
+                        "longest_iterations": self.longest,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "bench policies: {} real trials on one lane, {}..{} iterations, {:.0} us per iteration\n\n",
+            self.jobs,
+            self.shortest,
+            self.longest,
+            self.seconds_per_iteration * 1e6
+        );
+        out += "policy  avg JCT (s)  makespan (s)  busy   JCT vs fifo\n";
+        for r in &self.rows {
+            out += &format!(
+                "{:<7} {:<12.3} {:<13.3} {:<6} {:.2}x\n",
+                format!("{:?}", r.policy).to_lowercase(),
+                r.avg_jct_s,
+                r.makespan_s,
+                format!("{:.0}%", r.busy_fraction * 100.0),
+                r.jct_ratio_vs_fifo
+            );
+        }
+        out
+    }
+}
