@@ -1,0 +1,68 @@
+//! The benchmark commands run and print what the issues ask for (small
+//! configurations; the speed goals are measured by the commands themselves).
+
+mod common;
+
+use common::*;
+
+#[test]
+fn bench_packing_json_has_the_documented_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &["bench", "packing", "--quick", "--json", "--device", "cpu"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    let modes: Vec<_> = rows.iter().filter(|r| r.get("mode").is_some()).collect();
+    assert_eq!(modes.len(), 4, "K in {{1, 4}} x {{seq, lanes}}");
+    for r in &modes {
+        for key in ["h", "k", "mode", "tflops", "ratio_vs_seq"] {
+            assert!(r.get(key).is_some(), "{key} in {r}");
+        }
+        assert!(r["tflops"].as_f64().unwrap() > 0.0);
+        if r["mode"] == "seq" {
+            assert_eq!(r["ratio_vs_seq"].as_f64().unwrap(), 1.0);
+        }
+    }
+    assert!(
+        rows.iter()
+            .any(|r| r.get("overhead_pct").is_some_and(|v| v.is_f64()))
+    );
+    assert!(rows.iter().any(|r| {
+        r.get("cpu_gemm_gflops")
+            .and_then(|v| v.as_f64())
+            .is_some_and(|g| g > 1.0)
+    }));
+}
+
+#[test]
+fn bench_policies_replays_a_trace_under_each_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench", "policies", "--jobs", "8", "--rounds", "1", "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(policies, ["fifo", "pack", "fair", "srtf"]);
+    for r in rows {
+        for key in ["avg_jct_s", "makespan_s", "jct_ratio_vs_fifo"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
+        }
+        assert!(
+            r["longest_iterations"].as_u64().unwrap()
+                >= 100 * r["shortest_iterations"].as_u64().unwrap()
+        );
+    }
+    assert_eq!(rows[0]["jct_ratio_vs_fifo"].as_f64().unwrap(), 1.0);
+    // Shortest-remaining-first beats first-come-first-served on a heavy tail.
+    assert!(rows[3]["jct_ratio_vs_fifo"].as_f64().unwrap() > 1.0);
+    let err = run_in(dir.path(), &["bench", "packing", "--device", "cuda:0"]);
+    assert_eq!(err.status.code(), Some(2));
+}
