@@ -226,6 +226,8 @@ impl Runner<'_> {
 
         let started = Instant::now();
         let mut in_flight: BTreeMap<JobId, Flight> = BTreeMap::new();
+        // Every job of this run, for telemetry that arrives after a trial ended.
+        let mut trial_ids: BTreeMap<JobId, i64> = BTreeMap::new();
         let mut lanes: BTreeMap<usize, LaneTally> = BTreeMap::new();
         let (mut ran, mut interrupted, mut exhausted) = (0u64, false, false);
         loop {
@@ -292,6 +294,7 @@ impl Runner<'_> {
                             pending,
                         };
                         let id = core.submit(Box::new(trial), 0.0, &device_data.name);
+                        trial_ids.insert(id, flight.pending.trial_id);
                         in_flight.insert(id, flight);
                         ran += 1;
                     }
@@ -318,9 +321,7 @@ impl Runner<'_> {
                     return Err(Error::Run("the Salus core stopped".into()));
                 }
             };
-            let trial_of = |in_flight: &BTreeMap<JobId, Flight>, job: JobId| {
-                in_flight.get(&job).map(|f| f.pending.trial_id)
-            };
+
             match event {
                 CoreEvent::Admitted { job, lane } => {
                     if let Some(f) = in_flight.get(&job) {
@@ -435,49 +436,7 @@ impl Runner<'_> {
                     self.reporter
                         .trial_end(f.pending.number, None, best, finished);
                 }
-                CoreEvent::Swapped {
-                    job,
-                    lane,
-                    out,
-                    bytes,
-                    seconds,
-                } => {
-                    let time_s = started.elapsed().as_secs_f64();
-                    self.writer.send(WriteOp::Swap {
-                        run_id,
-                        trial_id: trial_of(&in_flight, job),
-                        lane: lane as i64,
-                        out,
-                        bytes: bytes as i64,
-                        seconds,
-                        time_s,
-                    })?;
-                }
-                CoreEvent::Segment {
-                    lane,
-                    job,
-                    start,
-                    end,
-                    iterations,
-                } => {
-                    let t = lanes.entry(lane).or_default();
-                    t.iterations += iterations as i64;
-                    t.busy_s += end - start;
-                    self.writer.send(WriteOp::Segment {
-                        run_id,
-                        lane: lane as i64,
-                        trial_id: trial_of(&in_flight, job),
-                        start_s: start,
-                        end_s: end,
-                        iterations: iterations as i64,
-                    })?;
-                }
-                CoreEvent::Switch { lane, seconds, .. } => {
-                    let t = lanes.entry(lane).or_default();
-                    t.switches += 1;
-                    t.switch_sum_s += seconds;
-                    t.switch_max_s = t.switch_max_s.max(seconds);
-                }
+                telemetry => self.telemetry(telemetry, run_id, &trial_ids, &mut lanes, started)?,
             }
         }
         // Whatever has not ended goes back to WAITING and runs first on resume.
@@ -488,6 +447,10 @@ impl Runner<'_> {
                 })?;
                 self.reporter.trial_interrupted(f.pending.number);
             }
+        }
+        // Lanes flush their last timeline segments as they stop.
+        for event in rx.try_iter() {
+            self.telemetry(event, run_id, &trial_ids, &mut lanes, started)?;
         }
         let wall_s = started.elapsed().as_secs_f64();
         for (lane, t) in lanes {
@@ -518,6 +481,64 @@ impl Runner<'_> {
         };
         self.reporter.study_end(study, &summary);
         Ok(summary)
+    }
+
+    /// Stores the core's timeline events; others are ignored.
+    fn telemetry(
+        &mut self,
+        event: CoreEvent,
+        run_id: i64,
+        trial_ids: &BTreeMap<JobId, i64>,
+        lanes: &mut BTreeMap<usize, LaneTally>,
+        started: Instant,
+    ) -> Result<()> {
+        match event {
+            CoreEvent::Swapped {
+                job,
+                lane,
+                out,
+                bytes,
+                seconds,
+            } => {
+                let time_s = started.elapsed().as_secs_f64();
+                self.writer.send(WriteOp::Swap {
+                    run_id,
+                    trial_id: trial_ids.get(&job).copied(),
+                    lane: lane as i64,
+                    out,
+                    bytes: bytes as i64,
+                    seconds,
+                    time_s,
+                })?;
+            }
+            CoreEvent::Segment {
+                lane,
+                job,
+                start,
+                end,
+                iterations,
+            } => {
+                let t = lanes.entry(lane).or_default();
+                t.iterations += iterations as i64;
+                t.busy_s += end - start;
+                self.writer.send(WriteOp::Segment {
+                    run_id,
+                    lane: lane as i64,
+                    trial_id: trial_ids.get(&job).copied(),
+                    start_s: start,
+                    end_s: end,
+                    iterations: iterations as i64,
+                })?;
+            }
+            CoreEvent::Switch { lane, seconds, .. } => {
+                let t = lanes.entry(lane).or_default();
+                t.switches += 1;
+                t.switch_sum_s += seconds;
+                t.switch_max_s = t.switch_max_s.max(seconds);
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// The largest batch size the space allows.
