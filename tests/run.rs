@@ -360,7 +360,10 @@ fn scheduler_settings_reach_the_core_and_telemetry_covers_every_iteration() {
         1
     );
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM salus_lane_segments WHERE trial_id IS NULL"),
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_lane_segments WHERE trial_id IS NULL"
+        ),
         0
     );
     assert_eq!(

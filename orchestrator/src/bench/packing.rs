@@ -178,33 +178,44 @@ pub fn run(
     // The core's overhead against a bare loop: one trial, the same lane set-up.
     let h = hs[0];
     let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
-    let iterations = ((4.0 * target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
-    // Interleaved, the fastest of five: what each costs on an unloaded machine.
-    let (mut bare, mut through) = (f64::INFINITY, f64::INFINITY);
-    for _ in 0..5 {
+    let iterations = ((target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
+    // Paired runs close in time, in alternating order, so that a shared
+    // machine's drift cancels; the overhead is the median of the pairs.
+    let bare_run = || -> Result<f64> {
         let mut lane = Lane::new(backend.clone(), 0, cores)?;
-        bare = bare.min(run_bare(
+        run_bare(
             &mut lane,
             vec![TrainTrial::new_on_host(
                 dev.clone(),
                 config(h, iterations, 1),
             )?],
-        )?);
-        drop(lane);
+        )
+    };
+    let core_run = || -> Result<f64> {
         let cfg = CoreConfig::cpu(Policy::Pack, 1, cores, u64::MAX / 4);
-        through = through.min(
-            run_core(
-                backend,
-                vec![TrainTrial::new_on_host(
-                    dev.clone(),
-                    config(h, iterations, 1),
-                )?],
-                cfg,
-            )?
-            .0,
-        );
+        Ok(run_core(
+            backend,
+            vec![TrainTrial::new_on_host(
+                dev.clone(),
+                config(h, iterations, 1),
+            )?],
+            cfg,
+        )?
+        .0)
+    };
+    let mut ratios = Vec::new();
+    for pair in 0..7 {
+        let (bare, through) = if pair % 2 == 0 {
+            let b = bare_run()?;
+            (b, core_run()?)
+        } else {
+            let c = core_run()?;
+            (bare_run()?, c)
+        };
+        ratios.push(through / bare);
     }
-    let overhead_pct = 100.0 * (through - bare) / bare;
+    ratios.sort_by(f64::total_cmp);
+    let overhead_pct = 100.0 * (ratios[ratios.len() / 2] - 1.0);
     progress(&format!(
         "core overhead vs a bare loop (h={h}, K=1, {iterations} iterations): {overhead_pct:+.2}%"
     ));
