@@ -13,9 +13,10 @@ pub mod policies;
 
 use std::sync::Arc;
 
+use kernels::Activation;
 use kernels::CpuBackend;
 use workers::data::{SplitData, split, synthetic_classification};
-use workers::{DeviceData, Lane};
+use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
 
 use crate::error::{Error, Result};
 
@@ -46,4 +47,24 @@ pub fn bench_data(
 
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A ReLU MLP trained with Adam for exactly `iterations` iterations (the
+/// bench data make an epoch one iteration), reporting only at its end:
+/// evaluation is not what the benchmarks measure.
+pub fn trial_config(hidden: Vec<usize>, batch: usize, iterations: u64, seed: u64) -> TrialConfig {
+    TrialConfig {
+        hidden,
+        activation: Activation::Relu,
+        batch_size: batch,
+        epochs: iterations,
+        hparams: SlotHparams {
+            optimizer: Optimizer::adam(),
+            lr: 1e-3,
+            weight_decay: 0.0,
+            dropout: 0.0,
+            seed,
+        },
+        report_every: Some(u64::MAX / 2),
+    }
 }

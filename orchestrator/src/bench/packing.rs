@@ -4,11 +4,9 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Instant;
 
-use kernels::{Activation, Backend, CpuBackend, Gemm, at, at_mut};
+use kernels::{Backend, CpuBackend, Gemm, at, at_mut};
 use serde_json::json;
-use workers::{
-    DeviceData, Job, Lane, Optimizer, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
-};
+use workers::{DeviceData, Job, Lane, StepOutcome, TrainTrial, TrialConfig};
 
 use crate::error::Result;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
@@ -38,21 +36,7 @@ pub struct Results {
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
-    TrialConfig {
-        hidden: vec![h, h],
-        activation: Activation::Relu,
-        batch_size: BATCH,
-        epochs: iterations,
-        hparams: SlotHparams {
-            optimizer: Optimizer::adam(),
-            lr: 1e-3,
-            weight_decay: 0.0,
-            dropout: 0.0,
-            seed,
-        },
-        // Only the final report: evaluation is not what is measured.
-        report_every: Some(u64::MAX / 2),
-    }
+    super::trial_config(vec![h, h], BATCH, iterations, seed)
 }
 
 /// Trains each trial to the end on one lane, one after another.

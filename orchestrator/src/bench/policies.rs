@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use kernels::{Activation, CpuBackend};
+use kernels::CpuBackend;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde_json::json;
-use workers::{DeviceData, Job, Optimizer, SlotHparams, StepOutcome, TrainTrial, TrialConfig};
+use workers::{DeviceData, Job, StepOutcome, TrainTrial, TrialConfig};
 
 use crate::error::{Error, Result};
 use crate::salus::JobId;
@@ -51,20 +51,7 @@ pub struct Results {
 }
 
 fn config(iterations: u64, seed: u64) -> TrialConfig {
-    TrialConfig {
-        hidden: vec![128, 128],
-        activation: Activation::Relu,
-        batch_size: BATCH,
-        epochs: iterations,
-        hparams: SlotHparams {
-            optimizer: Optimizer::adam(),
-            lr: 1e-3,
-            weight_decay: 0.0,
-            dropout: 0.0,
-            seed,
-        },
-        report_every: Some(u64::MAX / 2),
-    }
+    super::trial_config(vec![128, 128], BATCH, iterations, seed)
 }
 
 /// The seeded trace: lengths, then arrivals scaled to `seconds_per_iteration`.

@@ -474,14 +474,7 @@ impl<B: Backend> State<B> {
             .iter()
             .find(|(_, e)| e.lane == Some(lane) && e.swap_out && !e.running())
         {
-            let job = self
-                .jobs
-                .get_mut(&id)
-                .expect("job")
-                .job
-                .take()
-                .expect("not running");
-            return Some(Work::SwapOut(id, job));
+            return Some(Work::SwapOut(id, self.take(id)));
         }
         let current = self.current.get(&lane).copied();
         let runnable: Vec<JobState> = self
@@ -494,14 +487,17 @@ impl<B: Backend> State<B> {
             })
             .collect();
         let id = policy::next(self.policy, &runnable)?;
-        let job = self
-            .jobs
+        Some(Work::Step(id, self.take(id)))
+    }
+
+    /// Hands job `id` to a lane: the table keeps its entry, not the job.
+    fn take(&mut self, id: JobId) -> Box<dyn Job<B>> {
+        self.jobs
             .get_mut(&id)
             .expect("job")
             .job
             .take()
-            .expect("not running");
-        Some(Work::Step(id, job))
+            .expect("not running")
     }
 
     fn return_step(
