@@ -33,6 +33,7 @@ pub mod commands;
 pub mod error;
 pub mod output;
 pub mod progress;
+pub mod pruner;
 pub mod runner;
 pub mod salus;
 pub mod sampler;
