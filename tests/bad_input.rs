@@ -112,6 +112,21 @@ const CASES: &[(&str, &str, &str)] = &[
         "s.toml:2:14: train.batch_size",
         "the training split has only 1438 rows",
     ),
+    (
+        "[pruner]\nkind = \"asha\"\nwarmup_steps = 2\n",
+        "s.toml:3:16: pruner.warmup_steps",
+        "does not apply to kind = \"asha\"",
+    ),
+    (
+        "[pruner]\nkind = \"hyperband\"\nmin_resource = 4\nmax_resource = 2\n",
+        "s.toml:4:16: pruner.max_resource",
+        "must be at least min_resource (4)",
+    ),
+    (
+        "[sampler]\nstartup_trials = 3\n",
+        "s.toml:2:18: sampler.startup_trials",
+        "applies only to kind = \"tpe\"",
+    ),
 ];
 
 #[test]
@@ -136,7 +151,7 @@ fn bad_study_files_exit_2_naming_file_line_and_key() {
             "case {i}: want '{at}' and '{words}' in:\n{msg}"
         );
     }
-    assert!(CASES.len() >= 20);
+    assert!(CASES.len() >= 24);
 }
 
 #[test]

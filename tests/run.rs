@@ -384,3 +384,54 @@ fn scheduler_settings_reach_the_core_and_telemetry_covers_every_iteration() {
     // Three trials in flight on one lane under fair: they interleave.
     assert!(scalar(&db, "SELECT switches FROM salus_lane_stats") > 0);
 }
+
+#[test]
+fn asha_pauses_promotes_and_prunes_at_rungs_with_tpe() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = "[study]\nname = \"asha\"\ntrials = 12\nseed = 2\n[model]\ndepth = 1\nwidth = { int = [16, 64], log = true }\n\
+                 [train]\nlr = { float = [1e-4, 3e-1], log = true }\nbatch_size = 64\nepochs = 9\n\
+                 [sampler]\nkind = \"tpe\"\nstartup_trials = 4\n[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 3\n";
+    write(dir.path(), "s.toml", study);
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("asha.db");
+    let trials = trials(&db, None);
+    assert_eq!(trials.len(), 12);
+    let pruned: Vec<_> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Pruned)
+        .collect();
+    let complete = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Complete)
+        .count();
+    assert_eq!(pruned.len() + complete, 12, "every trial finished");
+    assert!(!pruned.is_empty() && complete >= 1);
+    for t in &pruned {
+        // A pruned trial stopped at a rung (steps 1, 3 or 9) and kept its curve.
+        let last = t.intermediate.last().unwrap().0;
+        assert!([1, 3].contains(&last), "pruned after step {last}");
+        assert!(t.value.is_none());
+    }
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE \"key\" = 'salus:rung'"
+        ),
+        pruned.len() as i64
+    );
+    assert!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'"
+        ) >= pruned.len() as i64
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_runs WHERE policy = 'priority'"
+        ),
+        1,
+        "a pruner makes priority the default"
+    );
+}

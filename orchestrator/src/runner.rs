@@ -21,11 +21,12 @@ use workers::{DeviceData, Job, Lane, TrainTrial, WorkerError};
 
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
+use crate::pruner::{Curve, Curves, Decision, Pruner, priority};
 use crate::salus::JobId;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
 use crate::salus::ledger::MemoryLedger;
 use crate::salus::policy::default_policy;
-use crate::sampler::{GridSampler, RandomSampler, Sampler, TrialRecord};
+use crate::sampler::{GridSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, RunInfo, TrialResources, WriteOp};
 use crate::storage::{StudyInfo, TrialRow, TrialState, Writer};
@@ -127,7 +128,10 @@ impl Runner<'_> {
             .policy
             .unwrap_or(default_policy(self.study.pruner != PrunerKind::None));
         let budget = MemoryLedger::cpu_budget(s.memory_bytes, backend.memory_bytes() as u64);
-        CoreConfig::cpu(policy, s.lanes.unwrap_or(cores), cores, budget)
+        CoreConfig {
+            hold_at_reports: self.study.pruner != PrunerKind::None,
+            ..CoreConfig::cpu(policy, s.lanes.unwrap_or(cores), cores, budget)
+        }
     }
 
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
@@ -189,6 +193,14 @@ impl Runner<'_> {
             SamplerKind::Random => Box::new(RandomSampler::new(
                 self.options.seed.unwrap_or(study.sampler.seed),
             )),
+            SamplerKind::Tpe { startup_trials } => {
+                let mut tpe = TpeSampler::new(
+                    self.options.seed.unwrap_or(study.sampler.seed),
+                    study.direction,
+                );
+                tpe.startup_trials = startup_trials;
+                Box::new(tpe)
+            }
             SamplerKind::Grid => Box::new(
                 GridSampler::new(
                     &study.space,
@@ -226,6 +238,23 @@ impl Runner<'_> {
 
         let started = Instant::now();
         let mut in_flight: BTreeMap<JobId, Flight> = BTreeMap::new();
+        let pruner = study.pruner.build();
+        let mut curves: Curves = existing
+            .iter()
+            .map(|r| {
+                (
+                    r.number,
+                    Curve {
+                        values: r.intermediate.iter().map(|&(s, v)| (s as u64, v)).collect(),
+                        finished: r.state.is_finished(),
+                    },
+                )
+            })
+            .collect();
+        // Trials paused below a promotion cut, with their rung.
+        let mut paused: BTreeMap<JobId, usize> = BTreeMap::new();
+        // Paused trials already asked to stop for good.
+        let mut closing: std::collections::BTreeSet<JobId> = Default::default();
         // Every job of this run, for telemetry that arrives after a trial ended.
         let mut trial_ids: BTreeMap<JobId, i64> = BTreeMap::new();
         let mut lanes: BTreeMap<usize, LaneTally> = BTreeMap::new();
@@ -238,7 +267,7 @@ impl Runner<'_> {
             let timed_out = study.timeout.is_some_and(|t| started.elapsed() >= t);
             while !exhausted
                 && !timed_out
-                && in_flight.len() < max_concurrent
+                && in_flight.len() - paused.len() < max_concurrent
                 && finished + (in_flight.len() as u64) < budget
             {
                 let pending = match waiting.pop_front() {
@@ -305,6 +334,17 @@ impl Runner<'_> {
                     }
                 }
             }
+            // Only paused trials are left and no new trial may start: none can be
+            // promoted any more, so they end as PRUNED at their rung.
+            let can_start =
+                !exhausted && !timed_out && finished + (in_flight.len() as u64) < budget;
+            if !in_flight.is_empty() && in_flight.len() == paused.len() && !can_start {
+                for (&job, _) in paused.iter() {
+                    if closing.insert(job) {
+                        core.prune(job);
+                    }
+                }
+            }
             if in_flight.is_empty() {
                 if timed_out {
                     self.reporter.note(&format!(
@@ -342,17 +382,61 @@ impl Runner<'_> {
                 CoreEvent::Report { job, report } => {
                     if let Some(f) = in_flight.get(&job) {
                         let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+                        let (trial_id, number) = (f.pending.trial_id, f.pending.number);
                         self.writer.send(WriteOp::Intermediate {
-                            trial_id: f.pending.trial_id,
+                            trial_id,
                             step: report.step as i64,
                             value,
                         })?;
-                        self.reporter.trial_report(
-                            f.pending.number,
-                            report.step,
-                            &study.metric,
-                            value,
-                        );
+                        self.reporter
+                            .trial_report(number, report.step, &study.metric, value);
+                        curves
+                            .entry(number)
+                            .or_default()
+                            .values
+                            .insert(report.step, value);
+                        let rung = pruner.rung(number, report.step);
+                        let priority = rung.map(|k| {
+                            rank_priority(k, number, report.step, &curves, study.direction)
+                        });
+                        match pruner.decide(number, report.step, &curves, study.direction) {
+                            Decision::Continue => {
+                                if let (Some(k), Some(p)) = (rung, priority) {
+                                    core.set_priority(job, p);
+                                    self.writer.send(WriteOp::Priority {
+                                        trial_id,
+                                        priority: p,
+                                        rung: Some(k as i64),
+                                        reason: "rung",
+                                    })?;
+                                }
+                                core.release(job);
+                            }
+                            Decision::Pause { rung: k } => {
+                                let p = priority.unwrap_or(0.0);
+                                core.set_priority(job, p);
+                                core.pause(job);
+                                core.release(job);
+                                paused.insert(job, k);
+                                self.writer.send(WriteOp::Priority {
+                                    trial_id,
+                                    priority: p,
+                                    rung: Some(k as i64),
+                                    reason: "paused",
+                                })?;
+                            }
+                            Decision::Prune => {
+                                closing.insert(job);
+                                core.prune(job);
+                                self.writer.send(WriteOp::Priority {
+                                    trial_id,
+                                    priority: priority.unwrap_or(0.0),
+                                    rung: rung.map(|k| k as i64),
+                                    reason: "pruned",
+                                })?;
+                            }
+                        }
+                        self.promote(&core, pruner.as_ref(), &mut paused, &in_flight, &curves)?;
                     }
                 }
                 CoreEvent::Finished {
@@ -366,6 +450,10 @@ impl Runner<'_> {
                     };
                     finished += 1;
                     let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+                    let curve = curves.entry(f.pending.number).or_default();
+                    curve.values.insert(report.step, value);
+                    curve.finished = true;
+                    self.promote(&core, pruner.as_ref(), &mut paused, &in_flight, &curves)?;
                     self.writer.send(WriteOp::Intermediate {
                         trial_id: f.pending.trial_id,
                         step: report.step as i64,
@@ -425,6 +513,24 @@ impl Runner<'_> {
                         continue;
                     };
                     finished += 1;
+                    let rung = paused.remove(&job).or_else(|| {
+                        curves.get(&f.pending.number).and_then(|c| {
+                            c.values
+                                .keys()
+                                .rev()
+                                .find_map(|s| pruner.rung(f.pending.number, *s))
+                        })
+                    });
+                    if let Some(k) = rung {
+                        self.writer.send(WriteOp::TrialAttr {
+                            trial_id: f.pending.trial_id,
+                            key: "salus:rung",
+                            value_json: k.to_string(),
+                        })?;
+                    }
+                    if let Some(c) = curves.get_mut(&f.pending.number) {
+                        c.finished = true;
+                    }
                     self.writer.send(WriteOp::Finish {
                         trial_id: f.pending.trial_id,
                         state: TrialState::Pruned,
@@ -481,6 +587,41 @@ impl Runner<'_> {
         };
         self.reporter.study_end(study, &summary);
         Ok(summary)
+    }
+
+    /// Resumes the paused trials the pruner now promotes.
+    fn promote(
+        &mut self,
+        core: &SalusCore<CpuBackend>,
+        pruner: &dyn Pruner,
+        paused: &mut BTreeMap<JobId, usize>,
+        in_flight: &BTreeMap<JobId, Flight>,
+        curves: &Curves,
+    ) -> Result<()> {
+        let by_number: BTreeMap<i64, usize> = paused
+            .iter()
+            .filter_map(|(job, k)| in_flight.get(job).map(|f| (f.pending.number, *k)))
+            .collect();
+        for number in pruner.promotions(&by_number, curves, self.study.direction) {
+            let Some((&job, f)) = in_flight.iter().find(|(_, f)| f.pending.number == number) else {
+                continue;
+            };
+            let k = paused.remove(&job).unwrap_or(0);
+            let step = curves
+                .get(&number)
+                .and_then(|c| c.values.keys().next_back().copied())
+                .unwrap_or(0);
+            let p = rank_priority(k, number, step, curves, self.study.direction);
+            core.set_priority(job, p);
+            core.resume(job);
+            self.writer.send(WriteOp::Priority {
+                trial_id: f.pending.trial_id,
+                priority: p,
+                rung: Some(k as i64),
+                reason: "promoted",
+            })?;
+        }
+        Ok(())
     }
 
     /// Stores the core's timeline events; others are ignored.
@@ -581,6 +722,31 @@ impl Runner<'_> {
         })?;
         self.writer.flush()
     }
+}
+
+/// A trial's priority at rung `k`: its rank among the values reported at
+/// `step` by every trial.
+fn rank_priority(
+    k: usize,
+    number: i64,
+    step: u64,
+    curves: &Curves,
+    direction: crate::study::Direction,
+) -> f64 {
+    let mine = curves
+        .get(&number)
+        .and_then(|c| c.values.get(&step).copied())
+        .unwrap_or(f64::NAN);
+    let others: Vec<f64> = curves
+        .values()
+        .filter_map(|c| c.values.get(&step).copied())
+        .filter(|v| v.is_finite())
+        .collect();
+    let rank = others
+        .iter()
+        .filter(|&&v| direction.better(v, mine))
+        .count();
+    priority(k, rank, others.len().max(1))
 }
 
 /// `name=value` pairs of a trial's sampled parameters.

@@ -40,6 +40,10 @@ pub struct CoreConfig {
     pub threads_per_lane: usize,
     /// Device bytes the core may use.
     pub budget: u64,
+    /// Hold a job after each report until [`SalusCore::release`] (or a
+    /// pause or prune): early-stopping decisions then take effect exactly at
+    /// the report boundary.
+    pub hold_at_reports: bool,
 }
 
 impl CoreConfig {
@@ -52,6 +56,7 @@ impl CoreConfig {
             lanes,
             threads_per_lane: (cores / lanes).max(1),
             budget,
+            hold_at_reports: false,
         }
     }
 }
@@ -120,6 +125,8 @@ struct Entry<B: Backend> {
     /// The lane whose arena and memory it holds; `None` while waiting or swapped out.
     lane: Option<LaneId>,
     paused: bool,
+    /// Waiting for the caller's decision on its last report.
+    held: bool,
     swap_out: bool,
     prune: bool,
     iterations: u64,
@@ -133,6 +140,7 @@ impl<B: Backend> Entry<B> {
 
 struct State<B: Backend> {
     policy: Policy,
+    hold_at_reports: bool,
     max_lanes: usize,
     ledger: MemoryLedger,
     jobs: BTreeMap<JobId, Entry<B>>,
@@ -173,6 +181,7 @@ impl<B: Backend> SalusCore<B> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 policy: config.policy,
+                hold_at_reports: config.hold_at_reports,
                 max_lanes: config.lanes,
                 ledger: MemoryLedger::new(config.budget),
                 jobs: BTreeMap::new(),
@@ -226,6 +235,7 @@ impl<B: Backend> SalusCore<B> {
             shared_key: shared_key.to_string(),
             lane: None,
             paused: false,
+            held: false,
             swap_out: false,
             prune: false,
         };
@@ -255,6 +265,11 @@ impl<B: Backend> SalusCore<B> {
     /// Lets a paused job run again (swapping it back in if it was swapped out).
     pub fn resume(&self, id: JobId) {
         self.with_job(id, |e| e.paused = false);
+    }
+
+    /// Lets a job held at its report run on (see `CoreConfig::hold_at_reports`).
+    pub fn release(&self, id: JobId) {
+        self.with_job(id, |e| e.held = false);
     }
 
     /// Moves a paused, resident job's state to the host now.
@@ -480,7 +495,7 @@ impl<B: Backend> State<B> {
         let runnable: Vec<JobState> = self
             .jobs
             .values()
-            .filter(|e| e.lane == Some(lane) && !e.running() && !e.paused && !e.prune)
+            .filter(|e| e.lane == Some(lane) && !e.running() && !e.paused && !e.held && !e.prune)
             .map(|e| JobState {
                 slice_s: current.filter(|c| c.0 == e.sched.id).map_or(0.0, |c| c.1),
                 ..e.sched
@@ -527,7 +542,10 @@ impl<B: Backend> State<B> {
         let prune = e.prune;
         match result {
             Ok(StepOutcome::Continue) => {}
-            Ok(StepOutcome::Report(report)) => self.emit(CoreEvent::Report { job: id, report }),
+            Ok(StepOutcome::Report(report)) => {
+                e.held = self.hold_at_reports;
+                self.emit(CoreEvent::Report { job: id, report })
+            }
             Ok(StepOutcome::Finished(report)) => {
                 self.remove(id, Ending::Finished(report));
                 return true;

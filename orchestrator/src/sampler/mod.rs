@@ -7,9 +7,11 @@
 
 mod grid;
 mod random;
+mod tpe;
 
 pub use grid::GridSampler;
 pub use random::RandomSampler;
+pub use tpe::{TpeSampler, gamma};
 
 use crate::space::{Params, SearchSpace};
 

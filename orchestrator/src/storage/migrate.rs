@@ -18,6 +18,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_telemetry",
         include_str!("../../../migrations/sqlite/0003_salus_telemetry.sql"),
     ),
+    (
+        4,
+        "salus_priority",
+        include_str!("../../../migrations/sqlite/0004_salus_priority.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

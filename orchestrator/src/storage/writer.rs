@@ -122,6 +122,19 @@ pub enum WriteOp {
         run_id: i64,
         stats: LaneStats,
     },
+    /// A trial's scheduling priority changed.
+    Priority {
+        trial_id: i64,
+        priority: f64,
+        rung: Option<i64>,
+        reason: &'static str,
+    },
+    /// A trial system attribute (JSON value), replacing an earlier one.
+    TrialAttr {
+        trial_id: i64,
+        key: &'static str,
+        value_json: String,
+    },
     /// Answers once everything sent before it is committed.
     Flush {
         reply: oneshot::Sender<std::result::Result<(), String>>,
@@ -468,6 +481,36 @@ async fn apply(
                 .bind(s.switches)
                 .bind(s.switch_mean_us)
                 .bind(s.switch_max_us)
+                .execute(&mut *tx)
+                .await?;
+            }
+            WriteOp::Priority {
+                trial_id,
+                priority,
+                rung,
+                reason,
+            } => {
+                sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
+                    .bind(*trial_id)
+                    .bind(&time)
+                    .bind(*priority)
+                    .bind(*rung)
+                    .bind(*reason)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            WriteOp::TrialAttr {
+                trial_id,
+                key,
+                value_json,
+            } => {
+                sqlx::query(
+                    "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+                     ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
+                )
+                .bind(*trial_id)
+                .bind(*key)
+                .bind(value_json.as_str())
                 .execute(&mut *tx)
                 .await?;
             }

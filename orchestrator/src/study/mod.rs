@@ -108,6 +108,10 @@ impl DataConfig {
 pub enum SamplerKind {
     Random,
     Grid,
+    /// TPE after `startup_trials` random proposals.
+    Tpe {
+        startup_trials: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -116,9 +120,49 @@ pub struct SamplerConfig {
     pub seed: u64,
 }
 
+/// `[pruner]`; resources count report steps (epochs by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrunerKind {
     None,
+    Asha {
+        min_resource: u64,
+        reduction_factor: u64,
+    },
+    Hyperband {
+        min_resource: u64,
+        max_resource: u64,
+        reduction_factor: u64,
+    },
+    Median {
+        startup_trials: usize,
+        warmup_steps: u64,
+    },
+}
+
+impl PrunerKind {
+    /// The pruner this describes.
+    pub fn build(self) -> Box<dyn crate::pruner::Pruner> {
+        use crate::pruner::*;
+        match self {
+            PrunerKind::None => Box::new(NoPruner),
+            PrunerKind::Asha {
+                min_resource,
+                reduction_factor,
+            } => Box::new(Asha::new(min_resource, reduction_factor)),
+            PrunerKind::Hyperband {
+                min_resource,
+                max_resource,
+                reduction_factor,
+            } => Box::new(Hyperband::new(min_resource, max_resource, reduction_factor)),
+            PrunerKind::Median {
+                startup_trials,
+                warmup_steps,
+            } => Box::new(Median {
+                startup_trials,
+                warmup_steps,
+            }),
+        }
+    }
 }
 
 /// Scheduling policies of the Salus core.

@@ -484,14 +484,29 @@ impl<'a> Parser<'a> {
             .map_err(|e| Error::Input(format!("{}: {e}", self.cx.path.display())))?;
 
         let sampler_sec = self.section(&top, "sampler", "sampler", &empty)?;
-        self.check_keys(&sampler_sec, &["kind", "seed"])?;
-        let kind = match self.one_of(&sampler_sec, "kind", &["random", "grid"])? {
+        self.check_keys(&sampler_sec, &["kind", "seed", "startup_trials"])?;
+        let kind = match self.one_of(&sampler_sec, "kind", &["random", "grid", "tpe"])? {
             Some((span, k)) if k == "grid" => {
                 GridSampler::new(&space, 0).map_err(|e| self.err(span, "sampler.kind", e))?;
                 SamplerKind::Grid
             }
+            Some((_, k)) if k == "tpe" => SamplerKind::Tpe {
+                startup_trials: self
+                    .int(&sampler_sec, "startup_trials", 0)?
+                    .map_or(10, |(_, n)| n as usize),
+            },
             _ => SamplerKind::Random,
         };
+        if let (Some((span, _)), false) = (
+            sampler_sec.get("startup_trials"),
+            matches!(kind, SamplerKind::Tpe { .. }),
+        ) {
+            return Err(self.err(
+                span,
+                "sampler.startup_trials",
+                "startup_trials applies only to kind = \"tpe\"",
+            ));
+        }
         let sampler = SamplerConfig {
             kind,
             seed: self
@@ -500,8 +515,7 @@ impl<'a> Parser<'a> {
         };
 
         let pruner_sec = self.section(&top, "pruner", "pruner", &empty)?;
-        self.check_keys(&pruner_sec, &["kind"])?;
-        self.one_of(&pruner_sec, "kind", &["none"])?;
+        let pruner = self.pruner(&pruner_sec)?;
 
         let sched = self.section(&top, "scheduler", "scheduler", &empty)?;
         let scheduler = self.scheduler(&sched)?;
@@ -520,7 +534,7 @@ impl<'a> Parser<'a> {
             fixed,
             report_every,
             sampler,
-            pruner: PrunerKind::None,
+            pruner,
             scheduler,
             positions: std::mem::take(&mut self.positions),
         })
@@ -921,6 +935,74 @@ impl<'a> Parser<'a> {
             task,
             validation,
             split_seed,
+        })
+    }
+
+    fn pruner(&self, s: &Section) -> Result<PrunerKind> {
+        const KEYS: &[&str] = &[
+            "kind",
+            "min_resource",
+            "reduction_factor",
+            "max_resource",
+            "startup_trials",
+            "warmup_steps",
+        ];
+        self.check_keys(s, KEYS)?;
+        let kind = self
+            .one_of(s, "kind", &["none", "asha", "hyperband", "median"])?
+            .map_or("none".to_string(), |(_, k)| k);
+        let applies: &[&str] = match kind.as_str() {
+            "asha" => &["min_resource", "reduction_factor"],
+            "hyperband" => &["min_resource", "reduction_factor", "max_resource"],
+            "median" => &["startup_trials", "warmup_steps"],
+            _ => &[],
+        };
+        for key in &KEYS[1..] {
+            if let Some((span, _)) = s.get(key)
+                && !applies.contains(key)
+            {
+                return Err(self.err(
+                    span,
+                    &s.dotted(key),
+                    format!("'{key}' does not apply to kind = \"{kind}\""),
+                ));
+            }
+        }
+        let min_resource = self.int(s, "min_resource", 1)?.map_or(1, |(_, n)| n as u64);
+        let reduction_factor = self
+            .int(s, "reduction_factor", 2)?
+            .map_or(3, |(_, n)| n as u64);
+        Ok(match kind.as_str() {
+            "asha" => PrunerKind::Asha {
+                min_resource,
+                reduction_factor,
+            },
+            "hyperband" => {
+                let max_resource =
+                    match self.int(s, "max_resource", 1)? {
+                        Some((span, m)) if (m as u64) < min_resource => return Err(self.err(
+                            span,
+                            "pruner.max_resource",
+                            format!(
+                                "max_resource ({m}) must be at least min_resource ({min_resource})"
+                            ),
+                        )),
+                        Some((_, m)) => m as u64,
+                        None => min_resource * reduction_factor.pow(3),
+                    };
+                PrunerKind::Hyperband {
+                    min_resource,
+                    max_resource,
+                    reduction_factor,
+                }
+            }
+            "median" => PrunerKind::Median {
+                startup_trials: self
+                    .int(s, "startup_trials", 0)?
+                    .map_or(5, |(_, n)| n as usize),
+                warmup_steps: self.int(s, "warmup_steps", 0)?.map_or(0, |(_, n)| n as u64),
+            },
+            _ => PrunerKind::None,
         })
     }
 
