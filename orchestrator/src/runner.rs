@@ -26,7 +26,7 @@ use crate::salus::JobId;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
 use crate::salus::ledger::MemoryLedger;
 use crate::salus::policy::default_policy;
-use crate::sampler::{GridSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
+use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, RunInfo, TrialResources, WriteOp};
 use crate::storage::{StudyInfo, TrialRow, TrialState, Writer};
@@ -193,6 +193,9 @@ impl Runner<'_> {
             SamplerKind::Random => Box::new(RandomSampler::new(
                 self.options.seed.unwrap_or(study.sampler.seed),
             )),
+            SamplerKind::Qmc => Box::new(QmcSampler {
+                seed: self.options.seed.unwrap_or(study.sampler.seed),
+            }),
             SamplerKind::Tpe { startup_trials } => {
                 let mut tpe = TpeSampler::new(
                     self.options.seed.unwrap_or(study.sampler.seed),

@@ -6,10 +6,12 @@
 //! same sequence.
 
 mod grid;
+mod qmc;
 mod random;
 mod tpe;
 
 pub use grid::GridSampler;
+pub use qmc::{QmcSampler, from_unit};
 pub use random::RandomSampler;
 pub use tpe::{TpeSampler, gamma};
 

@@ -112,6 +112,8 @@ pub enum SamplerKind {
     Tpe {
         startup_trials: usize,
     },
+    /// Scrambled Sobol quasi-random points.
+    Qmc,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -485,7 +485,7 @@ impl<'a> Parser<'a> {
 
         let sampler_sec = self.section(&top, "sampler", "sampler", &empty)?;
         self.check_keys(&sampler_sec, &["kind", "seed", "startup_trials"])?;
-        let kind = match self.one_of(&sampler_sec, "kind", &["random", "grid", "tpe"])? {
+        let kind = match self.one_of(&sampler_sec, "kind", &["random", "grid", "tpe", "qmc"])? {
             Some((span, k)) if k == "grid" => {
                 GridSampler::new(&space, 0).map_err(|e| self.err(span, "sampler.kind", e))?;
                 SamplerKind::Grid
@@ -495,6 +495,7 @@ impl<'a> Parser<'a> {
                     .int(&sampler_sec, "startup_trials", 0)?
                     .map_or(10, |(_, n)| n as usize),
             },
+            Some((_, k)) if k == "qmc" => SamplerKind::Qmc,
             _ => SamplerKind::Random,
         };
         if let (Some((span, _)), false) = (
