@@ -59,6 +59,18 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Sampler quality: random, qmc and tpe (and Optuna's TPE, through
+    /// Python, when available) on Branin, Hartmann-6, a 10-D Rosenbrock and
+    /// a mixed space: median best value over seeds at 50 and 100 trials.
+    Samplers {
+        #[arg(long)]
+        json: bool,
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+        seeds: u64,
+        /// Skip Optuna's TPE.
+        #[arg(long)]
+        no_optuna: bool,
+    },
     /// K same-shape 784-h-h-10 trials one at a time (seq) and through the
     /// core's lanes: aggregate TFLOP/s, ratio to seq, switch latency, the
     /// core's overhead against a bare loop, and the CPU's GEMM rate.
@@ -159,6 +171,24 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
             } else {
                 print!("{}", r.table());
+            }
+        }
+        BenchCmd::Samplers {
+            json,
+            seeds,
+            no_optuna,
+        } => {
+            let (rows, note) = bench::samplers::run(seeds, !no_optuna, &mut progress)?;
+            if let Some(n) = note {
+                eprintln!("{n}");
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&bench::samplers::json(&rows)).expect("JSON")
+                );
+            } else {
+                print!("{}", bench::samplers::table(&rows, seeds));
             }
         }
         BenchCmd::Policies {

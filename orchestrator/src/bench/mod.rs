@@ -10,6 +10,7 @@
 
 pub mod packing;
 pub mod policies;
+pub mod samplers;
 
 use std::sync::Arc;
 

@@ -1,0 +1,339 @@
+//! `salus-tune bench samplers`: sampler quality on standard test functions.
+//!
+//! Each sampler minimises each function for 100 trials under 20 seeds; the
+//! table gives the median best value after 50 and after 100 trials. Optuna
+//! 5.0's `TPESampler` runs the same functions through
+//! `scripts/anchors/optuna_samplers.py`, in the same run, when a Python with
+//! Optuna is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`).
+
+use std::f64::consts::PI;
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::error::Result;
+use crate::sampler::{QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
+use crate::space::{Choice, Distribution, Param, ParamValue, Params, SearchSpace};
+use crate::study::Direction;
+
+/// A test function: its space and its value (to minimise).
+pub struct Problem {
+    pub name: &'static str,
+    pub space: SearchSpace,
+    pub f: fn(&Params) -> f64,
+    /// The known minimum.
+    pub optimum: f64,
+}
+
+fn float(name: &str, low: f64, high: f64, log: bool, step: Option<f64>) -> Param {
+    Param {
+        name: name.into(),
+        dist: Distribution::Float {
+            low,
+            high,
+            log,
+            step,
+        },
+        condition: None,
+    }
+}
+
+fn x(p: &Params, name: &str) -> f64 {
+    p[name].internal()
+}
+
+fn branin(p: &Params) -> f64 {
+    let (x1, x2) = (x(p, "x1"), x(p, "x2"));
+    let (b, c, t) = (5.1 / (4.0 * PI * PI), 5.0 / PI, 1.0 / (8.0 * PI));
+    (x2 - b * x1 * x1 + c * x1 - 6.0).powi(2) + 10.0 * (1.0 - t) * x1.cos() + 10.0
+}
+
+const H_ALPHA: [f64; 4] = [1.0, 1.2, 3.0, 3.2];
+const H_A: [[f64; 6]; 4] = [
+    [10.0, 3.0, 17.0, 3.5, 1.7, 8.0],
+    [0.05, 10.0, 17.0, 0.1, 8.0, 14.0],
+    [3.0, 3.5, 1.7, 10.0, 17.0, 8.0],
+    [17.0, 8.0, 0.05, 10.0, 0.1, 14.0],
+];
+const H_P: [[f64; 6]; 4] = [
+    [1312.0, 1696.0, 5569.0, 124.0, 8283.0, 5886.0],
+    [2329.0, 4135.0, 8307.0, 3736.0, 1004.0, 9991.0],
+    [2348.0, 1451.0, 3522.0, 2883.0, 3047.0, 6650.0],
+    [4047.0, 8828.0, 8732.0, 5743.0, 1091.0, 381.0],
+];
+
+fn hartmann6(p: &Params) -> f64 {
+    -(0..4)
+        .map(|i| {
+            H_ALPHA[i]
+                * (-(0..6)
+                    .map(|j| H_A[i][j] * (x(p, &format!("x{j}")) - 1e-4 * H_P[i][j]).powi(2))
+                    .sum::<f64>())
+                .exp()
+        })
+        .sum::<f64>()
+}
+
+fn rosenbrock10(p: &Params) -> f64 {
+    (0..9)
+        .map(|i| {
+            100.0 * (x(p, &format!("x{}", i + 1)) - x(p, &format!("x{i}")).powi(2)).powi(2)
+                + (1.0 - x(p, &format!("x{i}"))).powi(2)
+        })
+        .sum()
+}
+
+fn mixed(p: &Params) -> f64 {
+    let opt = match p["optimizer"] {
+        ParamValue::Choice(0) => 1.0,
+        ParamValue::Choice(1) => 0.0,
+        _ => 0.5,
+    };
+    (x(p, "lr").log10() + 2.5).powi(2)
+        + (x(p, "width").log2() - 7.0).powi(2) / 4.0
+        + (x(p, "depth") - 3.0).powi(2) / 2.0
+        + opt
+        + 10.0 * (x(p, "dropout") - 0.2).powi(2)
+}
+
+/// The benchmark's problems (mirrored in `scripts/anchors/optuna_samplers.py`).
+pub fn problems() -> Vec<Problem> {
+    let unit = |n: usize, low: f64, high: f64| {
+        SearchSpace::new(
+            (0..n)
+                .map(|j| float(&format!("x{j}"), low, high, false, None))
+                .collect(),
+        )
+        .expect("valid")
+    };
+    vec![
+        Problem {
+            name: "branin",
+            space: SearchSpace::new(vec![
+                float("x1", -5.0, 10.0, false, None),
+                float("x2", 0.0, 15.0, false, None),
+            ])
+            .expect("valid"),
+            f: branin,
+            optimum: 0.397887,
+        },
+        Problem {
+            name: "hartmann6",
+            space: unit(6, 0.0, 1.0),
+            f: hartmann6,
+            optimum: -3.32237,
+        },
+        Problem {
+            name: "rosenbrock10",
+            space: unit(10, -2.0, 2.0),
+            f: rosenbrock10,
+            optimum: 0.0,
+        },
+        Problem {
+            name: "mixed",
+            space: SearchSpace::new(vec![
+                float("lr", 1e-5, 1.0, true, None),
+                Param {
+                    name: "width".into(),
+                    dist: Distribution::Int {
+                        low: 8,
+                        high: 1024,
+                        log: true,
+                        step: 1,
+                    },
+                    condition: None,
+                },
+                Param {
+                    name: "depth".into(),
+                    dist: Distribution::Int {
+                        low: 1,
+                        high: 5,
+                        log: false,
+                        step: 1,
+                    },
+                    condition: None,
+                },
+                Param {
+                    name: "optimizer".into(),
+                    dist: Distribution::Categorical {
+                        choices: ["sgd", "adam", "rmsprop"]
+                            .map(|c| Choice::Str(c.into()))
+                            .to_vec(),
+                    },
+                    condition: None,
+                },
+                float("dropout", 0.0, 0.5, false, Some(0.1)),
+            ])
+            .expect("valid"),
+            f: mixed,
+            optimum: 0.0,
+        },
+    ]
+}
+
+/// Best value after each trial.
+fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> Vec<f64> {
+    let mut h: Vec<TrialRecord> = Vec::with_capacity(trials);
+    let mut best = f64::INFINITY;
+    let mut out = Vec::with_capacity(trials);
+    for _ in 0..trials {
+        let params = s
+            .propose(&p.space, &h)
+            .expect("these samplers always propose");
+        let v = (p.f)(&params);
+        best = best.min(v);
+        out.push(best);
+        h.push(TrialRecord {
+            params,
+            value: Some(v),
+        });
+    }
+    out
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// One row: problem, sampler, median best at 50 and at 100 trials.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub problem: &'static str,
+    pub sampler: String,
+    pub at_50: f64,
+    pub at_100: f64,
+}
+
+fn python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("SALUS_TUNE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".venv/bin/python"));
+    Command::new(&candidate)
+        .args(["-c", "import optuna"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|_| candidate)
+}
+
+pub fn run(
+    seeds: u64,
+    optuna: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Row>, Option<String>)> {
+    let mut rows = Vec::new();
+    for p in problems() {
+        for name in ["random", "qmc", "tpe"] {
+            let (mut b50, mut b100) = (Vec::new(), Vec::new());
+            for seed in 0..seeds {
+                let mut s: Box<dyn Sampler> = match name {
+                    "random" => Box::new(RandomSampler::new(seed)),
+                    "qmc" => Box::new(QmcSampler { seed }),
+                    _ => Box::new(TpeSampler::new(seed, Direction::Minimize)),
+                };
+                let curve = run_one(s.as_mut(), &p, 100);
+                b50.push(curve[49]);
+                b100.push(curve[99]);
+            }
+            let row = Row {
+                problem: p.name,
+                sampler: name.into(),
+                at_50: median(b50),
+                at_100: median(b100),
+            };
+            progress(&format!(
+                "{:<13} {:<11} median best {:.4} at 50, {:.4} at 100 (optimum {})",
+                p.name, name, row.at_50, row.at_100, p.optimum
+            ));
+            rows.push(row);
+        }
+    }
+    let mut note = None;
+    if optuna {
+        match python() {
+            None => note = Some("optuna-tpe: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
+            Some(py) => {
+                progress("running Optuna's TPESampler through scripts/anchors/optuna_samplers.py ...");
+                let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/anchors/optuna_samplers.py");
+                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|e| crate::error::Error::Run(format!("python: {e}")))?;
+                if !out.status.success() {
+                    return Err(crate::error::Error::Run(format!("optuna_samplers.py failed: {}", String::from_utf8_lossy(&out.stderr))));
+                }
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| crate::error::Error::Run(format!("optuna_samplers.py output: {e}")))?;
+                for r in v.as_array().into_iter().flatten() {
+                    let problem = problems().into_iter().map(|p| p.name).find(|n| Some(*n) == r["problem"].as_str()).unwrap_or("?");
+                    rows.push(Row { problem, sampler: "optuna-tpe".into(), at_50: r["at_50"].as_f64().unwrap_or(f64::NAN), at_100: r["at_100"].as_f64().unwrap_or(f64::NAN) });
+                }
+            }
+        }
+    }
+    rows.sort_by_key(|r| problems().iter().position(|p| p.name == r.problem));
+    Ok((rows, note))
+}
+
+pub fn json(rows: &[Row]) -> serde_json::Value {
+    serde_json::Value::Array(rows.iter().map(|r| json!({ "problem": r.problem, "sampler": r.sampler, "median_best_50": r.at_50, "median_best_100": r.at_100 })).collect())
+}
+
+pub fn table(rows: &[Row], seeds: u64) -> String {
+    let mut out = format!(
+        "bench samplers: median best value over {seeds} seeds (minimising; lower is better)\n\nproblem        sampler      @50          @100\n"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<14} {:<12} {:<12.4} {:.4}\n",
+            r.problem, r.sampler, r.at_50, r.at_100
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_test_functions_have_their_known_minima() {
+        let at = |p: &Problem, pts: &[(&str, ParamValue)]| {
+            (p.f)(&pts.iter().map(|(n, v)| (n.to_string(), *v)).collect())
+        };
+        let ps = problems();
+        assert!(
+            (at(
+                &ps[0],
+                &[
+                    ("x1", ParamValue::Float(PI)),
+                    ("x2", ParamValue::Float(2.275))
+                ]
+            ) - 0.397887)
+                .abs()
+                < 1e-5
+        );
+        let h: Vec<(String, ParamValue)> =
+            [0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573]
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| (format!("x{j}"), ParamValue::Float(v)))
+                .collect();
+        assert!(((ps[1].f)(&h.into_iter().collect()) + 3.32237).abs() < 1e-4);
+        let r: Params = (0..10)
+            .map(|j| (format!("x{j}"), ParamValue::Float(1.0)))
+            .collect();
+        assert_eq!((ps[2].f)(&r), 0.0);
+        let m = [
+            ("lr", ParamValue::Float(10f64.powf(-2.5))),
+            ("width", ParamValue::Int(128)),
+            ("depth", ParamValue::Int(3)),
+            ("optimizer", ParamValue::Choice(1)),
+            ("dropout", ParamValue::Float(0.2)),
+        ];
+        assert!(at(&ps[3], &m).abs() < 1e-12);
+    }
+}

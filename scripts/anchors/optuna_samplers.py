@@ -1,0 +1,59 @@
+"""Optuna 5.0's TPESampler on the problems of `salus-tune bench samplers`.
+
+Usage: optuna_samplers.py SEEDS. Prints a JSON array of
+{problem, at_50, at_100}: the median best value over the seeds. The
+functions and spaces mirror orchestrator/src/bench/samplers.rs exactly.
+"""
+import json
+import math
+import statistics
+import sys
+
+import optuna
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+ALPHA = [1.0, 1.2, 3.0, 3.2]
+A = [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
+P = [[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
+     [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]]
+
+
+def branin(t):
+    x1, x2 = t.suggest_float("x1", -5, 10), t.suggest_float("x2", 0, 15)
+    b, c, s = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 * x1 + c * x1 - 6) ** 2 + 10 * (1 - s) * math.cos(x1) + 10
+
+
+def hartmann6(t):
+    x = [t.suggest_float(f"x{j}", 0, 1) for j in range(6)]
+    return -sum(ALPHA[i] * math.exp(-sum(A[i][j] * (x[j] - 1e-4 * P[i][j]) ** 2 for j in range(6))) for i in range(4))
+
+
+def rosenbrock10(t):
+    x = [t.suggest_float(f"x{j}", -2, 2) for j in range(10)]
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(9))
+
+
+def mixed(t):
+    lr = t.suggest_float("lr", 1e-5, 1, log=True)
+    width = t.suggest_int("width", 8, 1024, log=True)
+    depth = t.suggest_int("depth", 1, 5)
+    opt = t.suggest_categorical("optimizer", ["sgd", "adam", "rmsprop"])
+    dropout = t.suggest_float("dropout", 0, 0.5, step=0.1)
+    penalty = {"sgd": 1.0, "adam": 0.0, "rmsprop": 0.5}[opt]
+    return (math.log10(lr) + 2.5) ** 2 + (math.log2(width) - 7) ** 2 / 4 + (depth - 3) ** 2 / 2 + penalty + 10 * (dropout - 0.2) ** 2
+
+
+seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+rows = []
+for name, f in [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("mixed", mixed)]:
+    b50, b100 = [], []
+    for seed in range(seeds):
+        study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+        study.optimize(f, n_trials=100)
+        values = [tr.value for tr in study.trials]
+        b50.append(min(values[:50]))
+        b100.append(min(values))
+    rows.append({"problem": name, "at_50": statistics.median(b50), "at_100": statistics.median(b100)})
+print(json.dumps(rows))
