@@ -434,4 +434,22 @@ fn asha_pauses_promotes_and_prunes_at_rungs_with_tpe() {
         1,
         "a pruner makes priority the default"
     );
+    // `trials` shows each trial's rung and priority.
+    let out = run_in(dir.path(), &["trials", "s.toml", "--format", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["state"] == "PRUNED")
+    {
+        assert!(r["rung"].is_i64() && r["priority"].is_f64(), "{r}");
+    }
+    assert!(
+        text(&run_in(dir.path(), &["trials", "s.toml"]))
+            .lines()
+            .next()
+            .unwrap()
+            .contains("rung  priority")
+    );
 }

@@ -53,6 +53,8 @@ pub fn trial_json(t: &TrialRow) -> Value {
         "duration_s": duration_s(t),
         "intermediate_values": t.intermediate.iter().map(|(s, v)| json!([s, v])).collect::<Vec<_>>(),
         "fail_reason": t.fail_reason,
+        "rung": t.rung,
+        "priority": t.priority,
     })
 }
 
@@ -119,6 +121,11 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
         "value".into(),
         "duration_s".into(),
     ];
+    // Rung and priority exist when a pruner ran.
+    let staged = trials.iter().any(|t| t.priority.is_some());
+    if staged {
+        header.extend(["rung".to_string(), "priority".to_string()]);
+    }
     header.extend(names.iter().cloned());
     let rows: Vec<Vec<String>> = trials
         .iter()
@@ -130,6 +137,10 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
                 t.value.map_or(String::new(), |v| cell(&json!(v))),
                 duration_s(t).map_or(String::new(), |d| format!("{d:.2}")),
             ];
+            if staged {
+                row.push(t.rung.map_or(String::new(), |r| r.to_string()));
+                row.push(t.priority.map_or(String::new(), |p| format!("{p:.3}")));
+            }
             row.extend(
                 names
                     .iter()

@@ -68,6 +68,9 @@ pub struct TrialRow {
     /// `(step, value)`; NaN where Optuna stored a non-finite value as NULL.
     pub intermediate: Vec<(i64, f64)>,
     pub fail_reason: Option<String>,
+    /// The latest early-stopping priority and rung (`salus_priority`).
+    pub priority: Option<f64>,
+    pub rung: Option<i64>,
 }
 
 fn direction_of(s: &str) -> Direction {
@@ -288,6 +291,8 @@ impl Store {
                 params: Vec::new(),
                 intermediate: Vec::new(),
                 fail_reason: r.get(6),
+                priority: None,
+                rung: None,
             })
             .collect();
         let index: BTreeMap<i64, usize> = trials
@@ -321,6 +326,29 @@ impl Store {
                 trials[i]
                     .intermediate
                     .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
+            }
+        }
+        let has_priority = sqlx::query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_priority'",
+        )
+        .fetch_optional(self.conn())
+        .await
+        .map_err(err)?
+        .is_some();
+        if has_priority {
+            let latest = sqlx::query(
+                "SELECT p.trial_id, p.priority, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",
+            )
+            .bind(study_id)
+            .fetch_all(self.conn())
+            .await
+            .map_err(err)?;
+            for r in &latest {
+                if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+                    trials[i].priority = r.get(1);
+                    trials[i].rung = r.get(2);
+                }
             }
         }
         Ok(trials)
