@@ -137,3 +137,51 @@ fn errors_point_at_line_column_and_key() {
         "{err}"
     );
 }
+
+#[test]
+fn sampler_and_pruner_sections_resolve() {
+    use salus_tune::study::{PrunerKind, SamplerKind};
+    let s = parse("[sampler]\nkind = \"tpe\"\nstartup_trials = 4\nmultivariate = false\n[pruner]\nkind = \"hyperband\"\nmin_resource = 2\n").unwrap();
+    assert_eq!(
+        s.sampler.kind,
+        SamplerKind::Tpe {
+            startup_trials: 4,
+            multivariate: false
+        }
+    );
+    assert_eq!(
+        s.pruner,
+        PrunerKind::Hyperband {
+            min_resource: 2,
+            max_resource: 54,
+            reduction_factor: 3
+        }
+    );
+    let s = parse("[sampler]\nkind = \"tpe\"\n[pruner]\nkind = \"median\"\nwarmup_steps = 2\n")
+        .unwrap();
+    assert_eq!(
+        s.sampler.kind,
+        SamplerKind::Tpe {
+            startup_trials: 10,
+            multivariate: true
+        }
+    );
+    assert_eq!(
+        s.pruner,
+        PrunerKind::Median {
+            startup_trials: 5,
+            warmup_steps: 2
+        }
+    );
+    assert_eq!(
+        parse("[sampler]\nkind = \"qmc\"\n").unwrap().sampler.kind,
+        SamplerKind::Qmc
+    );
+    let err = parse("[sampler]\nmultivariate = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sampler.multivariate: multivariate applies only to kind = \"tpe\""),
+        "{err}"
+    );
+}

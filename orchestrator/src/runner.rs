@@ -196,12 +196,16 @@ impl Runner<'_> {
             SamplerKind::Qmc => Box::new(QmcSampler {
                 seed: self.options.seed.unwrap_or(study.sampler.seed),
             }),
-            SamplerKind::Tpe { startup_trials } => {
+            SamplerKind::Tpe {
+                startup_trials,
+                multivariate,
+            } => {
                 let mut tpe = TpeSampler::new(
                     self.options.seed.unwrap_or(study.sampler.seed),
                     study.direction,
                 );
                 tpe.startup_trials = startup_trials;
+                tpe.multivariate = multivariate;
                 Box::new(tpe)
             }
             SamplerKind::Grid => Box::new(

@@ -111,6 +111,7 @@ pub enum SamplerKind {
     /// TPE after `startup_trials` random proposals.
     Tpe {
         startup_trials: usize,
+        multivariate: bool,
     },
     /// Scrambled Sobol quasi-random points.
     Qmc,

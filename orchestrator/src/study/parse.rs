@@ -484,7 +484,10 @@ impl<'a> Parser<'a> {
             .map_err(|e| Error::Input(format!("{}: {e}", self.cx.path.display())))?;
 
         let sampler_sec = self.section(&top, "sampler", "sampler", &empty)?;
-        self.check_keys(&sampler_sec, &["kind", "seed", "startup_trials"])?;
+        self.check_keys(
+            &sampler_sec,
+            &["kind", "seed", "startup_trials", "multivariate"],
+        )?;
         let kind = match self.one_of(&sampler_sec, "kind", &["random", "grid", "tpe", "qmc"])? {
             Some((span, k)) if k == "grid" => {
                 GridSampler::new(&space, 0).map_err(|e| self.err(span, "sampler.kind", e))?;
@@ -494,19 +497,34 @@ impl<'a> Parser<'a> {
                 startup_trials: self
                     .int(&sampler_sec, "startup_trials", 0)?
                     .map_or(10, |(_, n)| n as usize),
+                multivariate: match sampler_sec.get("multivariate") {
+                    None => true,
+                    Some((span, v)) => match v.get_ref() {
+                        DeValue::Boolean(b) => *b,
+                        other => {
+                            return Err(self.err(
+                                span,
+                                "sampler.multivariate",
+                                format!("expected true or false, found {}", type_name(other)),
+                            ));
+                        }
+                    },
+                },
             },
             Some((_, k)) if k == "qmc" => SamplerKind::Qmc,
             _ => SamplerKind::Random,
         };
-        if let (Some((span, _)), false) = (
-            sampler_sec.get("startup_trials"),
-            matches!(kind, SamplerKind::Tpe { .. }),
-        ) {
-            return Err(self.err(
-                span,
-                "sampler.startup_trials",
-                "startup_trials applies only to kind = \"tpe\"",
-            ));
+        for key in ["startup_trials", "multivariate"] {
+            if let (Some((span, _)), false) = (
+                sampler_sec.get(key),
+                matches!(kind, SamplerKind::Tpe { .. }),
+            ) {
+                return Err(self.err(
+                    span,
+                    &format!("sampler.{key}"),
+                    format!("{key} applies only to kind = \"tpe\""),
+                ));
+            }
         }
         let sampler = SamplerConfig {
             kind,
