@@ -10,7 +10,7 @@ use crate::output::{self, Format};
 use crate::progress::Reporter;
 use crate::runner::{RunOptions, Runner};
 use crate::storage::{self, Store, Writer};
-use crate::study::{self, DataSource, Study};
+use crate::study::{self, DataSource};
 
 /// Exit status of a run stopped by Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -219,14 +219,4 @@ pub async fn best(args: ReadArgs) -> Result<String> {
     let best = output::best(&trials, info.direction)
         .ok_or_else(|| Error::Run(format!("study '{}' has no complete trial yet", info.name)))?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
-}
-
-/// For tests and callers that hold a parsed study.
-pub fn describe_study(s: &Study) -> String {
-    format!(
-        "{} ({} {})",
-        s.name,
-        s.direction.optuna().to_lowercase(),
-        s.metric
-    )
 }
