@@ -274,7 +274,7 @@ impl Runner<'_> {
             let timed_out = study.timeout.is_some_and(|t| started.elapsed() >= t);
             while !exhausted
                 && !timed_out
-                && in_flight.len() - paused.len() < max_concurrent
+                && in_flight.len().saturating_sub(paused.len()) < max_concurrent
                 && finished + (in_flight.len() as u64) < budget
             {
                 let pending = match waiting.pop_front() {
@@ -500,6 +500,8 @@ impl Runner<'_> {
                     let Some(f) = in_flight.remove(&job) else {
                         continue;
                     };
+                    paused.remove(&job);
+                    closing.remove(&job);
                     finished += 1;
                     let reason = match error {
                         WorkerError::Diverged { iteration, loss } => {
