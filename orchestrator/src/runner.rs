@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::mpsc::Receiver;
 
 use kernels::{Backend, CpuBackend};
-use workers::{DeviceData, Job, Lane, TrainTrial, WorkerError};
+use workers::{DeviceData, Job, Lane, Report, TrainTrial, WorkerError};
 
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
@@ -137,8 +138,6 @@ impl Runner<'_> {
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
     pub fn run(mut self, existing: Vec<TrialRow>) -> Result<RunSummary> {
         let study = self.study;
-        let budget = self.options.trials.unwrap_or(study.trials);
-        let seed = self.options.seed.unwrap_or(study.seed);
         let data = study.data.load()?;
         if let Some(max) = self.max_batch()
             && max as usize > data.n_train
@@ -157,12 +156,51 @@ impl Runner<'_> {
         }
         let backend = Arc::new(CpuBackend::new());
         let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
+        let mut st = self.start(&backend, device_data, &existing)?;
+        let interrupted = loop {
+            if self.stop.load(Ordering::SeqCst) {
+                break true;
+            }
+            let timed_out = study.timeout.is_some_and(|t| st.started.elapsed() >= t);
+            self.fill(&mut st, timed_out)?;
+            self.close_paused(&mut st, timed_out);
+            if st.in_flight.is_empty() {
+                if timed_out {
+                    self.reporter.note(&format!(
+                        "timeout of {:?} reached; no new trials",
+                        study.timeout.unwrap_or_default()
+                    ));
+                }
+                break false;
+            }
+            match st
+                .events
+                .recv_timeout(std::time::Duration::from_millis(100))
+            {
+                Ok(event) => self.on_event(&mut st, event)?,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(Error::Run("the Salus core stopped".into()));
+                }
+            }
+        };
+        self.finish(st, interrupted)
+    }
 
+    /// Takes stock of the stored trials, records the run, and starts the core.
+    fn start(
+        &mut self,
+        backend: &Arc<CpuBackend>,
+        data: Arc<DeviceData<CpuBackend>>,
+        existing: &[TrialRow],
+    ) -> Result<RunState> {
+        let study = self.study;
+        let budget = self.options.trials.unwrap_or(study.trials);
         let mut history: Vec<TrialRecord> = Vec::new();
-        let mut waiting = std::collections::VecDeque::new();
+        let mut waiting = VecDeque::new();
         let mut finished = 0u64;
         let mut best: Option<(i64, f64)> = None;
-        for row in &existing {
+        for row in existing {
             let params = decode_params(study, row);
             if row.state == TrialState::Running {
                 self.writer.send(WriteOp::Requeue {
@@ -189,44 +227,34 @@ impl Runner<'_> {
                 value: row.value,
             });
         }
-        let mut sampler: Box<dyn Sampler> = match study.sampler.kind {
-            SamplerKind::Random => Box::new(RandomSampler::new(
-                self.options.seed.unwrap_or(study.sampler.seed),
-            )),
-            SamplerKind::Qmc => Box::new(QmcSampler {
-                seed: self.options.seed.unwrap_or(study.sampler.seed),
-            }),
+        let sampler_seed = self.options.seed.unwrap_or(study.sampler.seed);
+        let sampler: Box<dyn Sampler> = match study.sampler.kind {
+            SamplerKind::Random => Box::new(RandomSampler::new(sampler_seed)),
+            SamplerKind::Qmc => Box::new(QmcSampler { seed: sampler_seed }),
             SamplerKind::Tpe {
                 startup_trials,
                 multivariate,
             } => {
-                let mut tpe = TpeSampler::new(
-                    self.options.seed.unwrap_or(study.sampler.seed),
-                    study.direction,
-                );
+                let mut tpe = TpeSampler::new(sampler_seed, study.direction);
                 tpe.startup_trials = startup_trials;
                 tpe.multivariate = multivariate;
                 Box::new(tpe)
             }
-            SamplerKind::Grid => Box::new(
-                GridSampler::new(
-                    &study.space,
-                    self.options.seed.unwrap_or(study.sampler.seed),
-                )
-                .map_err(Error::Input)?,
-            ),
+            SamplerKind::Grid => {
+                Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)
+            }
         };
-
-        let config = self.core_config(&backend);
+        let config = self.core_config(backend);
         let max_concurrent = study
             .scheduler
             .max_concurrent
             .unwrap_or(2 * config.lanes)
             .max(1);
+        let device = backend.name();
         let run_id = self.writer.start_run(
             self.info.id,
             RunInfo {
-                device: backend.name(),
+                device: device.clone(),
                 policy: format!("{:?}", config.policy).to_lowercase(),
                 lanes: config.lanes as i64,
                 threads_per_lane: config.threads_per_lane as i64,
@@ -237,16 +265,12 @@ impl Runner<'_> {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_start",
-            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": backend.name(), "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent }).to_string(),
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent }).to_string(),
         })?;
         self.reporter.study_start(study, budget, finished, best);
-        let (events, rx) = std::sync::mpsc::channel();
-        let core = SalusCore::start(backend.clone(), config, events)?;
-
-        let started = Instant::now();
-        let mut in_flight: BTreeMap<JobId, Flight> = BTreeMap::new();
-        let pruner = study.pruner.build();
-        let mut curves: Curves = existing
+        let (tx, events) = std::sync::mpsc::channel();
+        let core = SalusCore::start(backend.clone(), config, tx)?;
+        let curves = existing
             .iter()
             .map(|r| {
                 (
@@ -258,302 +282,351 @@ impl Runner<'_> {
                 )
             })
             .collect();
-        // Trials paused below a promotion cut, with their rung.
-        let mut paused: BTreeMap<JobId, usize> = BTreeMap::new();
-        // Paused trials already asked to stop for good.
-        let mut closing: std::collections::BTreeSet<JobId> = Default::default();
-        // Every job of this run, for telemetry that arrives after a trial ended.
-        let mut trial_ids: BTreeMap<JobId, i64> = BTreeMap::new();
-        let mut lanes: BTreeMap<usize, LaneTally> = BTreeMap::new();
-        let (mut ran, mut interrupted, mut exhausted) = (0u64, false, false);
-        loop {
-            if self.stop.load(Ordering::SeqCst) {
-                interrupted = true;
-                break;
-            }
-            let timed_out = study.timeout.is_some_and(|t| started.elapsed() >= t);
-            while !exhausted
-                && !timed_out
-                && in_flight.len().saturating_sub(paused.len()) < max_concurrent
-                && finished + (in_flight.len() as u64) < budget
-            {
-                let pending = match waiting.pop_front() {
-                    Some(p) => {
-                        self.writer.send(WriteOp::StartTrial {
-                            trial_id: p.trial_id,
-                        })?;
-                        p
-                    }
-                    None => match sampler.propose(&study.space, &history) {
-                        None => {
-                            self.reporter.note("the grid is exhausted");
-                            exhausted = true;
-                            break;
-                        }
-                        Some(params) => {
-                            let (trial_id, number) = self
-                                .writer
-                                .create_trial(self.info.id, encode_params(study, &params))?;
-                            history.push(TrialRecord {
-                                params: params.clone(),
-                                value: None,
-                            });
-                            Pending {
-                                trial_id,
-                                number,
-                                params,
-                            }
-                        }
-                    },
-                };
-                let history_index = history
-                    .iter()
-                    .rposition(|t| t.params == pending.params)
-                    .unwrap_or(history.len() - 1);
-                let cfg = study.trial_config(&pending.params, trial_seed(seed, pending.number));
-                match TrainTrial::new_on_host(device_data.clone(), cfg.clone()) {
-                    Ok(trial) => {
-                        let reports = trial.total_iterations().div_ceil(
-                            cfg.report_every
-                                .unwrap_or(trial.iterations_per_epoch())
-                                .max(1),
-                        );
-                        self.reporter.trial_start(
-                            pending.number,
-                            &describe(study, &pending.params),
-                            reports,
-                        );
-                        let flight = Flight {
-                            footprint: trial.footprint(),
-                            total_iterations: trial.total_iterations(),
-                            history_index,
-                            pending,
-                        };
-                        let id = core.submit(Box::new(trial), 0.0, &device_data.name);
-                        trial_ids.insert(id, flight.pending.trial_id);
-                        in_flight.insert(id, flight);
-                        ran += 1;
-                    }
-                    Err(e) => {
-                        ran += 1;
-                        finished += 1;
-                        self.fail(&pending, 0, 0.0, format!("could not build the trial: {e}"))?;
-                    }
-                }
-            }
-            // Only paused trials are left and no new trial may start: none can be
-            // promoted any more, so they end as PRUNED at their rung.
-            let can_start =
-                !exhausted && !timed_out && finished + (in_flight.len() as u64) < budget;
-            if !in_flight.is_empty() && in_flight.len() == paused.len() && !can_start {
-                for (&job, _) in paused.iter() {
-                    if closing.insert(job) {
-                        core.prune(job);
-                    }
-                }
-            }
-            if in_flight.is_empty() {
-                if timed_out {
-                    self.reporter.note(&format!(
-                        "timeout of {:?} reached; no new trials",
-                        study.timeout.unwrap_or_default()
-                    ));
-                }
-                break;
-            }
-            let event = match rx.recv_timeout(std::time::Duration::from_millis(100)) {
-                Ok(e) => e,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Run("the Salus core stopped".into()));
-                }
-            };
+        Ok(RunState {
+            core,
+            events,
+            pruner: study.pruner.build(),
+            sampler,
+            data,
+            run_id,
+            device,
+            started: Instant::now(),
+            seed: self.options.seed.unwrap_or(study.seed),
+            budget,
+            max_concurrent,
+            history,
+            waiting,
+            finished,
+            ran: 0,
+            best,
+            exhausted: false,
+            in_flight: BTreeMap::new(),
+            curves,
+            paused: BTreeMap::new(),
+            closing: BTreeSet::new(),
+            trial_ids: BTreeMap::new(),
+            lanes: BTreeMap::new(),
+        })
+    }
 
-            match event {
-                CoreEvent::Admitted { job, lane } => {
-                    if let Some(f) = in_flight.get(&job) {
-                        let fp = f.footprint;
-                        self.writer.send(WriteOp::Resources {
-                            trial_id: f.pending.trial_id,
-                            resources: TrialResources {
-                                device: backend.name(),
-                                lane: Some(lane as i64),
-                                persistent_bytes: fp.persistent_bytes as i64,
-                                ephemeral_bytes: fp.ephemeral_bytes as i64,
-                                shared_bytes: fp.shared_bytes as i64,
-                                total_iterations: f.total_iterations as i64,
-                            },
-                        })?;
-                    }
+    /// Submits trials (waiting ones first, then new proposals) while slots,
+    /// the budget and the time allow. Paused trials hold no slot.
+    fn fill(&mut self, st: &mut RunState, timed_out: bool) -> Result<()> {
+        let study = self.study;
+        while !st.exhausted
+            && !timed_out
+            && st.in_flight.len().saturating_sub(st.paused.len()) < st.max_concurrent
+            && st.finished + (st.in_flight.len() as u64) < st.budget
+        {
+            let pending = match st.waiting.pop_front() {
+                Some(p) => {
+                    self.writer.send(WriteOp::StartTrial {
+                        trial_id: p.trial_id,
+                    })?;
+                    p
                 }
-                CoreEvent::Report { job, report } => {
-                    if let Some(f) = in_flight.get(&job) {
-                        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
-                        let (trial_id, number) = (f.pending.trial_id, f.pending.number);
-                        self.writer.send(WriteOp::Intermediate {
-                            trial_id,
-                            step: report.step as i64,
-                            value,
-                        })?;
-                        self.reporter
-                            .trial_report(number, report.step, &study.metric, value);
-                        curves
-                            .entry(number)
-                            .or_default()
-                            .values
-                            .insert(report.step, value);
-                        let rung = pruner.rung(number, report.step);
-                        let priority = rung.map(|k| {
-                            rank_priority(k, number, report.step, &curves, study.direction)
+                None => match st.sampler.propose(&study.space, &st.history) {
+                    None => {
+                        self.reporter.note("the grid is exhausted");
+                        st.exhausted = true;
+                        break;
+                    }
+                    Some(params) => {
+                        let (trial_id, number) = self
+                            .writer
+                            .create_trial(self.info.id, encode_params(study, &params))?;
+                        st.history.push(TrialRecord {
+                            params: params.clone(),
+                            value: None,
                         });
-                        match pruner.decide(number, report.step, &curves, study.direction) {
-                            Decision::Continue => {
-                                if let (Some(k), Some(p)) = (rung, priority) {
-                                    core.set_priority(job, p);
-                                    self.writer.send(WriteOp::Priority {
-                                        trial_id,
-                                        priority: p,
-                                        rung: Some(k as i64),
-                                        reason: "rung",
-                                    })?;
-                                }
-                                core.release(job);
-                            }
-                            Decision::Pause { rung: k } => {
-                                let p = priority.unwrap_or(0.0);
-                                core.set_priority(job, p);
-                                core.pause(job);
-                                core.release(job);
-                                paused.insert(job, k);
-                                self.writer.send(WriteOp::Priority {
-                                    trial_id,
-                                    priority: p,
-                                    rung: Some(k as i64),
-                                    reason: "paused",
-                                })?;
-                            }
-                            Decision::Prune => {
-                                closing.insert(job);
-                                core.prune(job);
-                                self.writer.send(WriteOp::Priority {
-                                    trial_id,
-                                    priority: priority.unwrap_or(0.0),
-                                    rung: rung.map(|k| k as i64),
-                                    reason: "pruned",
-                                })?;
-                            }
+                        Pending {
+                            trial_id,
+                            number,
+                            params,
                         }
-                        self.promote(&core, pruner.as_ref(), &mut paused, &in_flight, &curves)?;
                     }
-                }
-                CoreEvent::Finished {
-                    job,
-                    report,
-                    iterations,
-                    device_seconds,
-                } => {
-                    let Some(f) = in_flight.remove(&job) else {
-                        continue;
+                },
+            };
+            let history_index = st
+                .history
+                .iter()
+                .rposition(|t| t.params == pending.params)
+                .unwrap_or(st.history.len() - 1);
+            let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
+            st.ran += 1;
+            match TrainTrial::new_on_host(st.data.clone(), cfg.clone()) {
+                Ok(trial) => {
+                    let reports = trial.total_iterations().div_ceil(
+                        cfg.report_every
+                            .unwrap_or(trial.iterations_per_epoch())
+                            .max(1),
+                    );
+                    self.reporter.trial_start(
+                        pending.number,
+                        &describe(study, &pending.params),
+                        reports,
+                    );
+                    let flight = Flight {
+                        footprint: trial.footprint(),
+                        total_iterations: trial.total_iterations(),
+                        history_index,
+                        pending,
                     };
-                    finished += 1;
-                    let value = report.metric(&study.metric).unwrap_or(f64::NAN);
-                    let curve = curves.entry(f.pending.number).or_default();
-                    curve.values.insert(report.step, value);
-                    curve.finished = true;
-                    self.promote(&core, pruner.as_ref(), &mut paused, &in_flight, &curves)?;
-                    self.writer.send(WriteOp::Intermediate {
-                        trial_id: f.pending.trial_id,
-                        step: report.step as i64,
-                        value,
-                    })?;
-                    if !value.is_finite() {
-                        self.fail(
-                            &f.pending,
-                            iterations as i64,
-                            device_seconds,
-                            format!("{} is {value}", study.metric),
-                        )?;
-                        continue;
-                    }
-                    self.writer.send(WriteOp::Finish {
-                        trial_id: f.pending.trial_id,
-                        state: TrialState::Complete,
-                        value: Some(value),
-                        iterations: iterations as i64,
-                        device_seconds,
-                        fail_reason: None,
-                    })?;
-                    self.writer.flush()?;
-                    if best.is_none_or(|(_, b)| study.direction.better(value, b)) {
-                        best = Some((f.pending.number, value));
-                    }
-                    history[f.history_index].value = Some(value);
-                    self.reporter
-                        .trial_end(f.pending.number, Some(value), best, finished);
+                    let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
+                    st.trial_ids.insert(id, flight.pending.trial_id);
+                    st.in_flight.insert(id, flight);
                 }
-                CoreEvent::Failed {
-                    job,
-                    error,
-                    iterations,
-                    device_seconds,
-                } => {
-                    let Some(f) = in_flight.remove(&job) else {
-                        continue;
-                    };
-                    paused.remove(&job);
-                    closing.remove(&job);
-                    finished += 1;
-                    let reason = match error {
-                        WorkerError::Diverged { iteration, loss } => {
-                            format!("diverged at iteration {iteration}: training loss is {loss}")
-                        }
-                        e => e.to_string(),
-                    };
-                    self.fail(&f.pending, iterations as i64, device_seconds, reason)?;
-                    self.reporter
-                        .trial_end(f.pending.number, None, best, finished);
+                Err(e) => {
+                    st.finished += 1;
+                    self.fail(&pending, 0, 0.0, format!("could not build the trial: {e}"))?;
                 }
-                CoreEvent::Pruned {
-                    job,
-                    iterations,
-                    device_seconds,
-                } => {
-                    let Some(f) = in_flight.remove(&job) else {
-                        continue;
-                    };
-                    finished += 1;
-                    let rung = paused.remove(&job).or_else(|| {
-                        curves.get(&f.pending.number).and_then(|c| {
-                            c.values
-                                .keys()
-                                .rev()
-                                .find_map(|s| pruner.rung(f.pending.number, *s))
-                        })
-                    });
-                    if let Some(k) = rung {
-                        self.writer.send(WriteOp::TrialAttr {
-                            trial_id: f.pending.trial_id,
-                            key: "salus:rung",
-                            value_json: k.to_string(),
-                        })?;
-                    }
-                    if let Some(c) = curves.get_mut(&f.pending.number) {
-                        c.finished = true;
-                    }
-                    self.writer.send(WriteOp::Finish {
-                        trial_id: f.pending.trial_id,
-                        state: TrialState::Pruned,
-                        value: None,
-                        iterations: iterations as i64,
-                        device_seconds,
-                        fail_reason: None,
-                    })?;
-                    self.reporter
-                        .trial_end(f.pending.number, None, best, finished);
-                }
-                telemetry => self.telemetry(telemetry, run_id, &trial_ids, &mut lanes, started)?,
             }
         }
+        Ok(())
+    }
+
+    /// When only paused trials are left and no new trial may start, none can
+    /// be promoted any more: they end as PRUNED at their rung.
+    fn close_paused(&mut self, st: &mut RunState, timed_out: bool) {
+        let can_start =
+            !st.exhausted && !timed_out && st.finished + (st.in_flight.len() as u64) < st.budget;
+        if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
+            for &job in st.paused.keys() {
+                if st.closing.insert(job) {
+                    st.core.prune(job);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, st: &mut RunState, event: CoreEvent) -> Result<()> {
+        match event {
+            CoreEvent::Admitted { job, lane } => {
+                if let Some(f) = st.in_flight.get(&job) {
+                    let fp = f.footprint;
+                    self.writer.send(WriteOp::Resources {
+                        trial_id: f.pending.trial_id,
+                        resources: TrialResources {
+                            device: st.device.clone(),
+                            lane: Some(lane as i64),
+                            persistent_bytes: fp.persistent_bytes as i64,
+                            ephemeral_bytes: fp.ephemeral_bytes as i64,
+                            shared_bytes: fp.shared_bytes as i64,
+                            total_iterations: f.total_iterations as i64,
+                        },
+                    })?;
+                }
+                Ok(())
+            }
+            CoreEvent::Report { job, report } => self.on_report(st, job, report),
+            CoreEvent::Finished {
+                job,
+                report,
+                iterations,
+                device_seconds,
+            } => self.on_finished(st, job, report, iterations, device_seconds),
+            CoreEvent::Failed {
+                job,
+                error,
+                iterations,
+                device_seconds,
+            } => {
+                let Some(f) = st.in_flight.remove(&job) else {
+                    return Ok(());
+                };
+                st.paused.remove(&job);
+                st.closing.remove(&job);
+                st.finished += 1;
+                let reason = match error {
+                    WorkerError::Diverged { iteration, loss } => {
+                        format!("diverged at iteration {iteration}: training loss is {loss}")
+                    }
+                    e => e.to_string(),
+                };
+                self.fail(&f.pending, iterations as i64, device_seconds, reason)?;
+                self.reporter
+                    .trial_end(f.pending.number, None, st.best, st.finished);
+                Ok(())
+            }
+            CoreEvent::Pruned {
+                job,
+                iterations,
+                device_seconds,
+            } => self.on_pruned(st, job, iterations, device_seconds),
+            telemetry => self.telemetry(st, telemetry),
+        }
+    }
+
+    /// Stores a report, lets the pruner decide (the core holds the trial
+    /// meanwhile when a pruner is set), and updates priorities.
+    fn on_report(&mut self, st: &mut RunState, job: JobId, report: Report) -> Result<()> {
+        let study = self.study;
+        let Some(f) = st.in_flight.get(&job) else {
+            return Ok(());
+        };
+        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+        let (trial_id, number) = (f.pending.trial_id, f.pending.number);
+        self.writer.send(WriteOp::Intermediate {
+            trial_id,
+            step: report.step as i64,
+            value,
+        })?;
+        self.reporter
+            .trial_report(number, report.step, &study.metric, value);
+        st.curves
+            .entry(number)
+            .or_default()
+            .values
+            .insert(report.step, value);
+        let rung = st.pruner.rung(number, report.step);
+        let priority =
+            rung.map(|k| rank_priority(k, number, report.step, &st.curves, study.direction));
+        match st
+            .pruner
+            .decide(number, report.step, &st.curves, study.direction)
+        {
+            Decision::Continue => {
+                if let (Some(k), Some(p)) = (rung, priority) {
+                    st.core.set_priority(job, p);
+                    self.writer.send(WriteOp::Priority {
+                        trial_id,
+                        priority: p,
+                        rung: Some(k as i64),
+                        reason: "rung",
+                    })?;
+                }
+                st.core.release(job);
+            }
+            Decision::Pause { rung: k } => {
+                let p = priority.unwrap_or(0.0);
+                st.core.set_priority(job, p);
+                st.core.pause(job);
+                st.core.release(job);
+                st.paused.insert(job, k);
+                self.writer.send(WriteOp::Priority {
+                    trial_id,
+                    priority: p,
+                    rung: Some(k as i64),
+                    reason: "paused",
+                })?;
+            }
+            Decision::Prune => {
+                st.closing.insert(job);
+                st.core.prune(job);
+                self.writer.send(WriteOp::Priority {
+                    trial_id,
+                    priority: priority.unwrap_or(0.0),
+                    rung: rung.map(|k| k as i64),
+                    reason: "pruned",
+                })?;
+            }
+        }
+        self.promote(st)
+    }
+
+    fn on_finished(
+        &mut self,
+        st: &mut RunState,
+        job: JobId,
+        report: Report,
+        iterations: u64,
+        device_seconds: f64,
+    ) -> Result<()> {
+        let study = self.study;
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.finished += 1;
+        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+        let curve = st.curves.entry(f.pending.number).or_default();
+        curve.values.insert(report.step, value);
+        curve.finished = true;
+        self.promote(st)?;
+        self.writer.send(WriteOp::Intermediate {
+            trial_id: f.pending.trial_id,
+            step: report.step as i64,
+            value,
+        })?;
+        if !value.is_finite() {
+            return self.fail(
+                &f.pending,
+                iterations as i64,
+                device_seconds,
+                format!("{} is {value}", study.metric),
+            );
+        }
+        self.writer.send(WriteOp::Finish {
+            trial_id: f.pending.trial_id,
+            state: TrialState::Complete,
+            value: Some(value),
+            iterations: iterations as i64,
+            device_seconds,
+            fail_reason: None,
+        })?;
+        self.writer.flush()?;
+        if st
+            .best
+            .is_none_or(|(_, b)| study.direction.better(value, b))
+        {
+            st.best = Some((f.pending.number, value));
+        }
+        st.history[f.history_index].value = Some(value);
+        self.reporter
+            .trial_end(f.pending.number, Some(value), st.best, st.finished);
+        Ok(())
+    }
+
+    fn on_pruned(
+        &mut self,
+        st: &mut RunState,
+        job: JobId,
+        iterations: u64,
+        device_seconds: f64,
+    ) -> Result<()> {
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.finished += 1;
+        let number = f.pending.number;
+        let rung = st.paused.remove(&job).or_else(|| {
+            st.curves.get(&number).and_then(|c| {
+                c.values
+                    .keys()
+                    .rev()
+                    .find_map(|s| st.pruner.rung(number, *s))
+            })
+        });
+        if let Some(k) = rung {
+            self.writer.send(WriteOp::TrialAttr {
+                trial_id: f.pending.trial_id,
+                key: "salus:rung",
+                value_json: k.to_string(),
+            })?;
+        }
+        if let Some(c) = st.curves.get_mut(&number) {
+            c.finished = true;
+        }
+        self.writer.send(WriteOp::Finish {
+            trial_id: f.pending.trial_id,
+            state: TrialState::Pruned,
+            value: None,
+            iterations: iterations as i64,
+            device_seconds,
+            fail_reason: None,
+        })?;
+        self.reporter.trial_end(number, None, st.best, st.finished);
+        Ok(())
+    }
+
+    /// Stops the core, requeues what did not end, and stores the run's totals.
+    fn finish(&mut self, st: RunState, interrupted: bool) -> Result<RunSummary> {
+        let RunState {
+            core,
+            events,
+            mut in_flight,
+            ..
+        } = st;
+        let mut st_lanes = st.lanes;
         // Whatever has not ended goes back to WAITING and runs first on resume.
         for (job, _) in core.shutdown() {
             if let Some(f) = in_flight.remove(&job) {
@@ -564,11 +637,18 @@ impl Runner<'_> {
             }
         }
         // Lanes flush their last timeline segments as they stop.
-        for event in rx.try_iter() {
-            self.telemetry(event, run_id, &trial_ids, &mut lanes, started)?;
+        for event in events.try_iter() {
+            record_telemetry(
+                &self.writer,
+                st.run_id,
+                &st.trial_ids,
+                &mut st_lanes,
+                st.started,
+                event,
+            )?;
         }
-        let wall_s = started.elapsed().as_secs_f64();
-        for (lane, t) in lanes {
+        let wall_s = st.started.elapsed().as_secs_f64();
+        for (lane, t) in st_lanes {
             let stats = LaneStats {
                 lane: lane as i64,
                 iterations: t.iterations,
@@ -578,51 +658,56 @@ impl Runner<'_> {
                 switch_mean_us: (t.switches > 0).then(|| 1e6 * t.switch_sum_s / t.switches as f64),
                 switch_max_us: (t.switches > 0).then_some(1e6 * t.switch_max_s),
             };
-            self.writer.send(WriteOp::LaneStats { run_id, stats })?;
+            self.writer.send(WriteOp::LaneStats {
+                run_id: st.run_id,
+                stats,
+            })?;
         }
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_stop",
-            detail: serde_json::json!({ "finished": finished, "interrupted": interrupted })
+            detail: serde_json::json!({ "finished": st.finished, "interrupted": interrupted })
                 .to_string(),
         })?;
         self.writer.flush()?;
         let summary = RunSummary {
-            finished,
-            ran,
+            finished: st.finished,
+            ran: st.ran,
             interrupted,
-            best,
+            best: st.best,
         };
-        self.reporter.study_end(study, &summary);
+        self.reporter.study_end(self.study, &summary);
         Ok(summary)
     }
 
     /// Resumes the paused trials the pruner now promotes.
-    fn promote(
-        &mut self,
-        core: &SalusCore<CpuBackend>,
-        pruner: &dyn Pruner,
-        paused: &mut BTreeMap<JobId, usize>,
-        in_flight: &BTreeMap<JobId, Flight>,
-        curves: &Curves,
-    ) -> Result<()> {
-        let by_number: BTreeMap<i64, usize> = paused
+    fn promote(&mut self, st: &mut RunState) -> Result<()> {
+        let by_number: BTreeMap<i64, usize> = st
+            .paused
             .iter()
-            .filter_map(|(job, k)| in_flight.get(job).map(|f| (f.pending.number, *k)))
+            .filter_map(|(job, k)| st.in_flight.get(job).map(|f| (f.pending.number, *k)))
             .collect();
-        for number in pruner.promotions(&by_number, curves, self.study.direction) {
-            let Some((&job, f)) = in_flight.iter().find(|(_, f)| f.pending.number == number) else {
+        for number in st
+            .pruner
+            .promotions(&by_number, &st.curves, self.study.direction)
+        {
+            let Some((&job, f)) = st
+                .in_flight
+                .iter()
+                .find(|(_, f)| f.pending.number == number)
+            else {
                 continue;
             };
-            let k = paused.remove(&job).unwrap_or(0);
-            let step = curves
+            let k = st.paused.remove(&job).unwrap_or(0);
+            let step = st
+                .curves
                 .get(&number)
                 .and_then(|c| c.values.keys().next_back().copied())
                 .unwrap_or(0);
-            let p = rank_priority(k, number, step, curves, self.study.direction);
-            core.set_priority(job, p);
-            core.resume(job);
+            let p = rank_priority(k, number, step, &st.curves, self.study.direction);
+            st.core.set_priority(job, p);
+            st.core.resume(job);
             self.writer.send(WriteOp::Priority {
                 trial_id: f.pending.trial_id,
                 priority: p,
@@ -633,62 +718,15 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// Stores the core's timeline events; others are ignored.
-    fn telemetry(
-        &mut self,
-        event: CoreEvent,
-        run_id: i64,
-        trial_ids: &BTreeMap<JobId, i64>,
-        lanes: &mut BTreeMap<usize, LaneTally>,
-        started: Instant,
-    ) -> Result<()> {
-        match event {
-            CoreEvent::Swapped {
-                job,
-                lane,
-                out,
-                bytes,
-                seconds,
-            } => {
-                let time_s = started.elapsed().as_secs_f64();
-                self.writer.send(WriteOp::Swap {
-                    run_id,
-                    trial_id: trial_ids.get(&job).copied(),
-                    lane: lane as i64,
-                    out,
-                    bytes: bytes as i64,
-                    seconds,
-                    time_s,
-                })?;
-            }
-            CoreEvent::Segment {
-                lane,
-                job,
-                start,
-                end,
-                iterations,
-            } => {
-                let t = lanes.entry(lane).or_default();
-                t.iterations += iterations as i64;
-                t.busy_s += end - start;
-                self.writer.send(WriteOp::Segment {
-                    run_id,
-                    lane: lane as i64,
-                    trial_id: trial_ids.get(&job).copied(),
-                    start_s: start,
-                    end_s: end,
-                    iterations: iterations as i64,
-                })?;
-            }
-            CoreEvent::Switch { lane, seconds, .. } => {
-                let t = lanes.entry(lane).or_default();
-                t.switches += 1;
-                t.switch_sum_s += seconds;
-                t.switch_max_s = t.switch_max_s.max(seconds);
-            }
-            _ => {}
-        }
-        Ok(())
+    fn telemetry(&mut self, st: &mut RunState, event: CoreEvent) -> Result<()> {
+        record_telemetry(
+            &self.writer,
+            st.run_id,
+            &st.trial_ids,
+            &mut st.lanes,
+            st.started,
+            event,
+        )
     }
 
     /// The largest batch size the space allows.
@@ -731,6 +769,98 @@ impl Runner<'_> {
         })?;
         self.writer.flush()
     }
+}
+
+/// Stores the core's timeline events (segments, swaps, switch totals); others are ignored.
+fn record_telemetry(
+    writer: &Writer,
+    run_id: i64,
+    trial_ids: &BTreeMap<JobId, i64>,
+    lanes: &mut BTreeMap<usize, LaneTally>,
+    started: Instant,
+    event: CoreEvent,
+) -> Result<()> {
+    match event {
+        CoreEvent::Swapped {
+            job,
+            lane,
+            out,
+            bytes,
+            seconds,
+        } => {
+            let time_s = started.elapsed().as_secs_f64();
+            writer.send(WriteOp::Swap {
+                run_id,
+                trial_id: trial_ids.get(&job).copied(),
+                lane: lane as i64,
+                out,
+                bytes: bytes as i64,
+                seconds,
+                time_s,
+            })?;
+        }
+        CoreEvent::Segment {
+            lane,
+            job,
+            start,
+            end,
+            iterations,
+        } => {
+            let t = lanes.entry(lane).or_default();
+            t.iterations += iterations as i64;
+            t.busy_s += end - start;
+            writer.send(WriteOp::Segment {
+                run_id,
+                lane: lane as i64,
+                trial_id: trial_ids.get(&job).copied(),
+                start_s: start,
+                end_s: end,
+                iterations: iterations as i64,
+            })?;
+        }
+        CoreEvent::Switch { lane, seconds, .. } => {
+            let t = lanes.entry(lane).or_default();
+            t.switches += 1;
+            t.switch_sum_s += seconds;
+            t.switch_max_s = t.switch_max_s.max(seconds);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The state of one run of the core: what is in flight, paused, learned.
+struct RunState {
+    core: SalusCore<CpuBackend>,
+    events: Receiver<CoreEvent>,
+    pruner: Box<dyn Pruner>,
+    sampler: Box<dyn Sampler>,
+    data: Arc<DeviceData<CpuBackend>>,
+    run_id: i64,
+    device: String,
+    started: Instant,
+    /// Seeds each trial (with its number).
+    seed: u64,
+    /// Finished trials the study should reach.
+    budget: u64,
+    max_concurrent: usize,
+    history: Vec<TrialRecord>,
+    /// Stored trials to run first (interrupted or orphaned ones).
+    waiting: VecDeque<Pending>,
+    finished: u64,
+    ran: u64,
+    best: Option<(i64, f64)>,
+    /// The sampler has nothing left (an exhausted grid).
+    exhausted: bool,
+    in_flight: BTreeMap<JobId, Flight>,
+    curves: Curves,
+    /// Trials paused below a promotion cut, with their rung.
+    paused: BTreeMap<JobId, usize>,
+    /// Paused trials already asked to stop for good.
+    closing: BTreeSet<JobId>,
+    /// Every job of this run, for telemetry that arrives after a trial ended.
+    trial_ids: BTreeMap<JobId, i64>,
+    lanes: BTreeMap<usize, LaneTally>,
 }
 
 /// A trial's priority at rung `k`: its rank among the values reported at
