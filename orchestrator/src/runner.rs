@@ -22,7 +22,7 @@ use workers::{DeviceData, Job, Lane, Report, TrainTrial, WorkerError};
 
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
-use crate::pruner::{Curve, Curves, Decision, Pruner, priority};
+use crate::pruner::{Curve, Curves, Decision, Pruner, priority, value_at};
 use crate::salus::JobId;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
 use crate::salus::ledger::MemoryLedger;
@@ -872,10 +872,7 @@ fn rank_priority(
     curves: &Curves,
     direction: crate::study::Direction,
 ) -> f64 {
-    let mine = curves
-        .get(&number)
-        .and_then(|c| c.values.get(&step).copied())
-        .unwrap_or(f64::NAN);
+    let mine = value_at(curves, number, step).unwrap_or(f64::NAN);
     let others: Vec<f64> = curves
         .values()
         .filter_map(|c| c.values.get(&step).copied())

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Curves, Decision, Pruner, at_least, best_first};
+use super::{Curves, Decision, Pruner, at_least, best_first, value_at};
 use crate::study::Direction;
 
 /// ASHA with rungs at `min_resource * eta^k` report steps.
@@ -73,10 +73,7 @@ impl Pruner for Asha {
         let Some(k) = self.rung_at(step) else {
             return Decision::Continue;
         };
-        let Some(value) = curves
-            .get(&trial)
-            .and_then(|c| c.values.get(&step).copied())
-        else {
+        let Some(value) = value_at(curves, trial, step) else {
             return Decision::Continue;
         };
         if !value.is_finite() {
@@ -99,9 +96,7 @@ impl Pruner for Asha {
             .iter()
             .filter(|(t, _)| self.competes(**t))
             .filter(|&(t, &k)| {
-                let value = curves
-                    .get(t)
-                    .and_then(|c| c.values.get(&self.rung_step(k)).copied());
+                let value = value_at(curves, *t, self.rung_step(k));
                 value.is_some_and(|v| self.promotable(v, self.rung_values(k, curves), direction))
             })
             .map(|(t, _)| *t)

@@ -1,6 +1,6 @@
 //! The median stopping rule.
 
-use super::{Curves, Decision, Pruner, at_least};
+use super::{Curves, Decision, Pruner, at_least, value_at};
 use crate::study::Direction;
 
 /// Prunes a trial whose value at a step is worse than the median of the
@@ -23,10 +23,7 @@ impl Pruner for Median {
         {
             return Decision::Continue;
         }
-        let Some(value) = curves
-            .get(&trial)
-            .and_then(|c| c.values.get(&step).copied())
-        else {
+        let Some(value) = value_at(curves, trial, step) else {
             return Decision::Continue;
         };
         if !value.is_finite() {

@@ -36,6 +36,13 @@ pub struct Curve {
 /// Every trial's curve, by trial number.
 pub type Curves = BTreeMap<i64, Curve>;
 
+/// What `trial` reported at `step`, if it did.
+pub fn value_at(curves: &Curves, trial: i64, step: u64) -> Option<f64> {
+    curves
+        .get(&trial)
+        .and_then(|c| c.values.get(&step).copied())
+}
+
 /// What a trial does after a report.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Decision {

@@ -65,6 +65,19 @@ enum Kernels {
     Categorical { rows: Vec<Vec<f64>> },
 }
 
+/// An index drawn with probability proportional to `weights` (which sum to 1).
+fn pick(weights: &[f64], rng: &mut StdRng) -> usize {
+    let u: f64 = rng.random_range(0.0..1.0);
+    let mut acc = 0.0;
+    weights
+        .iter()
+        .position(|w| {
+            acc += w;
+            u < acc
+        })
+        .unwrap_or(weights.len() - 1)
+}
+
 fn normal_cdf(x: f64) -> f64 {
     0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2))
 }
@@ -152,17 +165,7 @@ impl Kernels {
                 }
                 rng.random_range(*low..=*high)
             }
-            Kernels::Categorical { rows } => {
-                let u: f64 = rng.random_range(0.0..1.0);
-                let mut acc = 0.0;
-                rows[k]
-                    .iter()
-                    .position(|p| {
-                        acc += p;
-                        u < acc
-                    })
-                    .unwrap_or(rows[k].len() - 1) as f64
-            }
+            Kernels::Categorical { rows } => pick(&rows[k], rng) as f64,
         }
     }
 
@@ -192,16 +195,7 @@ struct Estimator {
 
 impl Estimator {
     fn sample(&self, rng: &mut StdRng) -> Vec<f64> {
-        let u: f64 = rng.random_range(0.0..1.0);
-        let mut acc = 0.0;
-        let k = self
-            .weights
-            .iter()
-            .position(|w| {
-                acc += w;
-                u < acc
-            })
-            .unwrap_or(self.weights.len() - 1);
+        let k = pick(&self.weights, rng);
         self.dims.iter().map(|d| d.sample(k, rng)).collect()
     }
 

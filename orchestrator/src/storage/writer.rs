@@ -174,53 +174,48 @@ impl Writer {
         self.tx.send(op).map_err(|_| self.gone())
     }
 
+    /// Sends the op that `make` builds around a reply channel, and waits
+    /// for the answer, which comes once the op is committed.
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<std::result::Result<T, String>>) -> WriteOp,
+    ) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        self.send(make(reply))?;
+        rx.blocking_recv()
+            .map_err(|_| self.gone())?
+            .map_err(|msg| Error::Storage {
+                url: self.url.clone(),
+                msg,
+            })
+    }
+
     /// Creates a RUNNING trial; returns `(trial_id, number)`.
     pub fn create_trial(
         &self,
         study_id: i64,
         params: Vec<(String, f64, String)>,
     ) -> Result<(i64, i64)> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteOp::CreateTrial {
+        self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
             reply,
-        })?;
-        rx.blocking_recv()
-            .map_err(|_| self.gone())?
-            .map_err(|msg| Error::Storage {
-                url: self.url.clone(),
-                msg,
-            })
+        })
     }
 
     /// Records the start of a run of the core; returns its `run_id`.
     pub fn start_run(&self, study_id: i64, run: RunInfo) -> Result<i64> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteOp::StartRun {
+        self.ask(|reply| WriteOp::StartRun {
             study_id,
             run,
             reply,
-        })?;
-        rx.blocking_recv()
-            .map_err(|_| self.gone())?
-            .map_err(|msg| Error::Storage {
-                url: self.url.clone(),
-                msg,
-            })
+        })
     }
 
     /// Waits until everything sent so far is committed; reports any write
     /// that failed since the last flush.
     pub fn flush(&self) -> Result<()> {
-        let (reply, rx) = oneshot::channel();
-        self.send(WriteOp::Flush { reply })?;
-        rx.blocking_recv()
-            .map_err(|_| self.gone())?
-            .map_err(|msg| Error::Storage {
-                url: self.url.clone(),
-                msg,
-            })
+        self.ask(|reply| WriteOp::Flush { reply })
     }
 }
 
