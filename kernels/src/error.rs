@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::ops::DropoutSlot;
+
 /// Everything a backend operation can fail with.
 #[derive(Debug, Error)]
 pub enum KernelError {
@@ -47,5 +49,23 @@ pub(crate) fn check_range(
             end: off.saturating_add(n),
             len,
         }),
+    }
+}
+
+pub(crate) fn shape_err(op: &'static str, msg: impl Into<String>) -> KernelError {
+    KernelError::Shape {
+        op,
+        msg: msg.into(),
+    }
+}
+
+/// Every slot's dropout probability lies in `[0, 1)`.
+pub(crate) fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<()> {
+    match slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {
+        Some(s) => Err(shape_err(
+            op,
+            format!("dropout p must be in [0, 1), got {}", s.p),
+        )),
+        None => Ok(()),
     }
 }

@@ -23,6 +23,11 @@
 
 pub mod backend;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_stub.rs"]
+pub mod cuda;
 pub mod error;
 pub mod ops;
 pub mod rng;

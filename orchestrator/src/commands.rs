@@ -5,29 +5,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::device::{self, OnBackend};
 use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
-use crate::runner::{RunOptions, Runner};
+use crate::runner::{RunOptions, RunSummary, Runner};
+use crate::storage::TrialRow;
 use crate::storage::{self, Store, Writer};
 use crate::study::{self, DataSource};
 
 /// Exit status of a run stopped by Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
-
-/// `--device`: only the CPU exists in this build.
-pub fn check_device(device: &str) -> Result<()> {
-    match device {
-        "auto" => Ok(()),
-        "cpu" => Ok(()),
-        d if d == "cuda" || d.starts_with("cuda:") => Err(Error::Input(format!(
-            "--device {d}: this build has no CUDA backend; use --device cpu or auto"
-        ))),
-        d => Err(Error::Input(format!(
-            "--device {d}: expected auto, cpu or cuda:N"
-        ))),
-    }
-}
 
 pub struct RunArgs {
     pub study: PathBuf,
@@ -40,11 +28,9 @@ pub struct RunArgs {
 
 /// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
 pub async fn run(args: RunArgs) -> Result<i32> {
-    check_device(&args.device)?;
+    let request = device::parse(&args.device)?;
     let study = study::load(&args.study)?;
-    if args.device == "auto" {
-        eprintln!("device: cpu (this build has no CUDA backend)");
-    }
+    let backend = device::open(request)?;
     let url = storage::resolve(args.storage.as_deref(), &study);
     let mut store = Store::open(&url).await?;
     let (info, resumed) = store.create_or_resume(&study).await?;
@@ -78,15 +64,17 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let runner_study = study.clone();
     let options = args.options;
     let summary = tokio::task::spawn_blocking(move || {
-        Runner {
-            study: &runner_study,
-            info,
-            writer,
-            reporter: &mut reporter,
-            stop,
-            options,
-        }
-        .run(existing)
+        backend.run(RunOnDevice {
+            runner: Runner {
+                study: &runner_study,
+                info,
+                writer,
+                reporter: &mut reporter,
+                stop,
+                options,
+            },
+            existing,
+        })
     })
     .await
     .map_err(|e| Error::Run(format!("the runner panicked: {e}")))??;
@@ -219,4 +207,17 @@ pub async fn best(args: ReadArgs) -> Result<String> {
     let best = output::best(&trials, info.direction)
         .ok_or_else(|| Error::Run(format!("study '{}' has no complete trial yet", info.name)))?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
+}
+
+/// A study run, handed to whichever backend `--device` opened.
+struct RunOnDevice<'a> {
+    runner: Runner<'a>,
+    existing: Vec<TrialRow>,
+}
+
+impl OnBackend for RunOnDevice<'_> {
+    type Output = RunSummary;
+    fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<RunSummary> {
+        self.runner.run(backend, self.existing)
+    }
 }

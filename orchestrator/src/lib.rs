@@ -5,31 +5,18 @@
 //!
 //! Dependencies point one way: `orchestrator -> workers -> kernels`.
 //!
-//! * `kernels` computes: one `Backend` trait, a CPU implementation (and a
-//!   CUDA one), every op batched over K same-shape trials.
+//! * `kernels` computes: one `Backend` trait, a CPU and a CUDA
+//!   implementation, every op batched over K same-shape trials.
 //! * `workers` trains: data sets, the MLP template, and trials as `Job`s
 //!   that advance one iteration per step and can be swapped out and back.
-//! * This crate orchestrates: the CLI, and (in progress) study files,
+//! * This crate orchestrates: the CLI, study files,
 //!   samplers and pruners, the Salus core that schedules jobs onto lanes
 //!   under a memory ledger, and Optuna-compatible storage. See
 //!   `../shared/DESIGN.md` in the project's workspace for the whole plan.
 //!
-//! Today it offers the device report behind `salus-tune devices`.
-
-use kernels::{Backend, CpuBackend};
-
-/// One line per compute device this build can use.
-pub fn device_report() -> Vec<String> {
-    let cpu = CpuBackend::new();
-    vec![format!(
-        "cpu: {}, {:.1} GiB",
-        cpu.name(),
-        cpu.memory_bytes() as f64 / (1u64 << 30) as f64
-    )]
-}
-
 pub mod bench;
 pub mod commands;
+pub mod device;
 pub mod error;
 pub mod output;
 pub mod progress;

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use salus_tune::commands::{self, ReadArgs, RunArgs};
+use salus_tune::device::{self, OnBackend};
+use salus_tune::error::Result;
 use salus_tune::output::Format;
 use salus_tune::runner::RunOptions;
 
@@ -84,6 +86,15 @@ enum BenchCmd {
         /// A small configuration that runs in seconds (h=64, K in {1, 4}).
         #[arg(long)]
         quick: bool,
+        /// Hidden widths to measure, comma-separated [default: 256,1024].
+        #[arg(long = "h", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
+        widths: Vec<u64>,
+        /// Trial counts to measure, comma-separated [default: 1,4,16,64].
+        #[arg(long = "k", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
+        counts: Vec<u64>,
+        /// Work per configuration, in GFLOP [default: 50; 0.5 with --quick].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        gflop: Option<u64>,
     },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
@@ -151,6 +162,38 @@ impl From<ReadFlags> for ReadArgs {
 
 const COMMANDS: &[&str] = &["run", "check", "trials", "best", "bench", "devices", "help"];
 
+/// `bench packing` on whichever device `--device` opened.
+struct Packing {
+    hs: Vec<usize>,
+    ks: Vec<usize>,
+    gflop: f64,
+}
+
+impl OnBackend for Packing {
+    type Output = salus_tune::bench::packing::Results;
+    fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
+        salus_tune::bench::packing::run(&backend, &self.hs, &self.ks, self.gflop, &mut |l| {
+            eprintln!("{l}")
+        })
+    }
+}
+
+/// `bench policies` on whichever device `--device` opened.
+struct Policies {
+    jobs: usize,
+    seed: u64,
+    rounds: usize,
+}
+
+impl OnBackend for Policies {
+    type Output = salus_tune::bench::policies::Results;
+    fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
+        salus_tune::bench::policies::run(&backend, self.jobs, self.seed, self.rounds, &mut |l| {
+            eprintln!("{l}")
+        })
+    }
+}
+
 fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
     use salus_tune::bench;
     let mut progress = |line: &str| eprintln!("{line}");
@@ -159,14 +202,23 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             device,
             json,
             quick,
+            widths,
+            counts,
+            gflop,
         } => {
-            let backend = bench::backend(&device)?;
-            let (hs, ks, gflop): (&[usize], &[usize], f64) = if quick {
-                (&[64], &[1, 4], 0.5)
-            } else {
-                (&[256, 1024], &[1, 4, 16, 64], 50.0)
+            let pick = |given: Vec<u64>, quick_default: &[usize], full: &[usize]| -> Vec<usize> {
+                match (given.is_empty(), quick) {
+                    (false, _) => given.into_iter().map(|v| v as usize).collect(),
+                    (true, true) => quick_default.to_vec(),
+                    (true, false) => full.to_vec(),
+                }
             };
-            let r = bench::packing::run(&backend, hs, ks, gflop, &mut progress)?;
+            let job = Packing {
+                hs: pick(widths, &[64], &[256, 1024]),
+                ks: pick(counts, &[1, 4], &[1, 4, 16, 64]),
+                gflop: gflop.map_or(if quick { 0.5 } else { 50.0 }, |g| g as f64),
+            };
+            let r = device::open(device::parse(&device)?)?.run(job)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
             } else {
@@ -198,14 +250,11 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             seed,
             rounds,
         } => {
-            let backend = bench::backend(&device)?;
-            let r = bench::policies::run(
-                &backend,
-                jobs as usize,
+            let r = device::open(device::parse(&device)?)?.run(Policies {
+                jobs: jobs as usize,
                 seed,
-                rounds as usize,
-                &mut progress,
-            )?;
+                rounds: rounds as usize,
+            })?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
             } else {
@@ -263,9 +312,7 @@ fn main() {
             }),
             Command::Bench { which } => bench(which),
             Command::Devices => {
-                salus_tune::device_report()
-                    .iter()
-                    .for_each(|l| println!("{l}"));
+                device::report().iter().for_each(|l| println!("{l}"));
                 Ok(0)
             }
         }

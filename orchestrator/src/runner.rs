@@ -17,7 +17,7 @@ use std::time::Instant;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::Receiver;
 
-use kernels::{Backend, CpuBackend};
+use kernels::{Backend, DeviceKind};
 use workers::{DeviceData, Job, Lane, Report, TrainTrial, WorkerError};
 
 use crate::error::{Error, Result};
@@ -122,21 +122,38 @@ struct LaneTally {
 
 impl Runner<'_> {
     /// The core's settings from `[scheduler]` and this machine.
-    fn core_config(&self, backend: &CpuBackend) -> CoreConfig {
+    fn core_config<B: Backend>(&self, backend: &B) -> CoreConfig {
         let s = &self.study.scheduler;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let policy = s
             .policy
             .unwrap_or(default_policy(self.study.pruner != PrunerKind::None));
-        let budget = MemoryLedger::cpu_budget(s.memory_bytes, backend.memory_bytes() as u64);
+        let base = match backend.kind() {
+            DeviceKind::Cpu => CoreConfig::cpu(
+                policy,
+                s.lanes.unwrap_or(cores),
+                cores,
+                MemoryLedger::cpu_budget(s.memory_bytes, backend.memory_bytes() as u64),
+            ),
+            DeviceKind::Cuda(_) => CoreConfig::cuda(
+                policy,
+                s.lanes.unwrap_or(CoreConfig::CUDA_LANES),
+                s.memory_bytes
+                    .unwrap_or(MemoryLedger::cuda_budget(backend.memory_bytes() as u64)),
+            ),
+        };
         CoreConfig {
             hold_at_reports: self.study.pruner != PrunerKind::None,
-            ..CoreConfig::cpu(policy, s.lanes.unwrap_or(cores), cores, budget)
+            ..base
         }
     }
 
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
-    pub fn run(mut self, existing: Vec<TrialRow>) -> Result<RunSummary> {
+    pub fn run<B: Backend>(
+        mut self,
+        backend: Arc<B>,
+        existing: Vec<TrialRow>,
+    ) -> Result<RunSummary> {
         let study = self.study;
         let data = study.data.load()?;
         if let Some(max) = self.max_batch()
@@ -154,7 +171,6 @@ impl Runner<'_> {
                 ),
             });
         }
-        let backend = Arc::new(CpuBackend::new());
         let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
         let mut st = self.start(&backend, device_data, &existing)?;
         let interrupted = loop {
@@ -188,12 +204,12 @@ impl Runner<'_> {
     }
 
     /// Takes stock of the stored trials, records the run, and starts the core.
-    fn start(
+    fn start<B: Backend>(
         &mut self,
-        backend: &Arc<CpuBackend>,
-        data: Arc<DeviceData<CpuBackend>>,
+        backend: &Arc<B>,
+        data: Arc<DeviceData<B>>,
         existing: &[TrialRow],
-    ) -> Result<RunState> {
+    ) -> Result<RunState<B>> {
         let study = self.study;
         let budget = self.options.trials.unwrap_or(study.trials);
         let mut history: Vec<TrialRecord> = Vec::new();
@@ -244,7 +260,7 @@ impl Runner<'_> {
                 Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)
             }
         };
-        let config = self.core_config(backend);
+        let config = self.core_config(backend.as_ref());
         let max_concurrent = study
             .scheduler
             .max_concurrent
@@ -311,7 +327,7 @@ impl Runner<'_> {
 
     /// Submits trials (waiting ones first, then new proposals) while slots,
     /// the budget and the time allow. Paused trials hold no slot.
-    fn fill(&mut self, st: &mut RunState, timed_out: bool) -> Result<()> {
+    fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
         while !st.exhausted
             && !timed_out
@@ -387,7 +403,7 @@ impl Runner<'_> {
 
     /// When only paused trials are left and no new trial may start, none can
     /// be promoted any more: they end as PRUNED at their rung.
-    fn close_paused(&mut self, st: &mut RunState, timed_out: bool) {
+    fn close_paused<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) {
         let can_start =
             !st.exhausted && !timed_out && st.finished + (st.in_flight.len() as u64) < st.budget;
         if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
@@ -399,7 +415,7 @@ impl Runner<'_> {
         }
     }
 
-    fn on_event(&mut self, st: &mut RunState, event: CoreEvent) -> Result<()> {
+    fn on_event<B: Backend>(&mut self, st: &mut RunState<B>, event: CoreEvent) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
                 if let Some(f) = st.in_flight.get(&job) {
@@ -459,7 +475,12 @@ impl Runner<'_> {
 
     /// Stores a report, lets the pruner decide (the core holds the trial
     /// meanwhile when a pruner is set), and updates priorities.
-    fn on_report(&mut self, st: &mut RunState, job: JobId, report: Report) -> Result<()> {
+    fn on_report<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        report: Report,
+    ) -> Result<()> {
         let study = self.study;
         let Some(f) = st.in_flight.get(&job) else {
             return Ok(());
@@ -524,9 +545,9 @@ impl Runner<'_> {
         self.promote(st)
     }
 
-    fn on_finished(
+    fn on_finished<B: Backend>(
         &mut self,
-        st: &mut RunState,
+        st: &mut RunState<B>,
         job: JobId,
         report: Report,
         iterations: u64,
@@ -576,9 +597,9 @@ impl Runner<'_> {
         Ok(())
     }
 
-    fn on_pruned(
+    fn on_pruned<B: Backend>(
         &mut self,
-        st: &mut RunState,
+        st: &mut RunState<B>,
         job: JobId,
         iterations: u64,
         device_seconds: f64,
@@ -619,7 +640,7 @@ impl Runner<'_> {
     }
 
     /// Stops the core, requeues what did not end, and stores the run's totals.
-    fn finish(&mut self, st: RunState, interrupted: bool) -> Result<RunSummary> {
+    fn finish<B: Backend>(&mut self, st: RunState<B>, interrupted: bool) -> Result<RunSummary> {
         let RunState {
             core,
             events,
@@ -682,7 +703,7 @@ impl Runner<'_> {
     }
 
     /// Resumes the paused trials the pruner now promotes.
-    fn promote(&mut self, st: &mut RunState) -> Result<()> {
+    fn promote<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
         let by_number: BTreeMap<i64, usize> = st
             .paused
             .iter()
@@ -718,7 +739,7 @@ impl Runner<'_> {
         Ok(())
     }
 
-    fn telemetry(&mut self, st: &mut RunState, event: CoreEvent) -> Result<()> {
+    fn telemetry<B: Backend>(&mut self, st: &mut RunState<B>, event: CoreEvent) -> Result<()> {
         record_telemetry(
             &self.writer,
             st.run_id,
@@ -830,12 +851,12 @@ fn record_telemetry(
 }
 
 /// The state of one run of the core: what is in flight, paused, learned.
-struct RunState {
-    core: SalusCore<CpuBackend>,
+struct RunState<B: Backend> {
+    core: SalusCore<B>,
     events: Receiver<CoreEvent>,
     pruner: Box<dyn Pruner>,
     sampler: Box<dyn Sampler>,
-    data: Arc<DeviceData<CpuBackend>>,
+    data: Arc<DeviceData<B>>,
     run_id: i64,
     device: String,
     started: Instant,

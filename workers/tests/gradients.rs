@@ -3,10 +3,10 @@
 mod common;
 
 use common::*;
-use kernels::{Activation, rng};
+use kernels::{Activation, Backend, rng};
 use workers::data::SplitData;
 use workers::group::MlpGroup;
-use workers::{LossKind, MlpSpec, Optimizer, SlotHparams};
+use workers::{Lane, LossKind, MlpSpec, Optimizer, SlotHparams};
 
 fn act64(act: Activation, x: f64) -> f64 {
     match act {
@@ -92,9 +92,14 @@ fn loss64(
     total / rows as f64
 }
 
-fn check(data: &SplitData, act: Activation, dropout: f32, slots: usize) {
-    let mut lane = cpu_lane(1);
-    let dev = upload(&mut lane, data);
+fn check<B: Backend>(
+    lane: &mut Lane<B>,
+    data: &SplitData,
+    act: Activation,
+    dropout: f32,
+    slots: usize,
+) {
+    let dev = upload(lane, data);
     let spec = MlpSpec {
         input: data.features,
         hidden: vec![7, 5],
@@ -115,19 +120,13 @@ fn check(data: &SplitData, act: Activation, dropout: f32, slots: usize) {
             ..hparams(Optimizer::adam(), 1e-3, dropout, 11 + s as u64)
         })
         .collect();
-    let mut group = MlpGroup::new(
-        &mut lane,
-        spec.clone(),
-        batch,
-        data.target_cols(),
-        hps.clone(),
-    )
-    .unwrap();
+    let mut group =
+        MlpGroup::new(lane, spec.clone(), batch, data.target_cols(), hps.clone()).unwrap();
     let idx: Vec<u32> = (0..slots * batch)
         .map(|i| ((i * 5 + 3) % data.n_train) as u32)
         .collect();
     let iterations: Vec<u64> = (0..slots as u64).map(|s| 4 + s).collect();
-    let grads = group.gradients(&mut lane, &dev, &idx, &iterations).unwrap();
+    let grads = group.gradients(lane, &dev, &idx, &iterations).unwrap();
     let n = spec.n_params();
     for s in 0..slots {
         let p0: Vec<f64> = spec
@@ -179,21 +178,27 @@ fn check(data: &SplitData, act: Activation, dropout: f32, slots: usize) {
 #[test]
 fn classification_mlp_gradients_match_finite_differences() {
     let data = small_classification();
-    for act in Activation::ALL {
-        check(&data, act, 0.0, 1);
-    }
+    on_every_device!("classification_mlp_gradients", |lane| {
+        for act in Activation::ALL {
+            check(lane, &data, act, 0.0, 1);
+        }
+    });
 }
 
 #[test]
 fn regression_mlp_gradients_match_finite_differences() {
     let data = small_regression();
-    for act in [Activation::Tanh, Activation::Gelu] {
-        check(&data, act, 0.0, 1);
-    }
+    on_every_device!("regression_mlp_gradients", |lane| {
+        for act in [Activation::Tanh, Activation::Gelu] {
+            check(lane, &data, act, 0.0, 1);
+        }
+    });
 }
 
 #[test]
 fn gradients_with_dropout_and_several_slots_match_finite_differences() {
-    check(&small_classification(), Activation::Sigmoid, 0.3, 3);
-    check(&small_regression(), Activation::Relu, 0.2, 2);
+    on_every_device!("gradients_with_dropout", |lane| {
+        check(lane, &small_classification(), Activation::Sigmoid, 0.3, 3);
+        check(lane, &small_regression(), Activation::Relu, 0.2, 2);
+    });
 }

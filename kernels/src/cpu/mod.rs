@@ -9,7 +9,7 @@ mod par;
 use std::sync::Arc;
 
 use crate::backend::{Backend, DeviceKind, View, ViewMut};
-use crate::error::{KernelError, Result, check_range};
+use crate::error::{KernelError, Result, check_dropout, check_range, shape_err};
 use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
 
 /// The CPU device.
@@ -97,13 +97,6 @@ fn dst<'a>(
 ) -> Result<&'a mut [f32]> {
     check_range(op, what, v.off, n, v.buf.0.len())?;
     Ok(&mut v.buf.0[v.off..v.off + n])
-}
-
-fn shape_err(op: &'static str, msg: impl Into<String>) -> KernelError {
-    KernelError::Shape {
-        op,
-        msg: msg.into(),
-    }
 }
 
 impl Backend for CpuBackend {
@@ -520,15 +513,5 @@ impl Backend for CpuBackend {
             dst(OP, "v", v, total)?,
         );
         Ok(())
-    }
-}
-
-fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<()> {
-    match slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {
-        Some(s) => Err(shape_err(
-            op,
-            format!("dropout p must be in [0, 1), got {}", s.p),
-        )),
-        None => Ok(()),
     }
 }

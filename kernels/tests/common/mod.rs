@@ -148,5 +148,15 @@ macro_rules! backend_tests {
                 }
             )*
         }
+        mod cuda {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(b) = kernels::cuda::device_for_test(stringify!($name)) {
+                        super::$name(&mut $crate::common::Dev::new(b, 1));
+                    }
+                }
+            )*
+        }
     };
 }

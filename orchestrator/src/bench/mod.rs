@@ -15,28 +15,22 @@ pub mod samplers;
 use std::sync::Arc;
 
 use kernels::Activation;
-use kernels::CpuBackend;
+use kernels::Backend;
 use workers::data::{SplitData, split, synthetic_classification};
 use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
 
 use crate::error::{Error, Result};
 
-/// `--device` for benchmarks: only the CPU in this build.
-pub fn backend(device: &str) -> Result<Arc<CpuBackend>> {
-    crate::commands::check_device(device)?;
-    Ok(Arc::new(CpuBackend::new()))
-}
-
 /// Synthetic classification data with `features` inputs, about 1.5 batches
 /// of training rows (so that an epoch is exactly one iteration, whatever the
 /// stratified split's rounding) and a small validation part.
-pub fn bench_data(
-    backend: &Arc<CpuBackend>,
+pub fn bench_data<B: Backend>(
+    backend: &Arc<B>,
     features: usize,
     classes: usize,
     batch: usize,
     seed: u64,
-) -> Result<(SplitData, Arc<DeviceData<CpuBackend>>)> {
+) -> Result<(SplitData, Arc<DeviceData<B>>)> {
     let val = 64;
     let total = batch + batch / 2 + val;
     let ds = synthetic_classification(total, features, classes, features.min(16), seed);

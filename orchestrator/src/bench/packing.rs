@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::Instant;
 
-use kernels::{Backend, CpuBackend, Gemm, at, at_mut};
+use kernels::{Backend, DeviceKind, Gemm, at, at_mut};
 use serde_json::json;
 use workers::{DeviceData, Job, Lane, StepOutcome, TrainTrial, TrialConfig};
 
@@ -30,7 +30,9 @@ pub struct Results {
     pub rows: Vec<Row>,
     pub overhead_pct: f64,
     pub switch_mean_us: Option<f64>,
-    pub cpu_gemm_gflops: f64,
+    pub gemm_gflops: f64,
+    pub device: String,
+    pub kind: DeviceKind,
     pub lanes: usize,
     pub cores: usize,
 }
@@ -40,7 +42,7 @@ fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
 }
 
 /// Trains each trial to the end on one lane, one after another.
-fn run_bare(lane: &mut Lane<CpuBackend>, trials: Vec<TrainTrial<CpuBackend>>) -> Result<f64> {
+fn run_bare<B: Backend>(lane: &mut Lane<B>, trials: Vec<TrainTrial<B>>) -> Result<f64> {
     let start = Instant::now();
     lane.run(|lane| -> Result<()> {
         for mut t in trials {
@@ -53,9 +55,9 @@ fn run_bare(lane: &mut Lane<CpuBackend>, trials: Vec<TrainTrial<CpuBackend>>) ->
 }
 
 /// Trains all trials through the core; returns seconds and switch latencies.
-fn run_core(
-    backend: &Arc<CpuBackend>,
-    trials: Vec<TrainTrial<CpuBackend>>,
+fn run_core<B: Backend>(
+    backend: &Arc<B>,
+    trials: Vec<TrainTrial<B>>,
     config: CoreConfig,
 ) -> Result<(f64, Vec<f64>)> {
     let (tx, rx) = channel();
@@ -82,8 +84,9 @@ fn run_core(
     Ok((seconds, switches))
 }
 
-/// The CPU's GEMM rate on one large product (2048^3), all cores.
-pub fn cpu_gemm_gflops(backend: &CpuBackend) -> Result<f64> {
+/// The device's GEMM rate on one large product (2048^3): on the CPU with
+/// all cores, the practical limit the packing goals are measured against.
+pub fn gemm_gflops<B: Backend>(backend: &B) -> Result<f64> {
     let n = 2048;
     let mut ctx = backend.new_ctx(super::cores())?;
     let host = backend.host_threads(&ctx);
@@ -97,21 +100,27 @@ pub fn cpu_gemm_gflops(backend: &CpuBackend) -> Result<f64> {
         backend.enter(&host, || {
             backend.gemm(&mut ctx, &g, at(&a, 0), at(&b, 0), at_mut(&mut c, 0))
         })?;
+        backend.sync(&mut ctx)?;
         best = best.min(t.elapsed().as_secs_f64());
     }
     Ok(g.flops() / best / 1e9)
 }
 
 /// Runs the benchmark: `ks` x `hs`, each in `seq` and `lanes` mode.
-pub fn run(
-    backend: &Arc<CpuBackend>,
+pub fn run<B: Backend>(
+    backend: &Arc<B>,
     hs: &[usize],
     ks: &[usize],
     target_gflop: f64,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
     let cores = super::cores();
-    let lanes = cores;
+    let kind = backend.kind();
+    // A lane per core on the CPU; on CUDA a stream per trial, up to 16.
+    let lanes = match kind {
+        DeviceKind::Cpu => cores,
+        DeviceKind::Cuda(_) => 16,
+    };
     let (_, dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
     let mut rows = Vec::new();
     let mut switch_all = Vec::new();
@@ -119,7 +128,7 @@ pub fn run(
         let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
         for &k in ks {
             let iterations = ((target_gflop * 1e9 / (flops_iter * k as f64)).ceil() as u64).max(2);
-            let make = |dev: &Arc<DeviceData<CpuBackend>>| -> Result<Vec<TrainTrial<CpuBackend>>> {
+            let make = |dev: &Arc<DeviceData<B>>| -> Result<Vec<TrainTrial<B>>> {
                 (0..k)
                     .map(|s| {
                         Ok(TrainTrial::new_on_host(
@@ -138,7 +147,7 @@ pub fn run(
             // trial), each lane running its trials in arrival order: this
             // measures throughput. Round-robin (`pack`) would keep every
             // trial's state hot at once, which is for fairness, not speed.
-            let cfg = CoreConfig::cpu(Policy::Fifo, lanes.min(k), cores, u64::MAX / 4);
+            let cfg = CoreConfig::for_device(kind, Policy::Fifo, lanes.min(k), u64::MAX / 4);
             let (lanes_s, switches) = run_core(backend, make(&dev)?, cfg)?;
             switch_all.extend(switches);
             for (mode, s) in [("seq", seq_s), ("lanes", lanes_s)] {
@@ -176,7 +185,7 @@ pub fn run(
         )
     };
     let core_run = || -> Result<f64> {
-        let cfg = CoreConfig::cpu(Policy::Pack, 1, cores, u64::MAX / 4);
+        let cfg = CoreConfig::for_device(kind, Policy::Pack, 1, u64::MAX / 4);
         Ok(run_core(
             backend,
             vec![TrainTrial::new_on_host(
@@ -203,14 +212,16 @@ pub fn run(
     progress(&format!(
         "core overhead vs a bare loop (h={h}, K=1, {iterations} iterations): {overhead_pct:+.2}%"
     ));
-    let cpu_gemm_gflops = cpu_gemm_gflops(backend)?;
+    let gemm_gflops = gemm_gflops(backend.as_ref())?;
     let switch_mean_us = (!switch_all.is_empty())
         .then(|| 1e6 * switch_all.iter().sum::<f64>() / switch_all.len() as f64);
     Ok(Results {
         rows,
         overhead_pct,
         switch_mean_us,
-        cpu_gemm_gflops,
+        gemm_gflops,
+        device: backend.name(),
+        kind,
         lanes,
         cores,
     })
@@ -225,14 +236,18 @@ impl Results {
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
         v.push(json!({ "switch_mean_us": self.switch_mean_us }));
-        v.push(json!({ "cpu_gemm_gflops": self.cpu_gemm_gflops, "device": "cpu", "cores": self.cores, "lanes": self.lanes }));
+        let gemm_key = match self.kind {
+            DeviceKind::Cpu => "cpu_gemm_gflops",
+            DeviceKind::Cuda(_) => "device_gemm_gflops",
+        };
+        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes }));
         serde_json::Value::Array(v)
     }
 
     pub fn table(&self) -> String {
         let mut out = format!(
-            "bench packing: 784-h-h-10 MLPs, batch {BATCH}, Adam; cpu, {} cores\n",
-            self.cores
+            "bench packing: 784-h-h-10 MLPs, batch {BATCH}, Adam; {}, {} host cores\n",
+            self.device, self.cores
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes sharing the cores, fifo within a lane\n\n",
@@ -255,8 +270,8 @@ impl Results {
             self.overhead_pct
         );
         out += &format!(
-            "cpu sgemm 2048^3 (same crate, same run): {:.1} GFLOP/s\n",
-            self.cpu_gemm_gflops
+            "{} sgemm 2048^3 (same run): {:.1} GFLOP/s\n",
+            self.kind, self.gemm_gflops
         );
         out
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use kernels::CpuBackend;
+use kernels::Backend;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde_json::json;
 use workers::{DeviceData, Job, StepOutcome, TrainTrial, TrialConfig};
@@ -87,7 +87,7 @@ pub fn trace(jobs: usize, seed: u64, seconds_per_iteration: f64) -> Vec<TraceJob
 }
 
 /// Seconds per iteration of the trace's model on one lane.
-fn calibrate(backend: &Arc<CpuBackend>, dev: &Arc<DeviceData<CpuBackend>>) -> Result<f64> {
+fn calibrate<B: Backend>(backend: &Arc<B>, dev: &Arc<DeviceData<B>>) -> Result<f64> {
     let mut lane = workers::Lane::new(backend.clone(), 0, super::cores())?;
     let mut t = TrainTrial::new(&mut lane, dev.clone(), config(200, 0))?;
     let start = Instant::now();
@@ -99,19 +99,19 @@ fn calibrate(backend: &Arc<CpuBackend>, dev: &Arc<DeviceData<CpuBackend>>) -> Re
 }
 
 /// Replays `trace` under `policy`: (average completion time, makespan, busy fraction).
-fn replay(
-    backend: &Arc<CpuBackend>,
-    dev: &Arc<DeviceData<CpuBackend>>,
+fn replay<B: Backend>(
+    backend: &Arc<B>,
+    dev: &Arc<DeviceData<B>>,
     trace: &[TraceJob],
     policy: Policy,
 ) -> Result<(f64, f64, f64)> {
     let (tx, rx) = channel();
     let core = SalusCore::start(
         backend.clone(),
-        CoreConfig::cpu(policy, 1, super::cores(), u64::MAX / 4),
+        CoreConfig::for_device(backend.kind(), policy, 1, u64::MAX / 4),
         tx,
     )?;
-    let jobs: Vec<TrainTrial<CpuBackend>> = trace
+    let jobs: Vec<TrainTrial<B>> = trace
         .iter()
         .enumerate()
         .map(|(i, j)| TrainTrial::new_on_host(dev.clone(), config(j.iterations, i as u64)))
@@ -160,8 +160,8 @@ fn replay(
     Ok((avg_jct, makespan, (busy / makespan).min(1.0)))
 }
 
-pub fn run(
-    backend: &Arc<CpuBackend>,
+pub fn run<B: Backend>(
+    backend: &Arc<B>,
     jobs: usize,
     seed: u64,
     rounds: usize,

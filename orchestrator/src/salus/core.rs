@@ -49,6 +49,38 @@ pub struct CoreConfig {
 impl CoreConfig {
     /// Lanes and threads for `cores` CPU cores: `lanes` lanes (at most one
     /// per core), sharing the cores between them.
+    /// Lanes on a GPU when the study does not say: streams enough to
+    /// overlap small trials' launches without thrashing the device.
+    pub const CUDA_LANES: usize = 4;
+
+    /// On CUDA each lane is one stream driven by one host thread.
+    pub fn cuda(policy: Policy, lanes: usize, budget: u64) -> Self {
+        CoreConfig {
+            policy,
+            lanes: lanes.max(1),
+            threads_per_lane: 1,
+            budget,
+            hold_at_reports: false,
+        }
+    }
+
+    /// `lanes` lanes on a device of `kind`: on the CPU they share this
+    /// machine's cores; on CUDA each is a stream.
+    pub fn for_device(
+        kind: kernels::DeviceKind,
+        policy: Policy,
+        lanes: usize,
+        budget: u64,
+    ) -> Self {
+        match kind {
+            kernels::DeviceKind::Cpu => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                Self::cpu(policy, lanes, cores, budget)
+            }
+            kernels::DeviceKind::Cuda(_) => Self::cuda(policy, lanes, budget),
+        }
+    }
+
     pub fn cpu(policy: Policy, lanes: usize, cores: usize, budget: u64) -> Self {
         let lanes = lanes.clamp(1, cores.max(1));
         CoreConfig {

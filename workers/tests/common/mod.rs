@@ -11,6 +11,28 @@ pub fn cpu_lane(threads: usize) -> Lane<CpuBackend> {
     Lane::new(Arc::new(CpuBackend::new()), 0, threads).unwrap()
 }
 
+/// A CUDA lane for a test, or `None` after printing why it is skipped.
+pub fn cuda_lane(test: &str) -> Option<Lane<kernels::cuda::CudaBackend>> {
+    let b = kernels::cuda::device_for_test(test)?;
+    Some(Lane::new(Arc::new(b), 0, 1).unwrap())
+}
+
+/// Runs `$body` with `$lane: &mut Lane<_>` on the CPU, then on CUDA when
+/// present (candle's one-body-every-device pattern).
+#[macro_export]
+macro_rules! on_every_device {
+    ($test:expr, |$lane:ident| $body:block) => {{
+        {
+            let $lane = &mut $crate::common::cpu_lane(1);
+            $body
+        }
+        if let Some(mut l) = $crate::common::cuda_lane($test) {
+            let $lane = &mut l;
+            $body
+        }
+    }};
+}
+
 pub fn small_classification() -> SplitData {
     split(&synthetic_classification(120, 6, 3, 4, 7), 0.25, 1).unwrap()
 }

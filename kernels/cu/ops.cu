@@ -1,0 +1,247 @@
+// CUDA kernels of salus-tune's CUDA backend, compiled once per process by
+// NVRTC (see kernels/src/cuda/module.rs). Each kernel mirrors the CPU op of
+// the same name in kernels/src/cpu/ and is batched over slots: grid.y (or
+// grid.x for the losses) indexes the slot, and per-slot scalars arrive by
+// value in fixed-size arrays of MAX_SLOTS entries. The host splits larger
+// calls into chunks of MAX_SLOTS slots.
+
+#define MAX_SLOTS 32
+
+typedef unsigned long long u64;
+
+struct SgdParam { float lr; float momentum; float weight_decay; int nesterov; };
+struct SgdParams { SgdParam s[MAX_SLOTS]; };
+
+struct AdamParam {
+    float step_size; float inv_sqrt_bc2; float decay; float l2;
+    float beta1; float beta2; float eps; float pad;
+};
+struct AdamParams { AdamParam s[MAX_SLOTS]; };
+
+struct DropoutParam { u64 seed; u64 step; float p; float scale; };
+struct DropoutParams { DropoutParam s[MAX_SLOTS]; };
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (u64)gridDim.x * blockDim.x)
+
+// --- counter-based RNG: the same bits as kernels/src/rng.rs -------------
+
+__device__ __forceinline__ u64 mix64(u64 z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float uniform01(u64 seed, u64 step, u64 index) {
+    u64 s = mix64(seed ^ (step * 0x9e3779b97f4a7c15ULL));
+    u64 b = mix64(s + index * 0xd1b54a32d192ed03ULL);
+    return (float)(b >> 40) * (1.0f / 16777216.0f);
+}
+
+// --- element-wise --------------------------------------------------------
+
+#define GELU_C 0.7978846f
+#define GELU_A 0.044715f
+
+// act: 0 relu, 1 gelu (tanh), 2 tanh, 3 sigmoid. Matches ops::Activation.
+extern "C" __global__ void activation(int act, u64 n, const float* x, float* y) {
+    GRID_STRIDE(i, n) {
+        float v = x[i];
+        float r;
+        switch (act) {
+        case 0: r = fmaxf(v, 0.0f); break;
+        case 1: r = 0.5f * v * (1.0f + tanhf(GELU_C * (v + GELU_A * v * v * v))); break;
+        case 2: r = tanhf(v); break;
+        default: r = 1.0f / (1.0f + expf(-v)); break;
+        }
+        y[i] = r;
+    }
+}
+
+extern "C" __global__ void activation_backward(
+    int act, u64 n, const float* x, const float* y, const float* dy, float* dx) {
+    GRID_STRIDE(i, n) {
+        float g;
+        switch (act) {
+        case 0: g = x[i] > 0.0f ? 1.0f : 0.0f; break;
+        case 1: {
+            float v = x[i];
+            float t = tanhf(GELU_C * (v + GELU_A * v * v * v));
+            g = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * GELU_A * v * v);
+            break;
+        }
+        case 2: g = 1.0f - y[i] * y[i]; break;
+        default: g = y[i] * (1.0f - y[i]); break;
+        }
+        dx[i] = g * dy[i];
+    }
+}
+
+// y = x * mask over slots of per_slot elements; serves forward and backward.
+extern "C" __global__ void dropout(u64 per_slot, DropoutParams ps, const float* x, float* y) {
+    DropoutParam d = ps.s[blockIdx.y];
+    u64 base = (u64)blockIdx.y * per_slot;
+    GRID_STRIDE(i, per_slot) {
+        float s = 1.0f;
+        if (d.p > 0.0f) s = uniform01(d.seed, d.step, i) < d.p ? 0.0f : d.scale;
+        y[base + i] = x[base + i] * s;
+    }
+}
+
+extern "C" __global__ void bias_add(
+    u64 slots, u64 rows, u64 cols, u64 bias_stride, float* x, const float* bias) {
+    u64 per_slot = rows * cols;
+    GRID_STRIDE(i, slots * per_slot) {
+        u64 slot = i / per_slot;
+        u64 c = i % cols;
+        x[i] += bias[slot * bias_stride + c];
+    }
+}
+
+// One thread per (slot, column): owns its output, so no atomics.
+extern "C" __global__ void col_sum(
+    u64 slots, u64 rows, u64 cols, u64 db_stride, const float* dy, float* db) {
+    GRID_STRIDE(i, slots * cols) {
+        u64 slot = i / cols;
+        u64 c = i % cols;
+        const float* p = dy + slot * rows * cols + c;
+        float acc = 0.0f;
+        for (u64 r = 0; r < rows; ++r) acc += p[r * cols];
+        db[slot * db_stride + c] = acc;
+    }
+}
+
+extern "C" __global__ void gather_rows(
+    u64 nrows, u64 cols, const unsigned int* idx, const float* src, float* dst) {
+    GRID_STRIDE(i, nrows * cols) {
+        u64 r = i / cols;
+        u64 c = i % cols;
+        dst[i] = src[(u64)idx[r] * cols + c];
+    }
+}
+
+// --- losses: one block per slot, rows split over threads -----------------
+
+#define LOSS_THREADS 256
+
+__device__ void write_stats(float* stats, int accumulate, double a, double b, double rows) {
+    __shared__ double sa[LOSS_THREADS];
+    __shared__ double sb[LOSS_THREADS];
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (unsigned int w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) {
+            sa[threadIdx.x] += sa[threadIdx.x + w];
+            sb[threadIdx.x] += sb[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float* out = stats + (u64)blockIdx.x * 4;
+        if (accumulate) {
+            out[0] += (float)sa[0];
+            out[1] += (float)sb[0];
+            out[2] += (float)rows;
+        } else {
+            out[0] = (float)sa[0];
+            out[1] = (float)sb[0];
+            out[2] = (float)rows;
+            out[3] = 0.0f;
+        }
+    }
+}
+
+// Labels are class indices stored as floats. dlogits may be null.
+extern "C" __global__ void softmax_xent(
+    u64 rows, u64 cols, u64 label_stride, const float* logits, const float* labels,
+    float* dlogits, float* stats, int accumulate) {
+    u64 slot = blockIdx.x;
+    float inv_rows = 1.0f / (float)(rows > 0 ? rows : 1);
+    double loss = 0.0, correct = 0.0;
+    for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
+        u64 off = (slot * rows + r) * cols;
+        const float* z = logits + off;
+        u64 label = (u64)labels[slot * label_stride + r];
+        u64 best = 0;
+        float mx = __int_as_float(0xff800000);
+        for (u64 j = 0; j < cols; ++j) {
+            if (z[j] > mx) { mx = z[j]; best = j; }
+        }
+        float sum = 0.0f;
+        for (u64 j = 0; j < cols; ++j) sum += expf(z[j] - mx);
+        float lse = mx + logf(sum);
+        loss += (double)(lse - z[label]);
+        correct += best == label ? 1.0 : 0.0;
+        if (dlogits) {
+            float inv_sum = 1.0f / sum;
+            for (u64 j = 0; j < cols; ++j)
+                dlogits[off + j] = (expf(z[j] - mx) * inv_sum - (j == label ? 1.0f : 0.0f)) * inv_rows;
+        }
+    }
+    write_stats(stats, accumulate, loss, correct, (double)rows);
+}
+
+extern "C" __global__ void mse(
+    u64 rows, u64 cols, u64 target_stride, const float* pred, const float* target,
+    float* dpred, float* stats, int accumulate) {
+    u64 slot = blockIdx.x;
+    float scale = 2.0f / (float)(rows * cols > 0 ? rows * cols : 1);
+    double sse = 0.0;
+    for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
+        u64 off = (slot * rows + r) * cols;
+        u64 toff = slot * target_stride + r * cols;
+        for (u64 j = 0; j < cols; ++j) {
+            float e = pred[off + j] - target[toff + j];
+            sse += (double)(e * e);
+            if (dpred) dpred[off + j] = scale * e;
+        }
+    }
+    write_stats(stats, accumulate, sse / (double)cols, sse, (double)rows);
+}
+
+// --- optimizers, in PyTorch's semantics ----------------------------------
+
+// velocity may be null; a slot with momentum 0 takes the plain step.
+extern "C" __global__ void sgd_step(
+    u64 n, SgdParams ps, float* params, const float* grads, float* velocity) {
+    SgdParam h = ps.s[blockIdx.y];
+    u64 base = (u64)blockIdx.y * n;
+    GRID_STRIDE(i, n) {
+        u64 j = base + i;
+        float p = params[j];
+        float g = grads[j];
+        if (velocity && h.momentum != 0.0f) {
+            if (h.nesterov) {
+                float gi = g + h.weight_decay * p;
+                float v = h.momentum * velocity[j] + gi;
+                velocity[j] = v;
+                params[j] = p - h.lr * (gi + h.momentum * v);
+            } else {
+                float v = h.momentum * velocity[j] + g + h.weight_decay * p;
+                velocity[j] = v;
+                params[j] = p - h.lr * v;
+            }
+        } else {
+            params[j] = p - h.lr * (g + h.weight_decay * p);
+        }
+    }
+}
+
+extern "C" __global__ void adam_step(
+    u64 n, AdamParams ps, float* params, const float* grads, float* m, float* v) {
+    AdamParam h = ps.s[blockIdx.y];
+    u64 base = (u64)blockIdx.y * n;
+    GRID_STRIDE(i, n) {
+        u64 j = base + i;
+        float p = params[j];
+        float gi = grads[j] + h.l2 * p;
+        float mj = h.beta1 * m[j] + (1.0f - h.beta1) * gi;
+        float vj = h.beta2 * v[j] + (1.0f - h.beta2) * gi * gi;
+        m[j] = mj;
+        v[j] = vj;
+        float denom = sqrtf(vj) * h.inv_sqrt_bc2 + h.eps;
+        params[j] = p * h.decay - h.step_size * mj / denom;
+    }
+}

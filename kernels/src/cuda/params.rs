@@ -1,0 +1,114 @@
+//! Per-slot scalars as the kernels in `ops.cu` take them: `#[repr(C)]`
+//! mirrors of `SgdParams`, `AdamParams` and `DropoutParams`, passed by value.
+
+use cudarc::driver::DeviceRepr;
+
+use super::module::MAX_SLOTS;
+use crate::ops::{AdamSlot, DropoutSlot, SgdSlot};
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct SgdParam {
+    lr: f32,
+    momentum: f32,
+    weight_decay: f32,
+    nesterov: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct AdamParam {
+    step_size: f32,
+    inv_sqrt_bc2: f32,
+    decay: f32,
+    l2: f32,
+    beta1: f32,
+    beta2: f32,
+    eps: f32,
+    pad: f32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct DropoutParam {
+    seed: u64,
+    step: u64,
+    p: f32,
+    scale: f32,
+}
+
+/// Up to [`MAX_SLOTS`] per-slot entries, as one kernel argument.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SlotParams<T: Copy> {
+    s: [T; MAX_SLOTS],
+}
+
+// SAFETY: plain `#[repr(C)]` data with the layout of the structs in ops.cu.
+unsafe impl DeviceRepr for SlotParams<SgdParam> {}
+unsafe impl DeviceRepr for SlotParams<AdamParam> {}
+unsafe impl DeviceRepr for SlotParams<DropoutParam> {}
+
+impl<T: Copy + Default> SlotParams<T> {
+    /// Packs `chunk` (at most [`MAX_SLOTS`] slots) through `f`.
+    pub fn pack<S>(chunk: &[S], f: impl Fn(&S) -> T) -> Self {
+        debug_assert!(chunk.len() <= MAX_SLOTS);
+        let mut s = [T::default(); MAX_SLOTS];
+        for (d, c) in s.iter_mut().zip(chunk) {
+            *d = f(c);
+        }
+        SlotParams { s }
+    }
+}
+
+pub fn sgd(h: &SgdSlot) -> SgdParam {
+    SgdParam {
+        lr: h.lr,
+        momentum: h.momentum,
+        weight_decay: h.weight_decay,
+        nesterov: h.nesterov as i32,
+    }
+}
+
+/// The same derived scalars as the CPU's `optim::adam`, computed in f64.
+pub fn adam(h: &AdamSlot) -> AdamParam {
+    let (bc1, bc2) = h.bias_corrections();
+    AdamParam {
+        step_size: (h.lr as f64 / bc1) as f32,
+        inv_sqrt_bc2: (1.0 / bc2.sqrt()) as f32,
+        decay: if h.decoupled {
+            1.0 - h.lr * h.weight_decay
+        } else {
+            1.0
+        },
+        l2: if h.decoupled { 0.0 } else { h.weight_decay },
+        beta1: h.beta1,
+        beta2: h.beta2,
+        eps: h.eps,
+        pad: 0.0,
+    }
+}
+
+pub fn dropout(d: &DropoutSlot) -> DropoutParam {
+    DropoutParam {
+        seed: d.seed,
+        step: d.step,
+        p: d.p,
+        scale: if d.p > 0.0 { 1.0 / (1.0 - d.p) } else { 1.0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_match_the_cuda_structs() {
+        assert_eq!(std::mem::size_of::<SgdParam>(), 16);
+        assert_eq!(std::mem::size_of::<AdamParam>(), 32);
+        assert_eq!(std::mem::size_of::<DropoutParam>(), 24);
+        assert_eq!(std::mem::align_of::<DropoutParam>(), 8);
+        // Kernel parameters are limited to 4 KiB.
+        assert!(std::mem::size_of::<SlotParams<AdamParam>>() <= 4096 - 64);
+    }
+}

@@ -1,0 +1,262 @@
+//! The CUDA backend when salus-tune is built without the `cuda` feature:
+//! the same names, but no device can be opened.
+
+use crate::backend::{Backend, DeviceKind, View, ViewMut};
+use crate::error::{KernelError, Result};
+use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, SgdSlot};
+
+/// Says why CUDA cannot be used: this build has no CUDA backend.
+pub fn probe() -> std::result::Result<usize, String> {
+    Err("this salus-tune was built without the `cuda` feature".into())
+}
+
+/// Device 0 for a test, or `None` after printing why the test is skipped
+/// on CUDA. With `SALUS_TUNE_REQUIRE_CUDA` set, a missing device fails the
+/// test instead, so that a GPU run cannot pass by skipping.
+#[doc(hidden)]
+pub fn device_for_test(test: &str) -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var_os("SALUS_TUNE_REQUIRE_CUDA").is_some() => {
+            panic!("{test}: CUDA is required (SALUS_TUNE_REQUIRE_CUDA) but unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("{test}: skipped on CUDA: {e}");
+            None
+        }
+    }
+}
+
+/// A CUDA device; none can exist in this build.
+#[derive(Debug, Clone)]
+pub enum CudaBackend {}
+
+impl CudaBackend {
+    pub fn new(_ordinal: usize) -> Result<Self> {
+        Err(KernelError::Unavailable(probe().unwrap_err()))
+    }
+}
+
+/// A device buffer; none can exist in this build.
+pub enum CudaBuf {}
+/// An execution context; none can exist in this build.
+pub enum CudaCtx {}
+
+// The methods cannot be called: `self` is uninhabited.
+#[allow(unused_variables)]
+impl Backend for CudaBackend {
+    type Buf = CudaBuf;
+    type Ctx = CudaCtx;
+    type HostThreads = ();
+
+    fn kind(&self) -> DeviceKind {
+        match *self {}
+    }
+
+    fn name(&self) -> String {
+        match *self {}
+    }
+
+    fn memory_bytes(&self) -> usize {
+        match *self {}
+    }
+
+    fn new_ctx(&self, threads: usize) -> Result<CudaCtx> {
+        match *self {}
+    }
+
+    fn host_threads(&self, ctx: &CudaCtx) {
+        match *self {}
+    }
+
+    fn enter<R: Send>(&self, host: &(), f: impl FnOnce() -> R + Send) -> R {
+        match *self {}
+    }
+
+    fn sync(&self, ctx: &mut CudaCtx) -> Result<()> {
+        match *self {}
+    }
+
+    fn alloc_zeroed(&self, len: usize) -> Result<CudaBuf> {
+        match *self {}
+    }
+
+    fn buf_len(&self, buf: &CudaBuf) -> usize {
+        match *self {}
+    }
+
+    fn upload(&self, ctx: &mut CudaCtx, src: &[f32], dst: ViewMut<'_, CudaBuf>) -> Result<()> {
+        match *self {}
+    }
+
+    fn download(&self, ctx: &mut CudaCtx, src: View<'_, CudaBuf>, dst: &mut [f32]) -> Result<()> {
+        match *self {}
+    }
+
+    fn copy(
+        &self,
+        ctx: &mut CudaCtx,
+        len: usize,
+        src: View<'_, CudaBuf>,
+        dst: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn fill(
+        &self,
+        ctx: &mut CudaCtx,
+        len: usize,
+        value: f32,
+        dst: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn gemm(
+        &self,
+        ctx: &mut CudaCtx,
+        g: &Gemm,
+        a: View<'_, CudaBuf>,
+        b: View<'_, CudaBuf>,
+        c: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn gather_rows(
+        &self,
+        ctx: &mut CudaCtx,
+        cols: usize,
+        idx: &[u32],
+        src: View<'_, CudaBuf>,
+        dst: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn bias_add(
+        &self,
+        ctx: &mut CudaCtx,
+        shape: Batched,
+        bias_stride: usize,
+        x: ViewMut<'_, CudaBuf>,
+        bias: View<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn col_sum(
+        &self,
+        ctx: &mut CudaCtx,
+        shape: Batched,
+        db_stride: usize,
+        dy: View<'_, CudaBuf>,
+        db: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn activation(
+        &self,
+        ctx: &mut CudaCtx,
+        act: Activation,
+        n: usize,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn activation_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        act: Activation,
+        n: usize,
+        x: View<'_, CudaBuf>,
+        y: View<'_, CudaBuf>,
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn dropout(
+        &self,
+        ctx: &mut CudaCtx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn dropout_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_xent(
+        &self,
+        ctx: &mut CudaCtx,
+        shape: Batched,
+        label_stride: usize,
+        logits: View<'_, CudaBuf>,
+        labels: View<'_, CudaBuf>,
+        dlogits: Option<ViewMut<'_, CudaBuf>>,
+        stats: ViewMut<'_, CudaBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mse(
+        &self,
+        ctx: &mut CudaCtx,
+        shape: Batched,
+        target_stride: usize,
+        pred: View<'_, CudaBuf>,
+        target: View<'_, CudaBuf>,
+        dpred: Option<ViewMut<'_, CudaBuf>>,
+        stats: ViewMut<'_, CudaBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn sgd_step(
+        &self,
+        ctx: &mut CudaCtx,
+        n: usize,
+        slots: &[SgdSlot],
+        params: ViewMut<'_, CudaBuf>,
+        grads: View<'_, CudaBuf>,
+        velocity: Option<ViewMut<'_, CudaBuf>>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn adam_step(
+        &self,
+        ctx: &mut CudaCtx,
+        n: usize,
+        slots: &[AdamSlot],
+        params: ViewMut<'_, CudaBuf>,
+        grads: View<'_, CudaBuf>,
+        m: ViewMut<'_, CudaBuf>,
+        v: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+}
