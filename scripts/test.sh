@@ -3,7 +3,9 @@
 # formatting, lint and the whole test suite. CI (.ci/run) calls exactly this.
 #
 # Set-up: a Python virtualenv in .venv with Optuna 5.0 and pandas, for the
-# test that checks Optuna itself reads our database.
+# test that checks Optuna itself reads our database, and NVIDIA's NVRTC
+# wheel, so that the CUDA kernels are compiled by the real compiler even on
+# a machine without a GPU (NVRTC needs none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +19,14 @@ if ! .venv/bin/python -c "import optuna, pandas" >/dev/null 2>&1; then
     python3 -m venv .venv
     .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas
 fi
+nvrtc_lib() { .venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null; }
+if [[ ! -e "$(nvrtc_lib)/libnvrtc.so.13" ]]; then
+    echo "installing NVRTC into .venv (to compile the CUDA kernels in the tests)"
+    .venv/bin/pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc>=13,<14"
+fi
+# Appended, so that a machine's own CUDA libraries come first.
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(nvrtc_lib)"
+export SALUS_TUNE_REQUIRE_NVRTC=1
 export SALUS_TUNE_PYTHON="$PWD/.venv/bin/python"
 export SALUS_TUNE_REQUIRE_OPTUNA=1
 

@@ -164,6 +164,8 @@ extern "C" __global__ void softmax_xent(
         u64 off = (slot * rows + r) * cols;
         const float* z = logits + off;
         u64 label = (u64)labels[slot * label_stride + r];
+        // Loaders validate labels; the clamp only keeps a bad one in bounds.
+        if (label >= cols) label = cols - 1;
         u64 best = 0;
         float mx = __int_as_float(0xff800000);
         for (u64 j = 0; j < cols; ++j) {

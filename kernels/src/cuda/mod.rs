@@ -143,6 +143,7 @@ impl CudaBackend {
         // SAFETY: every buffer is used by one stream at a time, and lanes
         // hand buffers over only after `sync` (see the module docs).
         unsafe { cu.disable_event_tracking() };
+        keep_pool_memory(&cu);
         let kernels = module::kernels(&cu)?;
         let alloc = cu.new_stream().map_err(dev)?;
         let name = cu.name().map_err(dev)?;
@@ -158,6 +159,25 @@ impl CudaBackend {
 
     fn bind(&self) -> Result<()> {
         self.cu.bind_to_thread().map_err(dev)
+    }
+}
+
+/// Lets the device's default memory pool keep what trials free, so that a
+/// swap-in after a swap-out reuses it instead of going back to the driver
+/// (the pool's default is to release everything at each synchronisation).
+fn keep_pool_memory(cu: &Arc<CudaContext>) {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut keep = u64::MAX;
+    // SAFETY: out-pointers to locals; a failure only costs speed.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, cu.cu_device()) == sys::CUresult::CUDA_SUCCESS
+        {
+            let _ = sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            );
+        }
     }
 }
 

@@ -33,7 +33,9 @@ pub struct KernelSet {
     pub adam_step: CudaFunction,
 }
 
-fn ptx() -> Result<Ptx> {
+/// The PTX of `ops.cu`, compiled on first use. NVRTC needs no GPU, so this
+/// works (and is tested) on any machine that has the library.
+pub fn ptx() -> Result<Ptx> {
     static PTX: OnceLock<std::result::Result<Ptx, String>> = OnceLock::new();
     PTX.get_or_init(|| {
         let opts = CompileOptions {
@@ -87,6 +89,51 @@ pub fn kernels(cu: &Arc<CudaContext>) -> Result<Arc<KernelSet>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Compiles the real kernel source wherever NVRTC can be loaded: CI
+    /// installs it from PyPI (scripts/test.sh), GPU machines have it.
+    #[test]
+    fn ops_cu_compiles_with_nvrtc() {
+        // SAFETY: only tries to open the shared library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            if std::env::var_os("SALUS_TUNE_REQUIRE_NVRTC").is_some() {
+                panic!(
+                    "NVRTC is required (SALUS_TUNE_REQUIRE_NVRTC) but libnvrtc.so was not found"
+                );
+            }
+            eprintln!("ops_cu_compiles_with_nvrtc: skipped: libnvrtc.so was not found");
+            return;
+        }
+        let ptx = ptx().unwrap_or_else(|e| panic!("{e}")).to_src();
+        for name in [
+            "activation",
+            "activation_backward",
+            "dropout",
+            "bias_add",
+            "col_sum",
+            "gather_rows",
+            "softmax_xent",
+            "mse",
+            "sgd_step",
+            "adam_step",
+        ] {
+            assert!(
+                ptx.contains(&format!(".entry {name}(")),
+                "no kernel {name} in the PTX"
+            );
+        }
+        // The by-value slot arrays have the sizes of the Rust mirrors in params.rs.
+        for (param, bytes) in [
+            ("sgd_step_param_1", 16 * MAX_SLOTS),
+            ("adam_step_param_1", 32 * MAX_SLOTS),
+            ("dropout_param_1", 24 * MAX_SLOTS),
+        ] {
+            assert!(
+                ptx.contains(&format!("{param}[{bytes}]")),
+                "{param} is not {bytes} bytes in the PTX"
+            );
+        }
+    }
 
     #[test]
     fn max_slots_matches_the_cuda_source() {
