@@ -43,7 +43,7 @@ impl<B: Backend> DeviceData<B> {
                 col.map(|v| (v - mean).powi(2)).sum::<f64>()
             })
             .sum();
-        Ok(Arc::new(DeviceData {
+        let data = DeviceData {
             name: data.name.clone(),
             task: data.task,
             features: data.features,
@@ -56,7 +56,11 @@ impl<B: Backend> DeviceData<B> {
             val_y: put(&data.val_y)?,
             target_std: data.target_std.clone(),
             val_sst,
-        }))
+        };
+        // Every lane reads the data, each on its own stream: the copies must
+        // have landed before any of them starts.
+        lane.sync()?;
+        Ok(Arc::new(data))
     }
 
     /// Device bytes of the data set.

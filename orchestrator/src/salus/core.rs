@@ -645,7 +645,14 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                             .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
                     };
                     let t0 = shared.epoch.elapsed().as_secs_f64();
-                    let result = result.and_then(|_| job.step(lane));
+                    // The iteration ends when the device says so (an event on
+                    // CUDA; at once on the CPU): only then may another lane
+                    // take the job or its memory.
+                    let result = result.and_then(|_| {
+                        let outcome = job.step(lane)?;
+                        lane.sync()?;
+                        Ok(outcome)
+                    });
                     let end = shared.epoch.elapsed().as_secs_f64();
                     let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                     if let Some((bytes, seconds)) = swap_in {
