@@ -18,7 +18,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::Receiver;
 
 use kernels::{Backend, DeviceKind};
-use workers::{DeviceData, Job, Lane, Report, TrainTrial, WorkerError};
+use workers::{
+    DeviceData, FusedControl, FusedTrials, Job, Lane, MemberOutcome, Report, TrainTrial,
+    WorkerError,
+};
 
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
@@ -322,17 +325,29 @@ impl Runner<'_> {
             closing: BTreeSet::new(),
             trial_ids: BTreeMap::new(),
             lanes: BTreeMap::new(),
+            fuse: if study.pruner.pauses() {
+                1
+            } else {
+                study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1)
+            },
+            lane_budget: config.budget / config.lanes.max(1) as u64,
+            gangs: BTreeMap::new(),
+            member_gang: BTreeMap::new(),
+            next_member: FIRST_MEMBER,
         })
     }
 
     /// Submits trials (waiting ones first, then new proposals) while slots,
-    /// the budget and the time allow. Paused trials hold no slot.
+    /// the budget and the time allow. Paused trials hold no slot. Trials of
+    /// one fusion key submitted together run as fused groups (up to
+    /// `[scheduler] fuse` members, as many as a lane's memory holds).
     fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
+        let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
         while !st.exhausted
             && !timed_out
-            && st.in_flight.len().saturating_sub(st.paused.len()) < st.max_concurrent
-            && st.finished + (st.in_flight.len() as u64) < st.budget
+            && st.in_flight.len().saturating_sub(st.paused.len()) + batch.len() < st.max_concurrent
+            && st.finished + ((st.in_flight.len() + batch.len()) as u64) < st.budget
         {
             let pending = match st.waiting.pop_front() {
                 Some(p) => {
@@ -388,9 +403,7 @@ impl Runner<'_> {
                         history_index,
                         pending,
                     };
-                    let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
-                    st.trial_ids.insert(id, flight.pending.trial_id);
-                    st.in_flight.insert(id, flight);
+                    batch.push((trial, flight));
                 }
                 Err(e) => {
                     st.finished += 1;
@@ -398,6 +411,62 @@ impl Runner<'_> {
                 }
             }
         }
+        for group in fusion_groups(batch, st.fuse, st.lane_budget) {
+            self.submit(st, group)?;
+        }
+        Ok(())
+    }
+
+    /// Submits one trial, or several of one fusion key as a fused group.
+    fn submit<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        mut group: Vec<(TrainTrial<B>, Flight)>,
+    ) -> Result<()> {
+        if group.len() == 1 {
+            let (trial, flight) = group.pop().expect("one trial");
+            let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
+            st.trial_ids.insert(id, flight.pending.trial_id);
+            st.in_flight.insert(id, flight);
+            return Ok(());
+        }
+        let mut members = Vec::with_capacity(group.len());
+        let mut tagged = Vec::with_capacity(group.len());
+        for (trial, flight) in group {
+            let tag = st.next_member;
+            st.next_member += 1;
+            st.trial_ids.insert(tag, flight.pending.trial_id);
+            st.in_flight.insert(tag, flight);
+            members.push(tag);
+            tagged.push((tag, trial));
+        }
+        let fused = FusedTrials::new(tagged)?;
+        let control = fused.control();
+        let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
+        let numbers: Vec<i64> = members
+            .iter()
+            .map(|m| st.in_flight[m].pending.number)
+            .collect();
+        for m in &members {
+            self.writer.send(WriteOp::TrialAttr {
+                trial_id: st.in_flight[m].pending.trial_id,
+                key: "salus:fused_with",
+                value_json: serde_json::json!(numbers).to_string(),
+            })?;
+        }
+        // The group's timeline is filed under its first member.
+        st.trial_ids.insert(id, st.trial_ids[&members[0]]);
+        for &m in &members {
+            st.member_gang.insert(m, id);
+        }
+        st.gangs.insert(
+            id,
+            Gang {
+                control,
+                members,
+                held: BTreeSet::new(),
+            },
+        );
         Ok(())
     }
 
@@ -418,7 +487,8 @@ impl Runner<'_> {
     fn on_event<B: Backend>(&mut self, st: &mut RunState<B>, event: CoreEvent) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                if let Some(f) = st.in_flight.get(&job) {
+                let ids = st.gangs.get(&job).map_or(vec![job], |g| g.members.clone());
+                for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
                     let fp = f.footprint;
                     self.writer.send(WriteOp::Resources {
                         trial_id: f.pending.trial_id,
@@ -435,6 +505,59 @@ impl Runner<'_> {
                 Ok(())
             }
             CoreEvent::Report { job, report } => self.on_report(st, job, report),
+            CoreEvent::Members {
+                job,
+                steps,
+                device_seconds,
+                members,
+            } => {
+                // Every member at a report point holds the group until the
+                // pruner has decided on all of them.
+                if let Some(gang) = st.gangs.get_mut(&job) {
+                    for m in &steps {
+                        if matches!(m.outcome, MemberOutcome::Report(_))
+                            && self.study.pruner != PrunerKind::None
+                        {
+                            gang.held.insert(m.tag);
+                        }
+                    }
+                }
+                // A member's device time is its share of the group's.
+                let share = device_seconds / members.max(1) as f64;
+                for m in steps {
+                    match m.outcome {
+                        MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
+                        MemberOutcome::Finished(r) => {
+                            self.leave_gang(st, job, m.tag);
+                            let iterations = r.iteration;
+                            self.on_finished(st, m.tag, r, iterations, share)?
+                        }
+                        MemberOutcome::Failed(reason) => {
+                            self.leave_gang(st, job, m.tag);
+                            let Some(f) = st.in_flight.remove(&m.tag) else {
+                                continue;
+                            };
+                            st.finished += 1;
+                            let iterations = st
+                                .curves
+                                .get(&f.pending.number)
+                                .map_or(0, |c| c.values.len() as i64);
+                            self.fail(&f.pending, iterations, share, reason)?;
+                            self.reporter
+                                .trial_end(f.pending.number, None, st.best, st.finished);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            CoreEvent::GroupEnded { job, .. } => {
+                if let Some(g) = st.gangs.remove(&job) {
+                    for m in g.members {
+                        st.member_gang.remove(&m);
+                    }
+                }
+                Ok(())
+            }
             CoreEvent::Finished {
                 job,
                 report,
@@ -508,7 +631,7 @@ impl Runner<'_> {
         {
             Decision::Continue => {
                 if let (Some(k), Some(p)) = (rung, priority) {
-                    st.core.set_priority(job, p);
+                    st.set_priority(job, p);
                     self.writer.send(WriteOp::Priority {
                         trial_id,
                         priority: p,
@@ -516,11 +639,11 @@ impl Runner<'_> {
                         reason: "rung",
                     })?;
                 }
-                st.core.release(job);
+                st.release(job);
             }
             Decision::Pause { rung: k } => {
                 let p = priority.unwrap_or(0.0);
-                st.core.set_priority(job, p);
+                st.set_priority(job, p);
                 st.core.pause(job);
                 st.core.release(job);
                 st.paused.insert(job, k);
@@ -533,13 +656,18 @@ impl Runner<'_> {
             }
             Decision::Prune => {
                 st.closing.insert(job);
-                st.core.prune(job);
+                let member = st.prune(job);
                 self.writer.send(WriteOp::Priority {
                     trial_id,
                     priority: priority.unwrap_or(0.0),
                     rung: rung.map(|k| k as i64),
                     reason: "pruned",
                 })?;
+                if member {
+                    // It leaves its group at the next boundary; no core event follows.
+                    let share = 0.0;
+                    self.on_pruned(st, job, report.iteration, share)?;
+                }
             }
         }
         self.promote(st)
@@ -645,11 +773,16 @@ impl Runner<'_> {
             core,
             events,
             mut in_flight,
+            gangs,
             ..
         } = st;
         let mut st_lanes = st.lanes;
         // Whatever has not ended goes back to WAITING and runs first on resume.
-        for (job, _) in core.shutdown() {
+        let unfinished = core
+            .shutdown()
+            .into_iter()
+            .flat_map(|(job, _)| gangs.get(&job).map_or(vec![job], |g| g.members.clone()));
+        for job in unfinished {
             if let Some(f) = in_flight.remove(&job) {
                 self.writer.send(WriteOp::Requeue {
                     trial_id: f.pending.trial_id,
@@ -700,6 +833,15 @@ impl Runner<'_> {
         };
         self.reporter.study_end(self.study, &summary);
         Ok(summary)
+    }
+
+    /// Forgets a member that ended inside its group.
+    fn leave_gang<B: Backend>(&self, st: &mut RunState<B>, gang: JobId, member: JobId) {
+        st.member_gang.remove(&member);
+        if let Some(g) = st.gangs.get_mut(&gang) {
+            g.members.retain(|&m| m != member);
+            g.held.remove(&member);
+        }
     }
 
     /// Resumes the paused trials the pruner now promotes.
@@ -882,6 +1024,76 @@ struct RunState<B: Backend> {
     /// Every job of this run, for telemetry that arrives after a trial ended.
     trial_ids: BTreeMap<JobId, i64>,
     lanes: BTreeMap<usize, LaneTally>,
+    /// Most members a fused group may have (1: no fusion).
+    fuse: usize,
+    /// Device bytes one lane may fill, to bound a group's size.
+    lane_budget: u64,
+    /// Fused jobs, by the core's id.
+    gangs: BTreeMap<JobId, Gang>,
+    /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
+    member_gang: BTreeMap<JobId, JobId>,
+    next_member: JobId,
+}
+
+/// Group size when `[scheduler] fuse` is not set.
+pub const DEFAULT_FUSE: usize = 8;
+
+/// Fused members get ids of their own, far from the core's.
+const FIRST_MEMBER: JobId = 1 << 48;
+
+/// A fused job: its members, and those whose report awaits a decision.
+struct Gang {
+    control: FusedControl,
+    members: Vec<JobId>,
+    held: BTreeSet<JobId>,
+}
+
+/// The core's per-trial controls, routed to a fused group for its members.
+impl<B: Backend> RunState<B> {
+    fn release(&mut self, job: JobId) {
+        match self.member_gang.get(&job) {
+            Some(&g) => {
+                if let Some(gang) = self.gangs.get_mut(&g) {
+                    gang.held.remove(&job);
+                    if gang.held.is_empty() {
+                        self.core.release(g);
+                    }
+                }
+            }
+            None => self.core.release(job),
+        }
+    }
+
+    /// A group has one priority; its members' ranks do not move it.
+    fn set_priority(&mut self, job: JobId, p: f64) {
+        if !self.member_gang.contains_key(&job) {
+            self.core.set_priority(job, p);
+        }
+    }
+
+    /// Prunes at the next boundary. A fused member leaves its group there;
+    /// `true` says the caller must record its end now, as no core event will.
+    fn prune(&mut self, job: JobId) -> bool {
+        match self.member_gang.remove(&job) {
+            Some(g) => {
+                if let Some(gang) = self.gangs.get_mut(&g) {
+                    gang.control.drop_member(job);
+                    gang.members.retain(|&m| m != job);
+                }
+                if let Some(gang) = self.gangs.get_mut(&g)
+                    && gang.held.remove(&job)
+                    && gang.held.is_empty()
+                {
+                    self.core.release(g);
+                }
+                true
+            }
+            None => {
+                self.core.prune(job);
+                false
+            }
+        }
+    }
 }
 
 /// A trial's priority at rung `k`: its rank among the values reported at
@@ -913,4 +1125,35 @@ pub fn describe(study: &Study, params: &Params) -> String {
         .map(|name| format!("{name}={}", study.value(params, name)))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Splits a batch of new trials into submissions: runs of one fusion key
+/// become groups of at most `fuse` members, fewer when a lane's memory
+/// (`lane_budget`) would not hold that many; the rest go alone.
+fn fusion_groups<B: Backend>(
+    batch: Vec<(TrainTrial<B>, Flight)>,
+    fuse: usize,
+    lane_budget: u64,
+) -> Vec<Vec<(TrainTrial<B>, Flight)>> {
+    let mut by_key: Vec<(workers::FusionKey, Vec<(TrainTrial<B>, Flight)>)> = Vec::new();
+    for (trial, flight) in batch {
+        let key = trial.fusion_key();
+        match by_key.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push((trial, flight)),
+            None => by_key.push((key, vec![(trial, flight)])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, mut trials) in by_key {
+        let per = trials[0].1.footprint;
+        let per_member = (per.persistent_bytes + per.ephemeral_bytes).max(1) as u64;
+        let cap = fuse
+            .min((lane_budget.saturating_sub(per.shared_bytes as u64) / per_member) as usize)
+            .max(1);
+        while !trials.is_empty() {
+            let rest = trials.split_off(cap.min(trials.len()));
+            out.push(std::mem::replace(&mut trials, rest));
+        }
+    }
+    out
 }

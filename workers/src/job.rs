@@ -74,6 +74,27 @@ pub enum StepOutcome {
     Report(Report),
     /// The last iteration ran; this is the final report.
     Finished(Report),
+    /// A fused group's iteration ran: what its members at a report point or
+    /// at their end said. Members not listed continue.
+    Members(Vec<MemberStep>),
+}
+
+/// One member of a fused group at a report point or at its end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberStep {
+    /// The tag the member was fused under.
+    pub tag: u64,
+    pub outcome: MemberOutcome,
+}
+
+/// What a fused member's iteration ended in. `Finished` and `Failed`
+/// members have left the group.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemberOutcome {
+    Report(Report),
+    Finished(Report),
+    /// The trial diverged or broke; the reason, for the database.
+    Failed(String),
 }
 
 /// A schedulable trial. See the module docs.
@@ -97,4 +118,9 @@ pub trait Job<B: Backend>: Send {
     fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize>;
     /// Brings a swapped-out state back. Returns the bytes moved.
     fn swap_in(&mut self, lane: &mut Lane<B>) -> Result<usize>;
+    /// Trials still inside the job: 1 for a lone trial, the members of a
+    /// fused group. A fused job with none left has ended.
+    fn live_members(&self) -> usize {
+        1
+    }
 }

@@ -24,6 +24,7 @@
 pub mod data;
 pub mod device_data;
 pub mod error;
+pub mod fused;
 pub mod group;
 pub mod hparams;
 pub mod job;
@@ -34,8 +35,9 @@ pub mod trial;
 
 pub use device_data::DeviceData;
 pub use error::{Result, WorkerError};
+pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
-pub use job::{Footprint, FusionKey, Job, Report, StepOutcome};
+pub use job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
 pub use lane::Lane;
 pub use model::{LossKind, MlpSpec};
 pub use state::TrialState;

@@ -154,10 +154,33 @@ impl<B: Backend> TrainTrial<B> {
         perm
     }
 
-    fn make_report(&mut self, lane: &mut Lane<B>) -> Result<Report> {
-        let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
-        let train = group.take_train_stats(lane)?[0];
-        let val = group.evaluate(lane, &self.data)?[0];
+    /// This iteration's mini-batch: rows of the current epoch's permutation.
+    pub(crate) fn batch_indices(&mut self) -> &[u32] {
+        let epoch = self.iteration / self.iters_per_epoch;
+        if self.perm_epoch != Some(epoch) {
+            self.perm = self.permutation(epoch);
+            self.perm_epoch = Some(epoch);
+        }
+        let pos = (self.iteration % self.iters_per_epoch) as usize * self.cfg.batch_size;
+        &self.perm[pos..pos + self.cfg.batch_size]
+    }
+
+    /// Counts one iteration done. `None` when it is no report point, else
+    /// whether it was the last one.
+    pub(crate) fn advance(&mut self) -> Option<bool> {
+        self.iteration += 1;
+        let finished = self.iteration == self.total_iterations();
+        (finished || self.iteration.is_multiple_of(self.report_every)).then_some(finished)
+    }
+
+    /// The report of a report point from its statistics; a non-finite loss
+    /// is divergence.
+    pub(crate) fn finish_report(
+        &mut self,
+        train: LossStats,
+        val: LossStats,
+        finished: bool,
+    ) -> Result<StepOutcome> {
         let report = report_from(&self.data, self.reports + 1, self.iteration, train, val);
         if !report.train_loss.is_finite() || !report.val_loss.is_finite() {
             let loss = if report.train_loss.is_finite() {
@@ -171,7 +194,41 @@ impl<B: Backend> TrainTrial<B> {
             });
         }
         self.reports += 1;
-        Ok(report)
+        self.last_report = Some(report.clone());
+        Ok(if finished {
+            StepOutcome::Finished(report)
+        } else {
+            StepOutcome::Report(report)
+        })
+    }
+
+    /// The host-side state of a trial that is not resident, for a fused
+    /// group to import; the trial keeps nothing on the device meanwhile.
+    pub(crate) fn take_host_state(&mut self) -> Option<TrialState> {
+        self.swapped.take()
+    }
+
+    /// Gives a trial back its state after it leaves a fused group.
+    pub(crate) fn put_host_state(&mut self, state: TrialState) {
+        self.iteration = state.iteration;
+        self.reports = state.reports;
+        self.swapped = Some(state);
+    }
+
+    pub(crate) fn data(&self) -> &Arc<DeviceData<B>> {
+        &self.data
+    }
+
+    pub(crate) fn spec(&self) -> &MlpSpec {
+        &self.shape.spec
+    }
+
+    pub(crate) fn state_fingerprint(&self) -> u64 {
+        self.fingerprint()
+    }
+
+    pub(crate) fn reports_done(&self) -> u64 {
+        self.reports
     }
 }
 
@@ -219,8 +276,12 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
     }
 
     fn fusion_key(&self) -> FusionKey {
+        // Dropout p is a per-slot scalar: trials with and without dropout fuse.
         FusionKey {
-            shape: self.shape.clone(),
+            shape: GroupShape {
+                dropout: false,
+                ..self.shape.clone()
+            },
             family: self.cfg.hparams.optimizer.family(),
             data: self.data.name.clone(),
         }
@@ -242,27 +303,16 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         if self.iteration >= self.total_iterations() {
             return Err(WorkerError::Config("the trial has already finished".into()));
         }
-        let epoch = self.iteration / self.iters_per_epoch;
-        if self.perm_epoch != Some(epoch) {
-            self.perm = self.permutation(epoch);
-            self.perm_epoch = Some(epoch);
-        }
-        let pos = (self.iteration % self.iters_per_epoch) as usize * self.cfg.batch_size;
-        let idx = &self.perm[pos..pos + self.cfg.batch_size];
+        let idx = self.batch_indices().to_vec();
         let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
-        group.train_step(lane, &self.data, idx, &[self.iteration])?;
-        self.iteration += 1;
-        let finished = self.iteration == self.total_iterations();
-        if !finished && !self.iteration.is_multiple_of(self.report_every) {
+        group.train_step(lane, &self.data, &idx, &[self.iteration])?;
+        let Some(finished) = self.advance() else {
             return Ok(StepOutcome::Continue);
-        }
-        let report = self.make_report(lane)?;
-        self.last_report = Some(report.clone());
-        Ok(if finished {
-            StepOutcome::Finished(report)
-        } else {
-            StepOutcome::Report(report)
-        })
+        };
+        let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
+        let train = group.take_train_stats(lane)?[0];
+        let val = group.evaluate(lane, &self.data)?[0];
+        self.finish_report(train, val, finished)
     }
 
     fn report(&self) -> Option<&Report> {

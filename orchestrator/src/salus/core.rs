@@ -25,7 +25,10 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kernels::Backend;
-use workers::{Footprint, Job, Lane, Report, StepOutcome, WorkerError, lane::GroupShape};
+use workers::{
+    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, StepOutcome, WorkerError,
+    lane::GroupShape,
+};
 
 use super::ledger::{LaneLoad, LedgerSnapshot, MemoryLedger, Placement, place};
 use super::policy::{self, JobState, Policy};
@@ -117,6 +120,21 @@ pub enum CoreEvent {
         device_seconds: f64,
     },
     Pruned {
+        job: JobId,
+        iterations: u64,
+        device_seconds: f64,
+    },
+    /// Members of a fused job at a report point or at their end (see
+    /// `workers::FusedTrials`). `device_seconds` is the job's so far and
+    /// `members` how many shared it in this iteration.
+    Members {
+        job: JobId,
+        steps: Vec<MemberStep>,
+        device_seconds: f64,
+        members: usize,
+    },
+    /// A fused job whose members have all ended.
+    GroupEnded {
         job: JobId,
         iterations: u64,
         device_seconds: f64,
@@ -371,6 +389,7 @@ impl<B: Backend> Drop for SalusCore<B> {
 
 enum Ending {
     Finished(Report),
+    GroupEnded,
     Failed(WorkerError),
     Pruned,
 }
@@ -507,6 +526,11 @@ impl<B: Backend> State<B> {
                 iterations,
                 device_seconds,
             },
+            Ending::GroupEnded => CoreEvent::GroupEnded {
+                job: id,
+                iterations,
+                device_seconds,
+            },
             Ending::Pruned => CoreEvent::Pruned {
                 job: id,
                 iterations,
@@ -562,6 +586,7 @@ impl<B: Backend> State<B> {
         self.current.insert(lane, (id, slice));
         self.boundary += 1;
         let boundary = self.boundary;
+        let members = job.live_members();
         let e = self.jobs.get_mut(&id).expect("job");
         e.job = Some(job);
         e.sched.device_time += seconds;
@@ -581,6 +606,29 @@ impl<B: Backend> State<B> {
             Ok(StepOutcome::Finished(report)) => {
                 self.remove(id, Ending::Finished(report));
                 return true;
+            }
+            Ok(StepOutcome::Members(steps)) => {
+                let reported = steps
+                    .iter()
+                    .any(|m| matches!(m.outcome, MemberOutcome::Report(_)));
+                let device_seconds = e.sched.device_time;
+                let ended = steps
+                    .iter()
+                    .filter(|m| !matches!(m.outcome, MemberOutcome::Report(_)))
+                    .count();
+                e.held = self.hold_at_reports && reported;
+                if !steps.is_empty() {
+                    self.emit(CoreEvent::Members {
+                        job: id,
+                        steps,
+                        device_seconds,
+                        members: members + ended,
+                    });
+                }
+                if members == 0 {
+                    self.remove(id, Ending::GroupEnded);
+                    return true;
+                }
             }
             Err(error) => {
                 self.remove(id, Ending::Failed(error));

@@ -143,6 +143,14 @@ pub enum PrunerKind {
 }
 
 impl PrunerKind {
+    /// Whether the pruner pauses trials at rungs (ASHA, Hyperband) rather
+    /// than only stopping them. Paused trials run alone, unfused.
+    pub fn pauses(&self) -> bool {
+        matches!(self, PrunerKind::Asha { .. } | PrunerKind::Hyperband { .. })
+    }
+}
+
+impl PrunerKind {
     /// The pruner this describes.
     pub fn build(self) -> Box<dyn crate::pruner::Pruner> {
         use crate::pruner::*;
@@ -186,6 +194,8 @@ pub struct SchedulerConfig {
     pub lanes: Option<usize>,
     pub max_concurrent: Option<usize>,
     pub memory_bytes: Option<u64>,
+    /// Most trials per fused group; 1 turns fusion off.
+    pub fuse: Option<usize>,
 }
 
 /// A value of a knob.

@@ -1026,7 +1026,7 @@ impl<'a> Parser<'a> {
     }
 
     fn scheduler(&self, s: &Section) -> Result<SchedulerConfig> {
-        self.check_keys(s, &["policy", "lanes", "max_concurrent", "memory"])?;
+        self.check_keys(s, &["policy", "lanes", "max_concurrent", "memory", "fuse"])?;
         let policy = self
             .one_of(s, "policy", &["pack", "fair", "srtf", "fifo", "priority"])?
             .map(|(_, p)| match p.as_str() {
@@ -1058,6 +1058,7 @@ impl<'a> Parser<'a> {
             lanes: self.int(s, "lanes", 1)?.map(|(_, n)| n as usize),
             max_concurrent: self.int(s, "max_concurrent", 1)?.map(|(_, n)| n as usize),
             memory_bytes,
+            fuse: self.int(s, "fuse", 1)?.map(|(_, n)| n as usize),
         })
     }
 }

@@ -1,0 +1,183 @@
+//! Fused groups: every member's reports equal the same trial run alone with
+//! the same seed (fp32 tolerance), while members finish at different times,
+//! are dropped mid-run, and the group is swapped out and back.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use kernels::{Activation, CpuBackend};
+use workers::{
+    FusedTrials, Job, Lane, MemberOutcome, Optimizer, Report, StepOutcome, TrainTrial, TrialConfig,
+};
+
+fn configs() -> Vec<TrialConfig> {
+    let adamw = Optimizer::AdamW {
+        beta1: 0.85,
+        beta2: 0.99,
+        eps: 1e-6,
+    };
+    [
+        (Optimizer::adam(), 1e-2, 0.0, 3),
+        (adamw, 3e-3, 0.25, 2),
+        (Optimizer::adam(), 5e-2, 0.1, 4),
+        (adamw, 1e-3, 0.0, 3),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (opt, lr, dropout, epochs))| {
+        let mut c = config(
+            vec![16, 12],
+            Activation::Gelu,
+            10,
+            epochs,
+            hparams(opt, lr, dropout, 20 + i as u64),
+        );
+        c.report_every = Some(3 + i as u64 % 2);
+        c
+    })
+    .collect()
+}
+
+fn alone(lane: &mut Lane<CpuBackend>, cfg: &TrialConfig) -> Vec<Report> {
+    let data = small_classification();
+    let dev = upload(lane, &data);
+    let mut t = TrainTrial::new(lane, dev, cfg.clone()).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match t.step(lane).unwrap() {
+            StepOutcome::Continue => {}
+            StepOutcome::Report(r) => out.push(r),
+            StepOutcome::Finished(r) => {
+                out.push(r);
+                return out;
+            }
+            StepOutcome::Members(_) => unreachable!(),
+        }
+    }
+}
+
+#[track_caller]
+fn assert_same(tag: u64, fused: &[Report], lone: &[Report]) {
+    assert_eq!(fused.len(), lone.len(), "member {tag}: report count");
+    for (a, b) in fused.iter().zip(lone) {
+        assert_eq!((a.step, a.iteration), (b.step, b.iteration), "member {tag}");
+        for (what, x, y) in [
+            ("train_loss", a.train_loss, b.train_loss),
+            ("val_loss", a.val_loss, b.val_loss),
+        ] {
+            assert!(
+                (x - y).abs() <= 1e-4 * y.abs().max(1.0),
+                "member {tag} step {}: {what} fused {x}, alone {y}",
+                a.step
+            );
+        }
+        let (x, y) = (a.val_accuracy.unwrap(), b.val_accuracy.unwrap());
+        assert!((x - y).abs() <= 0.02, "member {tag}: accuracy {x} vs {y}");
+    }
+}
+
+/// Runs the group to its end; `at(iteration, group, lane)` may act at boundaries.
+fn run_fused(
+    lane: &mut Lane<CpuBackend>,
+    mut group: FusedTrials<CpuBackend>,
+    mut at: impl FnMut(u64, &mut FusedTrials<CpuBackend>, &mut Lane<CpuBackend>),
+) -> BTreeMap<u64, Vec<Report>> {
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut it = 0;
+    while group.live_members() > 0 {
+        at(it, &mut group, lane);
+        let StepOutcome::Members(steps) = group.step(lane).unwrap() else {
+            panic!("a fused group reports per member")
+        };
+        for s in steps {
+            match s.outcome {
+                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
+                    got.entry(s.tag).or_default().push(r)
+                }
+                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+            }
+        }
+        it += 1;
+    }
+    got
+}
+
+fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
+    let dev = upload(lane, &small_classification());
+    let trials = cfgs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                i as u64,
+                TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
+            )
+        })
+        .collect();
+    FusedTrials::new(trials).unwrap()
+}
+
+#[test]
+fn fused_members_match_lone_trials_as_they_finish_at_different_times() {
+    let mut lane = cpu_lane(2);
+    let cfgs = configs();
+    let group = group_of(&mut lane, &cfgs);
+    assert_eq!(group.len(), 4);
+    let got = run_fused(&mut lane, group, |_, _, _| {});
+    for (i, c) in cfgs.iter().enumerate() {
+        assert_same(i as u64, &got[&(i as u64)], &alone(&mut lane, c));
+    }
+}
+
+#[test]
+fn dropping_a_member_and_swapping_the_group_leave_the_others_untouched() {
+    let mut lane = cpu_lane(1);
+    let cfgs = configs();
+    let group = group_of(&mut lane, &cfgs);
+    let control = group.control();
+    let got = run_fused(&mut lane, group, |it, g, lane| {
+        if it == 5 {
+            control.drop_member(1);
+        }
+        if it == 9 {
+            assert!(g.swap_out(lane).unwrap() > 0);
+            assert!(!g.is_resident());
+        }
+        if it == 11 {
+            // A member can leave with its state and carry on alone.
+            let mut t = g.leave(lane, 2).unwrap();
+            assert_eq!(t.iterations_done(), 11);
+            t.swap_in(lane).unwrap();
+        }
+    });
+    assert!(!got.contains_key(&2) || got[&2].iter().all(|r| r.iteration <= 11));
+    assert!(
+        got.get(&1)
+            .is_none_or(|r| r.iter().all(|r| r.iteration <= 5))
+    );
+    for i in [0u64, 3] {
+        assert_same(i, &got[&i], &alone(&mut lane, &cfgs[i as usize]));
+    }
+}
+
+#[test]
+fn only_trials_of_one_key_fuse() {
+    let mut lane = cpu_lane(1);
+    let dev = upload(&mut lane, &small_classification());
+    let mut cfgs = configs();
+    cfgs[1].hidden = vec![16, 13];
+    let trials = cfgs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                i as u64,
+                TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
+            )
+        })
+        .collect();
+    let err = FusedTrials::new(trials).err().expect("different shapes");
+    assert!(err.to_string().contains("fusion key"), "{err}");
+}
