@@ -55,6 +55,7 @@ fn alone(data: &Data, c: &TrialConfig) -> Vec<Report> {
                 out.push(r);
                 return out;
             }
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
         }
     }
 }

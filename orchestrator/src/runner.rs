@@ -1135,7 +1135,8 @@ fn fusion_groups<B: Backend>(
     fuse: usize,
     lane_budget: u64,
 ) -> Vec<Vec<(TrainTrial<B>, Flight)>> {
-    let mut by_key: Vec<(workers::FusionKey, Vec<(TrainTrial<B>, Flight)>)> = Vec::new();
+    type Run<B> = Vec<(TrainTrial<B>, Flight)>;
+    let mut by_key: Vec<(workers::FusionKey, Run<B>)> = Vec::new();
     for (trial, flight) in batch {
         let key = trial.fusion_key();
         match by_key.iter_mut().find(|(k, _)| *k == key) {

@@ -63,6 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 }
                 StepOutcome::Finished(r) => break Ok::<_, workers::WorkerError>(r),
+                StepOutcome::Members(_) => unreachable!("a lone trial"),
             }
         }
     })?;

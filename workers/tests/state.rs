@@ -19,6 +19,7 @@ fn run_to_end(
                 reports.push(r);
                 return reports;
             }
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
         }
     }
 }
@@ -32,6 +33,7 @@ fn run_iterations(
         .filter_map(|_| match trial.step(lane).unwrap() {
             StepOutcome::Report(r) | StepOutcome::Finished(r) => Some(r),
             StepOutcome::Continue => None,
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
         })
         .collect()
 }

@@ -22,6 +22,7 @@ fn finish(
                 out.push(r);
                 return Ok(out);
             }
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
         }
     }
 }
