@@ -16,9 +16,23 @@ fn bench_packing_json_has_the_documented_keys() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v.as_array().unwrap();
     let modes: Vec<_> = rows.iter().filter(|r| r.get("mode").is_some()).collect();
-    assert_eq!(modes.len(), 4, "K in {{1, 4}} x {{seq, lanes}}");
+    let names: Vec<(u64, &str)> = modes
+        .iter()
+        .map(|r| (r["k"].as_u64().unwrap(), r["mode"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (1, "seq"),
+            (1, "lanes"),
+            (4, "seq"),
+            (4, "lanes"),
+            (4, "fused")
+        ],
+        "K in {{1, 4}} x {{seq, lanes}}, and fused where K > 1"
+    );
     for r in &modes {
-        for key in ["h", "k", "mode", "tflops", "ratio_vs_seq"] {
+        for key in ["h", "k", "mode", "tflops", "ratio_vs_seq", "pct_of_gemm"] {
             assert!(r.get(key).is_some(), "{key} in {r}");
         }
         assert!(r["tflops"].as_f64().unwrap() > 0.0);
@@ -35,6 +49,36 @@ fn bench_packing_json_has_the_documented_keys() {
             .and_then(|v| v.as_f64())
             .is_some_and(|g| g > 1.0)
     }));
+}
+
+#[test]
+fn bench_packing_measures_mixed_widths() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench", "packing", "--json", "--device", "cpu", "--h", "mixed", "--k", "3", "--gflop",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let modes: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["h"] == "mixed")
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    // Mixed widths do not fuse; they pack through lanes.
+    assert_eq!(modes, ["seq", "lanes"]);
+    let bad = run_in(dir.path(), &["bench", "packing", "--h", "wide"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad).contains("expected a positive width or `mixed`"),
+        "{}",
+        text(&bad)
+    );
 }
 
 #[test]

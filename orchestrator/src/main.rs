@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use salus_tune::bench::packing::Width;
 use salus_tune::commands::{self, ReadArgs, RunArgs};
 use salus_tune::device::{self, OnBackend};
 use salus_tune::error::Result;
@@ -86,9 +87,10 @@ enum BenchCmd {
         /// A small configuration that runs in seconds (h=64, K in {1, 4}).
         #[arg(long)]
         quick: bool,
-        /// Hidden widths to measure, comma-separated [default: 256,1024].
-        #[arg(long = "h", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
-        widths: Vec<u64>,
+        /// Hidden widths to measure, comma-separated; `mixed` draws K widths
+        /// log-uniformly from 64..1024 [default: 256,1024,mixed].
+        #[arg(long = "h", value_delimiter = ',', value_parser = parse_width)]
+        widths: Vec<Width>,
         /// Trial counts to measure, comma-separated [default: 1,4,16,64].
         #[arg(long = "k", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
         counts: Vec<u64>,
@@ -163,8 +165,12 @@ impl From<ReadFlags> for ReadArgs {
 const COMMANDS: &[&str] = &["run", "check", "trials", "best", "bench", "devices", "help"];
 
 /// `bench packing` on whichever device `--device` opened.
+fn parse_width(s: &str) -> std::result::Result<Width, String> {
+    Width::parse(s).ok_or_else(|| format!("expected a positive width or `mixed`, got `{s}`"))
+}
+
 struct Packing {
-    hs: Vec<usize>,
+    hs: Vec<Width>,
     ks: Vec<usize>,
     gflop: f64,
 }
@@ -206,16 +212,26 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             counts,
             gflop,
         } => {
-            let pick = |given: Vec<u64>, quick_default: &[usize], full: &[usize]| -> Vec<usize> {
+            fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
                 match (given.is_empty(), quick) {
-                    (false, _) => given.into_iter().map(|v| v as usize).collect(),
-                    (true, true) => quick_default.to_vec(),
+                    (false, _) => given,
+                    (true, true) => short.to_vec(),
                     (true, false) => full.to_vec(),
                 }
-            };
+            }
             let job = Packing {
-                hs: pick(widths, &[64], &[256, 1024]),
-                ks: pick(counts, &[1, 4], &[1, 4, 16, 64]),
+                hs: pick(
+                    widths,
+                    quick,
+                    &[Width::Fixed(64)],
+                    &[Width::Fixed(256), Width::Fixed(1024), Width::Mixed],
+                ),
+                ks: pick(
+                    counts.into_iter().map(|k| k as usize).collect(),
+                    quick,
+                    &[1, 4],
+                    &[1, 4, 16, 64],
+                ),
                 gflop: gflop.map_or(if quick { 0.5 } else { 50.0 }, |g| g as f64),
             };
             let r = device::open(device::parse(&device)?)?.run(job)?;

@@ -28,6 +28,7 @@ use crate::progress::Reporter;
 use crate::pruner::{Curve, Curves, Decision, Pruner, priority, value_at};
 use crate::salus::JobId;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::fusion;
 use crate::salus::ledger::MemoryLedger;
 use crate::salus::policy::default_policy;
 use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
@@ -331,6 +332,7 @@ impl Runner<'_> {
                 study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1)
             },
             lane_budget: config.budget / config.lanes.max(1) as u64,
+            core_kind: backend.kind(),
             gangs: BTreeMap::new(),
             member_gang: BTreeMap::new(),
             next_member: FIRST_MEMBER,
@@ -411,7 +413,8 @@ impl Runner<'_> {
                 }
             }
         }
-        for group in fusion_groups(batch, st.fuse, st.lane_budget) {
+        let kind = st.core_kind;
+        for group in fusion_groups(batch, kind, st.fuse, st.lane_budget) {
             self.submit(st, group)?;
         }
         Ok(())
@@ -1028,6 +1031,7 @@ struct RunState<B: Backend> {
     fuse: usize,
     /// Device bytes one lane may fill, to bound a group's size.
     lane_budget: u64,
+    core_kind: DeviceKind,
     /// Fused jobs, by the core's id.
     gangs: BTreeMap<JobId, Gang>,
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
@@ -1127,11 +1131,11 @@ pub fn describe(study: &Study, params: &Params) -> String {
         .join(" ")
 }
 
-/// Splits a batch of new trials into submissions: runs of one fusion key
-/// become groups of at most `fuse` members, fewer when a lane's memory
-/// (`lane_budget`) would not hold that many; the rest go alone.
+/// Splits a batch of new trials into submissions: trials of one fusion key
+/// become groups as large as [`fusion::group_cap`] allows; the rest go alone.
 fn fusion_groups<B: Backend>(
     batch: Vec<(TrainTrial<B>, Flight)>,
+    kind: DeviceKind,
     fuse: usize,
     lane_budget: u64,
 ) -> Vec<Vec<(TrainTrial<B>, Flight)>> {
@@ -1146,13 +1150,9 @@ fn fusion_groups<B: Backend>(
     }
     let mut out = Vec::new();
     for (_, mut trials) in by_key {
-        let per = trials[0].1.footprint;
-        let per_member = (per.persistent_bytes + per.ephemeral_bytes).max(1) as u64;
-        let cap = fuse
-            .min((lane_budget.saturating_sub(per.shared_bytes as u64) / per_member) as usize)
-            .max(1);
-        while !trials.is_empty() {
-            let rest = trials.split_off(cap.min(trials.len()));
+        let cap = fusion::group_cap(kind, fuse, lane_budget, &trials[0].1.footprint);
+        for n in fusion::split(trials.len(), cap) {
+            let rest = trials.split_off(n);
             out.push(std::mem::replace(&mut trials, rest));
         }
     }

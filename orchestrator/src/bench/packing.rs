@@ -6,18 +6,68 @@ use std::time::Instant;
 
 use kernels::{Backend, DeviceKind, Gemm, at, at_mut};
 use serde_json::json;
-use workers::{DeviceData, Job, Lane, StepOutcome, TrainTrial, TrialConfig};
+use workers::{
+    DeviceData, FusedTrials, Job, Lane, MemberOutcome, StepOutcome, TrainTrial, TrialConfig,
+};
 
 use crate::error::Result;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::fusion;
 use crate::salus::policy::Policy;
 
 const BATCH: usize = 128;
 
+/// The hidden width of a workload: one width for all K trials, or widths
+/// drawn log-uniformly from 64..1024 (seeded), one per trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    Fixed(usize),
+    Mixed,
+}
+
+impl Width {
+    /// `256` or `mixed`.
+    pub fn parse(s: &str) -> Option<Width> {
+        match s {
+            "mixed" => Some(Width::Mixed),
+            n => n.parse().ok().filter(|&n| n > 0).map(Width::Fixed),
+        }
+    }
+
+    /// The K trials' widths: seeded, so every mode trains the same ones.
+    pub fn widths(self, k: usize) -> Vec<usize> {
+        match self {
+            Width::Fixed(h) => vec![h; k],
+            Width::Mixed => (0..k as u64)
+                .map(|i| {
+                    let u = kernels::rng::uniform(0x006d_6978_6564, 0, i) as f64;
+                    (64.0 * 16f64.powf(u)).round() as usize
+                })
+                .collect(),
+        }
+    }
+
+    fn json(self) -> serde_json::Value {
+        match self {
+            Width::Fixed(h) => json!(h),
+            Width::Mixed => json!("mixed"),
+        }
+    }
+}
+
+impl std::fmt::Display for Width {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Width::Fixed(h) => write!(f, "{h}"),
+            Width::Mixed => write!(f, "mixed"),
+        }
+    }
+}
+
 /// One measured configuration.
 #[derive(Debug, Clone)]
 pub struct Row {
-    pub h: usize,
+    pub h: Width,
     pub k: usize,
     pub mode: &'static str,
     pub tflops: f64,
@@ -35,6 +85,11 @@ pub struct Results {
     pub kind: DeviceKind,
     pub lanes: usize,
     pub cores: usize,
+}
+
+/// Training FLOPs of one iteration of a 784-h-h-10 MLP at batch `BATCH`.
+fn flops_per_iteration(h: usize) -> f64 {
+    6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
@@ -60,12 +115,25 @@ fn run_core<B: Backend>(
     trials: Vec<TrainTrial<B>>,
     config: CoreConfig,
 ) -> Result<(f64, Vec<f64>)> {
+    let jobs = trials
+        .into_iter()
+        .map(|t| Box::new(t) as Box<dyn Job<B>>)
+        .collect();
+    run_core_jobs(backend, jobs, config)
+}
+
+/// Runs jobs (lone trials or fused groups) through the core to their end.
+fn run_core_jobs<B: Backend>(
+    backend: &Arc<B>,
+    jobs: Vec<Box<dyn Job<B>>>,
+    config: CoreConfig,
+) -> Result<(f64, Vec<f64>)> {
     let (tx, rx) = channel();
     let core = SalusCore::start(backend.clone(), config, tx)?;
-    let n = trials.len();
+    let n = jobs.len();
     let start = Instant::now();
-    for t in trials {
-        core.submit(Box::new(t), 0.0, "bench");
+    for j in jobs {
+        core.submit(j, 0.0, "bench");
     }
     let (mut ended, mut switches) = (0, Vec::new());
     while ended < n {
@@ -73,8 +141,19 @@ fn run_core<B: Backend>(
             .recv()
             .map_err(|_| crate::error::Error::Run("the core stopped".into()))?
         {
-            CoreEvent::Finished { .. } => ended += 1,
+            CoreEvent::Finished { .. } | CoreEvent::GroupEnded { .. } => ended += 1,
             CoreEvent::Failed { error, .. } => return Err(error.into()),
+            CoreEvent::Members { steps, .. } => {
+                if let Some(MemberOutcome::Failed(e)) = steps
+                    .into_iter()
+                    .map(|m| m.outcome)
+                    .find(|o| matches!(o, MemberOutcome::Failed(_)))
+                {
+                    return Err(crate::error::Error::Run(format!(
+                        "a fused trial failed: {e}"
+                    )));
+                }
+            }
             CoreEvent::Switch { seconds, .. } => switches.push(seconds),
             _ => {}
         }
@@ -106,10 +185,11 @@ pub fn gemm_gflops<B: Backend>(backend: &B) -> Result<f64> {
     Ok(g.flops() / best / 1e9)
 }
 
-/// Runs the benchmark: `ks` x `hs`, each in `seq` and `lanes` mode.
+/// Runs the benchmark: `ks` x `hs`, each in `seq`, `lanes` and (for one
+/// width) `fused` mode.
 pub fn run<B: Backend>(
     backend: &Arc<B>,
-    hs: &[usize],
+    hs: &[Width],
     ks: &[usize],
     target_gflop: f64,
     progress: &mut dyn FnMut(&str),
@@ -125,20 +205,23 @@ pub fn run<B: Backend>(
     let mut rows = Vec::new();
     let mut switch_all = Vec::new();
     for &h in hs {
-        let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
         for &k in ks {
-            let iterations = ((target_gflop * 1e9 / (flops_iter * k as f64)).ceil() as u64).max(2);
+            let widths = h.widths(k);
+            let flops_round: f64 = widths.iter().map(|&w| flops_per_iteration(w)).sum();
+            let iterations = ((target_gflop * 1e9 / flops_round).ceil() as u64).max(2);
             let make = |dev: &Arc<DeviceData<B>>| -> Result<Vec<TrainTrial<B>>> {
-                (0..k)
-                    .map(|s| {
+                widths
+                    .iter()
+                    .enumerate()
+                    .map(|(s, &w)| {
                         Ok(TrainTrial::new_on_host(
                             dev.clone(),
-                            config(h, iterations, s as u64),
+                            config(w, iterations, s as u64),
                         )?)
                     })
                     .collect()
             };
-            let total_flops = flops_iter * (k as u64 * iterations) as f64;
+            let total_flops = flops_round * iterations as f64;
             // seq: one trial at a time on one lane with every core's threads.
             let mut lane = Lane::new(backend.clone(), 0, cores)?;
             let seq_s = run_bare(&mut lane, make(&dev)?)?;
@@ -150,7 +233,34 @@ pub fn run<B: Backend>(
             let cfg = CoreConfig::for_device(kind, Policy::Fifo, lanes.min(k), u64::MAX / 4);
             let (lanes_s, switches) = run_core(backend, make(&dev)?, cfg)?;
             switch_all.extend(switches);
-            for (mode, s) in [("seq", seq_s), ("lanes", lanes_s)] {
+            let mut modes = vec![("seq", seq_s), ("lanes", lanes_s)];
+            // fused: the K trials as fused groups of the size the scheduler
+            // would form (`salus::fusion`): one on a GPU; on the CPU groups
+            // small enough to stay in cache, spread over the lanes.
+            if k > 1 && matches!(h, Width::Fixed(_)) {
+                let mut trials = make(&dev)?;
+                let cap = fusion::group_cap(kind, k, u64::MAX / 4, &trials[0].footprint());
+                let sizes = fusion::split(k, cap);
+                let groups = sizes.len();
+                let jobs = sizes
+                    .into_iter()
+                    .map(|n| {
+                        let rest = trials.split_off(n);
+                        let group = std::mem::replace(&mut trials, rest);
+                        let tagged = group
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, t)| (i as u64, t))
+                            .collect();
+                        Ok(Box::new(FusedTrials::new(tagged)?) as Box<dyn Job<B>>)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let cfg =
+                    CoreConfig::for_device(kind, Policy::Fifo, groups.min(lanes), u64::MAX / 4);
+                let (fused_s, _) = run_core_jobs(backend, jobs, cfg)?;
+                modes.push(("fused", fused_s));
+            }
+            for (mode, s) in modes {
                 let row = Row {
                     h,
                     k,
@@ -161,7 +271,7 @@ pub fn run<B: Backend>(
                     iterations: k as u64 * iterations,
                 };
                 progress(&format!(
-                    "h={h:<5} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq  ({:.2} s)",
+                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq  ({:.2} s)",
                     row.tflops, row.ratio_vs_seq, s
                 ));
                 rows.push(row);
@@ -169,8 +279,14 @@ pub fn run<B: Backend>(
         }
     }
     // The core's overhead against a bare loop: one trial, the same lane set-up.
-    let h = hs[0];
-    let flops_iter = 6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64;
+    let h = hs
+        .iter()
+        .find_map(|w| match w {
+            Width::Fixed(h) => Some(*h),
+            Width::Mixed => None,
+        })
+        .unwrap_or(256);
+    let flops_iter = flops_per_iteration(h);
     let iterations = ((target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
@@ -232,7 +348,7 @@ impl Results {
         let mut v: Vec<serde_json::Value> = self
             .rows
             .iter()
-            .map(|r| json!({ "h": r.h, "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "seconds": r.seconds, "iterations": r.iterations }))
+            .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations }))
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
         v.push(json!({ "switch_mean_us": self.switch_mean_us }));
@@ -244,20 +360,32 @@ impl Results {
         serde_json::Value::Array(v)
     }
 
+    /// A row's rate as a share of the same run's large-GEMM rate.
+    pub fn pct_of_gemm(&self, r: &Row) -> f64 {
+        100.0 * r.tflops * 1e3 / self.gemm_gflops
+    }
+
     pub fn table(&self) -> String {
         let mut out = format!(
             "bench packing: 784-h-h-10 MLPs, batch {BATCH}, Adam; {}, {} host cores\n",
             self.device, self.cores
         );
         out += &format!(
-            "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes sharing the cores, fifo within a lane\n\n",
+            "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
+             fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes); mixed: widths log-uniform in 64..1024\n\n",
             self.cores, self.lanes
         );
-        out += "h      K    mode    TFLOP/s   vs seq   seconds\n";
+        out += "h       K    mode    TFLOP/s   vs seq   % gemm   seconds\n";
         for r in &self.rows {
             out += &format!(
-                "{:<6} {:<4} {:<7} {:<9.4} {:<8.2} {:.2}\n",
-                r.h, r.k, r.mode, r.tflops, r.ratio_vs_seq, r.seconds
+                "{:<7} {:<4} {:<7} {:<9.4} {:<8.2} {:<8.1} {:.2}\n",
+                r.h.to_string(),
+                r.k,
+                r.mode,
+                r.tflops,
+                r.ratio_vs_seq,
+                self.pct_of_gemm(r),
+                r.seconds
             );
         }
         out += &format!(

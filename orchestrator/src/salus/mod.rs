@@ -1,4 +1,4 @@
-//! The embedded Salus core (in progress).
+//! The embedded Salus core.
 //!
 //! Salus (Yu & Chowdhury, MLSys 2020) shares one device between training
 //! jobs with two primitives: fast switching at iteration boundaries, and
@@ -17,10 +17,12 @@
 //! * [`policy`]: `pack`, `fair`, `srtf`, `fifo` and `priority` as functions
 //!   from the runnable jobs' state to the job a lane runs next.
 //!
-//! The executor that drives lanes with these decisions is not built yet;
-//! trials still run one after another through `runner`.
+//! * [`fusion`]: how many trials of one shape may run as one fused group.
+//!
+//! [`core::SalusCore`] is the executor that drives lanes with these decisions.
 
 pub mod core;
+pub mod fusion;
 pub mod ledger;
 pub mod policy;
 
