@@ -24,6 +24,8 @@ pub struct RunArgs {
     pub options: RunOptions,
     /// Progress bars (true), plain lines (false), or nothing (None).
     pub progress: Option<bool>,
+    /// Show the live dashboard in this terminal while the study runs.
+    pub dashboard: bool,
 }
 
 /// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
@@ -58,12 +60,14 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     });
 
     let mut reporter = match args.progress {
+        _ if args.dashboard => Reporter::Quiet,
         None => Reporter::Quiet,
         Some(bars) => Reporter::new(bars && std::io::stderr().is_terminal()),
     };
     let runner_study = study.clone();
     let options = args.options;
-    let summary = tokio::task::spawn_blocking(move || {
+    let dash_stop = stop.clone();
+    let running = tokio::task::spawn_blocking(move || {
         backend.run(RunOnDevice {
             runner: Runner {
                 study: &runner_study,
@@ -75,9 +79,14 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             },
             existing,
         })
-    })
-    .await
-    .map_err(|e| Error::Run(format!("the runner panicked: {e}")))??;
+    });
+    if args.dashboard {
+        // Quitting the dashboard stops the study at the next boundary.
+        crate::dash::run(&url, Some(&study.name), Some(dash_stop)).await?;
+    }
+    let summary = running
+        .await
+        .map_err(|e| Error::Run(format!("the runner panicked: {e}")))??;
     writer_task
         .await
         .map_err(|e| Error::Run(format!("the writer panicked: {e}")))?;
@@ -207,6 +216,15 @@ pub async fn best(args: ReadArgs) -> Result<String> {
     let best = output::best(&trials, info.direction)
         .ok_or_else(|| Error::Run(format!("study '{}' has no complete trial yet", info.name)))?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
+}
+
+/// `salus-tune dash`: the live dashboard of a stored study.
+pub async fn dash(args: ReadArgs) -> Result<i32> {
+    let (store, info, _) = open_for_reading(&args).await?;
+    let url = store.url.clone();
+    drop(store);
+    crate::dash::run(&url, Some(&info.name), None).await?;
+    Ok(0)
 }
 
 /// A study run, handed to whichever backend `--device` opened.

@@ -16,6 +16,7 @@
 //!
 pub mod bench;
 pub mod commands;
+pub mod dash;
 pub mod device;
 pub mod error;
 pub mod output;

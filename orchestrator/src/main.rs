@@ -51,6 +51,12 @@ enum Command {
     Trials(ReadFlags),
     /// Show a study's best trial.
     Best(ReadFlags),
+    /// Watch a study live in a terminal dashboard (running or finished).
+    ///
+    /// It rereads the database every 500 ms, so it follows a study that
+    /// another process runs. `?` lists the keys; p, r and x pause, resume
+    /// and prune the selected trial of a running study.
+    Dash(DashFlags),
     /// Benchmarks of the packing goals (see ANCHORS.md).
     Bench {
         #[command(subcommand)]
@@ -135,6 +141,22 @@ struct RunFlags {
     /// Plain log lines even on a terminal.
     #[arg(long)]
     no_progress: bool,
+    /// Show the live dashboard instead of progress lines; quitting it stops
+    /// the study at the next iteration boundary (rerun to resume).
+    #[arg(long)]
+    dashboard: bool,
+}
+
+#[derive(clap::Args)]
+struct DashFlags {
+    /// A study file: its storage and study name are used.
+    study_file: Option<PathBuf>,
+    /// A path or sqlite:///path.db.
+    #[arg(long, env = "SALUS_TUNE_STORAGE")]
+    storage: Option<String>,
+    /// The study's name (needed when the storage holds several).
+    #[arg(long)]
+    study: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -162,7 +184,9 @@ impl From<ReadFlags> for ReadArgs {
     }
 }
 
-const COMMANDS: &[&str] = &["run", "check", "trials", "best", "bench", "devices", "help"];
+const COMMANDS: &[&str] = &[
+    "run", "check", "trials", "best", "dash", "bench", "devices", "help",
+];
 
 /// `bench packing` on whichever device `--device` opened.
 fn parse_width(s: &str) -> std::result::Result<Width, String> {
@@ -309,6 +333,7 @@ fn main() {
                     device: run.device,
                     options,
                     progress: Some(!run.no_progress),
+                    dashboard: run.dashboard,
                 })
                 .await
             }
@@ -326,6 +351,15 @@ fn main() {
                 print!("{s}");
                 0
             }),
+            Command::Dash(f) => {
+                commands::dash(ReadArgs {
+                    study_file: f.study_file,
+                    storage: f.storage,
+                    study: f.study,
+                    format: Format::Table,
+                })
+                .await
+            }
             Command::Bench { which } => bench(which),
             Command::Devices => {
                 device::report().iter().for_each(|l| println!("{l}"));

@@ -182,6 +182,7 @@ impl Runner<'_> {
                 break true;
             }
             let timed_out = study.timeout.is_some_and(|t| st.started.elapsed() >= t);
+            self.take_commands(&mut st)?;
             self.fill(&mut st, timed_out)?;
             self.close_paused(&mut st, timed_out);
             if st.in_flight.is_empty() {
@@ -336,6 +337,8 @@ impl Runner<'_> {
             gangs: BTreeMap::new(),
             member_gang: BTreeMap::new(),
             next_member: FIRST_MEMBER,
+            user_paused: BTreeSet::new(),
+            last_commands: Instant::now(),
         })
     }
 
@@ -838,6 +841,77 @@ impl Runner<'_> {
         Ok(summary)
     }
 
+    /// Applies the dashboard's commands (at most every 250 ms): pause,
+    /// resume or prune a trial at its next iteration boundary.
+    fn take_commands<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
+        if st.last_commands.elapsed() < std::time::Duration::from_millis(250) {
+            return Ok(());
+        }
+        st.last_commands = Instant::now();
+        for cmd in self.writer.take_commands(self.info.id)? {
+            let job = st
+                .in_flight
+                .iter()
+                .find(|(_, f)| f.pending.trial_id == cmd.trial_id)
+                .map(|(&j, _)| j);
+            let member = job.is_some_and(|j| st.member_gang.contains_key(&j));
+            let outcome = match (job, cmd.action.as_str()) {
+                (None, _) => "ignored: the trial is not running",
+                (Some(_), "pause" | "resume") if member => {
+                    "ignored: a fused group's member can be pruned, not paused"
+                }
+                (Some(j), "pause") => {
+                    st.core.pause(j);
+                    st.user_paused.insert(j);
+                    self.writer.send(WriteOp::Priority {
+                        trial_id: cmd.trial_id,
+                        priority: 0.0,
+                        rung: None,
+                        reason: "paused",
+                    })?;
+                    "applied"
+                }
+                (Some(j), "resume") => {
+                    if st.user_paused.remove(&j) {
+                        st.core.resume(j);
+                        self.writer.send(WriteOp::Priority {
+                            trial_id: cmd.trial_id,
+                            priority: 0.0,
+                            rung: None,
+                            reason: "resumed",
+                        })?;
+                        "applied"
+                    } else {
+                        "ignored: the trial was not paused from the dashboard"
+                    }
+                }
+                (Some(j), "prune") => {
+                    st.closing.insert(j);
+                    st.user_paused.remove(&j);
+                    st.core.resume(j);
+                    self.writer.send(WriteOp::Priority {
+                        trial_id: cmd.trial_id,
+                        priority: 0.0,
+                        rung: None,
+                        reason: "pruned",
+                    })?;
+                    if st.prune(j) {
+                        self.on_pruned(st, j, 0, 0.0)?;
+                    }
+                    "applied"
+                }
+                (Some(_), _) => "ignored: unknown action",
+            };
+            self.writer.send(WriteOp::Event {
+                study_id: self.info.id,
+                trial_id: Some(cmd.trial_id),
+                kind: "command",
+                detail: serde_json::json!({ "action": cmd.action, "outcome": outcome }).to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
     /// Forgets a member that ended inside its group.
     fn leave_gang<B: Backend>(&self, st: &mut RunState<B>, gang: JobId, member: JobId) {
         st.member_gang.remove(&member);
@@ -1037,6 +1111,9 @@ struct RunState<B: Backend> {
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
     member_gang: BTreeMap<JobId, JobId>,
     next_member: JobId,
+    /// Trials paused from the dashboard: they keep their slot.
+    user_paused: BTreeSet<JobId>,
+    last_commands: Instant,
 }
 
 /// Group size when `[scheduler] fuse` is not set.

@@ -23,6 +23,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_priority",
         include_str!("../../../migrations/sqlite/0004_salus_priority.sql"),
     ),
+    (
+        5,
+        "salus_commands",
+        include_str!("../../../migrations/sqlite/0005_salus_commands.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

@@ -114,6 +114,23 @@ impl Store {
             .collect())
     }
 
+    /// Leaves a command (`pause`, `resume`, `prune`) for the orchestrator
+    /// running the study; it acts at the trial's next iteration boundary.
+    pub async fn push_command(&mut self, study_id: i64, trial_id: i64, action: &str) -> Result<()> {
+        let url = self.url.clone();
+        sqlx::query(
+            "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?)",
+        )
+        .bind(study_id)
+        .bind(trial_id)
+        .bind(action)
+        .bind(now())
+        .execute(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))?;
+        Ok(())
+    }
+
     /// The study named `name`, or the only one when `name` is `None`.
     pub async fn pick_study(&mut self, name: Option<&str>) -> Result<StudyInfo> {
         let all = self.studies().await?;

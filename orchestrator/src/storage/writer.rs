@@ -8,7 +8,7 @@
 //! writers wait at most one short batch. Operations that need an answer
 //! (a new trial's id, a flush) get it after their transaction commits.
 
-use sqlx::{Connection, SqliteConnection};
+use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{TrialState, now};
@@ -58,6 +58,11 @@ pub enum WriteOp {
         study_id: i64,
         params: Vec<(String, f64, String)>,
         reply: oneshot::Sender<std::result::Result<(i64, i64), String>>,
+    },
+    /// Takes the dashboard's unapplied commands for the study.
+    TakeCommands {
+        study_id: i64,
+        reply: oneshot::Sender<std::result::Result<Vec<Command>, String>>,
     },
     /// A WAITING trial starts (again).
     StartTrial {
@@ -212,6 +217,11 @@ impl Writer {
         })
     }
 
+    /// The commands the dashboard left for this study since the last call.
+    pub fn take_commands(&self, study_id: i64) -> Result<Vec<Command>> {
+        self.ask(|reply| WriteOp::TakeCommands { study_id, reply })
+    }
+
     /// Waits until everything sent so far is committed; reports any write
     /// that failed since the last flush.
     pub fn flush(&self) -> Result<()> {
@@ -225,6 +235,10 @@ enum Reply {
         (i64, i64),
     ),
     Run(oneshot::Sender<std::result::Result<i64, String>>, i64),
+    Commands(
+        oneshot::Sender<std::result::Result<Vec<Command>, String>>,
+        Vec<Command>,
+    ),
     Flush(oneshot::Sender<std::result::Result<(), String>>),
 }
 
@@ -244,6 +258,7 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp
                     match r {
                         Reply::Trial(tx, ids) => drop(tx.send(Ok(ids))),
                         Reply::Run(tx, id) => drop(tx.send(Ok(id))),
+                        Reply::Commands(tx, c) => drop(tx.send(Ok(c))),
                         Reply::Flush(tx) => drop(tx.send(failure.take().map_or(Ok(()), Err))),
                     }
                 }
@@ -254,6 +269,7 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp
                     match op {
                         WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::StartRun { reply, .. } => drop(reply.send(Err(msg.clone()))),
+                        WriteOp::TakeCommands { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::Flush { reply } => drop(reply.send(Err(msg.clone()))),
                         _ => failure = Some(msg.clone()),
                     }
@@ -271,6 +287,7 @@ async fn apply(
     let mut replies = Vec::new();
     let time = now();
     let mut pending: Vec<(usize, (i64, i64))> = Vec::new();
+    let mut taken: Vec<(usize, Vec<Command>)> = Vec::new();
     for (i, op) in batch.iter_mut().enumerate() {
         match op {
             WriteOp::CreateTrial {
@@ -509,6 +526,30 @@ async fn apply(
                 .execute(&mut *tx)
                 .await?;
             }
+            WriteOp::TakeCommands { study_id, .. } => {
+                let rows = sqlx::query(
+                    "UPDATE salus_commands SET applied = ? WHERE study_id = ? AND applied IS NULL \
+                     RETURNING command_id, trial_id, action",
+                )
+                .bind(&time)
+                .bind(*study_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut cmds: Vec<(i64, Command)> = rows
+                    .iter()
+                    .map(|r| {
+                        (
+                            r.get(0),
+                            Command {
+                                trial_id: r.get(1),
+                                action: r.get(2),
+                            },
+                        )
+                    })
+                    .collect();
+                cmds.sort_by_key(|(id, _)| *id);
+                taken.push((i, cmds.into_iter().map(|(_, c)| c).collect()));
+            }
             WriteOp::Flush { .. } => {}
         }
     }
@@ -529,6 +570,15 @@ async fn apply(
                 let (dummy, _) = oneshot::channel();
                 replies.push(Reply::Flush(std::mem::replace(reply, dummy)));
             }
+            WriteOp::TakeCommands { reply, .. } => {
+                let cmds = taken
+                    .iter_mut()
+                    .find(|(j, _)| *j == i)
+                    .map(|(_, c)| std::mem::take(c))
+                    .unwrap_or_default();
+                let (dummy, _) = oneshot::channel();
+                replies.push(Reply::Commands(std::mem::replace(reply, dummy), cmds));
+            }
             WriteOp::StartRun { reply, .. } => {
                 let id = pending
                     .iter()
@@ -542,6 +592,13 @@ async fn apply(
         }
     }
     Ok(replies)
+}
+
+/// A dashboard command for one trial: `pause`, `resume` or `prune`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub trial_id: i64,
+    pub action: String,
 }
 
 /// Optuna's encoding of a float: `(value, type)`, with non-finite values

@@ -1,0 +1,562 @@
+//! Drawing: one pure function from a [`Snapshot`] and a [`ViewState`] to a
+//! frame. Nothing here reads the database or the terminal, so every widget
+//! is tested on ratatui's `TestBackend`.
+//!
+//! Layout, top to bottom: a study header; the trials table beside the
+//! device panel; the charts (or the selected trial's detail); a status
+//! line. It fits 80x24 and gives extra room to the table and charts.
+//! Selection and focus are shown with reverse video and bold, so the
+//! dashboard reads the same without colour.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{
+    Axis, Block, Borders, Cell, Chart, Clear, Dataset, GraphType, Paragraph, Row, Sparkline, Table,
+    TableState, Wrap,
+};
+
+use super::snapshot::{Phase, Snapshot, TrialInfo};
+use super::state::{Pane, ViewState};
+use crate::output::fmt_float;
+use crate::study::Direction;
+
+/// Draws the whole dashboard.
+pub fn draw(frame: &mut Frame, snap: &Snapshot, view: &ViewState) {
+    let area = frame.area();
+    let tall = area.height >= 36;
+    let [header, middle, bottom, status] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Min(6),
+        Constraint::Length(if tall { 14 } else { 8 }),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    header_widget(frame, header, snap);
+    let side = if area.width >= 120 { 44 } else { 32 };
+    let [table, device] =
+        Layout::horizontal([Constraint::Min(40), Constraint::Length(side)]).areas(middle);
+    trials_table(frame, table, snap, view);
+    device_panel(frame, device, snap, view.focus == Pane::Device);
+    if view.detail {
+        detail_pane(frame, bottom, snap, view);
+    } else {
+        charts(frame, bottom, snap, view);
+    }
+    status_line(frame, status, view);
+    if view.help {
+        help_overlay(frame, area);
+    }
+}
+
+fn block(title: &str, focused: bool) -> Block<'_> {
+    let b = Block::default().borders(Borders::ALL).title(title);
+    if focused {
+        b.title_style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED))
+    } else {
+        b
+    }
+}
+
+/// `1m05s`, `2h03m`.
+pub fn duration(s: f64) -> String {
+    let s = s.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// `512B`, `3.2MiB`.
+pub fn bytes(b: i64) -> String {
+    let b = b.max(0) as f64;
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b:.0}B")
+    } else {
+        format!("{v:.1}{}", units[u])
+    }
+}
+
+fn header_widget(frame: &mut Frame, area: Rect, snap: &Snapshot) {
+    let dir = match snap.direction {
+        Direction::Maximize => "maximize",
+        Direction::Minimize => "minimize",
+    };
+    let best = snap.best().map_or("best -".into(), |(n, v)| {
+        format!("best {} (#{n})", fmt_float(v))
+    });
+    let status = if snap.running { "running" } else { "stopped" };
+    let eta = snap
+        .eta_s()
+        .map_or(String::new(), |s| format!(" · ETA {}", duration(s)));
+    let budget = snap
+        .budget_trials
+        .map_or(String::new(), |b| format!("/{b}"));
+    let line1 = Line::from(vec![
+        Span::styled(
+            snap.study.clone(),
+            Style::default().add_modifier(Modifier::BOLD),
+        ),
+        Span::raw(format!(" · {dir} {} · ", snap.metric)),
+        Span::styled(best, Style::default().add_modifier(Modifier::BOLD)),
+        Span::raw(format!(
+            " · {status} {}{eta} · {}",
+            duration(snap.elapsed_s),
+            snap.device
+        )),
+    ]);
+    let counts = [
+        Phase::Running,
+        Phase::Paused,
+        Phase::Swapped,
+        Phase::Waiting,
+        Phase::Complete,
+        Phase::Pruned,
+        Phase::Failed,
+    ]
+    .iter()
+    .map(|&p| format!("{} {}", snap.count(p), p.label().to_lowercase()))
+    .collect::<Vec<_>>()
+    .join(" · ");
+    let line2 = Line::from(format!("{}{budget} finished · {counts}", snap.finished()));
+    frame.render_widget(Paragraph::new(vec![line1, line2]), area);
+}
+
+/// The parameters a narrow table shows: the first ones, shortened.
+fn key_params(t: &TrialInfo, width: usize) -> String {
+    let mut out = String::new();
+    for (n, v) in &t.params {
+        let v = v.parse::<f64>().map_or(v.clone(), fmt_float);
+        let short = n.rsplit('.').next().unwrap_or(n);
+        let item = format!("{short}={v}");
+        if out.len() + item.len() + 1 > width {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out += &item;
+    }
+    out
+}
+
+fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
+    let rows = view.rows(snap);
+    let wide = area.width >= 100;
+    // What the other columns, their gaps, the borders and the marker take.
+    let param_w = area.width.saturating_sub(if wide { 52 } else { 32 }) as usize;
+    let header = if wide {
+        vec![
+            "#", "state", "params", "metric", "rung", "prio", "lane", "it/s",
+        ]
+    } else {
+        vec!["#", "state", "params", "metric", "rung"]
+    };
+    let table_rows: Vec<Row> = rows
+        .iter()
+        .map(|t| {
+            let mut cells = vec![
+                Cell::from(t.number.to_string()),
+                Cell::from(t.phase.label()),
+                Cell::from(key_params(t, param_w)),
+                Cell::from(t.last_metric().map_or("-".into(), fmt_float)),
+                Cell::from(t.rung.map_or("-".into(), |r| r.to_string())),
+            ];
+            if wide {
+                cells.push(Cell::from(
+                    t.priority.map_or("-".into(), |p| format!("{p:.2}")),
+                ));
+                cells.push(Cell::from(t.lane.map_or("-".into(), |l| l.to_string())));
+                cells.push(Cell::from(
+                    t.its_per_s.map_or("-".into(), |s| format!("{s:.0}")),
+                ));
+            }
+            let style = match t.phase {
+                Phase::Failed => Style::default().fg(Color::Red),
+                Phase::Pruned => Style::default().fg(Color::DarkGray),
+                Phase::Paused | Phase::Swapped => Style::default().fg(Color::Yellow),
+                _ => Style::default(),
+            };
+            Row::new(cells).style(style)
+        })
+        .collect();
+    let widths: Vec<Constraint> = if wide {
+        vec![
+            Constraint::Length(4),
+            Constraint::Length(8),
+            Constraint::Min(10),
+            Constraint::Length(10),
+            Constraint::Length(4),
+            Constraint::Length(6),
+            Constraint::Length(4),
+            Constraint::Length(6),
+        ]
+    } else {
+        vec![
+            Constraint::Length(4),
+            Constraint::Length(8),
+            Constraint::Min(10),
+            Constraint::Length(9),
+            Constraint::Length(4),
+        ]
+    };
+    let title = format!(
+        "Trials ({} shown · sort {}{} · filter {}{})",
+        rows.len(),
+        view.sort.label(),
+        if view.descending { " desc" } else { "" },
+        view.filter.label(),
+        if view.search.is_empty() {
+            String::new()
+        } else {
+            format!(" /{}", view.search)
+        }
+    );
+    let table = Table::new(table_rows, widths)
+        .header(Row::new(header).style(Style::default().add_modifier(Modifier::BOLD)))
+        .block(block(&title, view.focus == Pane::Trials))
+        .row_highlight_style(Style::default().add_modifier(Modifier::REVERSED))
+        .highlight_symbol(">");
+    let mut state = TableState::default();
+    let current = view.current(snap).map(|t| t.number);
+    state.select(rows.iter().position(|t| Some(t.number) == current));
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// `[####====......]`: persistent `#`, ephemeral `=`, free `.`.
+pub fn memory_bar(width: usize, budget: i64, persistent: i64, ephemeral: i64) -> String {
+    if budget <= 0 || width == 0 {
+        return "-".into();
+    }
+    let cells = |b: i64| ((b.max(0) as f64 / budget as f64) * width as f64).round() as usize;
+    let p = cells(persistent).min(width);
+    let e = cells(ephemeral).min(width - p);
+    format!(
+        "{}{}{}",
+        "#".repeat(p),
+        "=".repeat(e),
+        ".".repeat(width - p - e)
+    )
+}
+
+fn device_panel(frame: &mut Frame, area: Rect, snap: &Snapshot, focused: bool) {
+    let b = block("Device", focused);
+    let inner = b.inner(area);
+    frame.render_widget(b, area);
+    let (persistent, ephemeral) = snap.memory();
+    let free = (snap.budget_bytes - persistent - ephemeral).max(0);
+    let bar_w = inner.width.saturating_sub(2) as usize;
+    let groups = snap.fused_groups();
+    let used = persistent + ephemeral;
+    let pct = if snap.budget_bytes > 0 {
+        100.0 * used as f64 / snap.budget_bytes as f64
+    } else {
+        0.0
+    };
+    let mut lines = vec![
+        Line::from(format!("{} · {}", snap.device, snap.policy)),
+        Line::from(format!(
+            "[{}]",
+            memory_bar(bar_w, snap.budget_bytes, persistent, ephemeral)
+        )),
+        Line::from(format!(
+            "#pers {} =eph {}",
+            bytes(persistent),
+            bytes(ephemeral)
+        )),
+        Line::from(format!(".free {} ({pct:.1}% used)", bytes(free))),
+        Line::from(format!(
+            "groups {} · sw {} · swaps {}",
+            if groups.is_empty() {
+                "-".into()
+            } else {
+                groups
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            snap.switches(),
+            snap.swaps
+        )),
+    ];
+    lines.truncate(inner.height as usize);
+    let text_h = lines.len() as u16;
+    frame.render_widget(
+        Paragraph::new(lines),
+        Rect {
+            height: text_h,
+            ..inner
+        },
+    );
+    // One sparkline per lane below: busy % per second over the last minute.
+    let bottom = inner.y + inner.height;
+    for (y, lane) in (inner.y + text_h..bottom).zip(&snap.lanes) {
+        let label = format!("L{} ", lane.lane);
+        let lw = label.len() as u16;
+        frame.render_widget(Paragraph::new(label), Rect::new(inner.x, y, lw, 1));
+        let spark_w = inner.width.saturating_sub(lw) as usize;
+        let data: Vec<u64> = lane.busy[lane.busy.len().saturating_sub(spark_w)..].to_vec();
+        frame.render_widget(
+            Sparkline::default().data(&data).max(100),
+            Rect::new(inner.x + lw, y, inner.width.saturating_sub(lw), 1),
+        );
+    }
+}
+
+fn bounds(values: impl Iterator<Item = f64>) -> [f64; 2] {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+            (l.min(v), h.max(v))
+        });
+    if !lo.is_finite() {
+        return [0.0, 1.0];
+    }
+    let pad = if hi > lo { (hi - lo) * 0.05 } else { 0.5 };
+    [lo - pad, hi + pad]
+}
+
+fn axis<'a>(title: &'a str, b: [f64; 2]) -> Axis<'a> {
+    Axis::default().title(title).bounds(b).labels(vec![
+        Line::from(fmt_float(b[0])),
+        Line::from(fmt_float(b[1])),
+    ])
+}
+
+fn charts(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+    // Optimization history: every finished value, and the best so far.
+    let mut done: Vec<&TrialInfo> = snap
+        .trials
+        .iter()
+        .filter(|t| t.phase == Phase::Complete && t.value.is_some_and(f64::is_finite))
+        .collect();
+    done.sort_by_key(|t| t.number);
+    let points: Vec<(f64, f64)> = done
+        .iter()
+        .map(|t| (t.number as f64, t.value.unwrap_or(0.0)))
+        .collect();
+    let mut best_line = Vec::with_capacity(points.len());
+    let mut best: Option<f64> = None;
+    for &(x, y) in &points {
+        if best.is_none_or(|b| snap.direction.better(y, b)) {
+            best = Some(y);
+        }
+        best_line.push((x, best.unwrap_or(y)));
+    }
+    let focused = view.focus == Pane::Charts;
+    let x = bounds(points.iter().map(|p| p.0).chain([0.0]));
+    let y = bounds(points.iter().map(|p| p.1));
+    let history = Chart::new(vec![
+        Dataset::default()
+            .name("trial")
+            .marker(Marker::Dot)
+            .graph_type(GraphType::Scatter)
+            .data(&points),
+        Dataset::default()
+            .name("best")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::default().add_modifier(Modifier::BOLD))
+            .data(&best_line),
+    ])
+    .block(block("Optimization history", focused))
+    .x_axis(axis("trial", x))
+    .y_axis(axis("", y));
+    frame.render_widget(history, left);
+
+    // Learning curves: the selected trial and the three best.
+    let selected = view.current(snap);
+    let mut top: Vec<&TrialInfo> = done.clone();
+    top.sort_by(|a, b| {
+        let (x, y) = (a.value.unwrap_or(0.0), b.value.unwrap_or(0.0));
+        if snap.direction.better(x, y) {
+            std::cmp::Ordering::Less
+        } else {
+            std::cmp::Ordering::Greater
+        }
+    });
+    let mut shown: Vec<&TrialInfo> = selected.into_iter().collect();
+    for t in top.into_iter().take(3) {
+        if !shown.iter().any(|s| s.number == t.number) {
+            shown.push(t);
+        }
+    }
+    let curves: Vec<(String, Vec<(f64, f64)>)> = shown
+        .iter()
+        .map(|t| {
+            (
+                format!("#{}", t.number),
+                t.curve.iter().map(|&(s, v)| (s as f64, v)).collect(),
+            )
+        })
+        .collect();
+    let x = bounds(
+        curves
+            .iter()
+            .flat_map(|c| c.1.iter().map(|p| p.0))
+            .chain([0.0]),
+    );
+    let y = bounds(curves.iter().flat_map(|c| c.1.iter().map(|p| p.1)));
+    let sets: Vec<Dataset> = curves
+        .iter()
+        .enumerate()
+        .map(|(i, (name, data))| {
+            let d = Dataset::default()
+                .name(name.clone())
+                .marker(if i == 0 { Marker::Braille } else { Marker::Dot })
+                .graph_type(GraphType::Line)
+                .data(data);
+            if i == 0 {
+                d.style(Style::default().add_modifier(Modifier::BOLD))
+            } else {
+                d
+            }
+        })
+        .collect();
+    let title = match selected {
+        Some(t) => format!("Learning curves (#{} and the best)", t.number),
+        None => "Learning curves".into(),
+    };
+    let chart = Chart::new(sets)
+        .block(block(&title, focused))
+        .x_axis(axis("step", x))
+        .y_axis(axis("", y));
+    frame.render_widget(chart, right);
+}
+
+fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
+    let focused = view.focus == Pane::Detail;
+    let Some(t) = view.current(snap) else {
+        frame.render_widget(
+            Paragraph::new("no trial").block(block("Trial", focused)),
+            area,
+        );
+        return;
+    };
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(45), Constraint::Percentage(55)]).areas(area);
+    let mut lines: Vec<Line> = vec![Line::from(format!(
+        "{} · {} · {}/{} iterations",
+        t.phase.label(),
+        t.value
+            .map_or("no value".into(), |v| format!("value {}", fmt_float(v))),
+        t.iterations,
+        t.total_iterations
+    ))];
+    lines.push(Line::from(format!(
+        "footprint: {} persistent, {} ephemeral, {} shared",
+        bytes(t.persistent_bytes),
+        bytes(t.ephemeral_bytes),
+        bytes(t.shared_bytes)
+    )));
+    if !t.fused_with.is_empty() {
+        let with: Vec<String> = t.fused_with.iter().map(|n| format!("#{n}")).collect();
+        lines.push(Line::from(format!("fused with {}", with.join(" "))));
+    }
+    if let Some(r) = &t.fail_reason {
+        lines.push(Line::from(format!("failed: {r}")));
+    }
+    for (n, v) in &t.params {
+        lines.push(Line::from(format!("  {n} = {v}")));
+    }
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(block(&format!("Trial #{}", t.number), focused)),
+        left,
+    );
+    let keep = right.height.saturating_sub(2) as usize;
+    let events: Vec<Line> = t.events[t.events.len().saturating_sub(keep)..]
+        .iter()
+        .map(|e| {
+            let time = e.time.get(11..19).unwrap_or(&e.time);
+            let detail = if e.detail == "{}" {
+                ""
+            } else {
+                e.detail.as_str()
+            };
+            Line::from(format!("{time} {} {detail}", e.kind))
+        })
+        .collect();
+    frame.render_widget(
+        Paragraph::new(events).block(block("Events", focused)),
+        right,
+    );
+}
+
+fn status_line(frame: &mut Frame, area: Rect, view: &ViewState) {
+    let text = if view.searching {
+        format!("/{}_  (Enter: apply, Esc: clear)", view.search)
+    } else if !view.message.is_empty() {
+        view.message.clone()
+    } else {
+        "?: help  q: quit  j/k: select  Tab: pane  s: sort  f: filter  /: search  Enter: detail  p/r/x: pause/resume/prune".into()
+    };
+    frame.render_widget(
+        Paragraph::new(text).style(Style::default().add_modifier(Modifier::REVERSED)),
+        area,
+    );
+}
+
+const HELP: &[(&str, &str)] = &[
+    ("?", "show or hide this help"),
+    (
+        "q, Ctrl-C",
+        "quit (a study this command runs stops at the next boundary)",
+    ),
+    ("Up/Down, j/k", "select a trial; PgUp/PgDn, g/G jump"),
+    ("Tab", "next pane: trials, device, charts, detail"),
+    ("s / S", "sort by the next column / reverse the order"),
+    ("f", "filter by state: all, live, complete, pruned, failed"),
+    (
+        "/",
+        "search states and parameters (Enter applies, Esc clears)",
+    ),
+    (
+        "Enter, d",
+        "the selected trial's detail instead of the charts",
+    ),
+    ("p / r / x", "pause / resume / prune the selected trial"),
+];
+
+fn help_overlay(frame: &mut Frame, area: Rect) {
+    let w = area.width.min(76);
+    let h = (HELP.len() as u16 + 4).min(area.height);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    let mut lines: Vec<Line> = HELP
+        .iter()
+        .map(|(k, v)| {
+            Line::from(vec![
+                Span::styled(
+                    format!("{k:<13}"),
+                    Style::default().add_modifier(Modifier::BOLD),
+                ),
+                Span::raw(*v),
+            ])
+        })
+        .collect();
+    lines.push(Line::from(""));
+    lines.push(Line::from(
+        "pause/resume/prune reach the running study through its database",
+    ));
+    frame.render_widget(Clear, r);
+    frame.render_widget(Paragraph::new(lines).block(block("Help", true)), r);
+}
