@@ -5,7 +5,8 @@
 # Set-up: a Python virtualenv in .venv with Optuna 5.0 and pandas, for the
 # test that checks Optuna itself reads our database, and NVIDIA's NVRTC
 # wheel, so that the CUDA kernels are compiled by the real compiler even on
-# a machine without a GPU (NVRTC needs none).
+# a machine without a GPU (NVRTC needs none). It installs tmux with apt-get
+# when it is missing, for the dashboard's end-to-end test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,15 @@ fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(nvrtc_lib)"
 export SALUS_TUNE_REQUIRE_NVRTC=1
 export SALUS_TUNE_PYTHON="$PWD/.venv/bin/python"
+
+# tmux drives the real dashboard in its end-to-end test.
+if ! command -v tmux >/dev/null 2>&1; then
+    echo "installing tmux (for the dashboard's end-to-end test)"
+    sudo=""
+    [[ "$(id -u)" != 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq tmux >/dev/null
+fi
+export SALUS_TUNE_REQUIRE_TMUX=1
 export SALUS_TUNE_REQUIRE_OPTUNA=1
 
 cargo fmt --all -- --check

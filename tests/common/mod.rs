@@ -68,6 +68,20 @@ pub fn scalar(db: &Path, sql: &str) -> i64 {
     })
 }
 
+/// One optional text value of a query.
+pub fn scalar_text(db: &Path, sql: &str) -> Option<String> {
+    block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query_scalar::<_, String>(sql)
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap()
+    })
+}
+
 /// A small, fast digits study.
 pub fn small_study(name: &str, trials: u64) -> String {
     format!(

@@ -247,17 +247,23 @@ impl ViewState {
                         .any(|(n, v)| format!("{n}={v}").to_lowercase().contains(&needle))
             })
             .collect();
+        // Missing values sort last in either direction.
+        let desc = self.descending;
+        let opt = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(x), Some(y)) if desc => y.total_cmp(&x),
+            _ => cmp_opt(a, b),
+        };
+        let ord = |o: std::cmp::Ordering| if desc { o.reverse() } else { o };
         rows.sort_by(|a, b| {
-            let o = match self.sort {
-                SortKey::Number => a.number.cmp(&b.number),
-                SortKey::State => a.phase.cmp(&b.phase),
-                SortKey::Metric => cmp_opt(a.last_metric(), b.last_metric()),
-                SortKey::Rung => a.rung.cmp(&b.rung),
-                SortKey::Priority => cmp_opt(a.priority, b.priority),
-                SortKey::Speed => cmp_opt(a.its_per_s, b.its_per_s),
+            match self.sort {
+                SortKey::Number => ord(a.number.cmp(&b.number)),
+                SortKey::State => ord(a.phase.cmp(&b.phase)),
+                SortKey::Metric => opt(a.last_metric(), b.last_metric()),
+                SortKey::Rung => opt(a.rung.map(|r| r as f64), b.rung.map(|r| r as f64)),
+                SortKey::Priority => opt(a.priority, b.priority),
+                SortKey::Speed => opt(a.its_per_s, b.its_per_s),
             }
-            .then(a.number.cmp(&b.number));
-            if self.descending { o.reverse() } else { o }
+            .then(a.number.cmp(&b.number))
         });
         rows
     }

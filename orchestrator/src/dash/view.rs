@@ -152,7 +152,7 @@ fn key_params(t: &TrialInfo, width: usize) -> String {
 
 fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
     let rows = view.rows(snap);
-    let wide = area.width >= 100;
+    let wide = area.width >= 72;
     // What the other columns, their gaps, the borders and the marker take.
     let param_w = area.width.saturating_sub(if wide { 52 } else { 32 }) as usize;
     let header = if wide {

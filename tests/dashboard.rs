@@ -1,0 +1,388 @@
+//! The dashboard: widgets rendered on ratatui's TestBackend (insta
+//! snapshots at 80x24 and 120x40, detail, help), keys as pure state
+//! changes, a snapshot read from a real study's database, and the real
+//! binary driven in tmux against a running study.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use salus_tune::dash::snapshot::{Event, LaneInfo, Phase, SPARK_SECONDS, Snapshot, TrialInfo};
+use salus_tune::dash::state::{self, Action, Key, SortKey, ViewState};
+use salus_tune::dash::view;
+use salus_tune::storage::TrialState;
+use salus_tune::study::Direction;
+
+fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialInfo {
+    TrialInfo {
+        trial_id: number + 1,
+        number,
+        phase,
+        params: vec![
+            ("lr".into(), format!("{}", 0.001 * (number + 1) as f64)),
+            (
+                "optimizer".into(),
+                if number % 2 == 0 { "adam" } else { "sgd" }.into(),
+            ),
+            ("width".into(), format!("{}", 32 << (number % 3))),
+        ],
+        value,
+        curve: curve
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (i as i64 + 1, v))
+            .collect(),
+        rung: (phase == Phase::Paused).then_some(1),
+        priority: (phase == Phase::Paused).then_some(0.25),
+        lane: phase.is_live().then_some(number % 2),
+        iterations: 10 * curve.len() as i64,
+        total_iterations: 40,
+        its_per_s: phase.is_live().then_some(850.0 + number as f64),
+        persistent_bytes: 3 << 20,
+        ephemeral_bytes: 1 << 20,
+        shared_bytes: 512 << 10,
+        fused_with: if number == 4 || number == 5 {
+            vec![4, 5]
+        } else {
+            vec![]
+        },
+        fail_reason: (phase == Phase::Failed).then(|| "diverged at iteration 12".into()),
+        events: vec![
+            Event {
+                time: "2026-11-29 10:00:01.000000".into(),
+                kind: "trial_start".into(),
+                detail: "{}".into(),
+            },
+            Event {
+                time: "2026-11-29 10:00:04.500000".into(),
+                kind: "trial_complete".into(),
+                detail: "{\"state\":\"COMPLETE\"}".into(),
+            },
+        ],
+    }
+}
+
+fn fixture() -> Snapshot {
+    Snapshot {
+        study: "demo".into(),
+        direction: Direction::Maximize,
+        metric: "val_accuracy".into(),
+        device: "cpu (2 threads)".into(),
+        policy: "priority".into(),
+        budget_bytes: 64 << 20,
+        budget_trials: Some(12),
+        running: true,
+        elapsed_s: 95.0,
+        trials: vec![
+            trial(0, Phase::Complete, Some(0.91), &[0.6, 0.8, 0.88, 0.91]),
+            trial(1, Phase::Pruned, None, &[0.3, 0.35]),
+            trial(2, Phase::Complete, Some(0.95), &[0.7, 0.9, 0.93, 0.95]),
+            trial(3, Phase::Failed, None, &[0.2]),
+            trial(4, Phase::Running, None, &[0.5, 0.7, 0.8]),
+            trial(5, Phase::Paused, None, &[0.4, 0.5]),
+            trial(6, Phase::Swapped, None, &[0.45]),
+            trial(7, Phase::Waiting, None, &[]),
+        ],
+        lanes: (0..2)
+            .map(|l| LaneInfo {
+                lane: l,
+                busy: (0..SPARK_SECONDS as u64)
+                    .map(|i| (i * 7 + l as u64 * 30) % 101)
+                    .collect(),
+                iterations: 1000 + l,
+                switches: 40 + l,
+            })
+            .collect(),
+        swaps: 3,
+    }
+}
+
+fn render(w: u16, h: u16, snap: &Snapshot, v: &ViewState) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| view::draw(f, snap, v)).unwrap();
+    format!("{}", t.backend())
+}
+
+#[test]
+fn the_dashboard_at_80x24() {
+    insta::assert_snapshot!(render(80, 24, &fixture(), &ViewState::default()));
+}
+
+#[test]
+fn the_dashboard_at_120x40_uses_the_room() {
+    let screen = render(120, 40, &fixture(), &ViewState::default());
+    // Wide tables gain the priority, lane and speed columns.
+    assert!(
+        screen.contains("prio") && screen.contains("it/s"),
+        "{screen}"
+    );
+    insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn the_detail_pane_and_the_help() {
+    let snap = fixture();
+    let mut v = ViewState::default();
+    for k in [Key::Down, Key::Down, Key::Enter] {
+        let a = state::action(&v, k);
+        v.apply(&snap, a);
+    }
+    let detail = render(100, 30, &snap, &v);
+    assert!(
+        detail.contains("Trial #2") && detail.contains("footprint"),
+        "{detail}"
+    );
+    insta::assert_snapshot!("detail", detail);
+    let a = state::action(&v, Key::Char('?'));
+    v.apply(&snap, a);
+    insta::assert_snapshot!("help", render(80, 24, &snap, &v));
+}
+
+#[test]
+fn header_counts_best_and_memory() {
+    let snap = fixture();
+    assert_eq!(snap.best(), Some((2, 0.95)));
+    assert_eq!(snap.finished(), 4);
+    assert_eq!(snap.count(Phase::Running), 1);
+    // Resident: running and paused (the swapped trial's state is on the host).
+    assert_eq!(snap.memory(), (6 << 20, 2 << 20));
+    assert_eq!(snap.fused_groups(), vec![2], "one live group of two");
+    assert_eq!(view::memory_bar(10, 100, 30, 20), "###==.....");
+    assert_eq!(view::duration(3725.0), "1h02m");
+    assert_eq!(view::bytes(3 << 20), "3.0MiB");
+}
+
+#[test]
+fn keys_sort_filter_search_and_select() {
+    let snap = fixture();
+    let mut v = ViewState::default();
+    let press = |v: &mut ViewState, k: Key| {
+        let a = state::action(v, k);
+        v.apply(&snap, a)
+    };
+    let numbers = |v: &ViewState| v.rows(&snap).iter().map(|t| t.number).collect::<Vec<_>>();
+    assert_eq!(numbers(&v), (0..8).collect::<Vec<_>>());
+    press(&mut v, Key::Char('s')); // state
+    press(&mut v, Key::Char('s')); // metric
+    assert_eq!(v.sort, SortKey::Metric);
+    press(&mut v, Key::Char('S'));
+    assert_eq!(numbers(&v)[..2], [2, 0], "best metric first, descending");
+    press(&mut v, Key::Char('f')); // live
+    assert_eq!(numbers(&v), vec![4, 5, 6, 7]);
+    for k in [
+        Key::Char('/'),
+        Key::Char('s'),
+        Key::Char('g'),
+        Key::Char('d'),
+    ] {
+        press(&mut v, k);
+    }
+    assert!(v.searching);
+    press(&mut v, Key::Enter);
+    assert_eq!(
+        numbers(&v),
+        vec![5, 7],
+        "live trials whose optimizer is sgd"
+    );
+    press(&mut v, Key::Char('j'));
+    assert_eq!(v.current(&snap).unwrap().number, 7);
+    press(&mut v, Key::Char('k'));
+    assert_eq!(v.current(&snap).unwrap().number, 5);
+    press(&mut v, Key::Esc);
+    assert_eq!(state::action(&v, Key::Char('q')), Action::Quit);
+    assert_eq!(state::action(&v, Key::Ctrl('c')), Action::Quit);
+}
+
+#[test]
+fn commands_go_only_to_live_trials_of_a_running_study() {
+    let mut snap = fixture();
+    let mut v = ViewState::default();
+    // Trial 0 is complete: nothing is sent.
+    assert_eq!(v.apply(&snap, Action::Command("prune")), None);
+    assert!(v.message.contains("cannot be pruned"), "{}", v.message);
+    v.selected = Some(5);
+    assert_eq!(
+        v.apply(&snap, Action::Command("resume")),
+        Some((6, "resume"))
+    );
+    assert!(v.message.contains("next iteration boundary"));
+    snap.running = false;
+    assert_eq!(v.apply(&snap, Action::Command("pause")), None);
+    assert!(v.message.contains("not running"));
+}
+
+/// A study long enough to act on while it runs.
+fn slow_study(name: &str) -> String {
+    format!(
+        "[study]\nname = \"{name}\"\ntrials = 6\nseed = 2\n\n[model]\ndepth = 2\nwidth = 256\n\n\
+         [train]\noptimizer = \"adam\"\nlr = {{ float = [1e-3, 1e-2], log = true }}\nbatch_size = 32\nepochs = 400\n\n\
+         [scheduler]\nmax_concurrent = 2\nfuse = 1\n"
+    )
+}
+
+fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_snapshot_reads_a_real_study() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("real", 4));
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let url = dir.path().join("real.db").display().to_string();
+    let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
+    assert_eq!(snap.study, "real");
+    assert_eq!(snap.metric, "val_accuracy");
+    assert!(!snap.running, "the run stopped");
+    assert_eq!(snap.budget_trials, Some(4));
+    assert_eq!(snap.count(Phase::Complete), 4);
+    assert!(snap.best().is_some());
+    for t in &snap.trials {
+        assert_eq!(t.curve.len(), 3, "one value per epoch");
+        assert!(
+            t.params
+                .iter()
+                .any(|(n, v)| n == "optimizer" && (v == "sgd" || v == "adam")),
+            "{:?}",
+            t.params
+        );
+        assert!(t.its_per_s.is_some_and(|s| s > 0.0));
+        assert!(t.persistent_bytes > 0);
+        assert!(t.events.iter().any(|e| e.kind == "trial_start"));
+    }
+    assert!(!snap.lanes.is_empty());
+}
+
+/// The real binary in tmux: it shows a running study, prunes the selected
+/// trial through the database, and restores the terminal on `q`.
+#[test]
+fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
+    if std::process::Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        if std::env::var_os("SALUS_TUNE_REQUIRE_TMUX").is_some() {
+            panic!("tmux is required (SALUS_TUNE_REQUIRE_TMUX) but not installed");
+        }
+        eprintln!(
+            "the_binary_in_tmux_prunes_pauses_and_resumes_running_trials: skipped: tmux is not installed"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "slow.toml", &slow_study("slow"));
+    let db = dir.path().join("slow.db");
+    let mut study = bin()
+        .current_dir(dir.path())
+        .args(["slow.toml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("two running trials", Duration::from_secs(30), || {
+        db.exists()
+            && trials(&db, None)
+                .iter()
+                .filter(|t| t.state == TrialState::Running)
+                .count()
+                == 2
+    });
+    let socket = dir.path().join("tmux.sock");
+    let tmux = |args: &[&str]| {
+        std::process::Command::new("tmux")
+            .arg("-S")
+            .arg(&socket)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    // The shell stays (sleep) so that the pane can be read after the exit.
+    let cmd = format!(
+        "{} dash slow.toml; echo DASH-EXITED-$?; sleep 60",
+        env!("CARGO_BIN_EXE_salus-tune")
+    );
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "100",
+        "-y",
+        "30",
+        "-c",
+        dir.path().to_str().unwrap(),
+        &cmd,
+    ]);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p"]).stdout).to_string();
+    wait_for("the dashboard", Duration::from_secs(15), || {
+        screen().contains("slow · maximize")
+    });
+    let s = screen();
+    assert!(
+        s.contains("RUNNING") && s.contains("Device") && s.contains("Optimization history"),
+        "{s}"
+    );
+    // Trial 0 runs and is selected first: prune it.
+    tmux(&["send-keys", "x"]);
+    wait_for("trial 0 pruned", Duration::from_secs(20), || {
+        trials(&db, None)
+            .iter()
+            .any(|t| t.number == 0 && t.state == TrialState::Pruned)
+    });
+    wait_for("the dashboard to show it", Duration::from_secs(10), || {
+        screen().contains("PRUNED")
+    });
+    // Trial 1 is next in the list: pause it, then resume it.
+    let reason = |n: i64| {
+        scalar_text(
+            &db,
+            &format!(
+                "SELECT p.reason FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.number = {n} ORDER BY p.priority_id DESC LIMIT 1"
+            ),
+        )
+    };
+    tmux(&["send-keys", "j"]);
+    tmux(&["send-keys", "p"]);
+    wait_for("trial 1 paused", Duration::from_secs(20), || {
+        reason(1).as_deref() == Some("paused")
+    });
+    wait_for("the dashboard to show it", Duration::from_secs(10), || {
+        screen().contains("PAUSED")
+    });
+    tmux(&["send-keys", "r"]);
+    wait_for("trial 1 resumed", Duration::from_secs(20), || {
+        reason(1).as_deref() == Some("resumed")
+    });
+    tmux(&["send-keys", "q"]);
+    wait_for("the dashboard to exit", Duration::from_secs(10), || {
+        screen().contains("DASH-EXITED-0")
+    });
+    tmux(&["kill-server"]);
+    study.kill().unwrap();
+    let _ = study.wait();
+    let pruned = trials(&db, None);
+    let t0 = pruned.iter().find(|t| t.number == 0).unwrap();
+    assert_eq!(t0.state, TrialState::Pruned);
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_commands WHERE applied IS NOT NULL"
+        ),
+        3,
+        "prune, pause and resume were taken"
+    );
+}
