@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::checkpoint::Checkpoints;
 use crate::device::{self, OnBackend};
 use crate::error::{Error, Result};
 use crate::output::{self, Format};
@@ -46,14 +47,18 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     }
     let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
 
+    let checkpoints = Some(Checkpoints::beside(&storage::sqlite_path(&url)?));
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
+        if stop_signal().await {
             flag.store(true, Ordering::SeqCst);
-            eprintln!("\nstopping at the next iteration boundary (Ctrl-C again to stop at once)");
-            if tokio::signal::ctrl_c().await.is_ok() {
-                // Every write is a committed transaction or none: the database stays consistent.
+            eprintln!(
+                "\nstopping at the next iteration boundary, writing checkpoints (Ctrl-C again to stop at once)"
+            );
+            if stop_signal().await {
+                // Every write is a committed transaction or none: the database
+                // stays consistent, and the next run resumes from checkpoints.
                 std::process::exit(EXIT_INTERRUPTED);
             }
         }
@@ -76,6 +81,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
                 reporter: &mut reporter,
                 stop,
                 options,
+                checkpoints,
             },
             existing,
         })
@@ -106,6 +112,25 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     } else {
         0
     })
+}
+
+/// Waits for Ctrl-C or SIGTERM; `false` if signals cannot be watched.
+async fn stop_signal() -> bool {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            return tokio::signal::ctrl_c().await.is_ok();
+        };
+        tokio::select! {
+            c = tokio::signal::ctrl_c() => c.is_ok(),
+            t = term.recv() => t.is_some(),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await.is_ok()
+    }
 }
 
 /// `salus-tune check STUDY.toml`: validates and prints the resolved study.

@@ -15,6 +15,7 @@
 //!   `../shared/DESIGN.md` in the project's workspace for the whole plan.
 //!
 pub mod bench;
+pub mod checkpoint;
 pub mod commands;
 pub mod dash;
 pub mod device;

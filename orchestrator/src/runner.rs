@@ -23,6 +23,7 @@ use workers::{
     WorkerError,
 };
 
+use crate::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
 use crate::progress::Reporter;
 use crate::pruner::{Curve, Curves, Decision, Pruner, priority, value_at};
@@ -60,6 +61,8 @@ struct Pending {
     trial_id: i64,
     number: i64,
     params: Params,
+    /// The checkpoint it continues from, if it has one.
+    resume: Option<workers::TrialState>,
 }
 
 /// Decodes stored parameters through the current search space.
@@ -104,7 +107,14 @@ pub struct Runner<'a> {
     pub reporter: &'a mut Reporter,
     pub stop: Arc<AtomicBool>,
     pub options: RunOptions,
+    /// Where trials' checkpoints go; `None` runs without them.
+    pub checkpoints: Option<Checkpoints>,
 }
+
+/// How often the runner tells the database its trials are alive.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+/// A RUNNING trial whose heartbeat is older than this belongs to a dead process.
+pub const STALE_AFTER_S: f64 = 10.0;
 
 /// A trial handed to the core.
 struct Flight {
@@ -148,6 +158,7 @@ impl Runner<'_> {
         };
         CoreConfig {
             hold_at_reports: self.study.pruner != PrunerKind::None,
+            checkpoints: self.checkpoints.is_some(),
             ..base
         }
     }
@@ -183,6 +194,7 @@ impl Runner<'_> {
             }
             let timed_out = study.timeout.is_some_and(|t| st.started.elapsed() >= t);
             self.take_commands(&mut st)?;
+            self.heartbeat(&mut st)?;
             self.fill(&mut st, timed_out)?;
             self.close_paused(&mut st, timed_out);
             if st.in_flight.is_empty() {
@@ -221,18 +233,51 @@ impl Runner<'_> {
         let mut waiting = VecDeque::new();
         let mut finished = 0u64;
         let mut best: Option<(i64, f64)> = None;
+        let mut elsewhere = 0u64;
+        let mut kept_steps: BTreeMap<i64, i64> = BTreeMap::new();
+        let now = chrono::Local::now().naive_local();
         for row in existing {
             let params = decode_params(study, row);
             if row.state == TrialState::Running {
-                self.writer.send(WriteOp::Requeue {
-                    trial_id: row.trial_id,
-                })?;
+                // A fresh heartbeat: another live process runs it.
+                let beat_age = row.heartbeat.as_deref().and_then(|h| {
+                    chrono::NaiveDateTime::parse_from_str(h, "%Y-%m-%d %H:%M:%S%.f").ok()
+                });
+                if beat_age
+                    .is_some_and(|t| ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3)
+                {
+                    elsewhere += 1;
+                    history.push(TrialRecord {
+                        params,
+                        value: None,
+                    });
+                    continue;
+                }
             }
             if matches!(row.state, TrialState::Running | TrialState::Waiting) {
+                // The trial continues from its checkpoint when one fits it.
+                let cfg = study.trial_config(
+                    &params,
+                    trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
+                );
+                let resume = self
+                    .checkpoints
+                    .as_ref()
+                    .and_then(|c| c.load(row.trial_id))
+                    .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
+                let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
+                if row.state == TrialState::Running {
+                    self.writer.send(WriteOp::Requeue {
+                        trial_id: row.trial_id,
+                        keep_steps: keep,
+                    })?;
+                }
+                kept_steps.insert(row.number, keep);
                 waiting.push_back(Pending {
                     trial_id: row.trial_id,
                     number: row.number,
                     params: params.clone(),
+                    resume,
                 });
             }
             if row.state.is_finished() {
@@ -291,18 +336,29 @@ impl Runner<'_> {
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
         let core = SalusCore::start(backend.clone(), config, tx)?;
+        // A requeued trial keeps only the values its checkpoint covers.
         let curves = existing
             .iter()
             .map(|r| {
+                let keep = kept_steps.get(&r.number).copied().unwrap_or(i64::MAX);
                 (
                     r.number,
                     Curve {
-                        values: r.intermediate.iter().map(|&(s, v)| (s as u64, v)).collect(),
+                        values: r
+                            .intermediate
+                            .iter()
+                            .filter(|&&(s, _)| s <= keep)
+                            .map(|&(s, v)| (s as u64, v))
+                            .collect(),
                         finished: r.state.is_finished(),
                     },
                 )
             })
             .collect();
+        if let Some(c) = &self.checkpoints {
+            let live: Vec<i64> = waiting.iter().map(|p| p.trial_id).collect();
+            c.sweep(&live);
+        }
         Ok(RunState {
             core,
             events,
@@ -337,6 +393,9 @@ impl Runner<'_> {
             gangs: BTreeMap::new(),
             member_gang: BTreeMap::new(),
             next_member: FIRST_MEMBER,
+            elsewhere,
+            backend: backend.clone(),
+            last_heartbeat: Instant::now(),
             user_paused: BTreeSet::new(),
             last_commands: Instant::now(),
         })
@@ -352,9 +411,9 @@ impl Runner<'_> {
         while !st.exhausted
             && !timed_out
             && st.in_flight.len().saturating_sub(st.paused.len()) + batch.len() < st.max_concurrent
-            && st.finished + ((st.in_flight.len() + batch.len()) as u64) < st.budget
+            && st.finished + st.elsewhere + ((st.in_flight.len() + batch.len()) as u64) < st.budget
         {
-            let pending = match st.waiting.pop_front() {
+            let mut pending = match st.waiting.pop_front() {
                 Some(p) => {
                     self.writer.send(WriteOp::StartTrial {
                         trial_id: p.trial_id,
@@ -379,6 +438,7 @@ impl Runner<'_> {
                             trial_id,
                             number,
                             params,
+                            resume: None,
                         }
                     }
                 },
@@ -390,7 +450,11 @@ impl Runner<'_> {
                 .unwrap_or(st.history.len() - 1);
             let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
             st.ran += 1;
-            match TrainTrial::new_on_host(st.data.clone(), cfg.clone()) {
+            let made = match pending.resume.take() {
+                Some(state) => TrainTrial::resume_on_host(st.data.clone(), cfg.clone(), state),
+                None => TrainTrial::new_on_host(st.data.clone(), cfg.clone()),
+            };
+            match made {
                 Ok(trial) => {
                     let reports = trial.total_iterations().div_ceil(
                         cfg.report_every
@@ -556,6 +620,17 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
+            CoreEvent::Checkpoint { job, state } => {
+                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&job))
+                    && let Err(e) = c.save(f.pending.trial_id, &state)
+                {
+                    self.reporter.note(&format!(
+                        "cannot write the checkpoint of trial {}: {e}",
+                        f.pending.number
+                    ));
+                }
+                Ok(())
+            }
             CoreEvent::GroupEnded { job, .. } => {
                 if let Some(g) = st.gangs.remove(&job) {
                     for m in g.members {
@@ -710,6 +785,7 @@ impl Runner<'_> {
                 format!("{} is {value}", study.metric),
             );
         }
+        self.forget_checkpoint(f.pending.trial_id);
         self.writer.send(WriteOp::Finish {
             trial_id: f.pending.trial_id,
             state: TrialState::Complete,
@@ -761,6 +837,7 @@ impl Runner<'_> {
         if let Some(c) = st.curves.get_mut(&number) {
             c.finished = true;
         }
+        self.forget_checkpoint(f.pending.trial_id);
         self.writer.send(WriteOp::Finish {
             trial_id: f.pending.trial_id,
             state: TrialState::Pruned,
@@ -780,18 +857,30 @@ impl Runner<'_> {
             events,
             mut in_flight,
             gangs,
+            backend,
             ..
         } = st;
         let mut st_lanes = st.lanes;
-        // Whatever has not ended goes back to WAITING and runs first on resume.
-        let unfinished = core
-            .shutdown()
-            .into_iter()
-            .flat_map(|(job, _)| gangs.get(&job).map_or(vec![job], |g| g.members.clone()));
-        for job in unfinished {
-            if let Some(f) = in_flight.remove(&job) {
+        // Whatever has not ended goes back to WAITING and runs first on
+        // resume, from a checkpoint taken now where it can be.
+        let mut lane = Lane::new(backend, 0, 1).ok();
+        for (job, mut boxed) in core.shutdown() {
+            let members = gangs.get(&job).map_or(vec![job], |g| g.members.clone());
+            let state = match (&self.checkpoints, lane.as_mut(), gangs.contains_key(&job)) {
+                (Some(_), Some(lane), false) => boxed.export_state(lane).ok(),
+                _ => None,
+            };
+            for m in members {
+                let Some(f) = in_flight.remove(&m) else {
+                    continue;
+                };
+                let keep = match (&self.checkpoints, &state) {
+                    (Some(c), Some(s)) if c.save(f.pending.trial_id, s).is_ok() => s.reports as i64,
+                    _ => 0,
+                };
                 self.writer.send(WriteOp::Requeue {
                     trial_id: f.pending.trial_id,
+                    keep_steps: keep,
                 })?;
                 self.reporter.trial_interrupted(f.pending.number);
             }
@@ -827,8 +916,14 @@ impl Runner<'_> {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_stop",
-            detail: serde_json::json!({ "finished": st.finished, "interrupted": interrupted })
-                .to_string(),
+            detail: serde_json::json!({
+                "finished": st.finished,
+                "interrupted": interrupted,
+                "writer_batches": self.writer.stats().batches,
+                "writer_max_ms": self.writer.stats().max_ms,
+                "writer_over_100ms": self.writer.stats().over_100ms,
+            })
+            .to_string(),
         })?;
         self.writer.flush()?;
         let summary = RunSummary {
@@ -839,6 +934,25 @@ impl Runner<'_> {
         };
         self.reporter.study_end(self.study, &summary);
         Ok(summary)
+    }
+
+    fn forget_checkpoint(&self, trial_id: i64) {
+        if let Some(c) = &self.checkpoints {
+            c.remove(trial_id);
+        }
+    }
+
+    /// Tells the database every [`HEARTBEAT`] that this process's trials live.
+    fn heartbeat<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
+        if st.last_heartbeat.elapsed() < HEARTBEAT {
+            return Ok(());
+        }
+        st.last_heartbeat = Instant::now();
+        let trial_ids: Vec<i64> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
+        if !trial_ids.is_empty() {
+            self.writer.send(WriteOp::Heartbeat { trial_ids })?;
+        }
+        Ok(())
     }
 
     /// Applies the dashboard's commands (at most every 250 ms): pause,
@@ -998,6 +1112,7 @@ impl Runner<'_> {
     }
 
     fn fail(&mut self, p: &Pending, iterations: i64, seconds: f64, reason: String) -> Result<()> {
+        self.forget_checkpoint(p.trial_id);
         self.reporter.trial_failed(p.number, &reason);
         self.writer.send(WriteOp::Finish {
             trial_id: p.trial_id,
@@ -1111,6 +1226,10 @@ struct RunState<B: Backend> {
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
     member_gang: BTreeMap<JobId, JobId>,
     next_member: JobId,
+    /// RUNNING trials that another live process runs.
+    elsewhere: u64,
+    backend: Arc<B>,
+    last_heartbeat: Instant,
     /// Trials paused from the dashboard: they keep their slot.
     user_paused: BTreeSet<JobId>,
     last_commands: Instant,

@@ -129,6 +129,31 @@ impl<B: Backend> TrainTrial<B> {
         Ok(trial)
     }
 
+    /// A trial that continues from `state` (a checkpoint), held on the
+    /// host like [`TrainTrial::new_on_host`]. A state taken from another
+    /// model or optimizer, or past the trial's end, is refused.
+    pub fn resume_on_host(
+        data: Arc<DeviceData<B>>,
+        cfg: TrialConfig,
+        state: TrialState,
+    ) -> Result<Self> {
+        let mut trial = Self::new_on_host(data, cfg)?;
+        if state.fingerprint != trial.fingerprint() {
+            return Err(WorkerError::BadState(
+                "the checkpoint was taken from a different model or optimizer".into(),
+            ));
+        }
+        if state.iteration > trial.total_iterations() {
+            return Err(WorkerError::BadState(format!(
+                "the checkpoint is at iteration {} of a {}-iteration trial",
+                state.iteration,
+                trial.total_iterations()
+            )));
+        }
+        trial.put_host_state(state);
+        Ok(trial)
+    }
+
     pub fn config(&self) -> &TrialConfig {
         &self.cfg
     }

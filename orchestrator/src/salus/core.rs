@@ -47,6 +47,9 @@ pub struct CoreConfig {
     /// pause or prune): early-stopping decisions then take effect exactly at
     /// the report boundary.
     pub hold_at_reports: bool,
+    /// Export a lone trial's state after each report, as
+    /// [`CoreEvent::Checkpoint`], for crash-safe resumption.
+    pub checkpoints: bool,
 }
 
 impl CoreConfig {
@@ -64,6 +67,7 @@ impl CoreConfig {
             threads_per_lane: 1,
             budget,
             hold_at_reports: false,
+            checkpoints: false,
         }
     }
 
@@ -92,6 +96,7 @@ impl CoreConfig {
             threads_per_lane: (cores / lanes).max(1),
             budget,
             hold_at_reports: false,
+            checkpoints: false,
         }
     }
 }
@@ -132,6 +137,18 @@ pub enum CoreEvent {
         steps: Vec<MemberStep>,
         device_seconds: f64,
         members: usize,
+    },
+    /// A trial's state at its latest report point.
+    Checkpoint {
+        job: JobId,
+        state: workers::TrialState,
+    },
+    /// The device ran out of memory for a job whose footprint was too
+    /// small: it went back to waiting with a larger estimate.
+    Requeued {
+        job: JobId,
+        persistent_bytes: usize,
+        ephemeral_bytes: usize,
     },
     /// A fused job whose members have all ended.
     GroupEnded {
@@ -210,6 +227,7 @@ enum Work<B: Backend> {
 }
 
 struct Shared<B: Backend> {
+    checkpoints: bool,
     state: Mutex<State<B>>,
     wake: Condvar,
     epoch: Instant,
@@ -229,6 +247,7 @@ impl<B: Backend> SalusCore<B> {
         events: Sender<CoreEvent>,
     ) -> Result<Self, WorkerError> {
         let shared = Arc::new(Shared {
+            checkpoints: config.checkpoints,
             state: Mutex::new(State {
                 policy: config.policy,
                 hold_at_reports: config.hold_at_reports,
@@ -561,6 +580,23 @@ impl<B: Backend> State<B> {
         Some(Work::Step(id, self.take(id)))
     }
 
+    /// Puts a job that ran out of device memory back to waiting, its
+    /// footprint estimate half as large again.
+    fn requeue_larger(&mut self, id: JobId, job: Box<dyn Job<B>>) {
+        self.leave_lane(id);
+        let e = self.jobs.get_mut(&id).expect("job");
+        e.job = Some(job);
+        let fp = &mut e.footprint;
+        fp.persistent_bytes += fp.persistent_bytes / 2;
+        fp.ephemeral_bytes += fp.ephemeral_bytes / 2;
+        let (persistent_bytes, ephemeral_bytes) = (fp.persistent_bytes, fp.ephemeral_bytes);
+        self.emit(CoreEvent::Requeued {
+            job: id,
+            persistent_bytes,
+            ephemeral_bytes,
+        });
+    }
+
     /// Hands job `id` to a lane: the table keeps its entry, not the job.
     fn take(&mut self, id: JobId) -> Box<dyn Job<B>> {
         self.jobs
@@ -702,7 +738,28 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         Ok(outcome)
                     });
                     let end = shared.epoch.elapsed().as_secs_f64();
+                    let checkpoint = match &result {
+                        Ok(StepOutcome::Report(_)) if shared.checkpoints => {
+                            job.export_state(lane).ok()
+                        }
+                        _ => None,
+                    };
+                    // A footprint too small for the device: back to waiting,
+                    // with its state on the host and a larger estimate.
+                    if is_oom(&result) {
+                        let _ = job.swap_out(lane);
+                        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                        flush(&mut segment, &st);
+                        st.requeue_larger(job_id, job);
+                        st.admit_waiting();
+                        drop(st);
+                        shared.wake.notify_all();
+                        continue;
+                    }
                     let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(state) = checkpoint {
+                        st.emit(CoreEvent::Checkpoint { job: job_id, state });
+                    }
                     if let Some((bytes, seconds)) = swap_in {
                         st.emit(CoreEvent::Swapped {
                             job: job_id,
@@ -765,4 +822,14 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
             }
         }
     });
+}
+
+/// Whether a step failed for want of device memory.
+fn is_oom(result: &Result<StepOutcome, WorkerError>) -> bool {
+    matches!(
+        result,
+        Err(WorkerError::Kernel(
+            kernels::KernelError::OutOfMemory { .. }
+        ))
+    )
 }

@@ -71,6 +71,8 @@ pub struct TrialRow {
     /// The latest early-stopping priority and rung (`salus_priority`).
     pub priority: Option<f64>,
     pub rung: Option<i64>,
+    /// The latest heartbeat of the process running it (Optuna's `trial_heartbeats`).
+    pub heartbeat: Option<String>,
 }
 
 fn direction_of(s: &str) -> Direction {
@@ -287,9 +289,10 @@ impl Store {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let rows = sqlx::query(
-            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, st.fail_reason \
+            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, st.fail_reason, h.heartbeat \
              FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
-             LEFT JOIN salus_trials st ON st.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
+             LEFT JOIN salus_trials st ON st.trial_id = t.trial_id \
+             LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
         )
         .bind(study_id)
         .fetch_all(self.conn())
@@ -310,6 +313,7 @@ impl Store {
                 fail_reason: r.get(6),
                 priority: None,
                 rung: None,
+                heartbeat: r.get(7),
             })
             .collect();
         let index: BTreeMap<i64, usize> = trials

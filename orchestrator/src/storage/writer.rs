@@ -92,6 +92,12 @@ pub enum WriteOp {
     /// intermediate values cleared so that its rerun starts clean.
     Requeue {
         trial_id: i64,
+        /// Intermediate values up to this step stay (the checkpoint's).
+        keep_steps: i64,
+    },
+    /// The trials this process runs are alive (Optuna's `trial_heartbeats`).
+    Heartbeat {
+        trial_ids: Vec<i64>,
     },
     Event {
         study_id: i64,
@@ -152,20 +158,38 @@ pub enum WriteOp {
 pub struct Writer {
     tx: mpsc::UnboundedSender<WriteOp>,
     url: String,
+    stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
+}
+
+/// How long the writer's transactions took: a stall of the writer is a
+/// transaction that waited on a lock or the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WriterStats {
+    pub batches: u64,
+    pub max_ms: f64,
+    /// Transactions that took longer than 100 ms.
+    pub over_100ms: u64,
 }
 
 impl Writer {
     /// Starts the writer task on the current tokio runtime.
     pub fn spawn(conn: SqliteConnection, url: &str) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let handle = tokio::spawn(run(conn, rx));
+        let stats = std::sync::Arc::new(std::sync::Mutex::new(WriterStats::default()));
+        let handle = tokio::spawn(run(conn, rx, stats.clone()));
         (
             Writer {
                 tx,
                 url: url.to_string(),
+                stats,
             },
             handle,
         )
+    }
+
+    /// Transaction times so far.
+    pub fn stats(&self) -> WriterStats {
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn gone(&self) -> Error {
@@ -242,7 +266,11 @@ enum Reply {
     Flush(oneshot::Sender<std::result::Result<(), String>>),
 }
 
-async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp>) {
+async fn run(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::UnboundedReceiver<WriteOp>,
+    stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
+) {
     let mut failure: Option<String> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -252,7 +280,16 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<WriteOp
                 Err(_) => break,
             }
         }
-        match apply(&mut conn, &mut batch).await {
+        let started = std::time::Instant::now();
+        let applied = apply(&mut conn, &mut batch).await;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        {
+            let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
+            s.batches += 1;
+            s.max_ms = s.max_ms.max(ms);
+            s.over_100ms += u64::from(ms > 100.0);
+        }
+        match applied {
             Ok(replies) => {
                 for r in replies {
                     match r {
@@ -414,13 +451,29 @@ async fn apply(
                 };
                 study_event(&mut tx, *trial_id, kind, &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason }).to_string(), &time).await?;
             }
-            WriteOp::Requeue { trial_id } => {
+            WriteOp::Requeue {
+                trial_id,
+                keep_steps,
+            } => {
                 sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *tx).await?;
-                sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ?")
-                    .bind(*trial_id)
-                    .execute(&mut *tx)
-                    .await?;
-                study_event(&mut tx, *trial_id, "trial_requeue", "{}", &time).await?;
+                sqlx::query(
+                    "DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?",
+                )
+                .bind(*trial_id)
+                .bind(*keep_steps)
+                .execute(&mut *tx)
+                .await?;
+                let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
+                study_event(&mut tx, *trial_id, "trial_requeue", &detail, &time).await?;
+            }
+            WriteOp::Heartbeat { trial_ids } => {
+                for id in trial_ids.iter() {
+                    sqlx::query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat")
+                        .bind(*id)
+                        .bind(&time)
+                        .execute(&mut *tx)
+                        .await?;
+                }
             }
             WriteOp::Event {
                 study_id,

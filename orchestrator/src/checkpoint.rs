@@ -1,0 +1,130 @@
+//! Trial checkpoints: each live trial's model and optimizer state at its
+//! latest report point, one file per trial beside the database.
+//!
+//! `digits-mlp.db` keeps its checkpoints in `digits-mlp.db.checkpoints/`,
+//! as `trial-<trial_id>.state` (`workers::TrialState::to_bytes`). A file is
+//! written to a temporary name and renamed, so a crash at any moment leaves
+//! either the previous checkpoint or the new one, never half of one. A
+//! trial's file is deleted when it finishes, fails or is pruned, and files
+//! of trials that are not live any more are swept at the start of a run:
+//! disk use is bounded by one state per live trial.
+
+use std::path::{Path, PathBuf};
+
+use workers::TrialState;
+
+/// The checkpoint folder of one database. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    dir: PathBuf,
+}
+
+impl Checkpoints {
+    /// The folder beside the database file `db`.
+    pub fn beside(db: &Path) -> Self {
+        let mut name = db.file_name().unwrap_or_default().to_os_string();
+        name.push(".checkpoints");
+        Checkpoints {
+            dir: db.with_file_name(name),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, trial_id: i64) -> PathBuf {
+        self.dir.join(format!("trial-{trial_id}.state"))
+    }
+
+    /// Writes `trial_id`'s checkpoint atomically; returns its size in bytes.
+    pub fn save(&self, trial_id: i64, state: &TrialState) -> std::io::Result<usize> {
+        std::fs::create_dir_all(&self.dir)?;
+        let bytes = state.to_bytes();
+        let tmp = self.dir.join(format!("trial-{trial_id}.state.tmp"));
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, self.path(trial_id))?;
+        Ok(bytes.len())
+    }
+
+    /// The checkpoint of `trial_id`, if there is a readable one.
+    pub fn load(&self, trial_id: i64) -> Option<TrialState> {
+        let bytes = std::fs::read(self.path(trial_id)).ok()?;
+        TrialState::from_bytes(&bytes).ok()
+    }
+
+    pub fn remove(&self, trial_id: i64) {
+        let _ = std::fs::remove_file(self.path(trial_id));
+    }
+
+    /// Deletes every file but the checkpoints of `live` trials.
+    pub fn sweep(&self, live: &[i64]) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let keep: Vec<PathBuf> = live.iter().map(|&t| self.path(t)).collect();
+        for e in entries.flatten() {
+            if !keep.contains(&e.path()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
+    /// Bytes on disk now.
+    pub fn disk_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|it| {
+                it.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use workers::group::SlotState;
+
+    fn state(iteration: u64) -> TrialState {
+        TrialState {
+            fingerprint: 7,
+            iteration,
+            reports: iteration / 10,
+            slot: SlotState {
+                params: vec![1.0, -2.5, iteration as f32],
+                opt_state: vec![vec![0.5; 3]],
+                train_stats: vec![0.0; 4],
+            },
+        }
+    }
+
+    #[test]
+    fn save_load_replace_remove_and_sweep() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Checkpoints::beside(&dir.path().join("s.db"));
+        assert_eq!(c.dir(), dir.path().join("s.db.checkpoints"));
+        assert!(c.load(1).is_none());
+        c.save(1, &state(10)).unwrap();
+        c.save(1, &state(20)).unwrap();
+        c.save(2, &state(30)).unwrap();
+        assert_eq!(
+            c.load(1),
+            Some(state(20)),
+            "the newer one replaces the older"
+        );
+        std::fs::write(c.dir().join("trial-3.state"), b"garbage").unwrap();
+        assert!(c.load(3).is_none(), "a broken file is no checkpoint");
+        c.sweep(&[2]);
+        assert!(c.load(1).is_none() && c.load(2).is_some());
+        assert_eq!(
+            std::fs::read_dir(c.dir()).unwrap().count(),
+            1,
+            "bounded: one file per live trial"
+        );
+        c.remove(2);
+        assert_eq!(c.disk_bytes(), 0);
+    }
+}
