@@ -393,3 +393,109 @@ fn a_pruned_job_ends_and_frees_its_memory() {
     let _ = b;
     assert_eq!(core.ledger().used(), 0);
 }
+
+/// A trial whose device "runs out of memory" for its first `fails` swap-ins,
+/// as a device does when a footprint was underestimated.
+struct ShortOfMemory {
+    inner: TrainTrial<CpuBackend>,
+    fails: usize,
+}
+
+impl Job<CpuBackend> for ShortOfMemory {
+    fn footprint(&self) -> workers::Footprint {
+        self.inner.footprint()
+    }
+    fn fusion_key(&self) -> workers::FusionKey {
+        self.inner.fusion_key()
+    }
+    fn iterations_done(&self) -> u64 {
+        self.inner.iterations_done()
+    }
+    fn total_iterations(&self) -> u64 {
+        self.inner.total_iterations()
+    }
+    fn is_resident(&self) -> bool {
+        self.inner.is_resident()
+    }
+    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<StepOutcome> {
+        self.inner.step(lane)
+    }
+    fn report(&self) -> Option<&Report> {
+        self.inner.report()
+    }
+    fn export_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+    ) -> workers::Result<workers::TrialState> {
+        self.inner.export_state(lane)
+    }
+    fn import_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+        state: &workers::TrialState,
+    ) -> workers::Result<()> {
+        self.inner.import_state(lane, state)
+    }
+    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+        self.inner.swap_out(lane)
+    }
+    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+        if self.fails > 0 {
+            self.fails -= 1;
+            return Err(workers::WorkerError::Kernel(
+                kernels::KernelError::OutOfMemory { requested: 1 << 20 },
+            ));
+        }
+        self.inner.swap_in(lane)
+    }
+}
+
+#[test]
+fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
+    let data = data();
+    let c = cfg(16, 5, 2);
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 2, 2, 1 << 30),
+        tx,
+    )
+    .unwrap();
+    let before = job(&data, &c).footprint();
+    let id = core.submit(
+        Box::new(ShortOfMemory {
+            inner: TrainTrial::new_on_host(data.clone(), c.clone()).unwrap(),
+            fails: 2,
+        }),
+        0.0,
+        "d",
+    );
+    let other = core.submit(job(&data, &cfg(8, 6, 2)), 0.0, "d");
+    let log = drain(&rx, 2, |_| {});
+    let requeues: Vec<(usize, usize)> = log
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            CoreEvent::Requeued {
+                job,
+                persistent_bytes,
+                ephemeral_bytes,
+            } if *job == id => Some((*persistent_bytes, *ephemeral_bytes)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        requeues.len(),
+        2,
+        "two out-of-memory swap-ins, two requeues"
+    );
+    assert_eq!(requeues[0].0, before.persistent_bytes * 3 / 2);
+    assert!(
+        requeues[1].0 > requeues[0].0,
+        "the estimate grows each time"
+    );
+    // It then ran to the end, with exactly the reports it gives alone.
+    assert_eq!(log.reports[&id], alone(&data, &c));
+    assert_eq!(log.reports[&other].len(), 2);
+    assert_eq!(core.ledger().persistent, 0, "everything was released");
+}

@@ -185,3 +185,78 @@ fn sampler_and_pruner_sections_resolve() {
         "{err}"
     );
 }
+
+mod fuzz {
+    //! The study parser on hostile input: it answers every string with a
+    //! study or an input error (exit status 2's kind), and never panics.
+
+    use proptest::prelude::*;
+    use salus_tune::error::Error;
+    use std::path::Path;
+
+    const KEYS: &[&str] = &[
+        "[study]",
+        "[model]",
+        "[train]",
+        "[data]",
+        "[sampler]",
+        "[pruner]",
+        "[scheduler]",
+        "[train.sgd]",
+        "name",
+        "trials",
+        "width",
+        "depth",
+        "lr",
+        "epochs",
+        "batch_size",
+        "kind",
+        "optimizer",
+        "dropout",
+        "choices",
+        "float",
+        "int",
+        "log",
+        "step",
+        "=",
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"",
+        ",",
+        "\n",
+        "1e-3",
+        "-1",
+        "0",
+        "true",
+        "\"adam\"",
+        "9999999999999999999",
+        "nan",
+    ];
+
+    fn check(src: &str) {
+        match salus_tune::study::parse::parse_str(src, Path::new("fuzz.toml")) {
+            Ok(_) => {}
+            Err(e @ Error::Study { .. }) | Err(e @ Error::Input(_)) => {
+                assert!(e.to_string().contains("fuzz.toml"), "{e}");
+                assert_eq!(e.exit_code(), 2);
+            }
+            Err(e) => panic!("not an input error: {e}"),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn arbitrary_text_never_panics(src in ".{0,200}") {
+            check(&src);
+        }
+
+        #[test]
+        fn study_like_token_soup_never_panics(tokens in proptest::collection::vec(0..KEYS.len(), 0..60)) {
+            let src: String = tokens.iter().map(|&i| KEYS[i]).collect::<Vec<_>>().join(" ");
+            check(&src);
+        }
+    }
+}

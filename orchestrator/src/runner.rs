@@ -260,10 +260,14 @@ impl Runner<'_> {
                     &params,
                     trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
                 );
+                // It must not be ahead of the stored curve: a crash between
+                // the checkpoint and its report's value would lose a step.
+                let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
                 let resume = self
                     .checkpoints
                     .as_ref()
                     .and_then(|c| c.load(row.trial_id))
+                    .filter(|s| s.reports as i64 <= stored)
                     .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
                 let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
                 if row.state == TrialState::Running {
@@ -851,7 +855,13 @@ impl Runner<'_> {
     }
 
     /// Stops the core, requeues what did not end, and stores the run's totals.
-    fn finish<B: Backend>(&mut self, st: RunState<B>, interrupted: bool) -> Result<RunSummary> {
+    fn finish<B: Backend>(&mut self, mut st: RunState<B>, interrupted: bool) -> Result<RunSummary> {
+        // Stop the lanes, then act on what they said before stopping: a
+        // report or an ending already sent must reach the database.
+        let stopped = st.core.stop();
+        while let Ok(event) = st.events.try_recv() {
+            self.on_event(&mut st, event)?;
+        }
         let RunState {
             core,
             events,
@@ -864,7 +874,8 @@ impl Runner<'_> {
         // Whatever has not ended goes back to WAITING and runs first on
         // resume, from a checkpoint taken now where it can be.
         let mut lane = Lane::new(backend, 0, 1).ok();
-        for (job, mut boxed) in core.shutdown() {
+        drop(core);
+        for (job, mut boxed) in stopped {
             let members = gangs.get(&job).map_or(vec![job], |g| g.members.clone());
             let state = match (&self.checkpoints, lane.as_mut(), gangs.contains_key(&job)) {
                 (Some(_), Some(lane), false) => boxed.export_state(lane).ok(),

@@ -381,6 +381,12 @@ impl<B: Backend> SalusCore<B> {
     /// Stops every lane at its next boundary and returns the jobs that had
     /// not ended, by id.
     pub fn shutdown(mut self) -> Vec<(JobId, Box<dyn Job<B>>)> {
+        self.stop()
+    }
+
+    /// As [`SalusCore::shutdown`], keeping the core: events it sent before
+    /// stopping can still be acted on, and calls on it are no-ops.
+    pub fn stop(&mut self) -> Vec<(JobId, Box<dyn Job<B>>)> {
         self.lock().stop = true;
         self.shared.wake.notify_all();
         for h in self.lanes.drain(..) {

@@ -7,7 +7,7 @@
 //! Optimizer-specific knobs live in `[train.sgd]`, `[train.adam]` and
 //! `[train.adamw]`, and are active only when `optimizer` takes that value.
 
-mod parse;
+pub mod parse;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

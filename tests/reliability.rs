@@ -1,0 +1,339 @@
+//! Reliability end to end: kill -9 at random moments loses nothing, a
+//! killed or stopped trial resumes from its checkpoint, heartbeats tell a
+//! dead process's trials from a live one's, and a study, the dashboard and
+//! readers share one database without a lock error.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use salus_tune::storage::{TrialRow, TrialState};
+
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    bin()
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+fn integrity_ok(db: &Path) {
+    assert_eq!(
+        scalar_text(db, "PRAGMA integrity_check").as_deref(),
+        Some("ok")
+    );
+}
+
+/// What a finished trial stored: it must never change afterwards.
+fn finished(db: &Path) -> BTreeMap<i64, (TrialState, Option<u64>, Vec<(i64, u64)>)> {
+    trials(db, None)
+        .into_iter()
+        .filter(|t| t.state.is_finished())
+        .map(|t| {
+            let curve = t
+                .intermediate
+                .iter()
+                .map(|&(s, v)| (s, v.to_bits()))
+                .collect();
+            (t.number, (t.state, t.value.map(f64::to_bits), curve))
+        })
+        .collect()
+}
+
+fn study(name: &str, trials: u64, epochs: u64, width: &str) -> String {
+    format!(
+        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 4\nmetric = \"val_loss\"\n\n\
+         [model]\ndepth = 2\nwidth = {width}\n\n\
+         [train]\noptimizer = {{ choices = [\"sgd\", \"adam\"] }}\nlr = {{ float = [1e-3, 3e-2], log = true }}\n\
+         batch_size = 64\nepochs = {epochs}\n\n[train.sgd]\nmomentum = 0.9\n\n\
+         [scheduler]\nmax_concurrent = 3\nfuse = 1\n"
+    )
+}
+
+#[test]
+fn ten_kills_at_random_moments_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "k.toml",
+        &study("kills", 8, 150, "{ choices = [64, 128] }"),
+    );
+    let db = dir.path().join("kills.db");
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut seen: BTreeMap<i64, (TrialState, Option<u64>, Vec<(i64, u64)>)> = BTreeMap::new();
+    let mut kills = 0;
+    for _ in 0..10 {
+        let mut child = spawn(dir.path(), &["k.toml", "--no-progress"]);
+        std::thread::sleep(Duration::from_millis(rng.random_range(150..900)));
+        if child.try_wait().unwrap().is_none() {
+            signal(&child, "-9");
+            kills += 1;
+        }
+        let _ = child.wait();
+        if !db.exists() {
+            continue;
+        }
+        integrity_ok(&db);
+        let now = finished(&db);
+        for (n, before) in &seen {
+            assert_eq!(
+                now.get(n),
+                Some(before),
+                "finished trial {n} changed after a kill"
+            );
+        }
+        seen = now;
+    }
+    assert!(kills >= 5, "only {kills} kills landed while the study ran");
+    let out = run_in(dir.path(), &["k.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    integrity_ok(&db);
+    let all = trials(&db, None);
+    assert_eq!(all.len(), 8, "exactly the budget, no duplicates");
+    assert_eq!(
+        all.iter().map(|t| t.number).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>()
+    );
+    for t in &all {
+        assert!(t.state.is_finished(), "trial {} is {:?}", t.number, t.state);
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert!(
+            steps.windows(2).all(|w| w[0] < w[1]),
+            "trial {}: {steps:?}",
+            t.number
+        );
+        if t.state == TrialState::Complete {
+            assert_eq!(steps, (1..=150).collect::<Vec<_>>(), "trial {}", t.number);
+        }
+    }
+    let now = finished(&db);
+    for (n, before) in &seen {
+        assert_eq!(now.get(n), Some(before), "finished trial {n} changed");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("kills.db.checkpoints")).map_or(0, |d| d.count()),
+        0,
+        "no checkpoint outlives its trial"
+    );
+}
+
+fn values(rows: &[TrialRow]) -> Vec<(i64, Vec<(i64, f64)>)> {
+    rows.iter()
+        .map(|t| (t.number, t.intermediate.clone()))
+        .collect()
+}
+
+/// A trial killed (or stopped) mid-run continues from its checkpoint and
+/// ends exactly where an uninterrupted run ends.
+fn resumes_from_checkpoint(stop: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let body = study("ckpt", 2, 30, "256");
+    write(dir.path(), "c.toml", &body);
+    let db = dir.path().join("ckpt.db");
+    let ckpts = dir.path().join("ckpt.db.checkpoints");
+    let mut child = spawn(dir.path(), &["c.toml", "--no-progress"]);
+    let start = Instant::now();
+    // Wait until both trials have a checkpoint and a few epochs done.
+    loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no checkpoint appeared"
+        );
+        let n = std::fs::read_dir(&ckpts).map_or(0, |d| d.count());
+        let steps = if db.exists() {
+            scalar(
+                &db,
+                "SELECT COALESCE(MIN(c), 0) FROM (SELECT COUNT(*) c FROM trial_intermediate_values GROUP BY trial_id)",
+            )
+        } else {
+            0
+        };
+        if n == 2 && steps >= 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, stop);
+    let status = child.wait().unwrap();
+    if stop == "-TERM" {
+        assert_eq!(status.code(), Some(130), "a stop at the next boundary");
+    }
+    integrity_ok(&db);
+    let requeued = trials(&db, None);
+    assert!(
+        requeued.iter().all(|t| !t.state.is_finished()),
+        "{requeued:?}"
+    );
+    let out = run_in(dir.path(), &["c.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let kept: i64 = scalar(
+        &db,
+        "SELECT COALESCE(MIN(json_extract(detail, '$.kept_steps')), 0) FROM salus_events WHERE kind = 'trial_requeue'",
+    );
+    assert!(kept >= 1, "both trials resumed from a checkpoint");
+    // The same study, never interrupted, gives the same curves.
+    let clean = tempfile::tempdir().unwrap();
+    write(clean.path(), "c.toml", &body);
+    let out = run_in(clean.path(), &["c.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (resumed, straight) = (
+        trials(&db, None),
+        trials(&clean.path().join("ckpt.db"), None),
+    );
+    for ((n, a), (_, b)) in values(&resumed).into_iter().zip(values(&straight)) {
+        assert_eq!(a.len(), 30, "trial {n}: every epoch once");
+        for ((s, x), (_, y)) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-9 * y.abs().max(1.0),
+                "trial {n} step {s}: resumed {x}, straight {y}"
+            );
+        }
+    }
+    assert!(!ckpts.exists() || std::fs::read_dir(&ckpts).unwrap().count() == 0);
+}
+
+#[test]
+fn a_killed_trial_resumes_from_its_checkpoint() {
+    resumes_from_checkpoint("-9");
+}
+
+#[test]
+fn sigterm_stops_at_a_boundary_with_checkpoints_and_resumes() {
+    resumes_from_checkpoint("-TERM");
+}
+
+#[test]
+fn heartbeats_tell_a_dead_process_from_a_live_one() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.toml", &study("beats", 3, 200, "256"));
+    let db = dir.path().join("beats.db");
+    let mut child = spawn(dir.path(), &["h.toml", "--no-progress"]);
+    let start = Instant::now();
+    while !(db.exists() && scalar(&db, "SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no heartbeats");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(&child, "-9");
+    let _ = child.wait();
+    // Pretend trial 0's process still lives: its heartbeat is fresh.
+    let set = |sql: &str| {
+        block_on(async {
+            use sqlx::Connection;
+            let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+                .await
+                .unwrap();
+            sqlx::query(sql).execute(&mut c).await.unwrap();
+        })
+    };
+    let fresh = salus_tune::storage::now();
+    set(&format!(
+        "UPDATE trial_heartbeats SET heartbeat = '{fresh}' WHERE trial_id = (SELECT trial_id FROM trials WHERE number = 0)"
+    ));
+    set(
+        "UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00.000000' WHERE trial_id <> (SELECT trial_id FROM trials WHERE number = 0)",
+    );
+    // Three finished or running elsewhere: trials 1 and 2 here, 0 elsewhere.
+    let out = run_in(dir.path(), &["h.toml", "--no-progress", "--trials", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&db, None);
+    assert_eq!(
+        rows[0].state,
+        TrialState::Running,
+        "a live process's trial is left alone"
+    );
+    assert!(
+        rows[1..].iter().all(|t| t.state == TrialState::Complete),
+        "{rows:?}"
+    );
+    let requeues: i64 = scalar(
+        &db,
+        "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'",
+    );
+    assert_eq!(
+        requeues, 2,
+        "the dead process's two other trials were requeued"
+    );
+}
+
+#[test]
+fn a_study_the_dashboard_and_readers_share_the_database_for_60_seconds() {
+    let secs: u64 = std::env::var("SALUS_TUNE_CONCURRENCY_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "c.toml",
+        &study("shared", 10_000, 3, "{ int = [16, 128], log = true }"),
+    );
+    let db = dir.path().join("shared.db");
+    let url = db.display().to_string();
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["c.toml", "--no-progress"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !db.exists() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (mut reads, mut snaps) = (0, 0);
+    while start.elapsed() < Duration::from_secs(secs) {
+        // The dashboard's read, then the two read commands.
+        if let Ok(s) = block_on(salus_tune::dash::read(&url, None)) {
+            assert_eq!(s.study, "shared");
+            snaps += 1;
+        }
+        for cmd in ["trials", "best"] {
+            let out = run_in(dir.path(), &[cmd, "c.toml"]);
+            let t = text(&out);
+            assert!(!t.contains("locked"), "{cmd}: {t}");
+            assert!(
+                out.status.code() == Some(0) || t.contains("no complete trial yet"),
+                "{cmd}: {t}"
+            );
+            reads += 1;
+        }
+    }
+    signal(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("locked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let max_ms: f64 = scalar_text(
+        &db,
+        "SELECT CAST(json_extract(detail, '$.writer_max_ms') AS TEXT) FROM salus_events WHERE kind = 'study_stop' ORDER BY event_id DESC LIMIT 1",
+    )
+    .unwrap()
+    .parse()
+    .unwrap();
+    let over: i64 = scalar(
+        &db,
+        "SELECT json_extract(detail, '$.writer_over_100ms') FROM salus_events WHERE kind = 'study_stop' ORDER BY event_id DESC LIMIT 1",
+    );
+    let done: i64 = scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'");
+    println!(
+        "{secs} s: {done} trials finished, {snaps} dashboard reads, {reads} trials/best calls; \
+         writer: longest transaction {max_ms:.1} ms, {over} over 100 ms"
+    );
+    assert!(done > 0 && snaps > 10 && reads > 10);
+    integrity_ok(&db);
+}
