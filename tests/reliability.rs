@@ -39,8 +39,11 @@ fn integrity_ok(db: &Path) {
     );
 }
 
+/// A finished trial's state, value and curve, as bits.
+type Stored = (TrialState, Option<u64>, Vec<(i64, u64)>);
+
 /// What a finished trial stored: it must never change afterwards.
-fn finished(db: &Path) -> BTreeMap<i64, (TrialState, Option<u64>, Vec<(i64, u64)>)> {
+fn finished(db: &Path) -> BTreeMap<i64, Stored> {
     trials(db, None)
         .into_iter()
         .filter(|t| t.state.is_finished())
@@ -75,7 +78,7 @@ fn ten_kills_at_random_moments_lose_nothing() {
     );
     let db = dir.path().join("kills.db");
     let mut rng = StdRng::seed_from_u64(9);
-    let mut seen: BTreeMap<i64, (TrialState, Option<u64>, Vec<(i64, u64)>)> = BTreeMap::new();
+    let mut seen: BTreeMap<i64, Stored> = BTreeMap::new();
     let mut kills = 0;
     for _ in 0..10 {
         let mut child = spawn(dir.path(), &["k.toml", "--no-progress"]);
@@ -284,7 +287,7 @@ fn a_study_the_dashboard_and_readers_share_the_database_for_60_seconds() {
     );
     let db = dir.path().join("shared.db");
     let url = db.display().to_string();
-    let mut child = bin()
+    let child = bin()
         .current_dir(dir.path())
         .args(["c.toml", "--no-progress"])
         .stdout(Stdio::null())
