@@ -233,7 +233,10 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     }
     signal(&child, "-9");
     let _ = child.wait();
-    // Pretend trial 0's process still lives: its heartbeat is fresh.
+    // Pretend another process still runs the study (it holds the
+    // database's lock) and trial 0 is its: its heartbeat is fresh.
+    let lock = std::fs::File::create(dir.path().join("beats.db.lock")).unwrap();
+    lock.try_lock().unwrap();
     let set = |sql: &str| {
         block_on(async {
             use sqlx::Connection;
@@ -270,6 +273,15 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     assert_eq!(
         requeues, 2,
         "the dead process's two other trials were requeued"
+    );
+    // Once no process holds the lock, even a fresh heartbeat is a dead one's.
+    drop(lock);
+    let out = run_in(dir.path(), &["h.toml", "--no-progress", "--trials", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        trials(&db, None)
+            .iter()
+            .all(|t| t.state == TrialState::Complete)
     );
 }
 

@@ -47,7 +47,19 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     }
     let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
 
-    let checkpoints = Some(Checkpoints::beside(&storage::sqlite_path(&url)?));
+    let db_path = storage::sqlite_path(&url)?;
+    let checkpoints = Some(Checkpoints::beside(&db_path));
+    // Held while this process runs studies on the database: the OS drops
+    // it when the process dies, so holding it proves no other run is alive.
+    let mut lock_name = db_path.file_name().unwrap_or_default().to_os_string();
+    lock_name.push(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(db_path.with_file_name(lock_name))
+        .ok();
+    let sole = lock.as_ref().is_some_and(|f| f.try_lock().is_ok());
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
@@ -82,6 +94,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
                 stop,
                 options,
                 checkpoints,
+                sole,
             },
             existing,
         })

@@ -109,6 +109,9 @@ pub struct Runner<'a> {
     pub options: RunOptions,
     /// Where trials' checkpoints go; `None` runs without them.
     pub checkpoints: Option<Checkpoints>,
+    /// No other live process runs studies on this database (this one holds
+    /// its lock): every RUNNING trial then belongs to a dead process.
+    pub sole: bool,
 }
 
 /// How often the runner tells the database its trials are alive.
@@ -243,8 +246,10 @@ impl Runner<'_> {
                 let beat_age = row.heartbeat.as_deref().and_then(|h| {
                     chrono::NaiveDateTime::parse_from_str(h, "%Y-%m-%d %H:%M:%S%.f").ok()
                 });
-                if beat_age
-                    .is_some_and(|t| ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3)
+                if !self.sole
+                    && beat_age.is_some_and(|t| {
+                        ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3
+                    })
                 {
                     elsewhere += 1;
                     history.push(TrialRecord {
