@@ -53,8 +53,15 @@ impl Checkpoints {
         TrialState::from_bytes(&bytes).ok()
     }
 
+    /// Where an external worker of `trial_id` saves its own checkpoint.
+    pub fn external_path(&self, trial_id: i64) -> PathBuf {
+        let _ = std::fs::create_dir_all(&self.dir);
+        self.dir.join(format!("trial-{trial_id}.external"))
+    }
+
     pub fn remove(&self, trial_id: i64) {
         let _ = std::fs::remove_file(self.path(trial_id));
+        let _ = std::fs::remove_file(self.dir.join(format!("trial-{trial_id}.external")));
     }
 
     /// Deletes every file but the checkpoints of `live` trials.
@@ -62,9 +69,10 @@ impl Checkpoints {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let keep: Vec<PathBuf> = live.iter().map(|&t| self.path(t)).collect();
+        let keep: Vec<String> = live.iter().map(|t| format!("trial-{t}.")).collect();
         for e in entries.flatten() {
-            if !keep.contains(&e.path()) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !keep.iter().any(|k| name.starts_with(k)) || name.ends_with(".tmp") {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -20,6 +20,7 @@ pub mod commands;
 pub mod dash;
 pub mod device;
 pub mod error;
+pub mod external;
 pub mod output;
 pub mod progress;
 pub mod pruner;

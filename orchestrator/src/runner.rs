@@ -25,6 +25,7 @@ use workers::{
 
 use crate::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
+use crate::external::ExternalTrial;
 use crate::progress::Reporter;
 use crate::pruner::{Curve, Curves, Decision, Pruner, priority, value_at};
 use crate::salus::JobId;
@@ -321,8 +322,10 @@ impl Runner<'_> {
         };
         let config = self.core_config(backend.as_ref());
         let max_concurrent = study
-            .scheduler
-            .max_concurrent
+            .worker
+            .as_ref()
+            .and_then(|w| w.max_concurrency)
+            .or(study.scheduler.max_concurrent)
             .unwrap_or(2 * config.lanes)
             .max(1);
         let device = backend.name();
@@ -457,6 +460,36 @@ impl Runner<'_> {
                 .iter()
                 .rposition(|t| t.params == pending.params)
                 .unwrap_or(st.history.len() - 1);
+            if let Some(w) = &study.worker {
+                // The user's script: one process per trial, never fused.
+                st.ran += 1;
+                let ckpt = match &self.checkpoints {
+                    Some(c) => c.external_path(pending.trial_id),
+                    None => std::env::temp_dir()
+                        .join(format!("salus-trial-{}.external", pending.trial_id)),
+                };
+                let trial = ExternalTrial::new(
+                    Arc::new(w.clone()),
+                    pending.number,
+                    external_params(study, &pending.params),
+                    ckpt,
+                );
+                self.reporter.trial_start(
+                    pending.number,
+                    &describe(study, &pending.params),
+                    w.iterations.div_ceil(w.report_every.max(1)),
+                );
+                let flight = Flight {
+                    footprint: Job::<B>::footprint(&trial),
+                    total_iterations: w.iterations,
+                    history_index,
+                    pending,
+                };
+                let id = st.core.submit(Box::new(trial), 0.0, "external");
+                st.trial_ids.insert(id, flight.pending.trial_id);
+                st.in_flight.insert(id, flight);
+                continue;
+            }
             let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
             st.ran += 1;
             let made = match pending.resume.take() {
@@ -1369,4 +1402,26 @@ fn fusion_groups<B: Backend>(
         }
     }
     out
+}
+
+/// A trial's parameters for its worker, as JSON: the sampled ones and the
+/// fixed ones, as the study file wrote them.
+fn external_params(study: &Study, params: &Params) -> serde_json::Value {
+    use crate::study::KnobValue;
+    let json = |v: KnobValue| match v {
+        KnobValue::Float(f) => serde_json::json!(f),
+        KnobValue::Int(i) => serde_json::json!(i),
+        KnobValue::Str(s) => serde_json::json!(s),
+        KnobValue::Bool(b) => serde_json::json!(b),
+    };
+    let mut map = serde_json::Map::new();
+    for (name, v) in &study.fixed {
+        map.insert(name.clone(), json(v.clone()));
+    }
+    for p in study.space.params() {
+        if params.get(&p.name).is_some() {
+            map.insert(p.name.clone(), json(study.value(params, &p.name)));
+        }
+    }
+    serde_json::Value::Object(map)
 }

@@ -48,12 +48,18 @@ pub struct Report {
     /// RMSE in the target's original units.
     pub val_rmse: Option<f64>,
     pub val_r2: Option<f64>,
+    /// What an external worker reported: the study's metric, whatever its name.
+    pub external: Option<f64>,
 }
 
 impl Report {
     /// The value of a metric by name: `val_accuracy`, `val_loss`,
-    /// `val_rmse`, `val_r2` or `train_loss`.
+    /// `val_rmse`, `val_r2` or `train_loss`; an external worker's value
+    /// under any name.
     pub fn metric(&self, name: &str) -> Option<f64> {
+        if self.external.is_some() {
+            return self.external;
+        }
         match name {
             "val_accuracy" => self.val_accuracy,
             "val_loss" => Some(self.val_loss),

@@ -272,6 +272,7 @@ fn report_from<B: Backend>(
         val_accuracy: None,
         val_rmse: None,
         val_r2: None,
+        external: None,
     };
     match data.task {
         Task::Classification { .. } => r.val_accuracy = Some(val.metric_sum / val.rows.max(1.0)),

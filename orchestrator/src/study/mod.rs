@@ -198,6 +198,26 @@ pub struct SchedulerConfig {
     pub fuse: Option<usize>,
 }
 
+/// `[worker] kind = "command"`: the user's script, run once per trial.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    pub command: Vec<String>,
+    /// Where it runs (relative paths are relative to the study file).
+    pub cwd: PathBuf,
+    pub env: BTreeMap<String, String>,
+    /// Device memory one trial declares, for the ledger.
+    pub memory_bytes: u64,
+    /// Iterations between reports, passed to the script.
+    pub report_every: u64,
+    /// Workers alive at once (default: the scheduler's `max_concurrent`).
+    pub max_concurrency: Option<usize>,
+    /// Iterations a trial runs at most, for scheduling estimates and the
+    /// pruners' resource.
+    pub iterations: u64,
+    /// A worker silent this long is killed and its trial FAILs.
+    pub heartbeat_timeout: std::time::Duration,
+}
+
 /// A value of a knob.
 #[derive(Debug, Clone, PartialEq)]
 pub enum KnobValue {
@@ -273,6 +293,8 @@ pub enum KnobKind {
     },
     Str(&'static [&'static str]),
     Bool,
+    /// Any scalar: a command worker's own parameters.
+    Free,
 }
 
 /// A tunable hyper-parameter. `name` is its parameter name in storage.
@@ -491,6 +513,8 @@ pub struct Study {
     pub sampler: SamplerConfig,
     pub pruner: PrunerKind,
     pub scheduler: SchedulerConfig,
+    /// The user's own training script; `None` trains the built-in MLP.
+    pub worker: Option<WorkerConfig>,
     /// `(line, column)` of each knob given in the file, for later errors.
     pub positions: BTreeMap<String, (usize, usize)>,
 }

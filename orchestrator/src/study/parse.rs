@@ -341,9 +341,26 @@ impl<'a> Parser<'a> {
                 "sampler",
                 "pruner",
                 "scheduler",
+                "worker",
+                "params",
             ],
         )?;
         let empty = DeTable::default();
+        let worker_sec = self.section(&top, "worker", "worker", &empty)?;
+        let worker = self.worker(&worker_sec)?;
+        if worker.is_some() {
+            for (name, what) in [
+                ("model", "[model]"),
+                ("train", "[train]"),
+                ("data", "[data]"),
+            ] {
+                if let Some((span, _)) = top.get(name) {
+                    return Err(self.err(span, name, format!("{what} configures the built-in MLP; a kind = \"command\" worker's parameters go in [params]")));
+                }
+            }
+        } else if let Some((span, _)) = top.get("params") {
+            return Err(self.err(span, "params", "[params] applies to [worker] kind = \"command\"; the built-in MLP's knobs go in [model] and [train]"));
+        }
 
         let study = self.section(&top, "study", "study", &empty)?;
         self.check_keys(
@@ -374,12 +391,17 @@ impl<'a> Parser<'a> {
                 .file_stem()
                 .map_or("study".into(), |s| s.to_string_lossy().into_owned()),
         };
-        let metrics: &[&str] = if task_is_regression {
+        let metrics: &[&str] = if worker.is_some() {
+            &[]
+        } else if task_is_regression {
             &["val_rmse", "val_r2", "val_loss", "train_loss"]
         } else {
             &["val_accuracy", "val_loss", "train_loss"]
         };
         let metric = match self.string(&study, "metric")? {
+            // A command worker reports values under any name.
+            Some((_, m)) if worker.is_some() => m,
+            None if worker.is_some() => "value".to_string(),
             Some((span, m)) if !metrics.contains(&m.as_str()) => {
                 let task = if task_is_regression {
                     "regression"
@@ -437,7 +459,38 @@ impl<'a> Parser<'a> {
         let mut fixed = BTreeMap::new();
         let mut params = Vec::new();
         let mut optimizer: Option<(Range<usize>, KnobSpec)> = None;
+        if worker.is_some() {
+            let sec = self.section(&top, "params", "params", &empty)?;
+            for (k, v) in sec.table.iter() {
+                let name: &'static str = Box::leak(k.get_ref().to_string().into_boxed_str());
+                let form = |f: &str| matches!(v.get_ref(), DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref().as_ref() == f));
+                let kind = if form("float") {
+                    KnobKind::Float {
+                        min: f64::NEG_INFINITY,
+                        min_inclusive: true,
+                        max: None,
+                    }
+                } else if form("int") {
+                    KnobKind::Int { min: i64::MIN }
+                } else {
+                    KnobKind::Free
+                };
+                let knob = Knob {
+                    name,
+                    section: "params",
+                    key: name,
+                    kind,
+                    default: KnobDefault::Int(0),
+                    optimizer: None,
+                };
+                let spec = self.knob(&knob, v.span(), v)?;
+                self.place(&knob, spec, None, &mut fixed, &mut params);
+            }
+        }
         for section in [&model, &train] {
+            if worker.is_some() {
+                break;
+            }
             let section_name = section.name.as_str();
             for knob in KNOBS.iter().filter(|k| k.section == section_name) {
                 if let Some((span, v)) = section.get(knob.key) {
@@ -555,6 +608,7 @@ impl<'a> Parser<'a> {
             sampler,
             pruner,
             scheduler,
+            worker,
             positions: std::mem::take(&mut self.positions),
         })
     }
@@ -768,12 +822,21 @@ impl<'a> Parser<'a> {
             ),
             (KnobKind::Str(_), DeValue::String(s)) => KnobValue::Str(s.to_string()),
             (KnobKind::Bool, DeValue::Boolean(b)) => KnobValue::Bool(*b),
+            (KnobKind::Free, DeValue::Float(_)) => {
+                KnobValue::Float(float_of(v).unwrap_or(f64::NAN))
+            }
+            (KnobKind::Free, DeValue::Integer(_)) => KnobValue::Int(
+                int_of(v).ok_or_else(|| self.err(span.clone(), key, "integer out of range"))?,
+            ),
+            (KnobKind::Free, DeValue::String(s)) => KnobValue::Str(s.to_string()),
+            (KnobKind::Free, DeValue::Boolean(b)) => KnobValue::Bool(*b),
             (kind, other) => {
                 let want = match kind {
                     KnobKind::Float { .. } => "a number or a distribution table",
                     KnobKind::Int { .. } => "an integer or a distribution table",
                     KnobKind::Str(_) => "a string or a distribution table",
                     KnobKind::Bool => "true, false or a distribution table",
+                    KnobKind::Free => "a number, string, boolean or a distribution table",
                 };
                 return Err(self.err(
                     span,
@@ -1023,6 +1086,156 @@ impl<'a> Parser<'a> {
             },
             _ => PrunerKind::None,
         })
+    }
+
+    /// `[worker]`: the built-in MLP (`kind = "mlp"`, the default, `None`)
+    /// or the user's own script (`kind = "command"`).
+    fn worker(&self, s: &Section) -> Result<Option<WorkerConfig>> {
+        self.check_keys(
+            s,
+            &[
+                "kind",
+                "command",
+                "cwd",
+                "env",
+                "memory",
+                "report_every",
+                "max_concurrency",
+                "iterations",
+                "heartbeat_timeout",
+            ],
+        )?;
+        match self.one_of(s, "kind", &["mlp", "command"])? {
+            None | Some((_, _)) if s.get("kind").is_none() && s.table.is_empty() => {
+                return Ok(None);
+            }
+            Some((_, k)) if k == "mlp" => {
+                if let Some((span, _)) = s
+                    .table
+                    .iter()
+                    .find(|(k, _)| k.get_ref().as_ref() != "kind")
+                    .map(|(k, v)| (k.span(), v))
+                {
+                    return Err(self.err(span, "worker", "these keys apply to kind = \"command\""));
+                }
+                return Ok(None);
+            }
+            None => {
+                return Err(self.err(
+                    s.span.clone(),
+                    "worker.kind",
+                    "say kind = \"command\" (or \"mlp\", the built-in model)",
+                ));
+            }
+            Some(_) => {}
+        }
+        let command = match s.get("command") {
+            None => {
+                return Err(self.err(
+                    s.span.clone(),
+                    "worker.command",
+                    "kind = \"command\" needs command = [\"program\", \"arg\", ...]",
+                ));
+            }
+            Some((span, v)) => match v.get_ref() {
+                DeValue::Array(items) if !items.is_empty() => items
+                    .iter()
+                    .map(|i| match i.get_ref() {
+                        DeValue::String(t) => Ok(t.to_string()),
+                        other => Err(self.err(
+                            i.span(),
+                            "worker.command",
+                            format!("expected a string, found {}", type_name(other)),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                other => {
+                    return Err(self.err(
+                        span,
+                        "worker.command",
+                        format!(
+                            "expected a non-empty array of strings, found {}",
+                            type_name(other)
+                        ),
+                    ));
+                }
+            },
+        };
+        let base = self
+            .cx
+            .path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let cwd = match self.string(s, "cwd")? {
+            Some((_, c)) => base.join(c),
+            None => base,
+        };
+        let mut env = BTreeMap::new();
+        if let Some((span, v)) = s.get("env") {
+            let DeValue::Table(t) = v.get_ref() else {
+                return Err(self.err(
+                    span,
+                    "worker.env",
+                    format!(
+                        "expected a table of strings, found {}",
+                        type_name(v.get_ref())
+                    ),
+                ));
+            };
+            for (k, val) in t.iter() {
+                let DeValue::String(text) = val.get_ref() else {
+                    return Err(self.err(
+                        val.span(),
+                        &format!("worker.env.{}", k.get_ref()),
+                        format!("expected a string, found {}", type_name(val.get_ref())),
+                    ));
+                };
+                env.insert(k.get_ref().to_string(), text.to_string());
+            }
+        }
+        let memory_bytes = match s.get("memory") {
+            None => 256 << 20,
+            Some((span, v)) => match v.get_ref() {
+                DeValue::Integer(_) => int_of(v.get_ref()).filter(|n| *n > 0).map(|n| n as u64),
+                DeValue::String(t) => parse_bytes(t),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                self.err(
+                    span,
+                    "worker.memory",
+                    "expected a positive byte count or a size such as \"512MiB\"",
+                )
+            })?,
+        };
+        let heartbeat_timeout = match s.get("heartbeat_timeout") {
+            None => Duration::from_secs(60),
+            Some((span, v)) => match v.get_ref() {
+                DeValue::Integer(_) => int_of(v.get_ref()).filter(|n| *n > 0).map(|n| n as f64),
+                DeValue::Float(_) => float_of(v.get_ref()).filter(|f| *f > 0.0 && f.is_finite()),
+                DeValue::String(t) => parse_duration(t),
+                _ => None,
+            }
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                self.err(
+                    span,
+                    "worker.heartbeat_timeout",
+                    "expected a positive number of seconds or a duration such as \"30s\"",
+                )
+            })?,
+        };
+        Ok(Some(WorkerConfig {
+            command,
+            cwd,
+            env,
+            memory_bytes,
+            report_every: self.int(s, "report_every", 1)?.map_or(1, |(_, n)| n as u64),
+            max_concurrency: self.int(s, "max_concurrency", 1)?.map(|(_, n)| n as usize),
+            iterations: self.int(s, "iterations", 1)?.map_or(100, |(_, n)| n as u64),
+            heartbeat_timeout,
+        }))
     }
 
     fn scheduler(&self, s: &Section) -> Result<SchedulerConfig> {

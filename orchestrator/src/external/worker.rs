@@ -1,0 +1,512 @@
+//! `ExternalTrial`: a user's training script as a Salus job.
+//!
+//! One process per trial, started at admission (a swap-in) and stepped one
+//! iteration per [`Job::step`]: the step answers the worker's `ready` with
+//! `go` and waits for its next `ready` (or `done`). A lane's thread blocks
+//! on that wait, so only workers holding a lane are inside an iteration,
+//! and every policy and priority of the core applies to them as to the
+//! built-in trials. A swap-out asks the worker to checkpoint and exit; the
+//! swap-in restarts it from that checkpoint. A pruned trial's worker is
+//! told to exit when the core drops the job.
+//!
+//! Whatever goes wrong (the process dies, stays silent past the heartbeat
+//! timeout, or sends a malformed message) is an error of this trial only:
+//! it FAILs with the reason and the tail of the script's output, and the
+//! study goes on.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kernels::{Activation, Backend};
+use serde_json::Value;
+use workers::group::GroupShape;
+use workers::state::TrialState;
+use workers::{
+    Footprint, FusionKey, Job, Lane, LossKind, MlpSpec, OptimizerFamily, Report, StepOutcome,
+    WorkerError,
+};
+
+use super::protocol::{self, FromWorker, ToWorker};
+use crate::study::WorkerConfig;
+
+/// Lines of the script's output kept for a failure's reason.
+const TAIL_LINES: usize = 20;
+
+type Tail = Arc<Mutex<VecDeque<String>>>;
+
+struct Process {
+    child: Child,
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    tail: Tail,
+    /// A `ready` waits for its answer.
+    ready: bool,
+    socket: PathBuf,
+}
+
+/// A user's script running one trial. See the module docs.
+pub struct ExternalTrial {
+    cfg: Arc<WorkerConfig>,
+    number: i64,
+    params: Value,
+    checkpoint_path: PathBuf,
+    resume_from: Option<String>,
+    proc: Option<Process>,
+    iteration: u64,
+    last_step: u64,
+    last_report: Option<Report>,
+    finished: bool,
+}
+
+fn fail(msg: impl Into<String>) -> WorkerError {
+    WorkerError::Config(msg.into())
+}
+
+fn socket_path(number: i64) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!("salus-tune-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join(format!(
+        "t{number}-{}.sock",
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Keeps the last lines of a stream, for error messages.
+fn drain_into(tail: Tail, stream: impl std::io::Read + Send + 'static) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    });
+}
+
+/// `; its last output:` and the lines kept, or nothing.
+fn tail_text(tail: &Tail) -> String {
+    let t = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if t.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; its last output:\n{}",
+            t.iter().cloned().collect::<Vec<_>>().join("\n")
+        )
+    }
+}
+
+impl ExternalTrial {
+    /// Trial `number` with `params` (a JSON object); checkpoints go to
+    /// `checkpoint_path`. Nothing starts until the core admits it.
+    pub fn new(
+        cfg: Arc<WorkerConfig>,
+        number: i64,
+        params: Value,
+        checkpoint_path: PathBuf,
+    ) -> Self {
+        let resume_from = checkpoint_path
+            .exists()
+            .then(|| checkpoint_path.display().to_string());
+        ExternalTrial {
+            cfg,
+            number,
+            params,
+            checkpoint_path,
+            resume_from,
+            proc: None,
+            iteration: 0,
+            last_step: 0,
+            last_report: None,
+            finished: false,
+        }
+    }
+
+    fn tail(&self) -> String {
+        let Some(p) = &self.proc else {
+            return String::new();
+        };
+        // Give the output threads a moment to catch the last lines.
+        std::thread::sleep(Duration::from_millis(50));
+        tail_text(&p.tail)
+    }
+
+    fn spawn(&mut self) -> workers::Result<()> {
+        let cfg = self.cfg.clone();
+        let socket = socket_path(self.number);
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket)
+            .map_err(|e| fail(format!("cannot listen on {}: {e}", socket.display())))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| fail(format!("socket: {e}")))?;
+        let mut child = Command::new(&cfg.command[0])
+            .args(&cfg.command[1..])
+            .current_dir(&cfg.cwd)
+            .envs(&cfg.env)
+            .env("SALUS_TUNE_SOCKET", &socket)
+            .env("SALUS_TUNE_TRIAL", self.number.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                fail(format!(
+                    "cannot start {:?} in {}: {e}",
+                    cfg.command,
+                    cfg.cwd.display()
+                ))
+            })?;
+        let tail: Tail = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(out) = child.stdout.take() {
+            drain_into(tail.clone(), out);
+        }
+        if let Some(err) = child.stderr.take() {
+            drain_into(tail.clone(), err);
+        }
+        let started = Instant::now();
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        let _ = std::fs::remove_file(&socket);
+                        std::thread::sleep(Duration::from_millis(50));
+                        let out = tail_text(&tail);
+                        return Err(fail(format!(
+                            "the worker exited ({status}) before connecting to SALUS_TUNE_SOCKET{out}"
+                        )));
+                    }
+                    if started.elapsed() > cfg.heartbeat_timeout {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        let _ = std::fs::remove_file(&socket);
+                        return Err(fail(format!(
+                            "the worker did not connect within {:?}: killed",
+                            cfg.heartbeat_timeout
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => return Err(fail(format!("socket: {e}"))),
+            }
+        };
+        stream
+            .set_nonblocking(false)
+            .and_then(|_| stream.set_read_timeout(Some(cfg.heartbeat_timeout)))
+            .map_err(|e| fail(format!("socket: {e}")))?;
+        let writer = stream
+            .try_clone()
+            .map_err(|e| fail(format!("socket: {e}")))?;
+        self.proc = Some(Process {
+            child,
+            reader: BufReader::new(stream),
+            writer,
+            tail,
+            ready: false,
+            socket,
+        });
+        match self.recv()? {
+            FromWorker::Hello { version } if version == protocol::VERSION => {}
+            FromWorker::Hello { version } => {
+                return Err(self.abort(format!(
+                    "the worker speaks protocol version {version}; this salus-tune speaks {}",
+                    protocol::VERSION
+                )));
+            }
+            other => return Err(self.abort(format!("expected hello, got {other:?}"))),
+        }
+        self.send(&ToWorker::Start {
+            trial: self.number,
+            params: self.params.clone(),
+            report_every: self.cfg.report_every,
+            checkpoint_path: self.checkpoint_path.display().to_string(),
+            resume_from: self.resume_from.clone(),
+        })
+    }
+
+    /// Kills the worker and returns an error carrying `msg` and its output.
+    fn abort(&mut self, msg: String) -> WorkerError {
+        let tail = self.tail();
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            let _ = std::fs::remove_file(&p.socket);
+        }
+        fail(format!("{msg}{tail}"))
+    }
+
+    fn send(&mut self, m: &ToWorker) -> workers::Result<()> {
+        let line = protocol::encode(m);
+        let p = self.proc.as_mut().ok_or(WorkerError::NotResident)?;
+        if let Err(e) = p.writer.write_all(line.as_bytes()) {
+            return Err(self.abort(format!("cannot write to the worker: {e}")));
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self) -> workers::Result<FromWorker> {
+        let p = self.proc.as_mut().ok_or(WorkerError::NotResident)?;
+        let mut line = String::new();
+        match p.reader.read_line(&mut line) {
+            Ok(0) => {
+                let status = p.child.wait().map(|s| s.to_string()).unwrap_or_default();
+                Err(self.abort(format!(
+                    "the worker exited ({status}) without finishing the trial"
+                )))
+            }
+            Ok(_) => protocol::parse(&line)
+                .map_err(|e| self.abort(format!("malformed message from the worker: {e}"))),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(self.abort(format!(
+                    "the worker sent nothing for {:?} (heartbeat_timeout): killed",
+                    self.cfg.heartbeat_timeout
+                )))
+            }
+            Err(e) => Err(self.abort(format!("cannot read from the worker: {e}"))),
+        }
+    }
+
+    fn report(&mut self, step: u64, value: f64) -> workers::Result<Report> {
+        if step <= self.last_step {
+            return Err(self.abort(format!(
+                "report steps must increase: step {step} after step {}",
+                self.last_step
+            )));
+        }
+        self.last_step = step;
+        let r = Report {
+            step,
+            iteration: self.iteration,
+            train_loss: f64::NAN,
+            val_loss: f64::NAN,
+            val_accuracy: None,
+            val_rmse: None,
+            val_r2: None,
+            external: Some(value),
+        };
+        self.last_report = Some(r.clone());
+        Ok(r)
+    }
+
+    /// Reads up to the worker's next `ready` (or its end), keeping reports.
+    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<f64>)> {
+        let mut last = None;
+        loop {
+            match self.recv()? {
+                FromWorker::Ready => {
+                    if let Some(p) = self.proc.as_mut() {
+                        p.ready = true;
+                    }
+                    return Ok((last, None));
+                }
+                FromWorker::Report { step, value } => last = Some(self.report(step, value)?),
+                FromWorker::Heartbeat => {}
+                FromWorker::Done { value } => return Ok((last, Some(value))),
+                FromWorker::Error { message } => {
+                    return Err(self.abort(format!("the worker reported an error: {message}")));
+                }
+                other => return Err(self.abort(format!("unexpected message {other:?}"))),
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = p.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+            let _ = std::fs::remove_file(&p.socket);
+        }
+    }
+}
+
+impl Drop for ExternalTrial {
+    /// A trial dropped unfinished (pruned, or the study stopped) tells its
+    /// worker to exit; a thread reaps it so that the core never waits.
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            if p.ready {
+                let _ = p
+                    .writer
+                    .write_all(protocol::encode(&ToWorker::Prune).as_bytes());
+            }
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = p.child.try_wait() {
+                        let _ = std::fs::remove_file(&p.socket);
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                let _ = std::fs::remove_file(&p.socket);
+            });
+        }
+    }
+}
+
+impl<B: Backend> Job<B> for ExternalTrial {
+    fn footprint(&self) -> Footprint {
+        Footprint {
+            persistent_bytes: self.cfg.memory_bytes as usize,
+            ephemeral_bytes: 0,
+            shared_bytes: 0,
+        }
+    }
+
+    /// No two external trials fuse: each key names its trial.
+    fn fusion_key(&self) -> FusionKey {
+        FusionKey {
+            shape: GroupShape {
+                spec: MlpSpec {
+                    input: 0,
+                    hidden: vec![],
+                    output: 0,
+                    activation: Activation::Relu,
+                    loss: LossKind::Mse,
+                },
+                slots: 0,
+                batch: 0,
+                dropout: false,
+                target_cols: 0,
+            },
+            family: OptimizerFamily::Sgd,
+            data: format!("external:{}", self.number),
+        }
+    }
+
+    fn iterations_done(&self) -> u64 {
+        self.iteration.min(self.cfg.iterations)
+    }
+
+    fn total_iterations(&self) -> u64 {
+        self.cfg.iterations.max(self.iteration + 1)
+    }
+
+    fn is_resident(&self) -> bool {
+        self.proc.is_some()
+    }
+
+    fn step(&mut self, _lane: &mut Lane<B>) -> workers::Result<StepOutcome> {
+        if self.finished {
+            return Err(fail("the trial has already finished"));
+        }
+        if self.proc.is_none() {
+            return Err(WorkerError::NotResident);
+        }
+        if !self.proc.as_ref().is_some_and(|p| p.ready) {
+            let (early, done) = self.until_ready()?;
+            if let Some(value) = done {
+                return self.finish(early, value);
+            }
+        }
+        self.send(&ToWorker::Go)?;
+        if let Some(p) = self.proc.as_mut() {
+            p.ready = false;
+        }
+        let (report, done) = self.until_ready()?;
+        self.iteration += 1;
+        if let Some(value) = done {
+            return self.finish(report, value);
+        }
+        Ok(match report {
+            Some(r) => StepOutcome::Report(r),
+            None => StepOutcome::Continue,
+        })
+    }
+
+    fn report(&self) -> Option<&Report> {
+        self.last_report.as_ref()
+    }
+
+    fn export_state(&mut self, _lane: &mut Lane<B>) -> workers::Result<TrialState> {
+        Err(WorkerError::BadState(
+            "an external worker checkpoints itself (the checkpoint message)".into(),
+        ))
+    }
+
+    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialState) -> workers::Result<()> {
+        Err(WorkerError::BadState(
+            "an external worker resumes itself from its checkpoint".into(),
+        ))
+    }
+
+    /// Asks the worker to checkpoint and exit; it restarts from there.
+    fn swap_out(&mut self, _lane: &mut Lane<B>) -> workers::Result<usize> {
+        if self.proc.is_none() {
+            return Ok(0);
+        }
+        if !self.proc.as_ref().is_some_and(|p| p.ready) {
+            let (_, done) = self.until_ready()?;
+            if done.is_some() {
+                return Err(fail("the worker finished while being swapped out"));
+            }
+        }
+        let path = self.checkpoint_path.display().to_string();
+        self.send(&ToWorker::Checkpoint { path: path.clone() })?;
+        loop {
+            match self.recv()? {
+                FromWorker::Checkpointed { .. } => break,
+                FromWorker::Heartbeat => {}
+                other => return Err(self.abort(format!("expected checkpointed, got {other:?}"))),
+            }
+        }
+        self.reap();
+        self.resume_from = Some(path);
+        Ok(self.cfg.memory_bytes as usize)
+    }
+
+    fn swap_in(&mut self, _lane: &mut Lane<B>) -> workers::Result<usize> {
+        if self.proc.is_some() || self.finished {
+            return Ok(0);
+        }
+        self.spawn()?;
+        Ok(self.cfg.memory_bytes as usize)
+    }
+}
+
+impl ExternalTrial {
+    fn finish(&mut self, report: Option<Report>, value: f64) -> workers::Result<StepOutcome> {
+        self.finished = true;
+        self.reap();
+        let _ = std::fs::remove_file(&self.checkpoint_path);
+        let step = report.as_ref().map_or(self.last_step.max(1), |r| r.step);
+        let mut r = Report {
+            step,
+            iteration: self.iteration,
+            train_loss: f64::NAN,
+            val_loss: f64::NAN,
+            val_accuracy: None,
+            val_rmse: None,
+            val_r2: None,
+            external: Some(value),
+        };
+        if !value.is_finite() {
+            r.external = Some(value);
+        }
+        self.last_report = Some(r.clone());
+        Ok(StepOutcome::Finished(r))
+    }
+}

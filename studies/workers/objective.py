@@ -1,0 +1,12 @@
+"""A plain Python objective tuned by salus-tune (see studies/external_objective.toml):
+the Rosenbrock function of two parameters, one iteration per trial."""
+
+import salus_worker
+
+
+def rosenbrock(params):
+    x, y = params["x"], params["y"]
+    return (1 - x) ** 2 + 100 * (y - x * x) ** 2
+
+
+salus_worker.run_objective(rosenbrock)
