@@ -493,10 +493,17 @@ impl<B: Backend> State<B> {
             return;
         }
         let want = self.jobs[&for_job].sched.priority;
+        // When every resident job is paused, nothing would ever free memory:
+        // then the waiting job may push out even a higher-priority paused one.
+        let stuck = self
+            .jobs
+            .values()
+            .filter(|e| e.lane.is_some())
+            .all(|e| e.paused);
         let victim = self
             .jobs
             .iter()
-            .filter(|(_, e)| e.paused && e.lane.is_some() && e.sched.priority <= want)
+            .filter(|(_, e)| e.paused && e.lane.is_some() && (stuck || e.sched.priority <= want))
             .min_by(|a, b| {
                 a.1.sched
                     .priority

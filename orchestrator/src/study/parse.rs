@@ -1161,12 +1161,10 @@ impl<'a> Parser<'a> {
                 }
             },
         };
-        let base = self
-            .cx
-            .path
-            .parent()
-            .unwrap_or(Path::new("."))
-            .to_path_buf();
+        let base = match self.cx.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
         let cwd = match self.string(s, "cwd")? {
             Some((_, c)) => base.join(c),
             None => base,

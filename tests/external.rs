@@ -1,0 +1,285 @@
+//! External workers end to end with real Python processes: a plain
+//! objective, the NumPy training script, gating checked from the workers'
+//! own timestamps, crashes, hangs, malformed messages and a killed worker,
+//! and pause, swap (checkpoint) and resume keeping curves continuous.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use salus_tune::storage::TrialState;
+
+fn python() -> String {
+    std::env::var("SALUS_TUNE_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn client_dir() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients/python")
+        .display()
+        .to_string()
+}
+
+fn studies_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/workers")
+}
+
+/// Whether this Python can run the NumPy example; prints why not.
+fn has_numpy(test: &str) -> bool {
+    let ok = std::process::Command::new(python())
+        .args(["-c", "import numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        if std::env::var_os("SALUS_TUNE_REQUIRE_OPTUNA").is_some() {
+            panic!(
+                "{test}: {} has no NumPy (scripts/test.sh installs it)",
+                python()
+            );
+        }
+        eprintln!("{test}: skipped: {} has no NumPy", python());
+    }
+    ok
+}
+
+fn worker_study(name: &str, script: &Path, params: &str, extra: &str) -> String {
+    format!(
+        "[study]\nname = \"{name}\"\ntrials = 8\nseed = 1\n{extra}\n\
+         [worker]\nkind = \"command\"\ncommand = [\"{}\", \"{}\"]\nenv = {{ PYTHONPATH = \"{}\" }}\n\
+         memory = \"16MiB\"\niterations = 6\nheartbeat_timeout = \"20s\"\n\n[params]\n{params}\n",
+        python(),
+        script.display(),
+        client_dir()
+    )
+}
+
+#[test]
+fn a_plain_objective_stores_exactly_what_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = worker_study(
+        "rosen",
+        &studies_dir().join("objective.py"),
+        "x = { float = [-2.0, 2.0] }\ny = { float = [-1.0, 3.0] }",
+        "",
+    )
+    .replace("iterations = 6", "iterations = 1");
+    write(dir.path(), "r.toml", &study);
+    let out = run_in(dir.path(), &["r.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("rosen.db"), None);
+    assert_eq!(rows.len(), 8);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        let p = |n: &str| t.params.iter().find(|(k, _, _)| k == n).unwrap().1;
+        let (x, y) = (p("x"), p("y"));
+        let want = (1.0 - x).powi(2) + 100.0 * (y - x * x).powi(2);
+        assert!(
+            (t.value.unwrap() - want).abs() <= 1e-9 * want.max(1.0),
+            "{t:?}"
+        );
+        assert_eq!(t.intermediate.len(), 1);
+    }
+}
+
+const NUMPY_PARAMS: &str =
+    "lr = { float = [1e-2, 2e-1], log = true }\nhidden = { int = [8, 64] }\nepochs = 6";
+
+#[test]
+fn the_numpy_script_trains_and_reports_every_epoch_within_its_gate() {
+    if !has_numpy("the_numpy_script_trains_and_reports_every_epoch_within_its_gate") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("iterations.log");
+    let study = worker_study("np", &studies_dir().join("numpy_mlp.py"), NUMPY_PARAMS, "").replace(
+        "env = { PYTHONPATH",
+        &format!(
+            "env = {{ SALUS_TEST_LOG = \"{}\", PYTHONPATH",
+            log.display()
+        ),
+    ) + "\n[scheduler]\nlanes = 2\nmax_concurrent = 6\n";
+    write(dir.path(), "n.toml", &study);
+    let out = run_in(dir.path(), &["n.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("np.db"), None);
+    assert_eq!(rows.len(), 8);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert_eq!(steps, (1..=6).collect::<Vec<_>>());
+        assert!(t.value.unwrap() < 1.0, "it learns: {t:?}");
+    }
+    // The workers' own clocks: never more than 2 (the lanes) inside an
+    // iteration at once, though 6 were alive.
+    let spans: Vec<(f64, f64)> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<f64> = l.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            (f[1], f[2])
+        })
+        .collect();
+    assert_eq!(spans.len(), 8 * 6);
+    let mut edges: Vec<(f64, i32)> = spans.iter().flat_map(|&(a, b)| [(a, 1), (b, -1)]).collect();
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut inside, mut most) = (0, 0);
+    for (_, d) in edges {
+        inside += d;
+        most = most.max(inside);
+    }
+    assert!(most <= 2, "{most} workers inside an iteration at once");
+    assert!(most >= 1);
+}
+
+/// A worker that misbehaves in trial 1 only (after one good iteration).
+fn misbehaving(dir: &Path, how: &str) -> PathBuf {
+    let body = format!(
+        "import os, sys, time, json, socket\nimport salus_worker\n\
+         t = salus_worker.connect()\n\
+         open(os.path.join({dir:?}, 'pid-%d' % t.number), 'w').write(str(os.getpid()))\n\
+         for i in t.iterations(6):\n\
+         \x20   t.report(i + 1, t.params['x'] * (i + 1))\n\
+         \x20   if t.number == 1 and i == 1:\n\
+         \x20       {how}\n\
+         t.done(t.params['x'])\n",
+        dir = dir.display().to_string()
+    );
+    let path = dir.join("bad.py");
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+fn run_misbehaving(
+    how: &str,
+    extra: &str,
+) -> (Vec<salus_tune::storage::TrialRow>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = misbehaving(dir.path(), how);
+    let study = worker_study("bad", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("heartbeat_timeout = \"20s\"", extra);
+    write(dir.path(), "b.toml", &study);
+    let out = run_in(dir.path(), &["b.toml", "--no-progress"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the study goes on: {}",
+        text(&out)
+    );
+    (trials(&dir.path().join("bad.db"), None), dir)
+}
+
+fn assert_only_trial_1_failed(rows: &[salus_tune::storage::TrialRow], words: &str) {
+    assert_eq!(rows.len(), 8);
+    for t in rows {
+        if t.number == 1 {
+            assert_eq!(t.state, TrialState::Fail, "{t:?}");
+            let r = t.fail_reason.as_deref().unwrap_or("");
+            assert!(r.contains(words), "reason: {r}");
+            // What it reported before failing stays.
+            assert_eq!(t.intermediate.len(), 1, "{t:?}");
+        } else {
+            assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        }
+    }
+}
+
+#[test]
+fn a_crashing_worker_fails_its_trial_with_its_stderr() {
+    let (rows, _d) = run_misbehaving(
+        "print('boom: the GPU caught fire', file=sys.stderr); sys.exit(3)",
+        "heartbeat_timeout = \"20s\"",
+    );
+    assert_only_trial_1_failed(&rows, "boom: the GPU caught fire");
+    assert!(
+        rows[1]
+            .fail_reason
+            .as_deref()
+            .unwrap()
+            .contains("exit status: 3"),
+        "{:?}",
+        rows[1]
+    );
+}
+
+#[test]
+fn a_hanging_worker_is_killed_after_the_heartbeat_timeout() {
+    let (rows, _d) = run_misbehaving("time.sleep(600)", "heartbeat_timeout = \"1s\"");
+    assert_only_trial_1_failed(&rows, "sent nothing for 1s");
+}
+
+#[test]
+fn a_malformed_message_fails_its_trial_with_a_clear_reason() {
+    let (rows, _d) = run_misbehaving(
+        "t._sock.sendall(b'this is not json\\n'); time.sleep(5)",
+        "heartbeat_timeout = \"20s\"",
+    );
+    assert_only_trial_1_failed(
+        &rows,
+        "malformed message from the worker: not a JSON object",
+    );
+}
+
+#[test]
+fn a_worker_killed_mid_run_fails_only_its_trial() {
+    let (rows, _d) = run_misbehaving("os.kill(os.getpid(), 9)", "heartbeat_timeout = \"20s\"");
+    assert_only_trial_1_failed(&rows, "signal: 9");
+}
+
+#[test]
+fn pause_swap_and_resume_keep_curves_continuous() {
+    if !has_numpy("pause_swap_and_resume_keep_curves_continuous") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // ASHA pauses trials at rungs; a budget of 3 workers' memory for 6 live
+    // trials makes the core swap paused ones out (a checkpoint) and back.
+    let study = worker_study(
+        "asha",
+        &studies_dir().join("numpy_mlp.py"),
+        NUMPY_PARAMS,
+        "metric = \"val_loss\"",
+    )
+    .replace("trials = 8", "trials = 12")
+        + "\n[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n\
+           [scheduler]\nlanes = 2\nmax_concurrent = 6\nmemory = \"48MiB\"\n";
+    write(dir.path(), "a.toml", &study);
+    let out = run_in(dir.path(), &["a.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("asha.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 12);
+    assert!(rows.iter().all(|t| t.state.is_finished()), "{rows:?}");
+    assert!(rows.iter().any(|t| t.state == TrialState::Complete));
+    for t in &rows {
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as i64).collect::<Vec<_>>(),
+            "trial {}: {steps:?}",
+            t.number
+        );
+    }
+    let outs = scalar(
+        &db,
+        "SELECT COUNT(*) FROM salus_swaps WHERE direction = 'out'",
+    );
+    let paused = scalar(
+        &db,
+        "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'",
+    );
+    assert!(paused > 0, "ASHA paused trials");
+    assert!(outs > 0, "paused workers were checkpointed out");
+    // Every trial that went out and finished came back in first.
+    let resumed = scalar(
+        &db,
+        "SELECT COUNT(DISTINCT s.trial_id) FROM salus_swaps s JOIN trials t ON t.trial_id = s.trial_id \
+         WHERE s.direction = 'in' AND t.state = 'COMPLETE' AND s.trial_id IN (SELECT trial_id FROM salus_swaps WHERE direction = 'out')",
+    );
+    let out_and_complete = scalar(
+        &db,
+        "SELECT COUNT(DISTINCT s.trial_id) FROM salus_swaps s JOIN trials t ON t.trial_id = s.trial_id \
+         WHERE s.direction = 'out' AND t.state = 'COMPLETE'",
+    );
+    assert_eq!(resumed, out_and_complete);
+}
