@@ -110,3 +110,32 @@ fn bench_policies_replays_a_trace_under_each_policy() {
     let err = run_in(dir.path(), &["bench", "packing", "--device", "cuda:0"]);
     assert_eq!(err.status.code(), Some(2));
 }
+
+#[test]
+fn bench_workers_measures_the_round_trip_and_the_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "workers",
+            "--json",
+            "--trials",
+            "4",
+            "--objective-ms",
+            "20",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "round_trip_mean_us",
+        "round_trip_p99_us",
+        "direct_s",
+        "salus_s",
+        "throughput_ratio",
+    ] {
+        assert!(v[key].as_f64().unwrap() > 0.0, "{key} in {v}");
+    }
+    assert!(v["round_trips"].as_u64().unwrap() > 1000);
+}

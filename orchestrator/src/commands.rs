@@ -178,7 +178,18 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
             format!("synthetic-regression {rows} x {features}")
         }
     };
-    out += &format!("data       {data}, validation {}\n", s.data.validation);
+    match &s.worker {
+        Some(w) => {
+            out += &format!("worker     {:?} in {}\n", w.command, w.cwd.display());
+            out += &format!(
+                "           {} iterations, {} declared per trial, heartbeat timeout {:?}\n",
+                w.iterations,
+                crate::dash::view::bytes(w.memory_bytes as i64),
+                w.heartbeat_timeout
+            );
+        }
+        None => out += &format!("data       {data}, validation {}\n", s.data.validation),
+    }
     out += &format!(
         "sampler    {:?} (seed {})\n",
         s.sampler.kind, s.sampler.seed

@@ -104,6 +104,23 @@ enum BenchCmd {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         gflop: Option<u64>,
     },
+    /// External workers: the round trip of one gated iteration of a Python
+    /// worker, and a study of K one-iteration trials of a small Python
+    /// objective against calling it directly at the same concurrency.
+    Workers {
+        #[arg(long)]
+        json: bool,
+        /// The Python to run (default: $SALUS_TUNE_PYTHON, else python3).
+        #[arg(long)]
+        python: Option<String>,
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+        trials: u64,
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..))]
+        concurrency: u64,
+        /// CPU time of one objective call, in milliseconds.
+        #[arg(long, default_value_t = 500)]
+        objective_ms: u64,
+    },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
     /// completion time, makespan, busy fraction, ratio to fifo.
@@ -281,6 +298,29 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 );
             } else {
                 print!("{}", bench::samplers::table(&rows, seeds));
+            }
+        }
+        BenchCmd::Workers {
+            json,
+            python,
+            trials,
+            concurrency,
+            objective_ms,
+        } => {
+            let python = python
+                .or_else(|| std::env::var("SALUS_TUNE_PYTHON").ok())
+                .unwrap_or_else(|| "python3".into());
+            let r = bench::external_workers::run(
+                &python,
+                trials as usize,
+                concurrency as usize,
+                objective_ms as f64,
+                &mut progress,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
+            } else {
+                print!("{}", r.table());
             }
         }
         BenchCmd::Policies {

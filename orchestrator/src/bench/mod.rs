@@ -5,9 +5,13 @@
 //!   one after another (`seq`) and through the Salus core's lanes (`lanes`),
 //!   the core's overhead against a bare training loop, switch latency, and
 //!   the CPU's GEMM rate.
+//! * [`external_workers`]: the cost of gating users' scripts: the round trip of one
+//!   gated iteration, and a study of a small Python objective against
+//!   calling it directly at the same concurrency.
 //! * [`policies`]: a seeded trace of really-trained trials with heavy-tailed
 //!   lengths and staggered arrivals, replayed under each policy.
 
+pub mod external_workers;
 pub mod packing;
 pub mod policies;
 pub mod samplers;
