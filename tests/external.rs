@@ -283,3 +283,46 @@ fn pause_swap_and_resume_keep_curves_continuous() {
     );
     assert_eq!(resumed, out_and_complete);
 }
+
+#[test]
+fn serving_workers_take_trial_after_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pids.log");
+    let script = dir.path().join("serve.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, salus_worker\n\
+             def f(p):\n\
+             \x20   open({:?}, 'a').write('%d\\n' % os.getpid())\n\
+             \x20   return p['x'] ** 2\n\
+             salus_worker.serve(f)\n",
+            log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let study = worker_study("served", &script, "x = { float = [-1.0, 1.0] }", "")
+        .replace("iterations = 6", "iterations = 1")
+        .replace("trials = 8", "trials = 16")
+        + "\n[scheduler]\nlanes = 2\nmax_concurrent = 2\n";
+    write(dir.path(), "s.toml", &study);
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("served.db"), None);
+    assert_eq!(rows.len(), 16);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        let x = t.params[0].1;
+        assert!((t.value.unwrap() - x * x).abs() < 1e-12);
+    }
+    let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        pids.len() <= 2,
+        "16 trials served by {} processes",
+        pids.len()
+    );
+}

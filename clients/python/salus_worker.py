@@ -29,7 +29,7 @@ import sys
 
 VERSION = 1
 
-__all__ = ["Trial", "connect", "run_objective", "VERSION"]
+__all__ = ["Trial", "connect", "run_objective", "serve", "VERSION"]
 
 
 class Trial:
@@ -43,7 +43,9 @@ class Trial:
         self._sock.connect(path)
         self._rfile = self._sock.makefile("r", encoding="utf-8", newline="\n")
         self._send({"type": "hello", "version": VERSION})
-        start = self._recv()
+        self._start(self._recv())
+
+    def _start(self, start):
         if start.get("type") != "start":
             raise RuntimeError(f"expected start, got {start!r}")
         self.number = start["trial"]
@@ -136,10 +138,17 @@ class Trial:
         """Keeps a long iteration from hitting salus-tune's heartbeat timeout."""
         self._send({"type": "heartbeat"})
 
-    def done(self, value):
-        """The trial's final value; the process should exit after this."""
-        self._send({"type": "done", "value": self._number(value)})
-        self._sock.close()
+    def done(self, value, more=False):
+        """The trial's final value. The process should exit after this,
+        unless `more`: then call `next_trial()` to take another trial."""
+        self._send({"type": "done", "value": self._number(value), "more": bool(more)})
+        if not more:
+            self._sock.close()
+
+    def next_trial(self):
+        """After `done(value, more=True)`: waits for the next trial and
+        becomes it (new number and params). Exits when salus-tune is done."""
+        self._start(self._recv())
 
     def fail(self, message):
         """Marks the trial FAIL with `message`."""
@@ -159,3 +168,15 @@ def run_objective(objective):
     value = objective(trial.params)
     trial.report(1, value)
     trial.done(value)
+
+
+def serve(objective):
+    """Like `run_objective`, but this process stays and serves trial after
+    trial, so a short objective does not pay a process start per trial."""
+    trial = connect()
+    while True:
+        trial.wait_turn()
+        value = objective(trial.params)
+        trial.report(1, value)
+        trial.done(value, more=True)
+        trial.next_trial()

@@ -9,4 +9,6 @@ def rosenbrock(params):
     return (1 - x) ** 2 + 100 * (y - x * x) ** 2
 
 
-salus_worker.run_objective(rosenbrock)
+# serve: one process takes trial after trial (run_objective would start a
+# process per trial).
+salus_worker.serve(rosenbrock)

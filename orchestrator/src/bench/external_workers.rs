@@ -4,10 +4,11 @@
 //!   `ready` -> `go` exchange over the socket plus the client library's
 //!   loop, timed from the orchestrator's side (`ExternalTrial::step`).
 //! * **Throughput.** K trials of a small Python objective (a loop of about
-//!   `objective_ms` of CPU), run by salus-tune with `concurrency` workers at
-//!   once, against the same objective called directly by a
-//!   `multiprocessing.Pool` of the same size, in one process. Both are wall
-//!   times of whole commands, measured in the same run.
+//!   `objective_ms` of CPU), run by salus-tune with `concurrency` serving
+//!   workers (`salus_worker.serve`: a process takes trial after trial),
+//!   against the same objective called directly by a `multiprocessing.Pool`
+//!   of the same size. Both are wall times of whole commands, measured in
+//!   the same run.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -61,7 +62,7 @@ impl Results {
              gated iteration round trip ({} iterations): mean {:.1} us, p50 {:.1} us, p99 {:.1} us\n\
              {} trials of a {:.0} ms objective, {} at once:\n\
              \x20 direct (multiprocessing.Pool) {:.2} s\n\
-             \x20 salus-tune (one worker process per trial, gated) {:.2} s\n\
+             \x20 salus-tune (serving workers, every trial gated) {:.2} s\n\
              \x20 throughput: {:.1}% of direct\n",
             self.python,
             self.round_trips,
@@ -202,7 +203,7 @@ pub fn run(
     // salus-tune: the same objective as a study of one-iteration trials.
     std::fs::write(
         dir.join("worker.py"),
-        format!("import salus_worker, objective_lib as o\nsalus_worker.run_objective(lambda p: o.objective(dict(p, n={n})))\n"),
+        format!("import salus_worker, objective_lib as o\nsalus_worker.serve(lambda p: o.objective(dict(p, n={n})))\n"),
     )
     .map_err(io)?;
     std::fs::write(

@@ -16,7 +16,7 @@
 //! | worker | `checkpointed` | `path` | the state is saved |
 //! | worker | `report` | `step`, `value` | an intermediate value (steps strictly increase) |
 //! | worker | `heartbeat` | | alive, during a long iteration |
-//! | worker | `done` | `value` | the final value; the worker then exits |
+//! | worker | `done` | `value`, `more` | the final value; the worker then exits, or with `more: true` waits for another `start` |
 //! | worker | `error` | `message` | the trial failed; the worker then exits |
 //!
 //! The orchestrator answers each `ready` when the trial holds a lane: until
@@ -31,13 +31,26 @@ pub const VERSION: u64 = 1;
 /// A message from a worker.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FromWorker {
-    Hello { version: u64 },
+    Hello {
+        version: u64,
+    },
     Ready,
-    Report { step: u64, value: f64 },
+    Report {
+        step: u64,
+        value: f64,
+    },
     Heartbeat,
-    Checkpointed { path: String },
-    Done { value: f64 },
-    Error { message: String },
+    Checkpointed {
+        path: String,
+    },
+    /// `more`: the worker can take another trial (it then waits for `start`).
+    Done {
+        value: f64,
+        more: bool,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// A message to a worker.
@@ -107,6 +120,7 @@ pub fn parse(line: &str) -> Result<FromWorker, String> {
         },
         "done" => FromWorker::Done {
             value: number(&v, "value")?,
+            more: v.get("more").and_then(Value::as_bool).unwrap_or(false),
         },
         "error" => FromWorker::Error {
             message: v
@@ -167,6 +181,13 @@ mod tests {
         );
         assert_eq!(parse(r#"{"type":"heartbeat"}"#), Ok(FromWorker::Heartbeat));
         assert_eq!(
+            parse(r#"{"type":"done","value":2,"more":true}"#),
+            Ok(FromWorker::Done {
+                value: 2.0,
+                more: true
+            })
+        );
+        assert_eq!(
             parse(r#"{"type":"checkpointed","path":"/tmp/x"}"#),
             Ok(FromWorker::Checkpointed {
                 path: "/tmp/x".into()
@@ -174,7 +195,10 @@ mod tests {
         );
         assert_eq!(
             parse(r#"{"type":"done","value":-1.5e3}"#),
-            Ok(FromWorker::Done { value: -1500.0 })
+            Ok(FromWorker::Done {
+                value: -1500.0,
+                more: false
+            })
         );
         assert_eq!(
             parse(r#"{"type":"error","message":"CUDA out of memory"}"#),
@@ -187,7 +211,7 @@ mod tests {
     #[test]
     fn non_finite_values_arrive_as_nan_or_infinity() {
         let v = |line: &str| match parse(line).unwrap() {
-            FromWorker::Report { value, .. } | FromWorker::Done { value } => value,
+            FromWorker::Report { value, .. } | FromWorker::Done { value, .. } => value,
             other => panic!("{other:?}"),
         };
         assert!(v(r#"{"type":"done","value":"NaN"}"#).is_nan());

@@ -91,6 +91,41 @@ fn drain_into(tail: Tail, stream: impl std::io::Read + Send + 'static) {
     });
 }
 
+/// Serving workers (`done` with `more`) waiting for their next trial, per
+/// command line and folder.
+fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
+    static POOL: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>,
+    > = std::sync::OnceLock::new();
+    PoolGuard {
+        key: (cfg.command.clone(), cfg.cwd.clone()),
+        pool: POOL.get_or_init(Default::default),
+    }
+}
+
+struct PoolGuard {
+    key: (Vec<String>, PathBuf),
+    pool: &'static Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>,
+}
+
+impl PoolGuard {
+    fn push(&self, p: Process) {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(self.key.clone())
+            .or_default()
+            .push(p);
+    }
+    fn pop(&self) -> Option<Process> {
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&self.key)
+            .and_then(Vec::pop)
+    }
+}
+
 /// `; its last output:` and the lines kept, or nothing.
 fn tail_text(tail: &Tail) -> String {
     let t = tail.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,6 +175,26 @@ impl ExternalTrial {
     }
 
     fn spawn(&mut self) -> workers::Result<()> {
+        // A serving worker that finished a trial takes this one.
+        while let Some(p) = idle_pool(&self.cfg).pop() {
+            self.proc = Some(p);
+            let start = ToWorker::Start {
+                trial: self.number,
+                params: self.params.clone(),
+                report_every: self.cfg.report_every,
+                checkpoint_path: self.checkpoint_path.display().to_string(),
+                resume_from: self.resume_from.clone(),
+            };
+            let line = protocol::encode(&start);
+            if let Some(p) = self.proc.as_mut()
+                && p.writer.write_all(line.as_bytes()).is_ok()
+            {
+                p.ready = false;
+                return Ok(());
+            }
+            // It died while idle: reap it and try the next one.
+            self.reap();
+        }
         let cfg = self.cfg.clone();
         let socket = socket_path(self.number);
         let _ = std::fs::remove_file(&socket);
@@ -303,7 +358,8 @@ impl ExternalTrial {
     }
 
     /// Reads up to the worker's next `ready` (or its end), keeping reports.
-    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<f64>)> {
+    /// The end is `(value, more)`: `more` when the worker takes another trial.
+    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<(f64, bool)>)> {
         let mut last = None;
         loop {
             match self.recv()? {
@@ -315,7 +371,7 @@ impl ExternalTrial {
                 }
                 FromWorker::Report { step, value } => last = Some(self.report(step, value)?),
                 FromWorker::Heartbeat => {}
-                FromWorker::Done { value } => return Ok((last, Some(value))),
+                FromWorker::Done { value, more } => return Ok((last, Some((value, more)))),
                 FromWorker::Error { message } => {
                     return Err(self.abort(format!("the worker reported an error: {message}")));
                 }
@@ -418,8 +474,8 @@ impl<B: Backend> Job<B> for ExternalTrial {
         }
         if !self.proc.as_ref().is_some_and(|p| p.ready) {
             let (early, done) = self.until_ready()?;
-            if let Some(value) = done {
-                return self.finish(early, value);
+            if let Some((value, more)) = done {
+                return self.finish(early, value, more);
             }
         }
         self.send(&ToWorker::Go)?;
@@ -428,8 +484,8 @@ impl<B: Backend> Job<B> for ExternalTrial {
         }
         let (report, done) = self.until_ready()?;
         self.iteration += 1;
-        if let Some(value) = done {
-            return self.finish(report, value);
+        if let Some((value, more)) = done {
+            return self.finish(report, value, more);
         }
         Ok(match report {
             Some(r) => StepOutcome::Report(r),
@@ -488,9 +544,21 @@ impl<B: Backend> Job<B> for ExternalTrial {
 }
 
 impl ExternalTrial {
-    fn finish(&mut self, report: Option<Report>, value: f64) -> workers::Result<StepOutcome> {
+    fn finish(
+        &mut self,
+        report: Option<Report>,
+        value: f64,
+        more: bool,
+    ) -> workers::Result<StepOutcome> {
         self.finished = true;
-        self.reap();
+        match (more, self.proc.take()) {
+            // A serving worker waits for its next trial, in the pool.
+            (true, Some(p)) => idle_pool(&self.cfg).push(p),
+            (_, p) => {
+                self.proc = p;
+                self.reap();
+            }
+        }
         let _ = std::fs::remove_file(&self.checkpoint_path);
         let step = report.as_ref().map_or(self.last_step.max(1), |r| r.step);
         let mut r = Report {
