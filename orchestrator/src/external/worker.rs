@@ -93,10 +93,10 @@ fn drain_into(tail: Tail, stream: impl std::io::Read + Send + 'static) {
 
 /// Serving workers (`done` with `more`) waiting for their next trial, per
 /// command line and folder.
+type Pool = Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>;
+
 fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
-    static POOL: std::sync::OnceLock<
-        Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>,
-    > = std::sync::OnceLock::new();
+    static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
     PoolGuard {
         key: (cfg.command.clone(), cfg.cwd.clone()),
         pool: POOL.get_or_init(Default::default),
@@ -105,7 +105,7 @@ fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
 
 struct PoolGuard {
     key: (Vec<String>, PathBuf),
-    pool: &'static Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>,
+    pool: &'static Pool,
 }
 
 impl PoolGuard {
