@@ -40,6 +40,9 @@ const TAIL_LINES: usize = 20;
 
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
+/// A worker's `done`: its value, and whether it takes another trial.
+type End = (f64, bool);
+
 struct Process {
     child: Child,
     reader: BufReader<UnixStream>,
@@ -359,7 +362,7 @@ impl ExternalTrial {
 
     /// Reads up to the worker's next `ready` (or its end), keeping reports.
     /// The end is `(value, more)`: `more` when the worker takes another trial.
-    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<(f64, bool)>)> {
+    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<End>)> {
         let mut last = None;
         loop {
             match self.recv()? {
