@@ -231,8 +231,13 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
         assert!(start.elapsed() < Duration::from_secs(30), "no heartbeats");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let url = db.display().to_string();
+    let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
+    assert!(snap.running, "the dashboard sees the live run");
     signal(&child, "-9");
     let _ = child.wait();
+    let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
+    assert!(!snap.running, "a killed run shows as stopped at once");
     // Pretend another process still runs the study (it holds the
     // database's lock) and trial 0 is its: its heartbeat is fresh.
     let lock = std::fs::File::create(dir.path().join("beats.db.lock")).unwrap();

@@ -203,6 +203,19 @@ fn seconds_between(a: &str, b: &str) -> Option<f64> {
     Some((p(b)? - p(a)?).num_milliseconds() as f64 / 1e3)
 }
 
+/// Whether a process holds the lock of the database at `db` (see
+/// `commands::run`). Unknown counts as alive.
+fn run_alive(db: &Option<std::path::PathBuf>) -> bool {
+    let Some(db) = db else { return true };
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    match std::fs::File::open(db.with_file_name(name)) {
+        // Taking it for an instant: it is released when `f` drops.
+        Ok(f) => f.try_lock().is_err(),
+        Err(_) => false,
+    }
+}
+
 /// Reads the study `study_id` (named `name`) as it is now.
 pub async fn load(
     store: &mut Store,
@@ -212,6 +225,7 @@ pub async fn load(
 ) -> Result<Snapshot> {
     let rows = store.trials(study_id).await?;
     let url = store.url.clone();
+    let store_path = crate::storage::sqlite_path(&url).ok();
     let e = |err: sqlx::Error| Error::Storage {
         url: url.clone(),
         msg: err.to_string(),
@@ -253,9 +267,12 @@ pub async fn load(
     .fetch_optional(&mut *conn)
     .await
     .map_err(e)?;
+    // A run that started and has not stopped, whose process still holds
+    // the database's lock (a killed one does not).
     let running = last
         .as_ref()
-        .is_some_and(|r| r.get::<String, _>(0) == "study_start");
+        .is_some_and(|r| r.get::<String, _>(0) == "study_start")
+        && run_alive(&store_path);
     let budget_trials: Option<i64> = sqlx::query_scalar(
         "SELECT json_extract(detail, '$.budget') FROM salus_events WHERE study_id = ? \
          AND kind = 'study_start' ORDER BY event_id DESC LIMIT 1",
