@@ -143,9 +143,19 @@ fn values(rows: &[TrialRow]) -> Vec<(i64, Vec<(i64, f64)>)> {
 
 /// A trial killed (or stopped) mid-run continues from its checkpoint and
 /// ends exactly where an uninterrupted run ends.
-fn resumes_from_checkpoint(stop: &str) {
+fn resumes_from_checkpoint(stop: &str, fused: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let body = study("ckpt", 2, 30, "256");
+    let mut body = study("ckpt", 2, 30, "256");
+    if fused {
+        // One optimizer family and fusion on: the two trials form a group.
+        body = body
+            .replace(
+                "optimizer = { choices = [\"sgd\", \"adam\"] }",
+                "optimizer = \"adam\"",
+            )
+            .replace("[train.sgd]\nmomentum = 0.9\n", "")
+            .replace("fuse = 1", "fuse = 4");
+    }
     write(dir.path(), "c.toml", &body);
     let db = dir.path().join("ckpt.db");
     let ckpts = dir.path().join("ckpt.db.checkpoints");
@@ -184,6 +194,13 @@ fn resumes_from_checkpoint(stop: &str) {
     );
     let out = run_in(dir.path(), &["c.toml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    if fused {
+        let groups = scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'salus:fused_with'",
+        );
+        assert_eq!(groups, 2, "both trials ran as one group");
+    }
     let kept: i64 = scalar(
         &db,
         "SELECT COALESCE(MIN(json_extract(detail, '$.kept_steps')), 0) FROM salus_events WHERE kind = 'trial_requeue'",
@@ -212,12 +229,17 @@ fn resumes_from_checkpoint(stop: &str) {
 
 #[test]
 fn a_killed_trial_resumes_from_its_checkpoint() {
-    resumes_from_checkpoint("-9");
+    resumes_from_checkpoint("-9", false);
+}
+
+#[test]
+fn a_killed_fused_group_resumes_its_members_from_their_checkpoints() {
+    resumes_from_checkpoint("-9", true);
 }
 
 #[test]
 fn sigterm_stops_at_a_boundary_with_checkpoints_and_resumes() {
-    resumes_from_checkpoint("-TERM");
+    resumes_from_checkpoint("-TERM", true);
 }
 
 #[test]

@@ -8,6 +8,10 @@
 //! trial's file is deleted when it finishes, fails or is pruned, and files
 //! of trials that are not live any more are swept at the start of a run:
 //! disk use is bounded by one state per live trial.
+//!
+//! During a run the writer task saves checkpoints, after committing the
+//! transaction that holds the intermediate values they cover, so that a
+//! checkpoint is never ahead of the stored curve.
 
 use std::path::{Path, PathBuf};
 
@@ -47,6 +51,12 @@ impl Checkpoints {
         Ok(bytes.len())
     }
 
+    /// Where `trial_id`'s checkpoint goes (for the writer, which saves it
+    /// once the values it covers are committed: see `WriteOp::SaveFile`).
+    pub fn path_of(&self, trial_id: i64) -> PathBuf {
+        self.path(trial_id)
+    }
+
     /// The checkpoint of `trial_id`, if there is a readable one.
     pub fn load(&self, trial_id: i64) -> Option<TrialState> {
         let bytes = std::fs::read(self.path(trial_id)).ok()?;
@@ -57,6 +67,14 @@ impl Checkpoints {
     pub fn external_path(&self, trial_id: i64) -> PathBuf {
         let _ = std::fs::create_dir_all(&self.dir);
         self.dir.join(format!("trial-{trial_id}.external"))
+    }
+
+    /// Every file a trial's checkpoints may use.
+    pub fn paths_of(&self, trial_id: i64) -> Vec<PathBuf> {
+        vec![
+            self.path(trial_id),
+            self.dir.join(format!("trial-{trial_id}.external")),
+        ]
     }
 
     pub fn remove(&self, trial_id: i64) {

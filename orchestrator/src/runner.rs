@@ -663,13 +663,12 @@ impl Runner<'_> {
                 Ok(())
             }
             CoreEvent::Checkpoint { job, state } => {
-                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&job))
-                    && let Err(e) = c.save(f.pending.trial_id, &state)
-                {
-                    self.reporter.note(&format!(
-                        "cannot write the checkpoint of trial {}: {e}",
-                        f.pending.number
-                    ));
+                // Through the writer: saved once the values it covers are committed.
+                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&job)) {
+                    self.writer.send(WriteOp::SaveFile {
+                        path: c.path_of(f.pending.trial_id),
+                        bytes: state.to_bytes(),
+                    })?;
                 }
                 Ok(())
             }
@@ -915,16 +914,34 @@ impl Runner<'_> {
         drop(core);
         for (job, mut boxed) in stopped {
             let members = gangs.get(&job).map_or(vec![job], |g| g.members.clone());
-            let state = match (&self.checkpoints, lane.as_mut(), gangs.contains_key(&job)) {
-                (Some(_), Some(lane), false) => boxed.export_state(lane).ok(),
-                _ => None,
-            };
+            // A lone trial's state, or each member's of a fused group.
+            let states: BTreeMap<JobId, workers::TrialState> =
+                match (&self.checkpoints, lane.as_mut()) {
+                    (Some(_), Some(lane)) if gangs.contains_key(&job) => boxed
+                        .member_states(lane)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .collect(),
+                    (Some(_), Some(lane)) => boxed
+                        .export_state(lane)
+                        .ok()
+                        .map(|s| (job, s))
+                        .into_iter()
+                        .collect(),
+                    _ => BTreeMap::new(),
+                };
             for m in members {
                 let Some(f) = in_flight.remove(&m) else {
                     continue;
                 };
-                let keep = match (&self.checkpoints, &state) {
-                    (Some(c), Some(s)) if c.save(f.pending.trial_id, s).is_ok() => s.reports as i64,
+                let keep = match (&self.checkpoints, states.get(&m)) {
+                    (Some(c), Some(s)) => {
+                        self.writer.send(WriteOp::SaveFile {
+                            path: c.path_of(f.pending.trial_id),
+                            bytes: s.to_bytes(),
+                        })?;
+                        s.reports as i64
+                    }
                     _ => 0,
                 };
                 self.writer.send(WriteOp::Requeue {
@@ -985,9 +1002,12 @@ impl Runner<'_> {
         Ok(summary)
     }
 
+    /// Deletes a trial's checkpoints, in order after any save still queued.
     fn forget_checkpoint(&self, trial_id: i64) {
         if let Some(c) = &self.checkpoints {
-            c.remove(trial_id);
+            for path in c.paths_of(trial_id) {
+                let _ = self.writer.send(WriteOp::RemoveFile { path });
+            }
         }
     }
 

@@ -127,13 +127,33 @@ impl<B: Backend> FusedTrials<B> {
 
     /// Exports every member's slot to the host and frees the group.
     fn unload(&mut self, lane: &mut Lane<B>) -> Result<usize> {
-        let Some(group) = self.group.take() else {
+        let states = self.states(lane)?;
+        if self.group.take().is_none() {
             return Ok(0);
-        };
+        }
         let mut bytes = 0;
-        for (s, m) in self.members.iter_mut().enumerate() {
+        for (m, (_, state)) in self.members.iter_mut().zip(states) {
+            m.pending = LossStats::default();
+            bytes += state.float_bytes();
+            m.trial.put_host_state(state);
+        }
+        Ok(bytes)
+    }
+
+    /// Every member's whole state (as a lone trial's), by tag, leaving the
+    /// group as it is.
+    fn states(&self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+        let Some(group) = &self.group else {
+            return Ok(self
+                .members
+                .iter()
+                .filter_map(|m| m.trial.host_state().map(|s| (m.tag, s.clone())))
+                .collect());
+        };
+        let mut out = Vec::with_capacity(self.members.len());
+        for (s, m) in self.members.iter().enumerate() {
             let mut slot = group.export_slot(lane, s)?;
-            // Statistics already taken off the device go back with the slot.
+            // Statistics already taken off the device go with the slot.
             let p = &m.pending;
             for (v, add) in slot
                 .train_stats
@@ -142,17 +162,17 @@ impl<B: Backend> FusedTrials<B> {
             {
                 *v += add as f32;
             }
-            m.pending = LossStats::default();
-            let state = TrialState {
-                fingerprint: m.trial.state_fingerprint(),
-                iteration: m.trial.iterations_done(),
-                reports: m.trial.reports_done(),
-                slot,
-            };
-            bytes += state.float_bytes();
-            m.trial.put_host_state(state);
+            out.push((
+                m.tag,
+                TrialState {
+                    fingerprint: m.trial.state_fingerprint(),
+                    iteration: m.trial.iterations_done(),
+                    reports: m.trial.reports_done(),
+                    slot,
+                },
+            ));
         }
-        Ok(bytes)
+        Ok(out)
     }
 
     /// Drops the members the control asked to drop, at this boundary.
@@ -283,6 +303,10 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
 
     fn live_members(&self) -> usize {
         self.members.len()
+    }
+
+    fn member_states(&mut self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+        self.states(lane)
     }
 
     fn export_state(&mut self, _lane: &mut Lane<B>) -> Result<TrialState> {

@@ -129,4 +129,9 @@ pub trait Job<B: Backend>: Send {
     fn live_members(&self) -> usize {
         1
     }
+    /// A fused job's members' states, by tag, for their checkpoints; a lone
+    /// trial has none (it checkpoints through `export_state`).
+    fn member_states(&mut self, _lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+        Ok(Vec::new())
+    }
 }

@@ -233,6 +233,11 @@ impl<B: Backend> TrainTrial<B> {
         self.swapped.take()
     }
 
+    /// The state held on the host, if the trial is not resident.
+    pub(crate) fn host_state(&self) -> Option<&TrialState> {
+        self.swapped.as_ref()
+    }
+
     /// Gives a trial back its state after it leaves a fused group.
     pub(crate) fn put_host_state(&mut self, state: TrialState) {
         self.iteration = state.iteration;

@@ -138,7 +138,8 @@ pub enum CoreEvent {
         device_seconds: f64,
         members: usize,
     },
-    /// A trial's state at its latest report point.
+    /// A trial's state at its latest report point (for a fused group's
+    /// member, `job` is the member's tag).
     Checkpoint {
         job: JobId,
         state: workers::TrialState,
@@ -751,11 +752,21 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         Ok(outcome)
                     });
                     let end = shared.epoch.elapsed().as_secs_f64();
-                    let checkpoint = match &result {
-                        Ok(StepOutcome::Report(_)) if shared.checkpoints => {
-                            job.export_state(lane).ok()
+                    // Checkpoints at report points: a lone trial's state, or
+                    // every member's of a fused group.
+                    let checkpoints: Vec<(JobId, workers::TrialState)> = match &result {
+                        Ok(StepOutcome::Report(_)) if shared.checkpoints => job
+                            .export_state(lane)
+                            .ok()
+                            .map(|s| (job_id, s))
+                            .into_iter()
+                            .collect(),
+                        Ok(StepOutcome::Members(steps))
+                            if shared.checkpoints && !steps.is_empty() =>
+                        {
+                            job.member_states(lane).unwrap_or_default()
                         }
-                        _ => None,
+                        _ => Vec::new(),
                     };
                     // A footprint too small for the device: back to waiting,
                     // with its state on the host and a larger estimate.
@@ -770,9 +781,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         continue;
                     }
                     let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                    if let Some(state) = checkpoint {
-                        st.emit(CoreEvent::Checkpoint { job: job_id, state });
-                    }
+
                     if let Some((bytes, seconds)) = swap_in {
                         st.emit(CoreEvent::Swapped {
                             job: job_id,
@@ -801,7 +810,13 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         }
                     }
                     // Only a job leaving frees memory or changes other lanes' work.
-                    if st.return_step(id, job_id, job, result, end - t0) {
+                    let left = st.return_step(id, job_id, job, result, end - t0);
+                    // After the report it covers, so that the runner stores
+                    // the report's value before the checkpoint.
+                    for (job, state) in checkpoints {
+                        st.emit(CoreEvent::Checkpoint { job, state });
+                    }
+                    if left {
                         st.admit_waiting();
                         drop(st);
                         shared.wake.notify_all();

@@ -95,6 +95,16 @@ pub enum WriteOp {
         /// Intermediate values up to this step stay (the checkpoint's).
         keep_steps: i64,
     },
+    /// Writes `bytes` to `path` (atomically: a temporary file and a rename)
+    /// after the transaction holding the ops sent before it has committed.
+    SaveFile {
+        path: std::path::PathBuf,
+        bytes: Vec<u8>,
+    },
+    /// Deletes `path` (if it is there) after the commit, in order with `SaveFile`.
+    RemoveFile {
+        path: std::path::PathBuf,
+    },
     /// The trials this process runs are alive (Optuna's `trial_heartbeats`).
     Heartbeat {
         trial_ids: Vec<i64>,
@@ -603,10 +613,28 @@ async fn apply(
                 cmds.sort_by_key(|(id, _)| *id);
                 taken.push((i, cmds.into_iter().map(|(_, c)| c).collect()));
             }
-            WriteOp::Flush { .. } => {}
+            WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
         }
     }
     tx.commit().await?;
+    // Files only now: what they cover is durable.
+    for op in batch.iter() {
+        if let WriteOp::SaveFile { path, bytes } = op {
+            let mut tmp = path.clone().into_os_string();
+            tmp.push(".tmp");
+            let saved = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|_| std::fs::write(&tmp, bytes))
+                .and_then(|_| std::fs::rename(&tmp, path));
+            if let Err(e) = saved {
+                return Err(sqlx::Error::Io(e));
+            }
+        }
+        if let WriteOp::RemoveFile { path } = op {
+            let _ = std::fs::remove_file(path);
+        }
+    }
     // Answers go out only now that their writes are durable.
     for (i, op) in batch.iter_mut().enumerate() {
         match op {
