@@ -289,7 +289,7 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
         .spawn()
         .unwrap();
     wait_for("two running trials", Duration::from_secs(30), || {
-        db.exists()
+        migrated(&db)
             && trials(&db, None)
                 .iter()
                 .filter(|t| t.state == TrialState::Running)

@@ -88,7 +88,7 @@ fn ten_kills_at_random_moments_lose_nothing() {
             kills += 1;
         }
         let _ = child.wait();
-        if !db.exists() {
+        if !migrated(&db) {
             continue;
         }
         integrity_ok(&db);
@@ -168,7 +168,7 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
             "no checkpoint appeared"
         );
         let n = std::fs::read_dir(&ckpts).map_or(0, |d| d.count());
-        let steps = if db.exists() {
+        let steps = if migrated(&db) {
             scalar(
                 &db,
                 "SELECT COALESCE(MIN(c), 0) FROM (SELECT COUNT(*) c FROM trial_intermediate_values GROUP BY trial_id)",
@@ -249,7 +249,7 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     let db = dir.path().join("beats.db");
     let mut child = spawn(dir.path(), &["h.toml", "--no-progress"]);
     let start = Instant::now();
-    while !(db.exists() && scalar(&db, "SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
+    while !(migrated(&db) && scalar(&db, "SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
         assert!(start.elapsed() < Duration::from_secs(30), "no heartbeats");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -334,7 +334,7 @@ fn a_study_the_dashboard_and_readers_share_the_database_for_60_seconds() {
         .spawn()
         .unwrap();
     let start = Instant::now();
-    while !db.exists() {
+    while !migrated(&db) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (mut reads, mut snaps) = (0, 0);

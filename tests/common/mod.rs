@@ -68,6 +68,16 @@ pub fn scalar(db: &Path, sql: &str) -> i64 {
     })
 }
 
+/// Whether the database at `db` exists and holds every table: a run
+/// creates the file first and its tables a moment later.
+pub fn migrated(db: &Path) -> bool {
+    db.exists()
+        && scalar(
+            db,
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'salus_commands'",
+        ) == 1
+}
+
 /// One optional text value of a query.
 pub fn scalar_text(db: &Path, sql: &str) -> Option<String> {
     block_on(async {
