@@ -43,11 +43,8 @@ impl Checkpoints {
 
     /// Writes `trial_id`'s checkpoint atomically; returns its size in bytes.
     pub fn save(&self, trial_id: i64, state: &TrialState) -> std::io::Result<usize> {
-        std::fs::create_dir_all(&self.dir)?;
         let bytes = state.to_bytes();
-        let tmp = self.dir.join(format!("trial-{trial_id}.state.tmp"));
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, self.path(trial_id))?;
+        write_atomic(&self.path(trial_id), &bytes)?;
         Ok(bytes.len())
     }
 
@@ -77,11 +74,6 @@ impl Checkpoints {
         ]
     }
 
-    pub fn remove(&self, trial_id: i64) {
-        let _ = std::fs::remove_file(self.path(trial_id));
-        let _ = std::fs::remove_file(self.dir.join(format!("trial-{trial_id}.external")));
-    }
-
     /// Deletes every file but the checkpoints of `live` trials.
     pub fn sweep(&self, live: &[i64]) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
@@ -95,18 +87,18 @@ impl Checkpoints {
             }
         }
     }
+}
 
-    /// Bytes on disk now.
-    pub fn disk_bytes(&self) -> u64 {
-        std::fs::read_dir(&self.dir)
-            .map(|it| {
-                it.flatten()
-                    .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0)
+/// Writes `bytes` to `path` through a temporary file and a rename, so a
+/// crash leaves the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
     }
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -150,7 +142,7 @@ mod tests {
             1,
             "bounded: one file per live trial"
         );
-        c.remove(2);
-        assert_eq!(c.disk_bytes(), 0);
+        c.sweep(&[]);
+        assert_eq!(std::fs::read_dir(c.dir()).unwrap().count(), 0);
     }
 }

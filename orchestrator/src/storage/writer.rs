@@ -620,16 +620,7 @@ async fn apply(
     // Files only now: what they cover is durable.
     for op in batch.iter() {
         if let WriteOp::SaveFile { path, bytes } = op {
-            let mut tmp = path.clone().into_os_string();
-            tmp.push(".tmp");
-            let saved = path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|_| std::fs::write(&tmp, bytes))
-                .and_then(|_| std::fs::rename(&tmp, path));
-            if let Err(e) = saved {
-                return Err(sqlx::Error::Io(e));
-            }
+            crate::checkpoint::write_atomic(path, bytes).map_err(sqlx::Error::Io)?;
         }
         if let WriteOp::RemoveFile { path } = op {
             let _ = std::fs::remove_file(path);
