@@ -7,9 +7,12 @@
 //! batched pass: one strided-batched GEMM per layer step instead of K.
 //!
 //! Membership changes at iteration boundaries only. A member that finishes,
-//! fails or is dropped leaves without disturbing the others: their slots
-//! are copied to the host and imported into a group of the new size before
-//! the next step (K small copies, rare next to the iterations). Each member's
+//! fails, is dropped or leaves (to wait paused, or to make way for a
+//! higher-priority trial), and a trial that joins, do so without disturbing
+//! the others: their slots are copied to the host and imported into a
+//! group of the new size before the next step (K small copies, rare next
+//! to the iterations). A group reserves memory for its capacity, so a join
+//! never asks the core for more. Each member's
 //! results equal the same trial run alone, within fp32 tolerance (the
 //! batched GEMM may block its sums differently).
 
@@ -33,19 +36,79 @@ struct Member<B: Backend> {
     pending: LossStats,
 }
 
-/// Tags of members to drop at the next boundary; cheap to clone and to
-/// hold outside the job (the orchestrator's pruner uses it).
-#[derive(Clone, Default)]
-pub struct FusedControl(Arc<Mutex<Vec<u64>>>);
+/// Membership changes asked for between boundaries, and the trials that
+/// left at one.
+struct Changes<B: Backend> {
+    drop: Vec<u64>,
+    leave: Vec<u64>,
+    join: Vec<(u64, TrainTrial<B>)>,
+    left: Vec<(u64, TrainTrial<B>)>,
+}
 
-impl FusedControl {
-    /// Drops member `tag` before the group's next iteration.
-    pub fn drop_member(&self, tag: u64) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(tag);
+/// How the orchestrator changes a running group's membership: each change
+/// takes effect at the group's next iteration boundary. Cheap to clone and
+/// to hold outside the job, which a lane thread may hold meanwhile.
+pub struct FusedControl<B: Backend>(Arc<Mutex<Changes<B>>>);
+
+impl<B: Backend> Clone for FusedControl<B> {
+    fn clone(&self) -> Self {
+        FusedControl(self.0.clone())
+    }
+}
+
+impl<B: Backend> Default for FusedControl<B> {
+    fn default() -> Self {
+        FusedControl(Arc::new(Mutex::new(Changes {
+            drop: Vec::new(),
+            leave: Vec::new(),
+            join: Vec::new(),
+            left: Vec::new(),
+        })))
+    }
+}
+
+impl<B: Backend> FusedControl<B> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Changes<B>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn take(&self) -> Vec<u64> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    /// Drops member `tag` (its state is discarded) before the next iteration.
+    pub fn drop_member(&self, tag: u64) {
+        self.lock().drop.push(tag);
+    }
+
+    /// Member `tag` leaves with its state at the next boundary; the step
+    /// lists it as [`MemberOutcome::Left`] and [`take_left`](Self::take_left)
+    /// hands it over.
+    pub fn leave(&self, tag: u64) {
+        self.lock().leave.push(tag);
+    }
+
+    /// `trial` joins the group at its next boundary, with its state on the
+    /// host. One the group cannot take (another fusion key, a full group)
+    /// comes back as [`MemberOutcome::Left`].
+    pub fn join(&self, tag: u64, trial: TrainTrial<B>) {
+        self.lock().join.push((tag, trial));
+    }
+
+    /// The members that left, their state on the host.
+    pub fn take_left(&self) -> Vec<(u64, TrainTrial<B>)> {
+        std::mem::take(&mut self.lock().left)
+    }
+
+    /// Joiners the group never took (it ended first).
+    pub fn take_unjoined(&self) -> Vec<(u64, TrainTrial<B>)> {
+        std::mem::take(&mut self.lock().join)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn take_changes(&self) -> (Vec<u64>, Vec<u64>, Vec<(u64, TrainTrial<B>)>) {
+        let mut c = self.lock();
+        (
+            std::mem::take(&mut c.drop),
+            std::mem::take(&mut c.leave),
+            std::mem::take(&mut c.join),
+        )
     }
 }
 
@@ -54,8 +117,11 @@ pub struct FusedTrials<B: Backend> {
     key: FusionKey,
     data: Arc<DeviceData<B>>,
     members: Vec<Member<B>>,
+    /// The most members the group takes; its footprint reserves them all,
+    /// so that joining never needs more memory than the core admitted.
+    capacity: usize,
     group: Option<MlpGroup<B>>,
-    control: FusedControl,
+    control: FusedControl<B>,
     last_report: Option<Report>,
 }
 
@@ -63,6 +129,13 @@ impl<B: Backend> FusedTrials<B> {
     /// Fuses `trials` (tag, trial), which must share a fusion key and hold
     /// their state on the host (as `TrainTrial::new_on_host` makes them).
     pub fn new(trials: Vec<(u64, TrainTrial<B>)>) -> Result<Self> {
+        let capacity = trials.len();
+        Self::with_capacity(trials, capacity)
+    }
+
+    /// As [`new`](Self::new), with room for `capacity` members in all, so
+    /// that more can join later.
+    pub fn with_capacity(trials: Vec<(u64, TrainTrial<B>)>, capacity: usize) -> Result<Self> {
         let Some((_, first)) = trials.first() else {
             return Err(WorkerError::Config("a fused group needs a member".into()));
         };
@@ -78,9 +151,16 @@ impl<B: Backend> FusedTrials<B> {
                 "trial {tag} is resident; fuse trials whose state is on the host"
             )));
         }
+        if trials.len() > capacity {
+            return Err(WorkerError::Config(format!(
+                "{} trials do not fit a group of {capacity}",
+                trials.len()
+            )));
+        }
         Ok(FusedTrials {
             key,
             data,
+            capacity,
             members: trials
                 .into_iter()
                 .map(|(tag, trial)| Member {
@@ -95,8 +175,8 @@ impl<B: Backend> FusedTrials<B> {
         })
     }
 
-    /// The handle through which members are dropped at a boundary.
-    pub fn control(&self) -> FusedControl {
+    /// The handle through which members join, leave or are dropped.
+    pub fn control(&self) -> FusedControl<B> {
         self.control.clone()
     }
 
@@ -175,26 +255,60 @@ impl<B: Backend> FusedTrials<B> {
         Ok(out)
     }
 
-    /// Drops the members the control asked to drop, at this boundary.
-    fn apply_drops(&mut self, lane: &mut Lane<B>) -> Result<()> {
-        let drops = self.control.take();
-        if drops.is_empty() || !self.members.iter().any(|m| drops.contains(&m.tag)) {
-            return Ok(());
+    /// Applies the changes the control asked for, at this boundary: drops,
+    /// then leaves, then joins (so that a leaver's seat can go to a joiner).
+    /// Returns a `Left` step for each trial handed back.
+    fn apply_changes(&mut self, lane: &mut Lane<B>) -> Result<Vec<MemberStep>> {
+        let (drops, leaves, joins) = self.control.take_changes();
+        let touches = |tags: &[u64]| self.members.iter().any(|m| tags.contains(&m.tag));
+        if !touches(&drops) && !touches(&leaves) && joins.is_empty() {
+            return Ok(Vec::new());
         }
+        // Every member to the host; the next step imports the new set.
         self.unload(lane)?;
         self.members.retain(|m| !drops.contains(&m.tag));
-        Ok(())
+        let mut handed = Vec::new();
+        for tag in leaves {
+            if let Some(pos) = self.members.iter().position(|m| m.tag == tag) {
+                handed.push((tag, self.members.remove(pos).trial));
+            }
+        }
+        for (tag, trial) in joins {
+            if trial.fusion_key() == self.key
+                && !trial.is_resident()
+                && self.members.len() < self.capacity
+            {
+                self.members.push(Member {
+                    tag,
+                    trial,
+                    pending: LossStats::default(),
+                });
+            } else {
+                handed.push((tag, trial));
+            }
+        }
+        let steps = handed
+            .iter()
+            .map(|(tag, _)| MemberStep {
+                tag: *tag,
+                outcome: MemberOutcome::Left,
+            })
+            .collect();
+        self.control.lock().left.extend(handed);
+        Ok(steps)
     }
 }
 
 impl<B: Backend> Job<B> for FusedTrials<B> {
+    /// Reserves every seat: a joiner may bring dropout too.
     fn footprint(&self) -> Footprint {
         let mut key = self.key.shape.clone();
-        key.slots = self.members.len().max(1);
-        key.dropout = self
-            .members
-            .iter()
-            .any(|m| m.trial.config().hparams.dropout > 0.0);
+        key.slots = self.capacity.max(self.members.len()).max(1);
+        key.dropout = self.capacity > self.members.len()
+            || self
+                .members
+                .iter()
+                .any(|m| m.trial.config().hparams.dropout > 0.0);
         Footprint {
             persistent_bytes: key.persistent_bytes(self.key.family),
             ephemeral_bytes: key.ephemeral_bytes(),
@@ -230,12 +344,13 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
     }
 
     /// One iteration of every member. The outcome is always
-    /// [`StepOutcome::Members`], listing the members at a report point or
-    /// at their end; those that ended have left the group.
+    /// [`StepOutcome::Members`], listing the members that left at this
+    /// boundary, then those at a report point or at their end; those that
+    /// ended have left the group.
     fn step(&mut self, lane: &mut Lane<B>) -> Result<StepOutcome> {
-        self.apply_drops(lane)?;
+        let mut steps = self.apply_changes(lane)?;
         if self.members.is_empty() {
-            return Ok(StepOutcome::Members(Vec::new()));
+            return Ok(StepOutcome::Members(steps));
         }
         self.swap_in(lane)?;
         let mut idx = Vec::new();
@@ -253,7 +368,7 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
             .filter_map(|(s, m)| m.trial.advance().map(|finished| (s, finished)))
             .collect();
         if due.is_empty() {
-            return Ok(StepOutcome::Members(Vec::new()));
+            return Ok(StepOutcome::Members(steps));
         }
         // One evaluation serves every member at a report point now.
         let train = group.take_train_stats(lane)?;
@@ -263,7 +378,6 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
             m.pending.metric_sum += t.metric_sum;
             m.pending.rows += t.rows;
         }
-        let mut steps = Vec::with_capacity(due.len());
         let mut ended = Vec::new();
         for (s, finished) in due {
             let m = &mut self.members[s];

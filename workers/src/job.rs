@@ -93,14 +93,18 @@ pub struct MemberStep {
     pub outcome: MemberOutcome,
 }
 
-/// What a fused member's iteration ended in. `Finished` and `Failed`
-/// members have left the group.
+/// What a fused member's iteration ended in. `Finished`, `Failed` and
+/// `Left` members have left the group.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MemberOutcome {
     Report(Report),
     Finished(Report),
     /// The trial diverged or broke; the reason, for the database.
     Failed(String),
+    /// The member left at this boundary, its state on the host, as its
+    /// group's control asked (or a joiner the group could not take). The
+    /// trial itself waits in the control: `FusedControl::take_left`.
+    Left,
 }
 
 /// A schedulable trial. See the module docs.

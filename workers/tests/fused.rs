@@ -44,18 +44,7 @@ fn alone(lane: &mut Lane<CpuBackend>, cfg: &TrialConfig) -> Vec<Report> {
     let data = small_classification();
     let dev = upload(lane, &data);
     let mut t = TrainTrial::new(lane, dev, cfg.clone()).unwrap();
-    let mut out = Vec::new();
-    loop {
-        match t.step(lane).unwrap() {
-            StepOutcome::Continue => {}
-            StepOutcome::Report(r) => out.push(r),
-            StepOutcome::Finished(r) => {
-                out.push(r);
-                return out;
-            }
-            StepOutcome::Members(_) => unreachable!(),
-        }
-    }
+    finish_alone(lane, &mut t)
 }
 
 #[track_caller]
@@ -85,6 +74,7 @@ fn run_fused(
     mut at: impl FnMut(u64, &mut FusedTrials<CpuBackend>, &mut Lane<CpuBackend>),
 ) -> BTreeMap<u64, Vec<Report>> {
     let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut left = Vec::new();
     let mut it = 0;
     while group.live_members() > 0 {
         at(it, &mut group, lane);
@@ -97,11 +87,29 @@ fn run_fused(
                     got.entry(s.tag).or_default().push(r)
                 }
                 MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+                MemberOutcome::Left => left.push(s.tag),
             }
         }
         it += 1;
     }
+    assert!(left.is_empty(), "members left unasked: {left:?}");
     got
+}
+
+/// Steps a lone trial to its end, collecting its reports.
+fn finish_alone(lane: &mut Lane<CpuBackend>, t: &mut TrainTrial<CpuBackend>) -> Vec<Report> {
+    let mut out = Vec::new();
+    loop {
+        match t.step(lane).unwrap() {
+            StepOutcome::Continue => {}
+            StepOutcome::Report(r) => out.push(r),
+            StepOutcome::Finished(r) => {
+                out.push(r);
+                return out;
+            }
+            StepOutcome::Members(_) => unreachable!(),
+        }
+    }
 }
 
 fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
@@ -180,4 +188,77 @@ fn only_trials_of_one_key_fuse() {
         .collect();
     let err = FusedTrials::new(trials).err().expect("different shapes");
     assert!(err.to_string().contains("fusion key"), "{err}");
+}
+
+#[test]
+fn trials_join_a_running_group_and_members_leave_with_their_state() {
+    let mut lane = cpu_lane(2);
+    let cfgs = configs();
+    let dev = upload(&mut lane, &small_classification());
+    let host = |i: usize| TrainTrial::new_on_host(dev.clone(), cfgs[i].clone()).unwrap();
+    let mut group = FusedTrials::with_capacity(vec![(0, host(0)), (1, host(1))], 3).unwrap();
+    let control = group.control();
+    // Trial 3 runs alone for a while, then joins with its state on the host.
+    let mut three = TrainTrial::new(&mut lane, dev.clone(), cfgs[3].clone()).unwrap();
+    let mut three_alone = Vec::new();
+    for _ in 0..7 {
+        if let StepOutcome::Report(r) = three.step(&mut lane).unwrap() {
+            three_alone.push(r);
+        }
+    }
+    three.swap_out(&mut lane).unwrap();
+    let mut three = Some(three);
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut left = Vec::new();
+    for it in 0.. {
+        if group.live_members() == 0 {
+            break;
+        }
+        if it == 3 {
+            control.join(2, host(2));
+            // The group is full (3 of 3): this one comes back.
+            control.join(9, host(0));
+        }
+        if it == 6 {
+            control.leave(0);
+        }
+        if it == 7 {
+            control.join(3, three.take().unwrap());
+        }
+        let StepOutcome::Members(steps) = group.step(&mut lane).unwrap() else {
+            panic!("a fused group reports per member")
+        };
+        for s in steps {
+            match s.outcome {
+                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
+                    got.entry(s.tag).or_default().push(r)
+                }
+                MemberOutcome::Left => left.push((it, s.tag)),
+                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+            }
+        }
+        assert!(group.len() <= 3, "capacity");
+    }
+    assert_eq!(
+        left,
+        vec![(3, 9), (6, 0)],
+        "the extra joiner, then the leaver"
+    );
+    let mut handed: BTreeMap<u64, TrainTrial<CpuBackend>> =
+        control.take_left().into_iter().collect();
+    assert!(control.take_unjoined().is_empty());
+    let extra = handed.remove(&9).unwrap();
+    assert_eq!(extra.iterations_done(), 0, "untouched");
+    // The leaver carries on alone where it left the group.
+    let mut zero = handed.remove(&0).unwrap();
+    assert_eq!(zero.iterations_done(), 6);
+    zero.swap_in(&mut lane).unwrap();
+    let mut zero_reports = got.remove(&0).unwrap_or_default();
+    zero_reports.extend(finish_alone(&mut lane, &mut zero));
+    assert_same(0, &zero_reports, &alone(&mut lane, &cfgs[0]));
+    for i in [1u64, 2] {
+        assert_same(i, &got[&i], &alone(&mut lane, &cfgs[i as usize]));
+    }
+    three_alone.extend(got.remove(&3).unwrap());
+    assert_same(3, &three_alone, &alone(&mut lane, &cfgs[3]));
 }
