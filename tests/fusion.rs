@@ -1,6 +1,7 @@
-//! Fused execution end to end: trials of one shape that start together
-//! train as fused groups, record the same results as unfused runs, and
-//! leave their groups when the median rule prunes them.
+//! Fused execution end to end: trials of one shape train as fused groups,
+//! record the same results as unfused runs, leave their groups when the
+//! median rule prunes them or ASHA pauses them, and later trials (new or
+//! promoted) join running groups.
 
 mod common;
 
@@ -8,13 +9,17 @@ use common::*;
 use salus_tune::storage::TrialState;
 
 fn fixed_shape_study(name: &str, fuse: usize, pruner: &str) -> String {
+    study_of(name, 8, 8, fuse, pruner)
+}
+
+fn study_of(name: &str, trials: usize, concurrent: usize, fuse: usize, pruner: &str) -> String {
     format!(
-        "[study]\nname = \"{name}\"\ntrials = 8\nseed = 5\nmetric = \"val_loss\"\n\n\
+        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 5\nmetric = \"val_loss\"\n\n\
          [model]\ndepth = 1\nwidth = 32\n\n\
          [train]\noptimizer = \"adam\"\ndropout = {{ float = [0.0, 0.3] }}\nlr = {{ float = [1e-3, 3e-2], log = true }}\n\
          weight_decay = {{ float = [1e-6, 1e-3], log = true }}\nbatch_size = 64\nepochs = 4\n\n\
          [sampler]\nkind = \"random\"\n\n{pruner}\
-         [scheduler]\nmax_concurrent = 8\nlanes = 2\nfuse = {fuse}\n"
+         [scheduler]\nmax_concurrent = {concurrent}\nlanes = 2\nfuse = {fuse}\n"
     )
 }
 
@@ -85,4 +90,76 @@ fn the_median_rule_prunes_members_out_of_their_groups() {
         assert!((2..4).contains(&(steps.len() as i64)), "{steps:?}");
         assert_eq!(steps, (1..=steps.len() as i64).collect::<Vec<_>>());
     }
+}
+
+/// Each trial's `salus:fused_with`: the trial numbers of its last group.
+fn groups(db: &std::path::Path) -> Vec<(i64, Vec<i64>)> {
+    let n = scalar(db, "SELECT COUNT(*) FROM trials");
+    (0..n)
+        .filter_map(|number| {
+            let json = scalar_text(
+                db,
+                &format!(
+                    "SELECT a.value_json FROM trial_system_attributes a \
+                     JOIN trials t ON t.trial_id = a.trial_id \
+                     WHERE a.key = 'salus:fused_with' AND t.number = {number}"
+                ),
+            )?;
+            Some((number, serde_json::from_str(&json).unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn asha_pauses_members_out_of_groups_and_later_trials_join_running_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let asha = "[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n";
+    write(
+        dir.path(),
+        "f.toml",
+        &study_of("asha-fused", 12, 4, 4, asha),
+    );
+    write(
+        dir.path(),
+        "a.toml",
+        &study_of("asha-alone", 12, 4, 1, asha),
+    );
+    for f in ["f.toml", "a.toml"] {
+        let out = run_in(dir.path(), &[f, "--no-progress"]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out));
+    }
+    let (fdb, adb) = (
+        dir.path().join("asha-fused.db"),
+        dir.path().join("asha-alone.db"),
+    );
+    let (fused, alone) = (trials(&fdb, None), trials(&adb, None));
+    assert_eq!(fused.len(), 12);
+    // Every trial's curve is its own, whether it ran fused, paused out of
+    // a group, or rejoined one: the steps both runs reached agree.
+    for (f, a) in fused.iter().zip(&alone) {
+        assert_eq!(f.params, a.params, "same seed, same proposals");
+        assert!(matches!(f.state, TrialState::Complete | TrialState::Pruned));
+        for ((fs, fv), (as_, av)) in f.intermediate.iter().zip(&a.intermediate) {
+            assert_eq!(fs, as_);
+            assert!(
+                (fv - av).abs() <= 1e-4 * av.abs().max(1.0),
+                "trial {} step {fs}: fused {fv}, alone {av}",
+                f.number
+            );
+        }
+    }
+    // Some trials paused at a rung and ran on after it: promoted ones.
+    let promoted = scalar(
+        &fdb,
+        "SELECT COUNT(DISTINCT trial_id) FROM salus_priority WHERE reason = 'promoted'",
+    );
+    assert!(promoted > 0, "ASHA promoted nobody");
+    let g = groups(&fdb);
+    assert!(g.len() >= 8, "most trials ran fused: {g:?}");
+    // Trials started after the first four joined the running group.
+    assert!(
+        g.iter()
+            .any(|(n, with)| *n >= 4 && with.iter().any(|m| *m < 4)),
+        "no later trial joined a running group: {g:?}"
+    );
 }

@@ -233,8 +233,9 @@ impl<B: Backend> TrainTrial<B> {
         self.swapped.take()
     }
 
-    /// The state held on the host, if the trial is not resident.
-    pub(crate) fn host_state(&self) -> Option<&TrialState> {
+    /// The state held on the host, if the trial is not resident: what a
+    /// checkpoint of a trial waiting off the device holds.
+    pub fn host_state(&self) -> Option<&TrialState> {
         self.swapped.as_ref()
     }
 

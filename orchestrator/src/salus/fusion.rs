@@ -10,9 +10,16 @@
 //!   and of 8 at 66-77%. So a CPU group holds at most [`CPU_GROUP_BYTES`] of
 //!   persistent state (and at least two members). A GPU wants one large
 //!   batched launch per op, and has no such bound.
+//!
+//! Who holds a group's seats is [`reseat`]'s choice, also pure: trials
+//! waiting to run (new ones, promoted ones, preempted ones) take free seats
+//! in arrival order; under `priority` the highest-priority trials hold the
+//! seats, and a member outranked by a waiting trial leaves to make way.
 
 use kernels::DeviceKind;
 use workers::Footprint;
+
+use super::policy::Policy;
 
 /// Persistent state a CPU group may sweep per op.
 pub const CPU_GROUP_BYTES: usize = 8 << 20;
@@ -37,9 +44,157 @@ pub fn split(k: usize, cap: usize) -> Vec<usize> {
         .collect()
 }
 
+/// A trial that holds, or wants, a seat in a group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seat {
+    pub id: u64,
+    /// Higher first under `priority`.
+    pub priority: f64,
+    /// Smaller arrived earlier (the trial number).
+    pub arrival: i64,
+}
+
+/// Changes to one group's membership, made at its next boundary.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reseat {
+    /// Waiting trials that join, best first.
+    pub join: Vec<u64>,
+    /// Members that leave to make way.
+    pub evict: Vec<u64>,
+}
+
+/// Who holds the seats of a group with `capacity` seats, `members` in it
+/// now, when `waiting` trials of its fusion key want one.
+///
+/// Members keep their seats and waiting trials fill free ones, earliest
+/// arrival first. Under `priority` the `capacity` highest-priority trials
+/// of both hold the seats: a member leaves only for a waiting trial of
+/// strictly higher priority (ties keep members, so seats do not churn), and
+/// free seats go to the highest priorities first.
+pub fn reseat(policy: Policy, capacity: usize, members: &[Seat], waiting: &[Seat]) -> Reseat {
+    let mut waiting = waiting.to_vec();
+    if policy != Policy::Priority {
+        waiting.sort_by_key(|s| s.arrival);
+        let free = capacity.saturating_sub(members.len());
+        return Reseat {
+            join: waiting.iter().take(free).map(|s| s.id).collect(),
+            evict: Vec::new(),
+        };
+    }
+    // Members first among equals: a tie never evicts.
+    let mut all: Vec<(bool, Seat)> = members
+        .iter()
+        .map(|s| (true, *s))
+        .chain(waiting.iter().map(|s| (false, *s)))
+        .collect();
+    all.sort_by(|(am, a), (bm, b)| {
+        b.priority
+            .total_cmp(&a.priority)
+            .then(bm.cmp(am))
+            .then(a.arrival.cmp(&b.arrival))
+    });
+    let (seated, rest) = all.split_at(capacity.min(all.len()));
+    Reseat {
+        join: seated
+            .iter()
+            .filter(|(m, _)| !m)
+            .map(|(_, s)| s.id)
+            .collect(),
+        evict: rest.iter().filter(|(m, _)| *m).map(|(_, s)| s.id).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seat(id: u64, priority: f64) -> Seat {
+        Seat {
+            id,
+            priority,
+            arrival: id as i64,
+        }
+    }
+
+    #[test]
+    fn waiting_trials_fill_free_seats_in_arrival_order() {
+        let members = [seat(1, 0.0), seat(2, 0.0)];
+        let waiting = [seat(7, 5.0), seat(4, 0.0), seat(5, 9.0)];
+        for policy in [Policy::Pack, Policy::Fair, Policy::Fifo, Policy::Srtf] {
+            assert_eq!(
+                reseat(policy, 4, &members, &waiting),
+                Reseat {
+                    join: vec![4, 5],
+                    evict: vec![]
+                },
+                "{policy:?}"
+            );
+            // A full group takes nobody and evicts nobody.
+            assert_eq!(reseat(policy, 2, &members, &waiting), Reseat::default());
+        }
+    }
+
+    #[test]
+    fn under_priority_the_highest_priorities_hold_the_seats() {
+        let members = [seat(1, 0.5), seat(2, 1.2), seat(3, 0.1)];
+        // Room for one: the best waiting trial takes it.
+        let r = reseat(
+            Policy::Priority,
+            4,
+            &members,
+            &[seat(8, 0.05), seat(9, 2.1)],
+        );
+        assert_eq!(r.join, vec![9]);
+        assert!(r.evict.is_empty());
+        // Both outrank the lowest member: one takes the free seat, one its.
+        let r = reseat(Policy::Priority, 4, &members, &[seat(8, 0.3), seat(9, 2.1)]);
+        assert_eq!(r.join, vec![9, 8]);
+        assert_eq!(r.evict, vec![3]);
+        // Full: a promoted trial (rung 2) pushes out the lowest member.
+        let r = reseat(
+            Policy::Priority,
+            3,
+            &members,
+            &[seat(9, 2.1), seat(8, 0.05)],
+        );
+        assert_eq!(r.join, vec![9]);
+        assert_eq!(r.evict, vec![3]);
+        // A tie keeps the member.
+        let r = reseat(Policy::Priority, 3, &members, &[seat(9, 0.1)]);
+        assert_eq!(r, Reseat::default());
+    }
+
+    #[test]
+    fn reseating_keeps_the_group_within_capacity_and_takes_the_best() {
+        use proptest::prelude::*;
+        let seats = || prop::collection::vec((0u8..4, any::<bool>()), 0..10);
+        proptest!(|(cap in 1usize..6, m in seats(), w in seats(), prio in any::<bool>())| {
+            let policy = if prio { Policy::Priority } else { Policy::Fifo };
+            let members: Vec<Seat> = m.iter().take(cap).enumerate()
+                .map(|(i, (p, _))| seat(i as u64, *p as f64)).collect();
+            let waiting: Vec<Seat> = w.iter().enumerate()
+                .map(|(i, (p, _))| seat(100 + i as u64, *p as f64)).collect();
+            let r = reseat(policy, cap, &members, &waiting);
+            let size = members.len() - r.evict.len() + r.join.len();
+            prop_assert!(size <= cap);
+            prop_assert_eq!(size, cap.min(members.len() + waiting.len()), "seats stay filled");
+            prop_assert!(r.join.iter().all(|j| waiting.iter().any(|s| s.id == *j)));
+            prop_assert!(r.evict.iter().all(|j| members.iter().any(|s| s.id == *j)));
+            if prio {
+                // Nobody left out outranks anybody seated.
+                let seated: Vec<f64> = members.iter().filter(|s| !r.evict.contains(&s.id))
+                    .chain(waiting.iter().filter(|s| r.join.contains(&s.id)))
+                    .map(|s| s.priority).collect();
+                let out = members.iter().filter(|s| r.evict.contains(&s.id))
+                    .chain(waiting.iter().filter(|s| !r.join.contains(&s.id)));
+                for s in out {
+                    prop_assert!(seated.iter().all(|&p| p >= s.priority));
+                }
+            } else {
+                prop_assert!(r.evict.is_empty());
+            }
+        });
+    }
 
     fn fp(persistent: usize, ephemeral: usize) -> Footprint {
         Footprint {

@@ -18,10 +18,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::Receiver;
 
 use kernels::{Backend, DeviceKind};
-use workers::{
-    DeviceData, FusedControl, FusedTrials, Job, Lane, MemberOutcome, Report, TrainTrial,
-    WorkerError,
-};
+use workers::{DeviceData, Job, Lane, MemberOutcome, Report, TrainTrial, WorkerError};
+
+mod gangs;
+use gangs::{Gang, Parked};
 
 use crate::checkpoint::Checkpoints;
 use crate::error::{Error, Result};
@@ -30,12 +30,11 @@ use crate::progress::Reporter;
 use crate::pruner::{Curve, Curves, Decision, Pruner, priority, value_at};
 use crate::salus::JobId;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
-use crate::salus::fusion;
 use crate::salus::ledger::MemoryLedger;
-use crate::salus::policy::default_policy;
+use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
-use crate::storage::writer::{LaneStats, RunInfo, TrialResources, WriteOp};
+use crate::storage::writer::{LaneStats, RunInfo, WriteOp};
 use crate::storage::{StudyInfo, TrialRow, TrialState, Writer};
 use crate::study::{PrunerKind, SamplerKind, Study};
 
@@ -126,6 +125,8 @@ struct Flight {
     history_index: usize,
     footprint: workers::Footprint,
     total_iterations: u64,
+    /// Its latest priority (0 until it reaches a rung).
+    priority: f64,
 }
 
 /// Per-lane totals for `salus_lane_stats`.
@@ -200,7 +201,7 @@ impl Runner<'_> {
             self.take_commands(&mut st)?;
             self.heartbeat(&mut st)?;
             self.fill(&mut st, timed_out)?;
-            self.close_paused(&mut st, timed_out);
+            self.close_paused(&mut st, timed_out)?;
             if st.in_flight.is_empty() {
                 if timed_out {
                     self.reporter.note(&format!(
@@ -395,11 +396,9 @@ impl Runner<'_> {
             closing: BTreeSet::new(),
             trial_ids: BTreeMap::new(),
             lanes: BTreeMap::new(),
-            fuse: if study.pruner.pauses() {
-                1
-            } else {
-                study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1)
-            },
+            fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
+            policy: config.policy,
+            parked: BTreeMap::new(),
             lane_budget: config.budget / config.lanes.max(1) as u64,
             core_kind: backend.kind(),
             gangs: BTreeMap::new(),
@@ -414,9 +413,9 @@ impl Runner<'_> {
     }
 
     /// Submits trials (waiting ones first, then new proposals) while slots,
-    /// the budget and the time allow. Paused trials hold no slot. Trials of
-    /// one fusion key submitted together run as fused groups (up to
-    /// `[scheduler] fuse` members, as many as a lane's memory holds).
+    /// the budget and the time allow. Paused trials hold no slot. With
+    /// fusion on, new trials and parked ones that may run again join
+    /// running groups of their fusion key or form new ones (see `gangs`).
     fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
@@ -484,6 +483,7 @@ impl Runner<'_> {
                     total_iterations: w.iterations,
                     history_index,
                     pending,
+                    priority: 0.0,
                 };
                 let id = st.core.submit(Box::new(trial), 0.0, "external");
                 st.trial_ids.insert(id, flight.pending.trial_id);
@@ -513,6 +513,7 @@ impl Runner<'_> {
                         total_iterations: trial.total_iterations(),
                         history_index,
                         pending,
+                        priority: 0.0,
                     };
                     batch.push((trial, flight));
                 }
@@ -522,96 +523,45 @@ impl Runner<'_> {
                 }
             }
         }
-        let kind = st.core_kind;
-        for group in fusion_groups(batch, kind, st.fuse, st.lane_budget) {
-            self.submit(st, group)?;
-        }
-        Ok(())
-    }
-
-    /// Submits one trial, or several of one fusion key as a fused group.
-    fn submit<B: Backend>(
-        &mut self,
-        st: &mut RunState<B>,
-        mut group: Vec<(TrainTrial<B>, Flight)>,
-    ) -> Result<()> {
-        if group.len() == 1 {
-            let (trial, flight) = group.pop().expect("one trial");
-            let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
-            st.trial_ids.insert(id, flight.pending.trial_id);
-            st.in_flight.insert(id, flight);
-            return Ok(());
-        }
-        let mut members = Vec::with_capacity(group.len());
-        let mut tagged = Vec::with_capacity(group.len());
-        for (trial, flight) in group {
-            let tag = st.next_member;
-            st.next_member += 1;
-            st.trial_ids.insert(tag, flight.pending.trial_id);
-            st.in_flight.insert(tag, flight);
-            members.push(tag);
-            tagged.push((tag, trial));
-        }
-        let fused = FusedTrials::new(tagged)?;
-        let control = fused.control();
-        let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
-        let numbers: Vec<i64> = members
-            .iter()
-            .map(|m| st.in_flight[m].pending.number)
-            .collect();
-        for m in &members {
-            self.writer.send(WriteOp::TrialAttr {
-                trial_id: st.in_flight[m].pending.trial_id,
-                key: "salus:fused_with",
-                value_json: serde_json::json!(numbers).to_string(),
-            })?;
-        }
-        // The group's timeline is filed under its first member.
-        st.trial_ids.insert(id, st.trial_ids[&members[0]]);
-        for &m in &members {
-            st.member_gang.insert(m, id);
-        }
-        st.gangs.insert(
-            id,
-            Gang {
-                control,
-                members,
-                held: BTreeSet::new(),
-            },
-        );
-        Ok(())
+        self.place(st, batch)
     }
 
     /// When only paused trials are left and no new trial may start, none can
     /// be promoted any more: they end as PRUNED at their rung.
-    fn close_paused<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) {
+    fn close_paused<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let can_start =
             !st.exhausted && !timed_out && st.finished + (st.in_flight.len() as u64) < st.budget;
         if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
-            for &job in st.paused.keys() {
-                if st.closing.insert(job) {
-                    st.core.prune(job);
+            let paused: Vec<JobId> = st.paused.keys().copied().collect();
+            for job in paused {
+                let iterations = st
+                    .parked
+                    .get(&job)
+                    .and_then(|p| p.trial.as_ref())
+                    .map_or(0, |t| t.iterations_done());
+                // A parked member has no core job to end: it ends here.
+                if st.closing.insert(job) && st.prune(job) {
+                    self.on_pruned(st, job, iterations, 0.0)?;
                 }
             }
         }
+        Ok(())
     }
 
     fn on_event<B: Backend>(&mut self, st: &mut RunState<B>, event: CoreEvent) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                let ids = st.gangs.get(&job).map_or(vec![job], |g| g.members.clone());
+                let ids = match st.gangs.get_mut(&job) {
+                    Some(g) => {
+                        g.lane = Some(lane);
+                        g.members.clone()
+                    }
+                    None => vec![job],
+                };
                 for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
-                    let fp = f.footprint;
                     self.writer.send(WriteOp::Resources {
                         trial_id: f.pending.trial_id,
-                        resources: TrialResources {
-                            device: st.device.clone(),
-                            lane: Some(lane as i64),
-                            persistent_bytes: fp.persistent_bytes as i64,
-                            ephemeral_bytes: fp.ephemeral_bytes as i64,
-                            shared_bytes: fp.shared_bytes as i64,
-                            total_iterations: f.total_iterations as i64,
-                        },
+                        resources: st.resources(f, lane),
                     })?;
                 }
                 Ok(())
@@ -639,13 +589,18 @@ impl Runner<'_> {
                 for m in steps {
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
+                        MemberOutcome::Left => {
+                            if let Some(control) = st.gangs.get(&job).map(|g| g.control.clone()) {
+                                st.take_back(&control);
+                            }
+                        }
                         MemberOutcome::Finished(r) => {
-                            self.leave_gang(st, job, m.tag);
+                            st.leave_gang(job, m.tag);
                             let iterations = r.iteration;
                             self.on_finished(st, m.tag, r, iterations, share)?
                         }
                         MemberOutcome::Failed(reason) => {
-                            self.leave_gang(st, job, m.tag);
+                            st.leave_gang(job, m.tag);
                             let Some(f) = st.in_flight.remove(&m.tag) else {
                                 continue;
                             };
@@ -673,6 +628,10 @@ impl Runner<'_> {
                 Ok(())
             }
             CoreEvent::GroupEnded { job, .. } => {
+                // Joiners it never took wait for another group.
+                if let Some(control) = st.gangs.get(&job).map(|g| g.control.clone()) {
+                    st.take_back(&control);
+                }
                 if let Some(g) = st.gangs.remove(&job) {
                     for m in g.members {
                         st.member_gang.remove(&m);
@@ -692,21 +651,35 @@ impl Runner<'_> {
                 iterations,
                 device_seconds,
             } => {
-                let Some(f) = st.in_flight.remove(&job) else {
-                    return Ok(());
-                };
-                st.paused.remove(&job);
-                st.closing.remove(&job);
-                st.finished += 1;
                 let reason = match error {
                     WorkerError::Diverged { iteration, loss } => {
                         format!("diverged at iteration {iteration}: training loss is {loss}")
                     }
                     e => e.to_string(),
                 };
-                self.fail(&f.pending, iterations as i64, device_seconds, reason)?;
-                self.reporter
-                    .trial_end(f.pending.number, None, st.best, st.finished);
+                // A fused group fails all its members; joiners it never took live on.
+                let jobs = match st.gangs.get(&job).map(|g| g.control.clone()) {
+                    Some(control) => {
+                        st.take_back(&control);
+                        let g = st.gangs.remove(&job).expect("gang");
+                        for m in &g.members {
+                            st.member_gang.remove(m);
+                        }
+                        g.members
+                    }
+                    None => vec![job],
+                };
+                for j in jobs {
+                    let Some(f) = st.in_flight.remove(&j) else {
+                        continue;
+                    };
+                    st.paused.remove(&j);
+                    st.closing.remove(&j);
+                    st.finished += 1;
+                    self.fail(&f.pending, iterations as i64, device_seconds, reason.clone())?;
+                    self.reporter
+                        .trial_end(f.pending.number, None, st.best, st.finished);
+                }
                 Ok(())
             }
             CoreEvent::Pruned {
@@ -766,8 +739,13 @@ impl Runner<'_> {
             Decision::Pause { rung: k } => {
                 let p = priority.unwrap_or(0.0);
                 st.set_priority(job, p);
-                st.core.pause(job);
-                st.core.release(job);
+                if st.is_member(job) {
+                    // It waits off the device, out of its group.
+                    st.park(job, false);
+                } else {
+                    st.core.pause(job);
+                    st.core.release(job);
+                }
                 st.paused.insert(job, k);
                 self.writer.send(WriteOp::Priority {
                     trial_id,
@@ -899,57 +877,58 @@ impl Runner<'_> {
         while let Ok(event) = st.events.try_recv() {
             self.on_event(&mut st, event)?;
         }
+        // Trials groups handed back (or never took) wait parked like the rest.
+        let controls: Vec<_> = st.gangs.values().map(|g| g.control.clone()).collect();
+        for c in &controls {
+            st.take_back(c);
+        }
         let RunState {
             core,
             events,
-            mut in_flight,
+            in_flight,
             gangs,
+            parked,
             backend,
             ..
         } = st;
         let mut st_lanes = st.lanes;
         // Whatever has not ended goes back to WAITING and runs first on
-        // resume, from a checkpoint taken now where it can be.
+        // resume, from a checkpoint taken now where it can be: a lone
+        // trial's state, each member's of a fused group, a parked trial's.
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
-        for (job, mut boxed) in stopped {
-            let members = gangs.get(&job).map_or(vec![job], |g| g.members.clone());
-            // A lone trial's state, or each member's of a fused group.
-            let states: BTreeMap<JobId, workers::TrialState> =
-                match (&self.checkpoints, lane.as_mut()) {
-                    (Some(_), Some(lane)) if gangs.contains_key(&job) => boxed
-                        .member_states(lane)
-                        .unwrap_or_default()
-                        .into_iter()
-                        .collect(),
-                    (Some(_), Some(lane)) => boxed
-                        .export_state(lane)
-                        .ok()
-                        .map(|s| (job, s))
-                        .into_iter()
-                        .collect(),
-                    _ => BTreeMap::new(),
-                };
-            for m in members {
-                let Some(f) = in_flight.remove(&m) else {
-                    continue;
-                };
-                let keep = match (&self.checkpoints, states.get(&m)) {
-                    (Some(c), Some(s)) => {
-                        self.writer.send(WriteOp::SaveFile {
-                            path: c.path_of(f.pending.trial_id),
-                            bytes: s.to_bytes(),
-                        })?;
-                        s.reports as i64
-                    }
-                    _ => 0,
-                };
-                self.writer.send(WriteOp::Requeue {
-                    trial_id: f.pending.trial_id,
-                    keep_steps: keep,
-                })?;
-                self.reporter.trial_interrupted(f.pending.number);
+        let mut states: BTreeMap<JobId, workers::TrialState> = BTreeMap::new();
+        if self.checkpoints.is_some() {
+            for (job, mut boxed) in stopped {
+                let Some(lane) = lane.as_mut() else { break };
+                if gangs.contains_key(&job) {
+                    states.extend(boxed.member_states(lane).unwrap_or_default());
+                } else if let Ok(s) = boxed.export_state(lane) {
+                    states.insert(job, s);
+                }
             }
+            for (job, p) in parked {
+                if let Some(s) = p.trial.as_ref().and_then(|t| t.host_state()) {
+                    states.insert(job, s.clone());
+                }
+            }
+        }
+        for (job, f) in in_flight {
+            let keep = match (&self.checkpoints, states.get(&job)) {
+                (Some(c), Some(s)) => {
+                    self.writer.send(WriteOp::SaveFile {
+                        path: c.path_of(f.pending.trial_id),
+                        bytes: s.to_bytes(),
+                    })?;
+                    s.reports as i64
+                }
+                _ => 0,
+            };
+            self.writer.send(WriteOp::Requeue {
+                trial_id: f.pending.trial_id,
+                keep_steps: keep,
+            })?;
+            self.reporter.trial_interrupted(f.pending.number);
         }
         // Lanes flush their last timeline segments as they stop.
         for event in events.try_iter() {
@@ -1037,14 +1016,14 @@ impl Runner<'_> {
                 .iter()
                 .find(|(_, f)| f.pending.trial_id == cmd.trial_id)
                 .map(|(&j, _)| j);
-            let member = job.is_some_and(|j| st.member_gang.contains_key(&j));
             let outcome = match (job, cmd.action.as_str()) {
                 (None, _) => "ignored: the trial is not running",
-                (Some(_), "pause" | "resume") if member => {
-                    "ignored: a fused group's member can be pruned, not paused"
-                }
                 (Some(j), "pause") => {
-                    st.core.pause(j);
+                    if st.is_member(j) {
+                        st.park(j, false);
+                    } else {
+                        st.core.pause(j);
+                    }
                     st.user_paused.insert(j);
                     self.writer.send(WriteOp::Priority {
                         trial_id: cmd.trial_id,
@@ -1056,7 +1035,11 @@ impl Runner<'_> {
                 }
                 (Some(j), "resume") => {
                     if st.user_paused.remove(&j) {
-                        st.core.resume(j);
+                        if st.parked.contains_key(&j) {
+                            st.unpark(j);
+                        } else {
+                            st.core.resume(j);
+                        }
                         self.writer.send(WriteOp::Priority {
                             trial_id: cmd.trial_id,
                             priority: 0.0,
@@ -1070,8 +1053,9 @@ impl Runner<'_> {
                 }
                 (Some(j), "prune") => {
                     st.closing.insert(j);
-                    st.user_paused.remove(&j);
-                    st.core.resume(j);
+                    if st.user_paused.remove(&j) && !st.is_member(j) {
+                        st.core.resume(j);
+                    }
                     self.writer.send(WriteOp::Priority {
                         trial_id: cmd.trial_id,
                         priority: 0.0,
@@ -1093,15 +1077,6 @@ impl Runner<'_> {
             })?;
         }
         Ok(())
-    }
-
-    /// Forgets a member that ended inside its group.
-    fn leave_gang<B: Backend>(&self, st: &mut RunState<B>, gang: JobId, member: JobId) {
-        st.member_gang.remove(&member);
-        if let Some(g) = st.gangs.get_mut(&gang) {
-            g.members.retain(|&m| m != member);
-            g.held.remove(&member);
-        }
     }
 
     /// Resumes the paused trials the pruner now promotes.
@@ -1129,10 +1104,15 @@ impl Runner<'_> {
                 .and_then(|c| c.values.keys().next_back().copied())
                 .unwrap_or(0);
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
-            st.core.set_priority(job, p);
-            st.core.resume(job);
+            let trial_id = f.pending.trial_id;
+            st.set_priority(job, p);
+            if st.parked.contains_key(&job) {
+                st.unpark(job);
+            } else {
+                st.core.resume(job);
+            }
             self.writer.send(WriteOp::Priority {
-                trial_id: f.pending.trial_id,
+                trial_id,
                 priority: p,
                 rung: Some(k as i64),
                 reason: "promoted",
@@ -1291,7 +1271,11 @@ struct RunState<B: Backend> {
     lane_budget: u64,
     core_kind: DeviceKind,
     /// Fused jobs, by the core's id.
-    gangs: BTreeMap<JobId, Gang>,
+    gangs: BTreeMap<JobId, Gang<B>>,
+    /// Fused members waiting off the device between groups.
+    parked: BTreeMap<JobId, Parked<B>>,
+    /// The core's policy, which also seats fused groups.
+    policy: Policy,
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
     member_gang: BTreeMap<JobId, JobId>,
     next_member: JobId,
@@ -1309,61 +1293,6 @@ pub const DEFAULT_FUSE: usize = 8;
 
 /// Fused members get ids of their own, far from the core's.
 const FIRST_MEMBER: JobId = 1 << 48;
-
-/// A fused job: its members, and those whose report awaits a decision.
-struct Gang {
-    control: FusedControl,
-    members: Vec<JobId>,
-    held: BTreeSet<JobId>,
-}
-
-/// The core's per-trial controls, routed to a fused group for its members.
-impl<B: Backend> RunState<B> {
-    fn release(&mut self, job: JobId) {
-        match self.member_gang.get(&job) {
-            Some(&g) => {
-                if let Some(gang) = self.gangs.get_mut(&g) {
-                    gang.held.remove(&job);
-                    if gang.held.is_empty() {
-                        self.core.release(g);
-                    }
-                }
-            }
-            None => self.core.release(job),
-        }
-    }
-
-    /// A group has one priority; its members' ranks do not move it.
-    fn set_priority(&mut self, job: JobId, p: f64) {
-        if !self.member_gang.contains_key(&job) {
-            self.core.set_priority(job, p);
-        }
-    }
-
-    /// Prunes at the next boundary. A fused member leaves its group there;
-    /// `true` says the caller must record its end now, as no core event will.
-    fn prune(&mut self, job: JobId) -> bool {
-        match self.member_gang.remove(&job) {
-            Some(g) => {
-                if let Some(gang) = self.gangs.get_mut(&g) {
-                    gang.control.drop_member(job);
-                    gang.members.retain(|&m| m != job);
-                }
-                if let Some(gang) = self.gangs.get_mut(&g)
-                    && gang.held.remove(&job)
-                    && gang.held.is_empty()
-                {
-                    self.core.release(g);
-                }
-                true
-            }
-            None => {
-                self.core.prune(job);
-                false
-            }
-        }
-    }
-}
 
 /// A trial's priority at rung `k`: its rank among the values reported at
 /// `step` by every trial.
@@ -1394,34 +1323,6 @@ pub fn describe(study: &Study, params: &Params) -> String {
         .map(|name| format!("{name}={}", study.value(params, name)))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Splits a batch of new trials into submissions: trials of one fusion key
-/// become groups as large as [`fusion::group_cap`] allows; the rest go alone.
-fn fusion_groups<B: Backend>(
-    batch: Vec<(TrainTrial<B>, Flight)>,
-    kind: DeviceKind,
-    fuse: usize,
-    lane_budget: u64,
-) -> Vec<Vec<(TrainTrial<B>, Flight)>> {
-    type Run<B> = Vec<(TrainTrial<B>, Flight)>;
-    let mut by_key: Vec<(workers::FusionKey, Run<B>)> = Vec::new();
-    for (trial, flight) in batch {
-        let key = trial.fusion_key();
-        match by_key.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => v.push((trial, flight)),
-            None => by_key.push((key, vec![(trial, flight)])),
-        }
-    }
-    let mut out = Vec::new();
-    for (_, mut trials) in by_key {
-        let cap = fusion::group_cap(kind, fuse, lane_budget, &trials[0].1.footprint);
-        for n in fusion::split(trials.len(), cap) {
-            let rest = trials.split_off(n);
-            out.push(std::mem::replace(&mut trials, rest));
-        }
-    }
-    out
 }
 
 /// A trial's parameters for its worker, as JSON: the sampled ones and the

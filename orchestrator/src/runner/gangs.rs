@@ -1,0 +1,367 @@
+//! Fused groups as the runner sees them: who is in which group, who waits
+//! off the device between groups, and where a waiting trial goes.
+//!
+//! With fusion on (`[scheduler] fuse` > 1) every built-in trial runs as a
+//! member of a group ([`Gang`]), even a group of one, so that later trials
+//! of its fusion key can join it at a boundary. A member leaves its group
+//! with its state on the host when it pauses (at an ASHA or Hyperband rung,
+//! or from the dashboard) or when a higher-priority trial takes its seat;
+//! it then waits [`Parked`] until it may run again, and is placed like a
+//! new trial: into a group of its key with a free seat, or a new group.
+//! [`fusion::reseat`] decides who holds the seats.
+
+use std::collections::BTreeSet;
+
+use kernels::Backend;
+use workers::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
+
+use super::{Flight, RunState, Runner};
+use crate::error::Result;
+use crate::salus::JobId;
+use crate::salus::fusion::{self, Seat};
+use crate::storage::writer::{TrialResources, WriteOp};
+
+/// A fused job: its members, and those whose report awaits a decision.
+pub(super) struct Gang<B: Backend> {
+    pub control: FusedControl<B>,
+    pub key: FusionKey,
+    /// Seats the group's footprint reserved.
+    pub capacity: usize,
+    /// Members, joiners on their way in included, leavers until they left.
+    pub members: Vec<JobId>,
+    /// Members asked to leave that have not left yet.
+    pub leaving: BTreeSet<JobId>,
+    pub held: BTreeSet<JobId>,
+    /// The lane the core admitted the group to.
+    pub lane: Option<usize>,
+}
+
+/// A fused member waiting off the device, its state on the host.
+pub(super) struct Parked<B: Backend> {
+    /// `None` while it is still leaving its group.
+    pub trial: Option<TrainTrial<B>>,
+    /// May run again: promoted, resumed, or preempted (never paused).
+    pub ready: bool,
+}
+
+/// The core's per-trial controls, routed to a fused group for its members.
+impl<B: Backend> RunState<B> {
+    pub(super) fn release(&mut self, job: JobId) {
+        match self.member_gang.get(&job) {
+            Some(&g) => {
+                if let Some(gang) = self.gangs.get_mut(&g) {
+                    gang.held.remove(&job);
+                    if gang.held.is_empty() {
+                        self.core.release(g);
+                    }
+                }
+            }
+            None => self.core.release(job),
+        }
+    }
+
+    /// A group runs at its best member's priority.
+    pub(super) fn set_priority(&mut self, job: JobId, p: f64) {
+        if let Some(f) = self.in_flight.get_mut(&job) {
+            f.priority = p;
+        }
+        match self.member_gang.get(&job) {
+            Some(&g) => self.refresh_gang_priority(g),
+            None if !self.parked.contains_key(&job) => self.core.set_priority(job, p),
+            None => {}
+        }
+    }
+
+    fn refresh_gang_priority(&mut self, g: JobId) {
+        if let Some(gang) = self.gangs.get(&g) {
+            let best = gang
+                .members
+                .iter()
+                .filter(|m| !gang.leaving.contains(m))
+                .filter_map(|m| self.in_flight.get(m).map(|f| f.priority))
+                .fold(f64::NEG_INFINITY, f64::max);
+            if best.is_finite() {
+                self.core.set_priority(g, best);
+            }
+        }
+    }
+
+    /// Prunes at the next boundary. A fused member leaves its group there,
+    /// and a parked one is simply forgotten; `true` says the caller must
+    /// record its end now, as no core event will.
+    pub(super) fn prune(&mut self, job: JobId) -> bool {
+        let parked = self.parked.remove(&job).is_some();
+        match self.member_gang.remove(&job) {
+            Some(g) => {
+                if let Some(gang) = self.gangs.get_mut(&g) {
+                    gang.control.drop_member(job);
+                    gang.members.retain(|&m| m != job);
+                    gang.leaving.remove(&job);
+                    if gang.held.remove(&job) && gang.held.is_empty() {
+                        self.core.release(g);
+                    }
+                }
+                true
+            }
+            None if parked => true,
+            None => {
+                self.core.prune(job);
+                false
+            }
+        }
+    }
+
+    /// Whether `job` is a fused member (in a group or parked).
+    pub(super) fn is_member(&self, job: JobId) -> bool {
+        self.member_gang.contains_key(&job) || self.parked.contains_key(&job)
+    }
+
+    /// Asks member `job` to leave its group at the next boundary and wait
+    /// parked; `ready` when it may run again at once (preempted).
+    pub(super) fn park(&mut self, job: JobId, ready: bool) {
+        if let Some(&g) = self.member_gang.get(&job)
+            && let Some(gang) = self.gangs.get_mut(&g)
+        {
+            gang.control.leave(job);
+            gang.leaving.insert(job);
+            self.parked.insert(job, Parked { trial: None, ready });
+            self.release(job);
+        } else if let Some(p) = self.parked.get_mut(&job) {
+            p.ready = ready;
+        }
+    }
+
+    /// Lets a parked member run again.
+    pub(super) fn unpark(&mut self, job: JobId) {
+        if let Some(p) = self.parked.get_mut(&job) {
+            p.ready = true;
+        }
+    }
+
+    /// Forgets a member that left, or ended inside, its group.
+    pub(super) fn leave_gang(&mut self, gang: JobId, member: JobId) {
+        self.member_gang.remove(&member);
+        if let Some(g) = self.gangs.get_mut(&gang) {
+            g.members.retain(|&m| m != member);
+            g.held.remove(&member);
+            g.leaving.remove(&member);
+        }
+    }
+
+    /// Takes the trials a group handed back (leavers, joiners it could not
+    /// take, and all its joiners once it ended) and parks them.
+    pub(super) fn take_back(&mut self, control: &FusedControl<B>) {
+        for (tag, trial) in control
+            .take_left()
+            .into_iter()
+            .chain(control.take_unjoined())
+        {
+            if let Some(&g) = self.member_gang.get(&tag) {
+                self.leave_gang(g, tag);
+            }
+            if !self.in_flight.contains_key(&tag) {
+                continue; // pruned meanwhile
+            }
+            let p = self.parked.entry(tag).or_insert(Parked {
+                trial: None,
+                ready: true,
+            });
+            p.trial = Some(trial);
+        }
+    }
+}
+
+impl Runner<'_> {
+    /// Places trials that may run: `new` ones and parked ones now ready.
+    /// With fusion off each new trial runs alone. Otherwise they take seats
+    /// in running groups of their key ([`fusion::reseat`]), and the rest
+    /// form new groups as large as [`fusion::group_cap`] allows.
+    pub(super) fn place<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        new: Vec<(TrainTrial<B>, Flight)>,
+    ) -> Result<()> {
+        if st.fuse <= 1 {
+            for (trial, flight) in new {
+                let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
+                st.trial_ids.insert(id, flight.pending.trial_id);
+                st.in_flight.insert(id, flight);
+            }
+            return Ok(());
+        }
+        let mut waiting: Vec<(JobId, TrainTrial<B>)> = Vec::new();
+        for (trial, flight) in new {
+            let tag = st.next_member;
+            st.next_member += 1;
+            st.trial_ids.insert(tag, flight.pending.trial_id);
+            st.in_flight.insert(tag, flight);
+            waiting.push((tag, trial));
+        }
+        let ready: Vec<JobId> = st
+            .parked
+            .iter()
+            .filter(|(_, p)| p.ready && p.trial.is_some())
+            .map(|(&j, _)| j)
+            .collect();
+        for j in ready {
+            if let Some(trial) = st.parked.remove(&j).and_then(|p| p.trial) {
+                waiting.push((j, trial));
+            }
+        }
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let seat = |st: &RunState<B>, id: JobId| Seat {
+            id,
+            priority: st.in_flight.get(&id).map_or(0.0, |f| f.priority),
+            arrival: st.in_flight.get(&id).map_or(0, |f| f.pending.number),
+        };
+        // Seats in running groups first.
+        let gang_ids: Vec<JobId> = st.gangs.keys().copied().collect();
+        for g in gang_ids {
+            let gang = &st.gangs[&g];
+            let of_key: Vec<Seat> = waiting
+                .iter()
+                .filter(|(_, t)| t.fusion_key() == gang.key)
+                .map(|(id, _)| seat(st, *id))
+                .collect();
+            if of_key.is_empty() {
+                continue;
+            }
+            let members: Vec<Seat> = gang
+                .members
+                .iter()
+                .filter(|m| !gang.leaving.contains(m))
+                .map(|&m| seat(st, m))
+                .collect();
+            let r = fusion::reseat(st.policy, gang.capacity, &members, &of_key);
+            for &m in &r.evict {
+                st.park(m, true);
+            }
+            if r.join.is_empty() {
+                continue;
+            }
+            for id in &r.join {
+                let pos = waiting.iter().position(|(w, _)| w == id).expect("waiting");
+                let (tag, trial) = waiting.swap_remove(pos);
+                let gang = st.gangs.get_mut(&g).expect("gang");
+                gang.control.join(tag, trial);
+                gang.members.push(tag);
+                st.member_gang.insert(tag, g);
+            }
+            self.record_group(st, g, &r.join)?;
+            st.refresh_gang_priority(g);
+        }
+        // New groups for the rest, by key, best first under `priority`.
+        while let Some((_, first)) = waiting.first() {
+            let key = first.fusion_key();
+            let (mut of_key, rest): (Vec<_>, Vec<_>) = waiting
+                .into_iter()
+                .partition(|(_, t)| t.fusion_key() == key);
+            waiting = rest;
+            of_key.sort_by(|a, b| {
+                let (a, b) = (seat(st, a.0), seat(st, b.0));
+                b.priority
+                    .total_cmp(&a.priority)
+                    .then(a.arrival.cmp(&b.arrival))
+            });
+            let footprint = st.in_flight[&of_key[0].0].footprint;
+            let cap = fusion::group_cap(st.core_kind, st.fuse, st.lane_budget, &footprint);
+            for n in fusion::split(of_key.len(), cap) {
+                let rest = of_key.split_off(n);
+                let members = std::mem::replace(&mut of_key, rest);
+                self.submit_group(st, members, cap)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits `members` as a new group with `capacity` seats.
+    fn submit_group<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        members: Vec<(JobId, TrainTrial<B>)>,
+        capacity: usize,
+    ) -> Result<()> {
+        let tags: Vec<JobId> = members.iter().map(|(t, _)| *t).collect();
+        let fused = FusedTrials::with_capacity(members, capacity)?;
+        let control = fused.control();
+        let key = fused.fusion_key();
+        let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
+        // The group's timeline is filed under its first member.
+        st.trial_ids.insert(id, st.trial_ids[&tags[0]]);
+        for &m in &tags {
+            st.member_gang.insert(m, id);
+        }
+        st.gangs.insert(
+            id,
+            Gang {
+                control,
+                key,
+                capacity,
+                members: tags.clone(),
+                leaving: BTreeSet::new(),
+                held: BTreeSet::new(),
+                lane: None,
+            },
+        );
+        self.record_group(st, id, &[])?;
+        st.refresh_gang_priority(id);
+        Ok(())
+    }
+
+    /// Stores each member's `salus:fused_with` (the group's trial numbers)
+    /// and, for `joined` members of a group already on a lane, its resources.
+    fn record_group<B: Backend>(
+        &mut self,
+        st: &RunState<B>,
+        g: JobId,
+        joined: &[JobId],
+    ) -> Result<()> {
+        let gang = &st.gangs[&g];
+        let seated: Vec<JobId> = gang
+            .members
+            .iter()
+            .filter(|m| !gang.leaving.contains(m))
+            .copied()
+            .collect();
+        let numbers: Vec<i64> = seated
+            .iter()
+            .filter_map(|m| st.in_flight.get(m).map(|f| f.pending.number))
+            .collect();
+        for m in &seated {
+            let Some(f) = st.in_flight.get(m) else {
+                continue;
+            };
+            if numbers.len() > 1 {
+                self.writer.send(WriteOp::TrialAttr {
+                    trial_id: f.pending.trial_id,
+                    key: "salus:fused_with",
+                    value_json: serde_json::json!(numbers).to_string(),
+                })?;
+            }
+            if let (true, Some(lane)) = (joined.contains(m), gang.lane) {
+                self.writer.send(WriteOp::Resources {
+                    trial_id: f.pending.trial_id,
+                    resources: st.resources(f, lane),
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> RunState<B> {
+    /// What `salus_trial_resources` stores for a trial on `lane`.
+    pub(super) fn resources(&self, f: &Flight, lane: usize) -> TrialResources {
+        let fp = f.footprint;
+        TrialResources {
+            device: self.device.clone(),
+            lane: Some(lane as i64),
+            persistent_bytes: fp.persistent_bytes as i64,
+            ephemeral_bytes: fp.ephemeral_bytes as i64,
+            shared_bytes: fp.shared_bytes as i64,
+            total_iterations: f.total_iterations as i64,
+        }
+    }
+}
