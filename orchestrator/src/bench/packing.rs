@@ -239,7 +239,13 @@ pub fn run<B: Backend>(
             // small enough to stay in cache, spread over the lanes.
             if k > 1 && matches!(h, Width::Fixed(_)) {
                 let mut trials = make(&dev)?;
-                let cap = fusion::group_cap(kind, k, u64::MAX / 4, &trials[0].footprint());
+                let cap = fusion::group_cap(
+                    kind,
+                    k,
+                    u64::MAX / 4,
+                    &trials[0].footprint(),
+                    k.div_ceil(lanes),
+                );
                 let sizes = fusion::split(k, cap);
                 let groups = sizes.len();
                 let jobs = sizes

@@ -266,7 +266,13 @@ impl Runner<'_> {
                     .then(a.arrival.cmp(&b.arrival))
             });
             let footprint = st.in_flight[&of_key[0].0].footprint;
-            let cap = fusion::group_cap(st.core_kind, st.fuse, st.lane_budget, &footprint);
+            let cap = fusion::group_cap(
+                st.core_kind,
+                st.fuse,
+                st.lane_budget,
+                &footprint,
+                st.max_concurrent.div_ceil(st.lanes_n),
+            );
             for n in fusion::split(of_key.len(), cap) {
                 let rest = of_key.split_off(n);
                 let members = std::mem::replace(&mut of_key, rest);

@@ -400,6 +400,7 @@ impl Runner<'_> {
             policy: config.policy,
             parked: BTreeMap::new(),
             lane_budget: config.budget / config.lanes.max(1) as u64,
+            lanes_n: config.lanes.max(1),
             core_kind: backend.kind(),
             gangs: BTreeMap::new(),
             member_gang: BTreeMap::new(),
@@ -676,7 +677,12 @@ impl Runner<'_> {
                     st.paused.remove(&j);
                     st.closing.remove(&j);
                     st.finished += 1;
-                    self.fail(&f.pending, iterations as i64, device_seconds, reason.clone())?;
+                    self.fail(
+                        &f.pending,
+                        iterations as i64,
+                        device_seconds,
+                        reason.clone(),
+                    )?;
                     self.reporter
                         .trial_end(f.pending.number, None, st.best, st.finished);
                 }
@@ -1269,6 +1275,8 @@ struct RunState<B: Backend> {
     fuse: usize,
     /// Device bytes one lane may fill, to bound a group's size.
     lane_budget: u64,
+    /// The core's lanes.
+    lanes_n: usize,
     core_kind: DeviceKind,
     /// Fused jobs, by the core's id.
     gangs: BTreeMap<JobId, Gang<B>>,

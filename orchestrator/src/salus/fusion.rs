@@ -10,6 +10,10 @@
 //!   and of 8 at 66-77%. So a CPU group holds at most [`CPU_GROUP_BYTES`] of
 //!   persistent state (and at least two members). A GPU wants one large
 //!   batched launch per op, and has no such bound.
+//! * **Lanes, on the CPU.** A CPU lane is one core, and a group runs on
+//!   one lane: one group of eight leaves the other cores idle. So a CPU
+//!   group holds at most its lane's share of the trials in flight. (A GPU
+//!   lane is a stream of one device: one large group is best there.)
 //!
 //! Who holds a group's seats is [`reseat`]'s choice, also pure: trials
 //! waiting to run (new ones, promoted ones, preempted ones) take free seats
@@ -24,12 +28,21 @@ use super::policy::Policy;
 /// Persistent state a CPU group may sweep per op.
 pub const CPU_GROUP_BYTES: usize = 8 << 20;
 
-/// The most members a group of trials with footprint `member` may have.
-pub fn group_cap(kind: DeviceKind, fuse: usize, lane_budget: u64, member: &Footprint) -> usize {
+/// The most members a group of trials with footprint `member` may have,
+/// when `per_lane` trials would fall to each lane spread evenly.
+pub fn group_cap(
+    kind: DeviceKind,
+    fuse: usize,
+    lane_budget: u64,
+    member: &Footprint,
+    per_lane: usize,
+) -> usize {
     let per = (member.persistent_bytes + member.ephemeral_bytes).max(1) as u64;
     let by_memory = (lane_budget.saturating_sub(member.shared_bytes as u64) / per) as usize;
     let by_cache = match kind {
-        DeviceKind::Cpu => (CPU_GROUP_BYTES / member.persistent_bytes.max(1)).max(2),
+        DeviceKind::Cpu => (CPU_GROUP_BYTES / member.persistent_bytes.max(1))
+            .max(2)
+            .min(per_lane.max(1)),
         DeviceKind::Cuda(_) => usize::MAX,
     };
     fuse.min(by_memory).min(by_cache).max(1)
@@ -208,23 +221,30 @@ mod tests {
     fn caps_follow_fuse_memory_and_cache() {
         let big = u64::MAX / 4;
         let small = fp(30_000, 10_000);
-        assert_eq!(group_cap(DeviceKind::Cpu, 8, big, &small), 8, "fuse bounds");
         assert_eq!(
-            group_cap(DeviceKind::Cpu, 1, big, &small),
+            group_cap(DeviceKind::Cpu, 8, big, &small, 64),
+            8,
+            "fuse bounds"
+        );
+        assert_eq!(
+            group_cap(DeviceKind::Cpu, 1, big, &small, 64),
             1,
             "fuse = 1 is off"
         );
         // 3.2 MB of state per trial: two per CPU group, all on a GPU.
         let h256 = fp(3_200_000, 1_000_000);
-        assert_eq!(group_cap(DeviceKind::Cpu, 64, big, &h256), 2);
-        assert_eq!(group_cap(DeviceKind::Cuda(0), 64, big, &h256), 64);
+        assert_eq!(group_cap(DeviceKind::Cpu, 64, big, &h256, 64), 2);
+        assert_eq!(group_cap(DeviceKind::Cuda(0), 64, big, &h256, 64), 64);
         // A lane with room for three members gets groups of three.
         assert_eq!(
-            group_cap(DeviceKind::Cuda(0), 64, 1000 + 3 * 4_200_000, &h256),
+            group_cap(DeviceKind::Cuda(0), 64, 1000 + 3 * 4_200_000, &h256, 64),
             3
         );
+        // On the CPU a group takes no more than its lane's share.
+        assert_eq!(group_cap(DeviceKind::Cpu, 8, big, &small, 3), 3);
+        assert_eq!(group_cap(DeviceKind::Cuda(0), 8, big, &small, 3), 8);
         // Even a member too large for the lane forms a "group" of one.
-        assert_eq!(group_cap(DeviceKind::Cuda(0), 64, 10, &h256), 1);
+        assert_eq!(group_cap(DeviceKind::Cuda(0), 64, 10, &h256, 64), 1);
     }
 
     #[test]
