@@ -163,3 +163,87 @@ fn asha_pauses_members_out_of_groups_and_later_trials_join_running_ones() {
         "no later trial joined a running group: {g:?}"
     );
 }
+
+#[test]
+fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let body = study_of("cmd", 4, 4, 4, "")
+        .replace("width = 32", "width = 128\ndepth = 2")
+        .replace("depth = 1\n", "")
+        .replace("epochs = 4", "epochs = 60");
+    write(dir.path(), "c.toml", &body);
+    let db = dir.path().join("cmd.db");
+    let mut child = bin()
+        .current_dir(dir.path())
+        .args(["c.toml", "--no-progress"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wait_for = |what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>| {
+        let t = Instant::now();
+        while !ok() {
+            assert!(t.elapsed() < limit, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let count = |sql: &str| scalar(&db, sql);
+    wait_for(
+        "the trials",
+        Duration::from_secs(60),
+        Box::new(|| migrated(&db) && count("SELECT COUNT(*) FROM trials") == 4),
+    );
+    assert_eq!(
+        count("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'"),
+        4
+    );
+    let command = |action: &str| {
+        execute(
+            &db,
+            &format!(
+                "INSERT INTO salus_commands (study_id, trial_id, action, created) \
+                 SELECT study_id, trial_id, '{action}', datetime('now') FROM trials WHERE number = 1"
+            ),
+        )
+    };
+    command("pause");
+    // The others finish while trial 1 waits, part-trained.
+    wait_for(
+        "the other trials",
+        Duration::from_secs(120),
+        Box::new(|| count("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == 3),
+    );
+    let steps = || {
+        count(
+            "SELECT COUNT(*) FROM trial_intermediate_values v JOIN trials t USING (trial_id) \
+             WHERE t.number = 1",
+        )
+    };
+    let at_pause = steps();
+    eprintln!("trial 1 paused after {at_pause} of 60 steps");
+    assert!(at_pause < 60, "trial 1 ran on: {at_pause} steps");
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM salus_priority p JOIN trials t USING (trial_id) WHERE t.number = 1 AND p.reason = 'paused'"
+        ),
+        1
+    );
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(steps(), at_pause, "a paused member does not train");
+    command("resume");
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let all = trials(&db, None);
+    assert!(
+        all.iter().all(|t| t.state == TrialState::Complete),
+        "{all:?}"
+    );
+    assert_eq!(all[1].intermediate.len(), 60);
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM salus_events WHERE kind = 'command' AND detail LIKE '%applied%'"
+        ),
+        2
+    );
+}

@@ -100,3 +100,14 @@ pub fn small_study(name: &str, trials: u64) -> String {
          [train.sgd]\nmomentum = {{ float = [0.5, 0.95] }}\n"
     )
 }
+
+/// Runs one statement on the database at `db`, as another process would.
+pub fn execute(db: &Path, sql: &str) {
+    block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query(sql).execute(&mut conn).await.unwrap();
+    });
+}
