@@ -1,5 +1,6 @@
 //! Reliability end to end: kill -9 at random moments loses nothing, a
-//! killed or stopped trial resumes from its checkpoint, heartbeats tell a
+//! killed or stopped trial (lone, fused, or paused out of its group)
+//! resumes from its checkpoint, heartbeats tell a
 //! dead process's trials from a live one's, and a study, the dashboard and
 //! readers share one database without a lock error.
 
@@ -240,6 +241,95 @@ fn a_killed_fused_group_resumes_its_members_from_their_checkpoints() {
 #[test]
 fn sigterm_stops_at_a_boundary_with_checkpoints_and_resumes() {
     resumes_from_checkpoint("-TERM", true);
+}
+
+/// SIGTERM while ASHA has members paused out of their groups (waiting on
+/// the host): they go back to WAITING with their checkpoints like running
+/// ones, and the rerun ends the study with every curve whole and equal to
+/// an unfused, uninterrupted run's.
+#[test]
+fn sigterm_with_members_paused_out_of_their_groups_resumes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = study("parked", 6, 30, "128")
+        .replace(
+            "optimizer = { choices = [\"sgd\", \"adam\"] }",
+            "optimizer = \"adam\"",
+        )
+        .replace("[train.sgd]\nmomentum = 0.9\n", "")
+        .replace(
+            "max_concurrent = 3\nfuse = 1",
+            "max_concurrent = 6\nfuse = 4",
+        )
+        + "\n[pruner]\nkind = \"asha\"\nmin_resource = 2\nreduction_factor = 3\n";
+    write(dir.path(), "p.toml", &body);
+    let db = dir.path().join("parked.db");
+    let mut child = spawn(dir.path(), &["p.toml", "--no-progress"]);
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(60), "no trial paused");
+        if migrated(&db)
+            && scalar(
+                &db,
+                "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'",
+            ) >= 1
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&child, "-TERM");
+    let status = child.wait().unwrap();
+    integrity_ok(&db);
+    let unfinished = trials(&db, None)
+        .iter()
+        .filter(|t| !t.state.is_finished())
+        .count();
+    assert!(
+        status.code() == Some(130) && unfinished > 0,
+        "stopped mid-study: {status:?}, {unfinished} unfinished"
+    );
+    let parked_kept = scalar(
+        &db,
+        "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue' \
+         AND json_extract(detail, '$.kept_steps') >= 1 \
+         AND trial_id IN (SELECT trial_id FROM salus_priority WHERE reason = 'paused')",
+    );
+    assert!(parked_kept >= 1, "a paused member kept its steps");
+    let out = run_in(dir.path(), &["p.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let clean = tempfile::tempdir().unwrap();
+    write(
+        clean.path(),
+        "p.toml",
+        &body.replace(
+            "max_concurrent = 6\nfuse = 4",
+            "max_concurrent = 6\nfuse = 1",
+        ),
+    );
+    let out = run_in(clean.path(), &["p.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let (resumed, straight) = (
+        trials(&db, None),
+        trials(&clean.path().join("parked.db"), None),
+    );
+    assert_eq!(resumed.len(), 6);
+    for (t, u) in resumed.iter().zip(&straight) {
+        assert!(t.state.is_finished(), "trial {}: {:?}", t.number, t.state);
+        let steps: Vec<i64> = t.intermediate.iter().map(|(s, _)| *s).collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as i64).collect::<Vec<_>>(),
+            "trial {}: every step once",
+            t.number
+        );
+        for ((s, x), (_, y)) in t.intermediate.iter().zip(&u.intermediate) {
+            assert!(
+                (x - y).abs() <= 1e-4 * y.abs().max(1.0),
+                "trial {} step {s}: resumed {x}, straight {y}",
+                t.number
+            );
+        }
+    }
 }
 
 #[test]
