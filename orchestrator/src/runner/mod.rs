@@ -3,7 +3,8 @@
 //! Every trial runs through the Salus core: the runner keeps up to
 //! `max_concurrent` trials submitted (default: two per lane), and turns the
 //! core's events into storage writes and progress. It owns no output: it
-//! tells a [`Reporter`] what happens, and the writer what to store.
+//! tells a [`Reporter`] what happens, and the writer what to store. How
+//! trials run as fused groups, leave them and join them is in `gangs`.
 //!
 //! Resuming: trials that are finished (COMPLETE, PRUNED, FAIL) count toward
 //! the budget. A trial left RUNNING by a process that died, or interrupted
