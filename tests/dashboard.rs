@@ -44,8 +44,8 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
         persistent_bytes: 3 << 20,
         ephemeral_bytes: 1 << 20,
         shared_bytes: 512 << 10,
-        fused_with: if number == 4 || number == 5 {
-            vec![4, 5]
+        fused_with: if number == 4 || number == 6 {
+            vec![4, 6]
         } else {
             vec![]
         },

@@ -185,7 +185,12 @@ impl Snapshot {
     /// Sizes of the fused groups that are still running.
     pub fn fused_groups(&self) -> Vec<usize> {
         let mut groups: BTreeMap<Vec<i64>, usize> = BTreeMap::new();
-        for t in self.trials.iter().filter(|t| t.phase.is_live()) {
+        // A paused member waits outside its group.
+        for t in self
+            .trials
+            .iter()
+            .filter(|t| t.phase.is_live() && t.phase != Phase::Paused)
+        {
             if !t.fused_with.is_empty() {
                 *groups.entry(t.fused_with.clone()).or_default() += 1;
             }

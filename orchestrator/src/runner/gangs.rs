@@ -318,7 +318,7 @@ impl Runner<'_> {
 
     /// Stores each member's `salus:fused_with` (the group's trial numbers)
     /// and, for `joined` members of a group already on a lane, its resources.
-    fn record_group<B: Backend>(
+    pub(super) fn record_group<B: Backend>(
         &mut self,
         st: &RunState<B>,
         g: JobId,

@@ -588,6 +588,9 @@ impl Runner<'_> {
                 }
                 // A member's device time is its share of the group's.
                 let share = device_seconds / members.max(1) as f64;
+                let shrank = steps
+                    .iter()
+                    .any(|m| !matches!(m.outcome, MemberOutcome::Report(_)));
                 for m in steps {
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
@@ -616,6 +619,9 @@ impl Runner<'_> {
                                 .trial_end(f.pending.number, None, st.best, st.finished);
                         }
                     }
+                }
+                if shrank && st.gangs.contains_key(&job) {
+                    self.record_group(st, job, &[])?;
                 }
                 Ok(())
             }
