@@ -306,8 +306,20 @@ fn serving_workers_take_trial_after_trial() {
         .replace("trials = 8", "trials = 16")
         + "\n[scheduler]\nlanes = 2\nmax_concurrent = 2\n";
     write(dir.path(), "s.toml", &study);
-    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    // Its own temporary folder, to see that the run leaves nothing there.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bin()
+        .current_dir(dir.path())
+        .env("TMPDIR", tmp.path())
+        .args(["s.toml", "--no-progress"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "sockets left behind: {left:?}");
     let rows = trials(&dir.path().join("served.db"), None);
     assert_eq!(rows.len(), 16);
     for t in &rows {
@@ -325,4 +337,14 @@ fn serving_workers_take_trial_after_trial() {
         "16 trials served by {} processes",
         pids.len()
     );
+    // The idle servers were told to exit when the study ended.
+    for pid in &pids {
+        let alive = std::process::Command::new("kill")
+            .args(["-0", pid])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(!alive, "serving worker {pid} outlived the study");
+    }
 }

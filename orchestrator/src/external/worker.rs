@@ -71,9 +71,38 @@ fn fail(msg: impl Into<String>) -> WorkerError {
     WorkerError::Config(msg.into())
 }
 
+/// This process's folder for worker sockets.
+fn socket_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("salus-tune-{}", std::process::id()))
+}
+
+/// At the end of a run: tells the idle serving workers to exit, reaps
+/// them, and removes the socket folder (best effort: a pruned worker still
+/// exiting keeps it).
+pub fn shut_down_workers() {
+    let idle: Vec<Process> = idle_pool_all()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain()
+        .flat_map(|(_, v)| v)
+        .collect();
+    for mut p in idle {
+        // An idle worker waits for `start`: the socket's end tells it to exit.
+        let _ = p.writer.shutdown(std::net::Shutdown::Both);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && !matches!(p.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = p.child.kill();
+        let _ = p.child.wait();
+        let _ = std::fs::remove_file(&p.socket);
+    }
+    let _ = std::fs::remove_dir(socket_dir());
+}
+
 fn socket_path(number: i64) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("salus-tune-{}", std::process::id()));
+    let dir = socket_dir();
     let _ = std::fs::create_dir_all(&dir);
     dir.join(format!(
         "t{number}-{}.sock",
@@ -98,11 +127,15 @@ fn drain_into(tail: Tail, stream: impl std::io::Read + Send + 'static) {
 /// command line and folder.
 type Pool = Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>;
 
-fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
+fn idle_pool_all() -> &'static Pool {
     static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
+    POOL.get_or_init(Default::default)
+}
+
+fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
     PoolGuard {
         key: (cfg.command.clone(), cfg.cwd.clone()),
-        pool: POOL.get_or_init(Default::default),
+        pool: idle_pool_all(),
     }
 }
 

@@ -943,6 +943,9 @@ impl Runner<'_> {
             })?;
             self.reporter.trial_interrupted(f.pending.number);
         }
+        if self.study.worker.is_some() {
+            crate::external::worker::shut_down_workers();
+        }
         // Lanes flush their last timeline segments as they stop.
         for event in events.try_iter() {
             record_telemetry(
