@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use salus_tune::storage::TrialState;
+use salus_tune::storage::{TrialRow, TrialState};
 
 fn fixed_shape_study(name: &str, fuse: usize, pruner: &str) -> String {
     study_of(name, 8, 8, fuse, pruner)
@@ -21,6 +21,21 @@ fn study_of(name: &str, trials: usize, concurrent: usize, fuse: usize, pruner: &
          [sampler]\nkind = \"random\"\n\n{pruner}\
          [scheduler]\nmax_concurrent = {concurrent}\nlanes = 2\nfuse = {fuse}\n"
     )
+}
+
+/// The same trial (same seed, same proposal) stored the same values at
+/// the steps both runs reached, within fp32 tolerance.
+#[track_caller]
+fn assert_same_curve(fused: &TrialRow, alone: &TrialRow) {
+    assert_eq!(fused.params, alone.params, "same seed, same proposals");
+    for ((fs, fv), (as_, av)) in fused.intermediate.iter().zip(&alone.intermediate) {
+        assert_eq!(fs, as_);
+        assert!(
+            (fv - av).abs() <= 1e-4 * av.abs().max(1.0),
+            "trial {} step {fs}: fused {fv}, alone {av}",
+            fused.number
+        );
+    }
 }
 
 fn fused_with(db: &std::path::Path) -> i64 {
@@ -46,16 +61,8 @@ fn fused_trials_store_what_unfused_trials_store() {
     assert_eq!(fused.len(), 8);
     for (f, a) in fused.iter().zip(&alone) {
         assert_eq!(f.state, TrialState::Complete);
-        assert_eq!(f.params, a.params, "same seed, same proposals");
         assert_eq!(f.intermediate.len(), 4, "one value per epoch");
-        for ((fs, fv), (as_, av)) in f.intermediate.iter().zip(&a.intermediate) {
-            assert_eq!(fs, as_);
-            assert!(
-                (fv - av).abs() <= 1e-4 * av.abs().max(1.0),
-                "trial {} step {fs}: fused {fv}, alone {av}",
-                f.number
-            );
-        }
+        assert_same_curve(f, a);
     }
 }
 
@@ -137,16 +144,8 @@ fn asha_pauses_members_out_of_groups_and_later_trials_join_running_ones() {
     // Every trial's curve is its own, whether it ran fused, paused out of
     // a group, or rejoined one: the steps both runs reached agree.
     for (f, a) in fused.iter().zip(&alone) {
-        assert_eq!(f.params, a.params, "same seed, same proposals");
         assert!(matches!(f.state, TrialState::Complete | TrialState::Pruned));
-        for ((fs, fv), (as_, av)) in f.intermediate.iter().zip(&a.intermediate) {
-            assert_eq!(fs, as_);
-            assert!(
-                (fv - av).abs() <= 1e-4 * av.abs().max(1.0),
-                "trial {} step {fs}: fused {fv}, alone {av}",
-                f.number
-            );
-        }
+        assert_same_curve(f, a);
     }
     // Some trials paused at a rung and ran on after it: promoted ones.
     let promoted = scalar(

@@ -44,7 +44,7 @@ fn alone(lane: &mut Lane<CpuBackend>, cfg: &TrialConfig) -> Vec<Report> {
     let data = small_classification();
     let dev = upload(lane, &data);
     let mut t = TrainTrial::new(lane, dev, cfg.clone()).unwrap();
-    finish_alone(lane, &mut t)
+    run_to_end(&mut t, lane)
 }
 
 #[track_caller]
@@ -94,22 +94,6 @@ fn run_fused(
     }
     assert!(left.is_empty(), "members left unasked: {left:?}");
     got
-}
-
-/// Steps a lone trial to its end, collecting its reports.
-fn finish_alone(lane: &mut Lane<CpuBackend>, t: &mut TrainTrial<CpuBackend>) -> Vec<Report> {
-    let mut out = Vec::new();
-    loop {
-        match t.step(lane).unwrap() {
-            StepOutcome::Continue => {}
-            StepOutcome::Report(r) => out.push(r),
-            StepOutcome::Finished(r) => {
-                out.push(r);
-                return out;
-            }
-            StepOutcome::Members(_) => unreachable!(),
-        }
-    }
 }
 
 fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
@@ -254,7 +238,7 @@ fn trials_join_a_running_group_and_members_leave_with_their_state() {
     assert_eq!(zero.iterations_done(), 6);
     zero.swap_in(&mut lane).unwrap();
     let mut zero_reports = got.remove(&0).unwrap_or_default();
-    zero_reports.extend(finish_alone(&mut lane, &mut zero));
+    zero_reports.extend(run_to_end(&mut zero, &mut lane));
     assert_same(0, &zero_reports, &alone(&mut lane, &cfgs[0]));
     for i in [1u64, 2] {
         assert_same(i, &got[&i], &alone(&mut lane, &cfgs[i as usize]));

@@ -6,24 +6,6 @@ use common::*;
 use kernels::Activation;
 use workers::{Job, Optimizer, Report, StepOutcome, TrainTrial, TrialState, WorkerError};
 
-fn run_to_end(
-    trial: &mut TrainTrial<kernels::CpuBackend>,
-    lane: &mut workers::Lane<kernels::CpuBackend>,
-) -> Vec<Report> {
-    let mut reports = Vec::new();
-    loop {
-        match trial.step(lane).unwrap() {
-            StepOutcome::Continue => {}
-            StepOutcome::Report(r) => reports.push(r),
-            StepOutcome::Finished(r) => {
-                reports.push(r);
-                return reports;
-            }
-            StepOutcome::Members(_) => unreachable!("a lone trial"),
-        }
-    }
-}
-
 fn run_iterations(
     trial: &mut TrainTrial<kernels::CpuBackend>,
     lane: &mut workers::Lane<kernels::CpuBackend>,

@@ -1041,12 +1041,7 @@ impl Runner<'_> {
                         st.core.pause(j);
                     }
                     st.user_paused.insert(j);
-                    self.writer.send(WriteOp::Priority {
-                        trial_id: cmd.trial_id,
-                        priority: 0.0,
-                        rung: None,
-                        reason: "paused",
-                    })?;
+                    self.command_priority(cmd.trial_id, "paused")?;
                     "applied"
                 }
                 (Some(j), "resume") => {
@@ -1056,12 +1051,7 @@ impl Runner<'_> {
                         } else {
                             st.core.resume(j);
                         }
-                        self.writer.send(WriteOp::Priority {
-                            trial_id: cmd.trial_id,
-                            priority: 0.0,
-                            rung: None,
-                            reason: "resumed",
-                        })?;
+                        self.command_priority(cmd.trial_id, "resumed")?;
                         "applied"
                     } else {
                         "ignored: the trial was not paused from the dashboard"
@@ -1072,12 +1062,7 @@ impl Runner<'_> {
                     if st.user_paused.remove(&j) && !st.is_member(j) {
                         st.core.resume(j);
                     }
-                    self.writer.send(WriteOp::Priority {
-                        trial_id: cmd.trial_id,
-                        priority: 0.0,
-                        rung: None,
-                        reason: "pruned",
-                    })?;
+                    self.command_priority(cmd.trial_id, "pruned")?;
                     if st.prune(j) {
                         self.on_pruned(st, j, 0, 0.0)?;
                     }
@@ -1093,6 +1078,16 @@ impl Runner<'_> {
             })?;
         }
         Ok(())
+    }
+
+    /// Records a dashboard command's effect in `salus_priority`.
+    fn command_priority(&self, trial_id: i64, reason: &'static str) -> Result<()> {
+        self.writer.send(WriteOp::Priority {
+            trial_id,
+            priority: 0.0,
+            rung: None,
+            reason,
+        })
     }
 
     /// Resumes the paused trials the pruner now promotes.

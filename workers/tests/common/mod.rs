@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use kernels::{Activation, Backend, CpuBackend};
 use workers::data::{SplitData, split, synthetic_classification, synthetic_regression};
-use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
+use workers::{
+    DeviceData, Job, Lane, Optimizer, Report, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
+};
 
 pub fn cpu_lane(threads: usize) -> Lane<CpuBackend> {
     Lane::new(Arc::new(CpuBackend::new()), 0, threads).unwrap()
@@ -69,5 +71,21 @@ pub fn config(
         epochs,
         hparams: hp,
         report_every: None,
+    }
+}
+
+/// Steps a lone trial to its end, collecting its reports.
+pub fn run_to_end<B: Backend>(trial: &mut TrainTrial<B>, lane: &mut Lane<B>) -> Vec<Report> {
+    let mut reports = Vec::new();
+    loop {
+        match trial.step(lane).unwrap() {
+            StepOutcome::Continue => {}
+            StepOutcome::Report(r) => reports.push(r),
+            StepOutcome::Finished(r) => {
+                reports.push(r);
+                return reports;
+            }
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
+        }
     }
 }
