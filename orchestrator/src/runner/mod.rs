@@ -682,6 +682,7 @@ impl Runner<'_> {
                         continue;
                     };
                     st.paused.remove(&j);
+                    st.parked.remove(&j);
                     st.closing.remove(&j);
                     st.finished += 1;
                     self.fail(
