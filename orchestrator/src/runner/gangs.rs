@@ -235,8 +235,23 @@ impl Runner<'_> {
                 .map(|&m| seat(st, m))
                 .collect();
             let r = fusion::reseat(st.policy, gang.capacity, &members, &of_key);
-            for &m in &r.evict {
-                st.park(m, true);
+            if !r.evict.is_empty() {
+                let joining: Vec<i64> = r
+                    .join
+                    .iter()
+                    .filter_map(|j| st.in_flight.get(j).map(|f| f.pending.number))
+                    .collect();
+                for &m in &r.evict {
+                    st.park(m, true);
+                    if let Some(f) = st.in_flight.get(&m) {
+                        self.writer.send(WriteOp::Event {
+                            study_id: self.info.id,
+                            trial_id: Some(f.pending.trial_id),
+                            kind: "preempted",
+                            detail: serde_json::json!({ "for": joining }).to_string(),
+                        })?;
+                    }
+                }
             }
             if r.join.is_empty() {
                 continue;
