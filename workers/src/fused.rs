@@ -260,14 +260,19 @@ impl<B: Backend> FusedTrials<B> {
     /// Returns a `Left` step for each trial handed back.
     fn apply_changes(&mut self, lane: &mut Lane<B>) -> Result<Vec<MemberStep>> {
         let (drops, leaves, joins) = self.control.take_changes();
+        // A joiner dropped or asked to leave before it joined never joins:
+        // it is discarded, or handed straight back.
+        let (mut handed, joins): (Vec<_>, Vec<_>) = joins
+            .into_iter()
+            .filter(|(tag, _)| !drops.contains(tag))
+            .partition(|(tag, _)| leaves.contains(tag));
         let touches = |tags: &[u64]| self.members.iter().any(|m| tags.contains(&m.tag));
         if !touches(&drops) && !touches(&leaves) && joins.is_empty() {
-            return Ok(Vec::new());
+            return Ok(self.hand_back(handed));
         }
         // Every member to the host; the next step imports the new set.
         self.unload(lane)?;
         self.members.retain(|m| !drops.contains(&m.tag));
-        let mut handed = Vec::new();
         for tag in leaves {
             if let Some(pos) = self.members.iter().position(|m| m.tag == tag) {
                 handed.push((tag, self.members.remove(pos).trial));
@@ -287,6 +292,11 @@ impl<B: Backend> FusedTrials<B> {
                 handed.push((tag, trial));
             }
         }
+        Ok(self.hand_back(handed))
+    }
+
+    /// Puts trials in the control's `left` and lists them as `Left`.
+    fn hand_back(&self, handed: Vec<(u64, TrainTrial<B>)>) -> Vec<MemberStep> {
         let steps = handed
             .iter()
             .map(|(tag, _)| MemberStep {
@@ -295,7 +305,7 @@ impl<B: Backend> FusedTrials<B> {
             })
             .collect();
         self.control.lock().left.extend(handed);
-        Ok(steps)
+        steps
     }
 }
 

@@ -46,14 +46,17 @@ pub(super) struct Parked<B: Backend> {
 
 /// The core's per-trial controls, routed to a fused group for its members.
 impl<B: Backend> RunState<B> {
+    /// Ends `job`'s hold after its report. A group goes on once none of
+    /// its members holds it; releasing a member that holds nothing must not
+    /// release the group, whose newest report may not be decided yet.
     pub(super) fn release(&mut self, job: JobId) {
         match self.member_gang.get(&job) {
             Some(&g) => {
-                if let Some(gang) = self.gangs.get_mut(&g) {
-                    gang.held.remove(&job);
-                    if gang.held.is_empty() {
-                        self.core.release(g);
-                    }
+                if let Some(gang) = self.gangs.get_mut(&g)
+                    && gang.held.remove(&job)
+                    && gang.held.is_empty()
+                {
+                    self.core.release(g);
                 }
             }
             None => self.core.release(job),

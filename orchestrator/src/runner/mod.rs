@@ -577,12 +577,15 @@ impl Runner<'_> {
             } => {
                 // Every member at a report point holds the group until the
                 // pruner has decided on all of them.
+                // (Only those still in flight: no decision comes for others.)
+                let mut holding = false;
                 if let Some(gang) = st.gangs.get_mut(&job) {
                     for m in &steps {
                         if matches!(m.outcome, MemberOutcome::Report(_))
                             && self.study.pruner != PrunerKind::None
+                            && st.in_flight.contains_key(&m.tag)
                         {
-                            gang.held.insert(m.tag);
+                            holding |= gang.held.insert(m.tag);
                         }
                     }
                 }
@@ -591,6 +594,9 @@ impl Runner<'_> {
                 let shrank = steps
                     .iter()
                     .any(|m| !matches!(m.outcome, MemberOutcome::Report(_)));
+                let reported = steps
+                    .iter()
+                    .any(|m| matches!(m.outcome, MemberOutcome::Report(_)));
                 for m in steps {
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
@@ -622,6 +628,14 @@ impl Runner<'_> {
                 }
                 if shrank && st.gangs.contains_key(&job) {
                     self.record_group(st, job, &[])?;
+                }
+                // The core holds a group that reported. When members held
+                // it, the last decision released it (and it may have run on
+                // and be held again since: releasing now would skip that
+                // report's decisions). When none did (every reporter had
+                // ended meanwhile), nothing else will release it.
+                if reported && !holding && self.study.pruner != PrunerKind::None {
+                    st.core.release(job);
                 }
                 Ok(())
             }
