@@ -191,7 +191,7 @@ pub fn gemm_gflops<B: Backend>(backend: &B) -> Result<f64> {
 /// over the lanes; the seconds they take.
 fn run_fused<B: Backend>(
     backend: &Arc<B>,
-    mut trials: Vec<TrainTrial<B>>,
+    trials: Vec<TrainTrial<B>>,
     kind: DeviceKind,
     lanes: usize,
 ) -> Result<f64> {
@@ -203,13 +203,9 @@ fn run_fused<B: Backend>(
         &trials[0].footprint(),
         k.div_ceil(lanes),
     );
-    let sizes = fusion::split(k, cap);
-    let groups = sizes.len();
-    let jobs = sizes
+    let jobs = fusion::groups_of(trials, cap)
         .into_iter()
-        .map(|n| {
-            let rest = trials.split_off(n);
-            let group = std::mem::replace(&mut trials, rest);
+        .map(|group| {
             let tagged = group
                 .into_iter()
                 .enumerate()
@@ -218,6 +214,7 @@ fn run_fused<B: Backend>(
             Ok(Box::new(FusedTrials::new(tagged)?) as Box<dyn Job<B>>)
         })
         .collect::<Result<Vec<_>>>()?;
+    let groups = jobs.len();
     let cfg = CoreConfig::for_device(kind, Policy::Fifo, groups.min(lanes), u64::MAX / 4);
     Ok(run_core_jobs(backend, jobs, cfg)?.0)
 }

@@ -134,11 +134,38 @@ impl<B: Backend> RunState<B> {
         }
     }
 
-    /// Lets a parked member run again.
-    pub(super) fn unpark(&mut self, job: JobId) {
-        if let Some(p) = self.parked.get_mut(&job) {
-            p.ready = true;
+    /// Stops `job` at its next boundary: a lone trial stays in the core
+    /// (resident until memory is needed), a member leaves its group and
+    /// waits parked.
+    pub(super) fn pause(&mut self, job: JobId) {
+        if self.is_member(job) {
+            self.park(job, false);
+        } else {
+            self.core.pause(job);
         }
+    }
+
+    /// Lets a paused trial run again.
+    pub(super) fn resume(&mut self, job: JobId) {
+        match self.parked.get_mut(&job) {
+            Some(p) => p.ready = true,
+            None => self.core.resume(job),
+        }
+    }
+
+    /// Ends the runner's record of group `g` (it ended or failed): the
+    /// trials it handed back or never took wait parked; returns the
+    /// members still in it.
+    pub(super) fn end_gang(&mut self, g: JobId) -> Vec<JobId> {
+        let Some(control) = self.gangs.get(&g).map(|gang| gang.control.clone()) else {
+            return Vec::new();
+        };
+        self.take_back(&control);
+        let gang = self.gangs.remove(&g).expect("gang");
+        for m in &gang.members {
+            self.member_gang.remove(m);
+        }
+        gang.members
     }
 
     /// Forgets a member that left, or ended inside, its group.
@@ -291,9 +318,7 @@ impl Runner<'_> {
                 &footprint,
                 st.max_concurrent.div_ceil(st.lanes_n),
             );
-            for n in fusion::split(of_key.len(), cap) {
-                let rest = of_key.split_off(n);
-                let members = std::mem::replace(&mut of_key, rest);
+            for members in fusion::groups_of(of_key, cap) {
                 self.submit_group(st, members, cap)?;
             }
         }

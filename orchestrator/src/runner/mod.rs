@@ -612,17 +612,12 @@ impl Runner<'_> {
                         }
                         MemberOutcome::Failed(reason) => {
                             st.leave_gang(job, m.tag);
-                            let Some(f) = st.in_flight.remove(&m.tag) else {
-                                continue;
-                            };
-                            st.finished += 1;
                             let iterations = st
-                                .curves
-                                .get(&f.pending.number)
+                                .in_flight
+                                .get(&m.tag)
+                                .and_then(|f| st.curves.get(&f.pending.number))
                                 .map_or(0, |c| c.values.len() as i64);
-                            self.fail(&f.pending, iterations, share, reason)?;
-                            self.reporter
-                                .trial_end(f.pending.number, None, st.best, st.finished);
+                            self.fail_flight(st, m.tag, iterations, share, reason)?;
                         }
                     }
                 }
@@ -651,14 +646,7 @@ impl Runner<'_> {
             }
             CoreEvent::GroupEnded { job, .. } => {
                 // Joiners it never took wait for another group.
-                if let Some(control) = st.gangs.get(&job).map(|g| g.control.clone()) {
-                    st.take_back(&control);
-                }
-                if let Some(g) = st.gangs.remove(&job) {
-                    for m in g.members {
-                        st.member_gang.remove(&m);
-                    }
-                }
+                st.end_gang(job);
                 Ok(())
             }
             CoreEvent::Finished {
@@ -680,33 +668,13 @@ impl Runner<'_> {
                     e => e.to_string(),
                 };
                 // A fused group fails all its members; joiners it never took live on.
-                let jobs = match st.gangs.get(&job).map(|g| g.control.clone()) {
-                    Some(control) => {
-                        st.take_back(&control);
-                        let g = st.gangs.remove(&job).expect("gang");
-                        for m in &g.members {
-                            st.member_gang.remove(m);
-                        }
-                        g.members
-                    }
-                    None => vec![job],
+                let jobs = if st.gangs.contains_key(&job) {
+                    st.end_gang(job)
+                } else {
+                    vec![job]
                 };
                 for j in jobs {
-                    let Some(f) = st.in_flight.remove(&j) else {
-                        continue;
-                    };
-                    st.paused.remove(&j);
-                    st.parked.remove(&j);
-                    st.closing.remove(&j);
-                    st.finished += 1;
-                    self.fail(
-                        &f.pending,
-                        iterations as i64,
-                        device_seconds,
-                        reason.clone(),
-                    )?;
-                    self.reporter
-                        .trial_end(f.pending.number, None, st.best, st.finished);
+                    self.fail_flight(st, j, iterations as i64, device_seconds, reason.clone())?;
                 }
                 Ok(())
             }
@@ -767,13 +735,8 @@ impl Runner<'_> {
             Decision::Pause { rung: k } => {
                 let p = priority.unwrap_or(0.0);
                 st.set_priority(job, p);
-                if st.is_member(job) {
-                    // It waits off the device, out of its group.
-                    st.park(job, false);
-                } else {
-                    st.core.pause(job);
-                    st.core.release(job);
-                }
+                st.pause(job);
+                st.release(job);
                 st.paused.insert(job, k);
                 self.writer.send(WriteOp::Priority {
                     trial_id,
@@ -1050,22 +1013,14 @@ impl Runner<'_> {
             let outcome = match (job, cmd.action.as_str()) {
                 (None, _) => "ignored: the trial is not running",
                 (Some(j), "pause") => {
-                    if st.is_member(j) {
-                        st.park(j, false);
-                    } else {
-                        st.core.pause(j);
-                    }
+                    st.pause(j);
                     st.user_paused.insert(j);
                     self.command_priority(cmd.trial_id, "paused")?;
                     "applied"
                 }
                 (Some(j), "resume") => {
                     if st.user_paused.remove(&j) {
-                        if st.parked.contains_key(&j) {
-                            st.unpark(j);
-                        } else {
-                            st.core.resume(j);
-                        }
+                        st.resume(j);
                         self.command_priority(cmd.trial_id, "resumed")?;
                         "applied"
                     } else {
@@ -1074,8 +1029,8 @@ impl Runner<'_> {
                 }
                 (Some(j), "prune") => {
                     st.closing.insert(j);
-                    if st.user_paused.remove(&j) && !st.is_member(j) {
-                        st.core.resume(j);
+                    if st.user_paused.remove(&j) {
+                        st.resume(j);
                     }
                     self.command_priority(cmd.trial_id, "pruned")?;
                     if st.prune(j) {
@@ -1132,11 +1087,7 @@ impl Runner<'_> {
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
             let trial_id = f.pending.trial_id;
             st.set_priority(job, p);
-            if st.parked.contains_key(&job) {
-                st.unpark(job);
-            } else {
-                st.core.resume(job);
-            }
+            st.resume(job);
             self.writer.send(WriteOp::Priority {
                 trial_id,
                 priority: p,
@@ -1184,6 +1135,28 @@ impl Runner<'_> {
                 _ => 0,
             }),
         }
+    }
+
+    /// Ends in-flight trial `job` as FAIL with `reason`.
+    fn fail_flight<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        iterations: i64,
+        seconds: f64,
+        reason: String,
+    ) -> Result<()> {
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.paused.remove(&job);
+        st.parked.remove(&job);
+        st.closing.remove(&job);
+        st.finished += 1;
+        self.fail(&f.pending, iterations, seconds, reason)?;
+        self.reporter
+            .trial_end(f.pending.number, None, st.best, st.finished);
+        Ok(())
     }
 
     fn fail(&mut self, p: &Pending, iterations: i64, seconds: f64, reason: String) -> Result<()> {

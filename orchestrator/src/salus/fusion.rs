@@ -57,6 +57,17 @@ pub fn split(k: usize, cap: usize) -> Vec<usize> {
         .collect()
 }
 
+/// `items` in groups of the sizes [`split`] gives, in order.
+pub fn groups_of<T>(mut items: Vec<T>, cap: usize) -> Vec<Vec<T>> {
+    split(items.len(), cap)
+        .into_iter()
+        .map(|n| {
+            let rest = items.split_off(n);
+            std::mem::replace(&mut items, rest)
+        })
+        .collect()
+}
+
 /// A trial that holds, or wants, a seat in a group.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Seat {
@@ -245,6 +256,12 @@ mod tests {
         assert_eq!(group_cap(DeviceKind::Cuda(0), 8, big, &small, 3), 8);
         // Even a member too large for the lane forms a "group" of one.
         assert_eq!(group_cap(DeviceKind::Cuda(0), 64, 10, &h256, 64), 1);
+    }
+
+    #[test]
+    fn groups_keep_every_item_in_order() {
+        let g = groups_of((0..10).collect(), 4);
+        assert_eq!(g, vec![vec![0, 1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]]);
     }
 
     #[test]
