@@ -1,9 +1,12 @@
 // CUDA kernels of salus-tune's CUDA backend, compiled once per process by
 // NVRTC (see kernels/src/cuda/module.rs). Each kernel mirrors the CPU op of
 // the same name in kernels/src/cpu/ and is batched over slots: grid.y (or
-// grid.x for the losses) indexes the slot, and per-slot scalars arrive by
-// value in fixed-size arrays of MAX_SLOTS entries. The host splits larger
-// calls into chunks of MAX_SLOTS slots.
+// grid.x for the losses) indexes the slot, and per-slot scalars that stay
+// fixed arrive by value in fixed-size arrays of MAX_SLOTS entries. The host
+// splits larger calls into chunks of MAX_SLOTS slots. Values that change
+// every step (batch indices, dropout steps, Adam's bias corrections) are
+// read from the lane's step block in device memory, indexed by slot, so that
+// an iteration's launches stay the same and can be replayed as a graph.
 
 #define MAX_SLOTS 32
 
@@ -12,13 +15,10 @@ typedef unsigned long long u64;
 struct SgdParam { float lr; float momentum; float weight_decay; int nesterov; };
 struct SgdParams { SgdParam s[MAX_SLOTS]; };
 
-struct AdamParam {
-    float step_size; float inv_sqrt_bc2; float decay; float l2;
-    float beta1; float beta2; float eps; float pad;
-};
+struct AdamParam { float decay; float l2; float beta1; float beta2; float eps; float pad; };
 struct AdamParams { AdamParam s[MAX_SLOTS]; };
 
-struct DropoutParam { u64 seed; u64 step; float p; float scale; };
+struct DropoutParam { u64 seed; float p; float scale; };
 struct DropoutParams { DropoutParam s[MAX_SLOTS]; };
 
 #define GRID_STRIDE(i, n) \
@@ -79,12 +79,15 @@ extern "C" __global__ void activation_backward(
 }
 
 // y = x * mask over slots of per_slot elements; serves forward and backward.
-extern "C" __global__ void dropout(u64 per_slot, DropoutParams ps, const float* x, float* y) {
+// steps: two words per slot (the u64 step, low word first).
+extern "C" __global__ void dropout(
+    u64 per_slot, DropoutParams ps, const unsigned int* steps, const float* x, float* y) {
     DropoutParam d = ps.s[blockIdx.y];
+    u64 step = (u64)steps[2 * blockIdx.y] | ((u64)steps[2 * blockIdx.y + 1] << 32);
     u64 base = (u64)blockIdx.y * per_slot;
     GRID_STRIDE(i, per_slot) {
         float s = 1.0f;
-        if (d.p > 0.0f) s = uniform01(d.seed, d.step, i) < d.p ? 0.0f : d.scale;
+        if (d.p > 0.0f) s = uniform01(d.seed, step, i) < d.p ? 0.0f : d.scale;
         y[base + i] = x[base + i] * s;
     }
 }
@@ -112,12 +115,14 @@ extern "C" __global__ void col_sum(
     }
 }
 
+// A row index past the end of src gives a zero row (the host checks first).
 extern "C" __global__ void gather_rows(
-    u64 nrows, u64 cols, const unsigned int* idx, const float* src, float* dst) {
+    u64 nrows, u64 cols, u64 src_rows, const unsigned int* idx, const float* src, float* dst) {
     GRID_STRIDE(i, nrows * cols) {
         u64 r = i / cols;
         u64 c = i % cols;
-        dst[i] = src[(u64)idx[r] * cols + c];
+        u64 s = (u64)idx[r];
+        dst[i] = s < src_rows ? src[s * cols + c] : 0.0f;
     }
 }
 
@@ -125,16 +130,21 @@ extern "C" __global__ void gather_rows(
 
 #define LOSS_THREADS 256
 
-__device__ void write_stats(float* stats, int accumulate, double a, double b, double rows) {
+// stats per slot: [a, b, rows, bad] (see STATS_LEN in kernels/src/ops.rs).
+__device__ void write_stats(
+    float* stats, int accumulate, double a, double b, double rows, double bad) {
     __shared__ double sa[LOSS_THREADS];
     __shared__ double sb[LOSS_THREADS];
+    __shared__ double sc[LOSS_THREADS];
     sa[threadIdx.x] = a;
     sb[threadIdx.x] = b;
+    sc[threadIdx.x] = bad;
     __syncthreads();
     for (unsigned int w = blockDim.x / 2; w > 0; w >>= 1) {
         if (threadIdx.x < w) {
             sa[threadIdx.x] += sa[threadIdx.x + w];
             sb[threadIdx.x] += sb[threadIdx.x + w];
+            sc[threadIdx.x] += sc[threadIdx.x + w];
         }
         __syncthreads();
     }
@@ -144,11 +154,12 @@ __device__ void write_stats(float* stats, int accumulate, double a, double b, do
             out[0] += (float)sa[0];
             out[1] += (float)sb[0];
             out[2] += (float)rows;
+            out[3] += (float)sc[0];
         } else {
             out[0] = (float)sa[0];
             out[1] = (float)sb[0];
             out[2] = (float)rows;
-            out[3] = 0.0f;
+            out[3] = (float)sc[0];
         }
     }
 }
@@ -159,13 +170,20 @@ extern "C" __global__ void softmax_xent(
     float* dlogits, float* stats, int accumulate) {
     u64 slot = blockIdx.x;
     float inv_rows = 1.0f / (float)(rows > 0 ? rows : 1);
-    double loss = 0.0, correct = 0.0;
+    double loss = 0.0, correct = 0.0, bad = 0.0;
     for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
         u64 off = (slot * rows + r) * cols;
         const float* z = logits + off;
-        u64 label = (u64)labels[slot * label_stride + r];
-        // Loaders validate labels; the clamp only keeps a bad one in bounds.
-        if (label >= cols) label = cols - 1;
+        float l = labels[slot * label_stride + r];
+        // Loaders validate labels; one that is not a class index is counted
+        // (stats[3]) and adds no loss and no gradient, as on the CPU.
+        if (!(l >= 0.0f && l < (float)cols && floorf(l) == l)) {
+            bad += 1.0;
+            if (dlogits)
+                for (u64 j = 0; j < cols; ++j) dlogits[off + j] = 0.0f;
+            continue;
+        }
+        u64 label = (u64)l;
         u64 best = 0;
         float mx = __int_as_float(0xff800000);
         for (u64 j = 0; j < cols; ++j) {
@@ -182,7 +200,7 @@ extern "C" __global__ void softmax_xent(
                 dlogits[off + j] = (expf(z[j] - mx) * inv_sum - (j == label ? 1.0f : 0.0f)) * inv_rows;
         }
     }
-    write_stats(stats, accumulate, loss, correct, (double)rows);
+    write_stats(stats, accumulate, loss, correct, (double)rows, bad);
 }
 
 extern "C" __global__ void mse(
@@ -200,7 +218,7 @@ extern "C" __global__ void mse(
             if (dpred) dpred[off + j] = scale * e;
         }
     }
-    write_stats(stats, accumulate, sse / (double)cols, sse, (double)rows);
+    write_stats(stats, accumulate, sse / (double)cols, sse, (double)rows, 0.0);
 }
 
 // --- optimizers, in PyTorch's semantics ----------------------------------
@@ -231,9 +249,13 @@ extern "C" __global__ void sgd_step(
     }
 }
 
+// scalars: two floats per slot, [step_size, inv_sqrt_bc2], from the step block.
 extern "C" __global__ void adam_step(
-    u64 n, AdamParams ps, float* params, const float* grads, float* m, float* v) {
+    u64 n, AdamParams ps, const float* scalars, float* params, const float* grads, float* m,
+    float* v) {
     AdamParam h = ps.s[blockIdx.y];
+    float step_size = scalars[2 * blockIdx.y];
+    float inv_sqrt_bc2 = scalars[2 * blockIdx.y + 1];
     u64 base = (u64)blockIdx.y * n;
     GRID_STRIDE(i, n) {
         u64 j = base + i;
@@ -243,7 +265,7 @@ extern "C" __global__ void adam_step(
         float vj = h.beta2 * v[j] + (1.0f - h.beta2) * gi * gi;
         m[j] = mj;
         v[j] = vj;
-        float denom = sqrtf(vj) * h.inv_sqrt_bc2 + h.eps;
-        params[j] = p * h.decay - h.step_size * mj / denom;
+        float denom = sqrtf(vj) * inv_sqrt_bc2 + h.eps;
+        params[j] = p * h.decay - step_size * mj / denom;
     }
 }

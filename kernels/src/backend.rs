@@ -62,6 +62,9 @@ pub trait Backend: Send + Sync + 'static {
     type Ctx: Send + 'static;
     /// A handle to a context's host threads, cheap to clone.
     type HostThreads: Clone + Send + Sync + 'static;
+    /// A captured sequence of operations, replayable on a context (a CUDA
+    /// graph). Backends without graphs use `()` and never make one.
+    type Graph: Send + 'static;
 
     fn kind(&self) -> DeviceKind;
     /// A human-readable device name.
@@ -93,6 +96,47 @@ pub trait Backend: Send + Sync + 'static {
         src: View<'_, Self::Buf>,
         dst: &mut [f32],
     ) -> Result<()>;
+    /// This step's values (see [`crate::StepWords`]) into a step block:
+    /// `dst[off..off + words.len()] = words`, through the context's fixed
+    /// pinned buffer on CUDA (one copy, ordered on the context).
+    fn stage_step(
+        &self,
+        ctx: &mut Self::Ctx,
+        words: &[f32],
+        dst: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// The buffer's address, for keys that must change whenever a captured
+    /// graph would touch other memory.
+    fn buf_addr(&self, buf: &Self::Buf) -> usize;
+
+    /// Whether this backend can capture and replay graphs.
+    fn graphs_supported(&self) -> bool {
+        false
+    }
+    /// Starts capturing the operations queued on `ctx` (thread-local mode:
+    /// other lanes' threads go on as usual). Nothing runs until replay.
+    fn begin_capture(&self, _ctx: &mut Self::Ctx) -> Result<()> {
+        Err(crate::KernelError::Unavailable(format!(
+            "{} cannot capture graphs",
+            self.kind()
+        )))
+    }
+    /// Ends the capture begun on `ctx` and instantiates it. On error the
+    /// capture is abandoned and `ctx` is usable again.
+    fn end_capture(&self, _ctx: &mut Self::Ctx) -> Result<Self::Graph> {
+        Err(crate::KernelError::Unavailable(format!(
+            "{} cannot capture graphs",
+            self.kind()
+        )))
+    }
+    /// Queues one replay of `graph` on `ctx`.
+    fn replay(&self, _ctx: &mut Self::Ctx, _graph: &Self::Graph) -> Result<()> {
+        Err(crate::KernelError::Unavailable(format!(
+            "{} cannot replay graphs",
+            self.kind()
+        )))
+    }
+
     /// Device to device copy of `len` elements.
     fn copy(
         &self,
@@ -120,12 +164,16 @@ pub trait Backend: Send + Sync + 'static {
         c: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 
-    /// `dst[i] = src[idx[i]]` row by row, rows of `cols` elements.
+    /// `dst[i] = src[idx[i]]` for `i < rows`, rows of `cols` elements. The
+    /// indices are step-block words (see [`crate::StepWords`]); a row whose
+    /// index lies past the end of `src` is written as zeros (the caller
+    /// checks indices on the host before staging them).
     fn gather_rows(
         &self,
         ctx: &mut Self::Ctx,
         cols: usize,
-        idx: &[u32],
+        rows: usize,
+        idx: View<'_, Self::Buf>,
         src: View<'_, Self::Buf>,
         dst: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
@@ -172,20 +220,27 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Inverted dropout over `slots.len()` slots of `per_slot` elements.
+    /// `steps` holds each slot's step ([`crate::DROPOUT_STEP_WORDS`] words
+    /// per slot, from a step block).
+    #[allow(clippy::too_many_arguments)]
     fn dropout(
         &self,
         ctx: &mut Self::Ctx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, Self::Buf>,
         x: View<'_, Self::Buf>,
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
-    /// The backward pass of [`Backend::dropout`] with the same slots: the mask is recomputed.
+    /// The backward pass of [`Backend::dropout`] with the same slots and
+    /// steps: the mask is recomputed.
+    #[allow(clippy::too_many_arguments)]
     fn dropout_backward(
         &self,
         ctx: &mut Self::Ctx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, Self::Buf>,
         dy: View<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
@@ -193,8 +248,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Softmax cross-entropy of `logits` (`cols` = classes) against class
     /// indices stored as `f32` (`label_stride` apart per slot; 0 shares them).
     /// Writes the gradient of the mean loss into `dlogits` when given, and
-    /// adds (or writes, unless `accumulate`) `[loss_sum, correct, rows, 0]`
-    /// per slot into `stats`.
+    /// adds (or writes, unless `accumulate`) `[loss_sum, correct, rows,
+    /// bad_labels]` per slot into `stats` (see [`crate::STATS_LEN`]). Needs
+    /// at least one class.
     #[allow(clippy::too_many_arguments)]
     fn softmax_xent(
         &self,
@@ -236,12 +292,15 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// One Adam or AdamW step over `slots.len()` slots of `n` parameters.
+    /// `scalars` holds each slot's [`AdamSlot::step_scalars`]
+    /// ([`crate::ADAM_STEP_WORDS`] words per slot, from a step block).
     #[allow(clippy::too_many_arguments)]
     fn adam_step(
         &self,
         ctx: &mut Self::Ctx,
         n: usize,
         slots: &[AdamSlot],
+        scalars: View<'_, Self::Buf>,
         params: ViewMut<'_, Self::Buf>,
         grads: View<'_, Self::Buf>,
         m: ViewMut<'_, Self::Buf>,

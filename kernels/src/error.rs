@@ -59,6 +59,33 @@ pub(crate) fn shape_err(op: &'static str, msg: impl Into<String>) -> KernelError
     }
 }
 
+/// The checks every backend makes before a GEMM. `Ok(false)`: there is
+/// nothing to compute (an empty batch or an empty `C`). `k == 0` is valid
+/// and means `C = beta * C`.
+pub(crate) fn check_gemm(g: &crate::ops::Gemm) -> Result<bool> {
+    if g.batch == 0 || g.m == 0 || g.n == 0 {
+        return Ok(false);
+    }
+    if g.batch > 1 && g.stride_c < g.m * g.n {
+        return Err(shape_err(
+            "gemm",
+            "batched outputs overlap (stride_c < m * n)",
+        ));
+    }
+    Ok(true)
+}
+
+/// The checks every backend makes before `softmax_xent`: it needs classes.
+pub(crate) fn check_classes(shape: crate::ops::Batched) -> Result<()> {
+    if shape.cols == 0 && shape.slots > 0 && shape.rows > 0 {
+        return Err(shape_err(
+            "softmax_xent",
+            "logits have 0 columns: cross-entropy needs at least one class",
+        ));
+    }
+    Ok(())
+}
+
 /// Every slot's dropout probability lies in `[0, 1)`.
 pub(crate) fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<()> {
     match slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {

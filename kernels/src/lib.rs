@@ -17,6 +17,11 @@
 //!   lane may use, so `lanes x threads <= cores` holds.
 //! * **No hidden state.** Dropout masks come from a counter-based RNG
 //!   ([`rng`]), so a trial's state is just its buffers and its step count.
+//! * **Per-step values live in device memory.** Batch indices, dropout
+//!   steps and Adam's bias corrections change every iteration; they are
+//!   written once per step into a step block ([`StepWords`],
+//!   [`Backend::stage_step`]) and read by the kernels, so that the launches
+//!   of an iteration do not change and CUDA can replay them as a graph.
 //!
 //! [`cpu::CpuBackend`] is the CPU implementation: `matrixmultiply` for GEMM,
 //! hand-split tasks on a rayon pool for the rest.
@@ -28,6 +33,7 @@ pub mod cuda;
 #[cfg(not(feature = "cuda"))]
 #[path = "cuda_stub.rs"]
 pub mod cuda;
+pub mod device_tests;
 pub mod error;
 pub mod ops;
 pub mod rng;
@@ -35,4 +41,7 @@ pub mod rng;
 pub use backend::{Backend, DeviceKind, View, ViewMut, at, at_mut};
 pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
 pub use error::{KernelError, Result};
-pub use ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
+pub use ops::{
+    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
+    STATS_LEN, SgdSlot, StepWords,
+};

@@ -6,9 +6,12 @@
 
 /// Number of `f32` statistics a loss op writes per slot.
 ///
-/// Layout per slot: `[loss_sum, metric_sum, rows, 0]`, where `loss_sum` is
-/// the sum of per-row losses and `metric_sum` is the number of correct
-/// predictions (cross-entropy) or the sum of squared errors (MSE).
+/// Layout per slot: `[loss_sum, metric_sum, rows, bad_labels]`, where
+/// `loss_sum` is the sum of per-row losses, `metric_sum` is the number of
+/// correct predictions (cross-entropy) or the sum of squared errors (MSE),
+/// and `bad_labels` counts cross-entropy labels that are not a class index
+/// (their rows add no loss and no gradient). Loaders validate labels, so a
+/// non-zero count means the data on the device is corrupt.
 pub const STATS_LEN: usize = 4;
 
 /// A row-major GEMM, optionally strided-batched:
@@ -142,12 +145,13 @@ impl Activation {
 }
 
 /// Inverted dropout of one slot: keep with probability `1 - p`, scale by `1 / (1 - p)`.
-/// The mask is a pure function of `(seed, step, index)`, so backward recomputes it.
+/// The mask is a pure function of `(seed, step, index)`, so backward
+/// recomputes it. The `step` changes every iteration, so it is not here: the
+/// ops read it from the lane's step block (see [`StepWords`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DropoutSlot {
     pub p: f32,
     pub seed: u64,
-    pub step: u64,
 }
 
 /// SGD scalars of one slot (PyTorch semantics, no dampening).
@@ -159,7 +163,9 @@ pub struct SgdSlot {
     pub nesterov: bool,
 }
 
-/// Adam / AdamW scalars of one slot. `step` is the 1-based step being taken.
+/// Adam / AdamW scalars of one slot that stay fixed from step to step. The
+/// bias corrections change every step: the ops read them from the lane's
+/// step block ([`AdamSlot::step_scalars`], [`StepWords`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamSlot {
     pub lr: f32,
@@ -169,16 +175,96 @@ pub struct AdamSlot {
     pub weight_decay: f32,
     /// AdamW: weight decay applied to the weights, not added to the gradient.
     pub decoupled: bool,
-    pub step: u64,
 }
 
+/// Words of one slot's Adam scalars in a step block: `[step_size, inv_sqrt_bc2]`.
+pub const ADAM_STEP_WORDS: usize = 2;
+/// Words of one slot's dropout step in a step block: the `u64`, low word first.
+pub const DROPOUT_STEP_WORDS: usize = 2;
+
 impl AdamSlot {
-    /// Bias corrections `(1 - beta1^t, 1 - beta2^t)`, computed in f64.
-    pub fn bias_corrections(&self) -> (f64, f64) {
-        let t = self.step.min(i32::MAX as u64) as i32;
+    /// Bias corrections `(1 - beta1^t, 1 - beta2^t)` of the 1-based step
+    /// `t`, computed in f64.
+    pub fn bias_corrections(&self, t: u64) -> (f64, f64) {
+        let t = t.min(i32::MAX as u64) as i32;
         (
             1.0 - (self.beta1 as f64).powi(t),
             1.0 - (self.beta2 as f64).powi(t),
         )
     }
+    /// What step `t` (1-based) reads from the step block:
+    /// `[lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)]`, computed in f64.
+    pub fn step_scalars(&self, t: u64) -> [f32; ADAM_STEP_WORDS] {
+        let (bc1, bc2) = self.bias_corrections(t);
+        [(self.lr as f64 / bc1) as f32, (1.0 / bc2.sqrt()) as f32]
+    }
+}
+
+/// The values that change every iteration, as 32-bit words in one device
+/// buffer (a lane's *step block*): batch indices, dropout steps and Adam's
+/// bias corrections. The host writes them once per step with one copy
+/// ([`crate::Backend::stage_step`]) and the kernels read them by slot, so
+/// that an iteration's launches are the same from one step to the next and
+/// can be captured once as a CUDA graph.
+///
+/// Words are stored in `f32` buffers bit for bit (`f32::from_bits`): an
+/// index or a step is never read as a float.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepWords {
+    words: Vec<f32>,
+}
+
+impl StepWords {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Clears the words, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.words.clear();
+    }
+    /// Appends row indices; returns their offset in words.
+    pub fn push_indices(&mut self, idx: &[u32]) -> usize {
+        let off = self.words.len();
+        self.words.extend(idx.iter().map(|&i| f32::from_bits(i)));
+        off
+    }
+    /// Appends one dropout step per slot; returns their offset in words.
+    pub fn push_dropout_steps(&mut self, steps: impl IntoIterator<Item = u64>) -> usize {
+        let off = self.words.len();
+        for s in steps {
+            self.words.push(f32::from_bits(s as u32));
+            self.words.push(f32::from_bits((s >> 32) as u32));
+        }
+        off
+    }
+    /// Appends one slot's Adam scalars per `(slot, 1-based step)`; returns their offset.
+    pub fn push_adam<'a>(&mut self, slots: impl IntoIterator<Item = (&'a AdamSlot, u64)>) -> usize {
+        let off = self.words.len();
+        for (s, t) in slots {
+            self.words.extend(s.step_scalars(t));
+        }
+        off
+    }
+    pub fn as_slice(&self) -> &[f32] {
+        &self.words
+    }
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+}
+
+/// A word of a step block as the index or step it holds.
+#[inline(always)]
+pub fn word(w: f32) -> u32 {
+    w.to_bits()
+}
+
+/// Slot `s`'s dropout step from the words of a step block.
+#[inline(always)]
+pub fn dropout_step(words: &[f32], s: usize) -> u64 {
+    word(words[s * DROPOUT_STEP_WORDS]) as u64
+        | (word(words[s * DROPOUT_STEP_WORDS + 1]) as u64) << 32
 }

@@ -93,10 +93,19 @@ pub fn report() -> Vec<String> {
     match cuda::probe() {
         Ok(n) => {
             for i in 0..n {
-                lines.push(match CudaBackend::new(i) {
-                    Ok(b) => format!("{}, {:.1} GiB free", b.name(), gib(b.memory_bytes())),
-                    Err(e) => format!("cuda:{i}: cannot be opened: {e}"),
-                });
+                match CudaBackend::new(i) {
+                    Ok(b) => {
+                        lines.push(format!(
+                            "{}, {:.1} GiB free",
+                            b.name(),
+                            gib(b.memory_bytes())
+                        ));
+                        // The kernels' target and versions, and any fallback
+                        // (no memory pool, no pinned memory) taken here.
+                        lines.extend(b.notes().into_iter().map(|n| format!("  {n}")));
+                    }
+                    Err(e) => lines.push(format!("cuda:{i}: cannot be opened: {e}")),
+                }
             }
         }
         Err(why) => lines.push(format!("cuda: none ({why})")),

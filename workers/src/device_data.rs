@@ -5,7 +5,7 @@ use std::sync::Arc;
 use kernels::{Backend, at_mut};
 
 use crate::data::{SplitData, Task};
-use crate::error::Result;
+use crate::error::{Result, WorkerError};
 use crate::lane::Lane;
 
 /// Training and validation parts on the device, uploaded once.
@@ -27,8 +27,31 @@ pub struct DeviceData<B: Backend> {
     pub val_sst: f64,
 }
 
+/// Every classification label is a class index: a whole number in `0..classes`.
+pub fn check_labels(data: &SplitData) -> Result<()> {
+    let Task::Classification { classes } = data.task else {
+        return Ok(());
+    };
+    for (part, y) in [("training", &data.train_y), ("validation", &data.val_y)] {
+        if let Some((row, bad)) = y
+            .iter()
+            .enumerate()
+            .find(|(_, l)| !(**l >= 0.0 && **l < classes as f32 && l.fract() == 0.0))
+        {
+            return Err(WorkerError::Config(format!(
+                "{}: {part} row {row} has label {bad}, not a class index below {classes}",
+                data.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl<B: Backend> DeviceData<B> {
+    /// Uploads `data` after checking its labels: every backend's loss
+    /// trusts them (a bad one is only counted there, see [`kernels::STATS_LEN`]).
     pub fn upload(lane: &mut Lane<B>, data: &SplitData) -> Result<Arc<Self>> {
+        check_labels(data)?;
         let (b, ctx) = lane.device();
         let mut put = |v: &[f32]| -> Result<B::Buf> {
             let mut buf = b.alloc_zeroed(v.len())?;

@@ -5,8 +5,24 @@
 //! kernel call is one strided-batched launch for all K. A single trial is a
 //! group of one; fused execution is a group of many. The ephemeral buffers
 //! of an iteration come from the lane's [`Workspace`].
+//!
+//! # One iteration, the same launches every time
+//!
+//! What changes from one step to the next (batch indices, dropout steps,
+//! Adam's bias corrections) is written by one copy into the workspace's
+//! step block ([`kernels::StepWords`]) before the iteration; the kernels
+//! read it from there. So on CUDA an iteration after the first can be
+//! captured once as a graph and replayed, when the lane allows it
+//! ([`Lane::set_graphs`]). A graph is kept under a key made of the address
+//! of every buffer it touches and every per-slot scalar it bakes in, so a
+//! group rebuilt by a membership change or a swap-in, a workspace rebuilt,
+//! or another lane never replays a graph that would touch other memory: it
+//! captures a new one.
 
-use kernels::{Backend, Batched, DropoutSlot, Gemm, STATS_LEN, View, ViewMut, at, at_mut};
+use kernels::{
+    ADAM_STEP_WORDS, Backend, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, STATS_LEN, StepWords,
+    View, ViewMut, at, at_mut,
+};
 
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
@@ -36,12 +52,18 @@ impl GroupShape {
         let kb = self.slots * self.batch;
         let per_hidden = if self.dropout { 3 } else { 2 };
         kb * s.input
+            + self.step_words()
             + kb * self.target_cols
             + kb * s.hidden.iter().sum::<usize>() * per_hidden
             + 2 * kb * s.output
             + self.scratch_buffers() * kb * s.max_width()
             + self.slots * s.n_params()
             + self.slots * STATS_LEN
+    }
+
+    /// Words of the step block: batch indices, then dropout steps, then Adam scalars.
+    fn step_words(&self) -> usize {
+        self.slots * (self.batch + DROPOUT_STEP_WORDS + ADAM_STEP_WORDS)
     }
 
     pub fn ephemeral_bytes(&self) -> usize {
@@ -57,6 +79,8 @@ impl GroupShape {
 /// One iteration's activations and gradients (see [`GroupShape::ephemeral_elems`]).
 pub struct Workspace<B: Backend> {
     x: B::Buf,
+    /// This step's values, written once per step (see the module docs).
+    step: B::Buf,
     y: B::Buf,
     z: Vec<B::Buf>,
     a: Vec<B::Buf>,
@@ -75,6 +99,7 @@ impl<B: Backend> Workspace<B> {
     pub fn allocated_elems(&self, b: &B) -> usize {
         let bufs = [
             &self.x,
+            &self.step,
             &self.y,
             &self.logits,
             &self.dlogits,
@@ -107,6 +132,7 @@ impl<B: Backend> Workspace<B> {
         let wide = kb * s.max_width();
         Ok(Workspace {
             x: b.alloc_zeroed(kb * s.input)?,
+            step: b.alloc_zeroed(shape.step_words())?,
             y: b.alloc_zeroed(kb * shape.target_cols)?,
             z: hidden(b)?,
             a: hidden(b)?,
@@ -128,6 +154,36 @@ impl<B: Backend> Workspace<B> {
             eval_stats: b.alloc_zeroed(shape.slots * STATS_LEN)?,
         })
     }
+}
+
+impl<B: Backend> Workspace<B> {
+    /// The address of every buffer, for a graph's key.
+    fn addrs(&self, b: &B, key: &mut Vec<u64>) {
+        let one = [
+            &self.x,
+            &self.step,
+            &self.y,
+            &self.logits,
+            &self.dlogits,
+            &self.dh,
+            &self.dz,
+            &self.grads,
+        ];
+        let layers = self
+            .z
+            .iter()
+            .chain(&self.a)
+            .chain(&self.d)
+            .chain(&self.dtmp);
+        key.extend(one.into_iter().chain(layers).map(|x| b.buf_addr(x) as u64));
+    }
+}
+
+/// Where this step's values lie in the step block, in words.
+#[derive(Clone, Copy)]
+struct StepOffsets {
+    dropout: usize,
+    adam: usize,
 }
 
 /// Where the first layer reads its input from.
@@ -154,6 +210,8 @@ pub struct LossStats {
     pub loss_sum: f64,
     pub metric_sum: f64,
     pub rows: f64,
+    /// Labels that were not a class index (see [`kernels::STATS_LEN`]).
+    pub bad_labels: f64,
 }
 
 impl LossStats {
@@ -162,6 +220,20 @@ impl LossStats {
             loss_sum: s[0] as f64,
             metric_sum: s[1] as f64,
             rows: s[2] as f64,
+            bad_labels: s[3] as f64,
+        }
+    }
+
+    /// Every slot's statistics, or an error when the loss met labels that
+    /// are not class indices: loaders check labels, so the data on the
+    /// device is corrupt, and no metric from it can be trusted.
+    fn read_all(host: &[f32], what: &str) -> Result<Vec<LossStats>> {
+        let stats: Vec<_> = host.chunks_exact(STATS_LEN).map(Self::from_slice).collect();
+        match stats.iter().map(|s| s.bad_labels).sum::<f64>() {
+            0.0 => Ok(stats),
+            bad => Err(WorkerError::Config(format!(
+                "{bad} {what} labels on the device are not class indices; the data is corrupt"
+            ))),
         }
     }
     pub fn mean_loss(&self) -> f64 {
@@ -179,7 +251,18 @@ pub struct MlpGroup<B: Backend> {
     params: B::Buf,
     state: Vec<B::Buf>,
     train_stats: B::Buf,
+    /// This step's values on the host, reused from step to step.
+    words: StepWords,
+    /// Captured iterations by key (see the module docs), newest last.
+    graphs: Vec<(Vec<u64>, B::Graph)>,
+    /// Iterations run eagerly; graphs are captured after the first.
+    eager_steps: u64,
+    /// A capture failed once: this group runs eagerly from then on.
+    graphs_failed: bool,
 }
+
+/// Graphs a group keeps: one per lane it moves between, a few at most.
+const MAX_GRAPHS: usize = 4;
 
 impl<B: Backend> MlpGroup<B> {
     /// A group with freshly initialised slots (each from its own seed).
@@ -253,6 +336,10 @@ impl<B: Backend> MlpGroup<B> {
             family,
             slots,
             state,
+            words: StepWords::new(),
+            graphs: Vec::new(),
+            eager_steps: 0,
+            graphs_failed: false,
         })
     }
 
@@ -280,6 +367,8 @@ impl<B: Backend> MlpGroup<B> {
 
     /// One training iteration of every slot. `idx` holds `slots x batch`
     /// training-row indices; `iterations[s]` is slot `s`'s 0-based iteration.
+    /// On a lane that allows graphs, iterations after the first replay a
+    /// captured graph (see the module docs); the result is the same.
     pub fn train_step(
         &mut self,
         lane: &mut Lane<B>,
@@ -287,9 +376,55 @@ impl<B: Backend> MlpGroup<B> {
         idx: &[u32],
         iterations: &[u64],
     ) -> Result<()> {
-        self.forward_backward(lane, data, idx, iterations)?;
+        let graphs = lane.graphs();
+        let offsets = self.stage(lane, data, idx, iterations)?;
         let (b, ctx, ws) = lane.parts(&self.shape)?;
-        self.update(b, ctx, ws, iterations)
+        if !graphs || self.graphs_failed || self.eager_steps == 0 {
+            self.eager_steps += 1;
+            self.forward_backward(b, ctx, ws, data, offsets)?;
+            return self.update(b, ctx, ws, offsets);
+        }
+        let key = self.graph_key(b, ws, data);
+        if let Some(i) = self.graphs.iter().position(|(k, _)| *k == key) {
+            return Ok(b.replay(ctx, &self.graphs[i].1)?);
+        }
+        b.begin_capture(ctx)?;
+        let captured = self
+            .forward_backward(b, ctx, ws, data, offsets)
+            .and_then(|_| self.update(b, ctx, ws, offsets));
+        // The capture ends whatever happened, so that the lane stays usable.
+        let graph = b.end_capture(ctx);
+        match (captured, graph) {
+            (Ok(()), Ok(g)) => {
+                b.replay(ctx, &g)?;
+                if self.graphs.len() == MAX_GRAPHS {
+                    self.graphs.remove(0);
+                }
+                self.graphs.push((key, g));
+                Ok(())
+            }
+            (captured, graph) => {
+                // Nothing ran while capturing: run this iteration eagerly,
+                // and the rest too.
+                let why = captured
+                    .err()
+                    .map(|e| e.to_string())
+                    .or(graph.err().map(|e| e.to_string()));
+                eprintln!(
+                    "warning: capturing an iteration as a graph failed ({}); running eagerly",
+                    why.unwrap_or_default()
+                );
+                self.graphs_failed = true;
+                self.eager_steps += 1;
+                self.forward_backward(b, ctx, ws, data, offsets)?;
+                self.update(b, ctx, ws, offsets)
+            }
+        }
+    }
+
+    /// Graphs this group holds now (tests check that they are used).
+    pub fn graphs_held(&self) -> usize {
+        self.graphs.len()
     }
 
     /// The gradients of every slot's mean loss over the batch `idx`, without
@@ -301,20 +436,22 @@ impl<B: Backend> MlpGroup<B> {
         idx: &[u32],
         iterations: &[u64],
     ) -> Result<Vec<f32>> {
-        self.forward_backward(lane, data, idx, iterations)?;
+        let offsets = self.stage(lane, data, idx, iterations)?;
         let (b, ctx, ws) = lane.parts(&self.shape)?;
+        self.forward_backward(b, ctx, ws, data, offsets)?;
         let mut host = vec![0.0; self.slots.len() * self.n];
         b.download(ctx, at(&ws.grads, 0), &mut host)?;
         Ok(host)
     }
 
-    fn forward_backward(
+    /// Checks this step's indices and writes its values into the step block.
+    fn stage(
         &mut self,
         lane: &mut Lane<B>,
         data: &DeviceData<B>,
         idx: &[u32],
         iterations: &[u64],
-    ) -> Result<()> {
+    ) -> Result<StepOffsets> {
         let (k, rows) = (self.slots.len(), self.shape.batch);
         if idx.len() != k * rows || iterations.len() != k {
             return Err(WorkerError::Config(format!(
@@ -323,23 +460,69 @@ impl<B: Backend> MlpGroup<B> {
                 iterations.len()
             )));
         }
+        // The device gathers without checking (a bad index reads zeros).
+        if let Some(&bad) = idx.iter().find(|&&i| i as usize >= data.n_train) {
+            return Err(WorkerError::Config(format!(
+                "train_step: row index {bad} >= {} training rows",
+                data.n_train
+            )));
+        }
+        self.words.clear();
+        self.words.push_indices(idx);
+        let dropout = self.words.push_dropout_steps(iterations.iter().copied());
+        let adam = match self.family {
+            OptimizerFamily::Adam => {
+                let adams: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
+                let t = iterations.iter().map(|&it| it + 1);
+                self.words.push_adam(adams.iter().zip(t))
+            }
+            OptimizerFamily::Sgd => self.words.push_adam([]),
+        };
         let (b, ctx, ws) = lane.parts(&self.shape)?;
-        b.gather_rows(
-            ctx,
-            data.features,
-            idx,
-            at(&data.train_x, 0),
-            at_mut(&mut ws.x, 0),
-        )?;
-        b.gather_rows(
-            ctx,
-            data.target_cols,
-            idx,
-            at(&data.train_y, 0),
-            at_mut(&mut ws.y, 0),
-        )?;
-        let train = Some(iterations);
-        self.forward(b, ctx, ws, data, Input::Batch, train)?;
+        b.stage_step(ctx, self.words.as_slice(), at_mut(&mut ws.step, 0))?;
+        Ok(StepOffsets { dropout, adam })
+    }
+
+    /// Everything a captured iteration bakes in: buffer addresses and the
+    /// per-slot scalars passed by value.
+    fn graph_key(&self, b: &B, ws: &Workspace<B>, data: &DeviceData<B>) -> Vec<u64> {
+        let mut key = vec![self.slots.len() as u64, self.shape.batch as u64];
+        key.extend(
+            std::iter::once(&self.params)
+                .chain(&self.state)
+                .chain([&self.train_stats, &data.train_x, &data.train_y])
+                .map(|x| b.buf_addr(x) as u64),
+        );
+        ws.addrs(b, &mut key);
+        for h in &self.slots {
+            key.extend(h.key_bits());
+        }
+        key
+    }
+
+    fn forward_backward(
+        &mut self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        ws: &mut Workspace<B>,
+        data: &DeviceData<B>,
+        offsets: StepOffsets,
+    ) -> Result<()> {
+        let (k, rows) = (self.slots.len(), self.shape.batch);
+        for (cols, from, to) in [
+            (data.features, &data.train_x, &mut ws.x),
+            (data.target_cols, &data.train_y, &mut ws.y),
+        ] {
+            b.gather_rows(
+                ctx,
+                cols,
+                k * rows,
+                at(&ws.step, 0),
+                at(from, 0),
+                at_mut(to, 0),
+            )?;
+        }
+        self.forward(b, ctx, ws, data, Input::Batch, Some(offsets))?;
         let out = self.shape.spec.output;
         let shape = Batched::new(k, rows, out);
         let stats = at_mut(&mut self.train_stats, 0);
@@ -357,15 +540,11 @@ impl<B: Backend> MlpGroup<B> {
             stats,
             true,
         )?;
-        self.backward(b, ctx, ws, rows, iterations)
+        self.backward(b, ctx, ws, rows, offsets)
     }
 
-    fn dropout_slots(&self, layer: usize, iterations: &[u64]) -> Vec<DropoutSlot> {
-        self.slots
-            .iter()
-            .zip(iterations)
-            .map(|(h, &it)| h.dropout_slot(layer, it))
-            .collect()
+    fn dropout_slots(&self, layer: usize) -> Vec<DropoutSlot> {
+        self.slots.iter().map(|h| h.dropout_slot(layer)).collect()
     }
 
     fn forward(
@@ -375,7 +554,7 @@ impl<B: Backend> MlpGroup<B> {
         ws: &mut Workspace<B>,
         data: &DeviceData<B>,
         input: Input,
-        train: Option<&[u64]>,
+        train: Option<StepOffsets>,
     ) -> Result<()> {
         let (k, n, last) = (self.slots.len(), self.n, self.layers.len() - 1);
         let dropout = train.is_some() && self.shape.dropout;
@@ -419,12 +598,13 @@ impl<B: Backend> MlpGroup<B> {
                     at(&ws.z[l], 0),
                     at_mut(&mut ws.a[l], 0),
                 )?;
-                if let (true, Some(its)) = (dropout, train) {
-                    let slots = self.dropout_slots(l, its);
+                if let (true, Some(offsets)) = (dropout, train) {
+                    let slots = self.dropout_slots(l);
                     b.dropout(
                         ctx,
                         rows * layer.fan_out,
                         &slots,
+                        at(&ws.step, offsets.dropout),
                         at(&ws.a[l], 0),
                         at_mut(&mut ws.d[l], 0),
                     )?;
@@ -479,7 +659,7 @@ impl<B: Backend> MlpGroup<B> {
         ctx: &mut B::Ctx,
         ws: &mut Workspace<B>,
         rows: usize,
-        iterations: &[u64],
+        offsets: StepOffsets,
     ) -> Result<()> {
         let (k, n) = (self.slots.len(), self.n);
         let dropout = self.shape.dropout;
@@ -524,8 +704,16 @@ impl<B: Backend> MlpGroup<B> {
             let len = k * rows * fi;
             let da = match ws.dtmp.as_mut() {
                 Some(dtmp) => {
-                    let slots = self.dropout_slots(l - 1, iterations);
-                    b.dropout_backward(ctx, rows * fi, &slots, at(&ws.dh, 0), at_mut(dtmp, 0))?;
+                    let slots = self.dropout_slots(l - 1);
+                    let steps = at(&ws.step, offsets.dropout);
+                    b.dropout_backward(
+                        ctx,
+                        rows * fi,
+                        &slots,
+                        steps,
+                        at(&ws.dh, 0),
+                        at_mut(dtmp, 0),
+                    )?;
                     at(&*dtmp, 0)
                 }
                 None => at(&ws.dh, 0),
@@ -549,7 +737,7 @@ impl<B: Backend> MlpGroup<B> {
         b: &B,
         ctx: &mut B::Ctx,
         ws: &mut Workspace<B>,
-        iterations: &[u64],
+        offsets: StepOffsets,
     ) -> Result<()> {
         let n = self.n;
         match (self.family, self.state.as_mut_slice()) {
@@ -565,16 +753,12 @@ impl<B: Backend> MlpGroup<B> {
                 )?;
             }
             (OptimizerFamily::Adam, [m, v]) => {
-                let slots: Vec<_> = self
-                    .slots
-                    .iter()
-                    .zip(iterations)
-                    .map(|(h, &it)| h.adam_slot(it + 1))
-                    .collect();
+                let slots: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
                 b.adam_step(
                     ctx,
                     n,
                     &slots,
+                    at(&ws.step, offsets.adam),
                     at_mut(&mut self.params, 0),
                     at(&ws.grads, 0),
                     at_mut(m, 0),
@@ -615,10 +799,7 @@ impl<B: Backend> MlpGroup<B> {
         }
         let mut host = vec![0.0f32; k * STATS_LEN];
         b.download(ctx, at(&ws.eval_stats, 0), &mut host)?;
-        Ok(host
-            .chunks_exact(STATS_LEN)
-            .map(LossStats::from_slice)
-            .collect())
+        LossStats::read_all(&host, "validation")
     }
 
     /// The training statistics accumulated since the last call, which resets them.
@@ -628,10 +809,7 @@ impl<B: Backend> MlpGroup<B> {
         let mut host = vec![0.0f32; k * STATS_LEN];
         b.download(ctx, at(&self.train_stats, 0), &mut host)?;
         b.fill(ctx, k * STATS_LEN, 0.0, at_mut(&mut self.train_stats, 0))?;
-        Ok(host
-            .chunks_exact(STATS_LEN)
-            .map(LossStats::from_slice)
-            .collect())
+        LossStats::read_all(&host, "training")
     }
 
     /// Copies slot `s`'s persistent state to the host.

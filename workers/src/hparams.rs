@@ -88,8 +88,8 @@ impl SlotHparams {
             _ => unreachable!("SGD slot of an Adam trial"),
         }
     }
-    /// `step` is the 1-based step being taken.
-    pub(crate) fn adam_slot(&self, step: u64) -> AdamSlot {
+    /// The Adam scalars that stay fixed; the step's own come from the step block.
+    pub(crate) fn adam_slot(&self) -> AdamSlot {
         let (beta1, beta2, eps, decoupled) = match self.optimizer {
             Optimizer::Adam { beta1, beta2, eps } => (beta1, beta2, eps, false),
             Optimizer::AdamW { beta1, beta2, eps } => (beta1, beta2, eps, true),
@@ -102,15 +102,34 @@ impl SlotHparams {
             eps,
             weight_decay: self.weight_decay,
             decoupled,
-            step,
         }
     }
-    /// Dropout for hidden layer `layer` at 0-based iteration `step`.
-    pub fn dropout_slot(&self, layer: usize, step: u64) -> DropoutSlot {
+    /// Dropout for hidden layer `layer`; its step is the 0-based iteration.
+    pub fn dropout_slot(&self, layer: usize) -> DropoutSlot {
         DropoutSlot {
             p: self.dropout,
             seed: kernels::rng::mix64(self.seed ^ ((0xd0 + layer as u64) << 32)),
-            step,
         }
+    }
+
+    /// Every value a kernel takes by value from this slot, as bits: part of
+    /// a captured graph's key.
+    pub(crate) fn key_bits(&self) -> [u64; 8] {
+        let (o, a, b, c) = match self.optimizer {
+            Optimizer::Sgd { momentum, nesterov } => (0, momentum, nesterov as u32 as f32, 0.0),
+            Optimizer::Adam { beta1, beta2, eps } => (1, beta1, beta2, eps),
+            Optimizer::AdamW { beta1, beta2, eps } => (2, beta1, beta2, eps),
+        };
+        let f = |x: f32| x.to_bits() as u64;
+        [
+            o,
+            f(a),
+            f(b),
+            f(c),
+            f(self.lr),
+            f(self.weight_decay),
+            f(self.dropout),
+            self.seed,
+        ]
     }
 }

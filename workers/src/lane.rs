@@ -22,6 +22,9 @@ pub struct Lane<B: Backend> {
     id: usize,
     threads: usize,
     workspaces: HashMap<GroupShape, Workspace<B>>,
+    /// Whether trials may replay captured iterations here (CUDA graphs).
+    graphs: bool,
+    syncs: u64,
 }
 
 impl<B: Backend> Lane<B> {
@@ -34,7 +37,37 @@ impl<B: Backend> Lane<B> {
             id,
             threads,
             workspaces: HashMap::new(),
+            graphs: false,
+            syncs: 0,
         })
+    }
+
+    /// Lets trials capture an iteration once and replay it (where the
+    /// backend can: CUDA). Off by default; `[scheduler] graphs` sets it.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = on && self.backend.graphs_supported();
+    }
+
+    /// Whether trials replay captured iterations on this lane.
+    pub fn graphs(&self) -> bool {
+        self.graphs
+    }
+
+    /// How many times this lane has synced.
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    /// Runs `f` (one step of a job), then syncs the lane whether `f`
+    /// succeeded or not: a failed step may have left kernels queued that
+    /// write into the job's buffers, and those buffers are freed when the
+    /// failed job is dropped (see `kernels::cuda::CudaBuf`). `f`'s error
+    /// comes first.
+    pub fn step_synced<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        let out = f(self);
+        let synced = self.sync();
+        let out = out?;
+        synced.map(|_| out)
     }
 
     pub fn id(&self) -> usize {
@@ -64,6 +97,7 @@ impl<B: Backend> Lane<B> {
 
     /// Waits for everything queued on this lane.
     pub fn sync(&mut self) -> Result<()> {
+        self.syncs += 1;
         Ok(self.backend.sync(&mut self.ctx)?)
     }
 

@@ -55,14 +55,14 @@ fn loss64(
             h = z;
             break;
         }
-        let d = hp.dropout_slot(l, iteration);
+        let d = hp.dropout_slot(l);
         h = z
             .iter()
             .enumerate()
             .map(|(j, &v)| {
                 let keep = if d.p == 0.0 {
                     1.0
-                } else if rng::uniform(d.seed, d.step, j as u64) < d.p {
+                } else if rng::uniform(d.seed, iteration, j as u64) < d.p {
                     0.0
                 } else {
                     1.0 / (1.0 - d.p as f64)

@@ -2,7 +2,7 @@
 
 use super::CpuCtx;
 use super::par::{self, MIN_ELEMS_PER_TASK, SyncPtr};
-use crate::ops::{Activation, Batched, DropoutSlot};
+use crate::ops::{Activation, Batched, DropoutSlot, dropout_step, word};
 use crate::rng;
 
 const GELU_C: f32 = 0.797_884_6; // sqrt(2 / pi)
@@ -81,12 +81,12 @@ pub(crate) fn activation_backward(
     });
 }
 
-/// The scale dropout applies to element `i` of a slot: 0 or `1 / (1 - p)`.
+/// The scale dropout applies to element `i` of a slot at `step`: 0 or `1 / (1 - p)`.
 #[inline(always)]
-pub(crate) fn dropout_scale(d: &DropoutSlot, i: usize) -> f32 {
+pub(crate) fn dropout_scale(d: &DropoutSlot, step: u64, i: usize) -> f32 {
     if d.p <= 0.0 {
         1.0
-    } else if rng::uniform(d.seed, d.step, i as u64) < d.p {
+    } else if rng::uniform(d.seed, step, i as u64) < d.p {
         0.0
     } else {
         1.0 / (1.0 - d.p)
@@ -94,10 +94,12 @@ pub(crate) fn dropout_scale(d: &DropoutSlot, i: usize) -> f32 {
 }
 
 /// `y = x * mask`; the same function serves forward (x) and backward (dy).
+/// `steps` are the step block's words of each slot's step.
 pub(crate) fn dropout(
     ctx: &CpuCtx,
     per_slot: usize,
     slots: &[DropoutSlot],
+    steps: &[f32],
     x: &[f32],
     y: &mut [f32],
 ) {
@@ -106,6 +108,7 @@ pub(crate) fn dropout(
     par::run(ctx, &segs, |s| {
         let base = s.slot * per_slot;
         let d = &slots[s.slot];
+        let step = dropout_step(steps, s.slot);
         // SAFETY: segments are disjoint and inside `y`.
         let y = unsafe { out.slice(base + s.start, s.end - s.start) };
         let x = &x[base + s.start..base + s.end];
@@ -114,7 +117,7 @@ pub(crate) fn dropout(
             return;
         }
         for (j, (y, &x)) in y.iter_mut().zip(x).enumerate() {
-            *y = x * dropout_scale(d, s.start + j);
+            *y = x * dropout_scale(d, step, s.start + j);
         }
     });
 }
@@ -161,15 +164,22 @@ pub(crate) fn col_sum(ctx: &CpuCtx, shape: Batched, db_stride: usize, dy: &[f32]
     });
 }
 
-pub(crate) fn gather_rows(ctx: &CpuCtx, cols: usize, idx: &[u32], src: &[f32], dst: &mut [f32]) {
+/// `dst` row `i` = `src` row `idx[i]` (step-block words), or zeros where
+/// that row lies past the end of `src`.
+pub(crate) fn gather_rows(ctx: &CpuCtx, cols: usize, idx: &[f32], src: &[f32], dst: &mut [f32]) {
     let out = SyncPtr::new(dst);
+    let src_rows = src.len() / cols;
     let segs = par::segments(ctx, 1, idx.len(), MIN_ELEMS_PER_TASK / cols.max(1));
     par::run(ctx, &segs, |s| {
-        for (i, &row) in idx[s.start..s.end].iter().enumerate() {
-            let r = row as usize;
+        for (i, &w) in idx[s.start..s.end].iter().enumerate() {
+            let r = word(w) as usize;
             // SAFETY: each task owns destination rows start..end.
             let d = unsafe { out.slice((s.start + i) * cols, cols) };
-            d.copy_from_slice(&src[r * cols..(r + 1) * cols]);
+            if r < src_rows {
+                d.copy_from_slice(&src[r * cols..(r + 1) * cols]);
+            } else {
+                d.fill(0.0);
+            }
         }
     });
 }

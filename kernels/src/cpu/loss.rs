@@ -24,11 +24,21 @@ pub(crate) fn softmax_xent(
     let grad = dlogits.map(SyncPtr::new);
     let st = SyncPtr::new(stats);
     par::run(ctx, &slots(shape.slots), |&s| {
-        let (mut loss, mut correct) = (0.0f64, 0.0f64);
+        let (mut loss, mut correct, mut bad) = (0.0f64, 0.0f64, 0.0f64);
         for r in 0..shape.rows {
             let off = s * shape.per_slot() + r * c;
             let z = &logits[off..off + c];
-            let label = labels[s * label_stride + r] as usize;
+            let l = labels[s * label_stride + r];
+            // Not a class index: counted (see STATS_LEN), no loss, no gradient.
+            if !(l >= 0.0 && l < c as f32 && l.fract() == 0.0) {
+                bad += 1.0;
+                if let Some(g) = grad {
+                    // SAFETY: each task owns its slot's rows.
+                    unsafe { g.slice(off, c) }.fill(0.0);
+                }
+                continue;
+            }
+            let label = l as usize;
             let (mut best, mut max) = (0, f32::NEG_INFINITY);
             for (j, &v) in z.iter().enumerate() {
                 if v > max {
@@ -49,7 +59,7 @@ pub(crate) fn softmax_xent(
                 }
             }
         }
-        write_stats(&st, s, accumulate, [loss, correct, shape.rows as f64]);
+        write_stats(&st, s, accumulate, [loss, correct, shape.rows as f64, bad]);
     });
 }
 
@@ -84,17 +94,19 @@ pub(crate) fn mse(
                 }
             }
         }
-        write_stats(&st, s, accumulate, [sse / c as f64, sse, shape.rows as f64]);
+        write_stats(
+            &st,
+            s,
+            accumulate,
+            [sse / c as f64, sse, shape.rows as f64, 0.0],
+        );
     });
 }
 
-fn write_stats(st: &SyncPtr, slot: usize, accumulate: bool, v: [f64; 3]) {
+fn write_stats(st: &SyncPtr, slot: usize, accumulate: bool, v: [f64; STATS_LEN]) {
     // SAFETY: each task owns its slot's statistics.
     let out = unsafe { st.slice(slot * STATS_LEN, STATS_LEN) };
     for (o, v) in out.iter_mut().zip(v) {
         *o = if accumulate { *o + v as f32 } else { v as f32 };
-    }
-    if !accumulate {
-        out[3] = 0.0;
     }
 }

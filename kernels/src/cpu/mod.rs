@@ -9,8 +9,13 @@ mod par;
 use std::sync::Arc;
 
 use crate::backend::{Backend, DeviceKind, View, ViewMut};
-use crate::error::{KernelError, Result, check_dropout, check_range, shape_err};
-use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
+use crate::error::{
+    KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
+};
+use crate::ops::{
+    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
+    STATS_LEN, SgdSlot,
+};
 
 /// The CPU device.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +108,7 @@ impl Backend for CpuBackend {
     type Buf = CpuBuf;
     type Ctx = CpuCtx;
     type HostThreads = Option<Arc<rayon::ThreadPool>>;
+    type Graph = ();
 
     fn kind(&self) -> DeviceKind {
         DeviceKind::Cpu
@@ -160,6 +166,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn stage_step(&self, ctx: &mut CpuCtx, words: &[f32], d: ViewMut<'_, CpuBuf>) -> Result<()> {
+        self.upload(ctx, words, d)
+    }
+
+    fn buf_addr(&self, buf: &CpuBuf) -> usize {
+        buf.0.as_ptr() as usize
+    }
+
     fn copy(
         &self,
         _ctx: &mut CpuCtx,
@@ -190,18 +204,12 @@ impl Backend for CpuBackend {
         b: View<'_, CpuBuf>,
         c: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        let (ea, eb, ec) = g.extents();
-        if g.batch == 0 {
+        if !check_gemm(g)? {
             return Ok(());
         }
+        let (ea, eb, ec) = g.extents();
         let a = src("gemm", "A", a, ea)?;
         let b = src("gemm", "B", b, eb)?;
-        if g.batch > 1 && g.stride_c < g.m * g.n {
-            return Err(shape_err(
-                "gemm",
-                "batched outputs overlap (stride_c < m * n)",
-            ));
-        }
         gemm::gemm(ctx, g, a, b, dst("gemm", "C", c, ec)?);
         Ok(())
     }
@@ -210,25 +218,18 @@ impl Backend for CpuBackend {
         &self,
         ctx: &mut CpuCtx,
         cols: usize,
-        idx: &[u32],
+        rows: usize,
+        idx: View<'_, CpuBuf>,
         s: View<'_, CpuBuf>,
         d: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        let rows = (s.buf.0.len() - s.off.min(s.buf.0.len())) / cols.max(1);
-        if let Some(&bad) = idx.iter().find(|&&i| i as usize >= rows) {
-            return Err(shape_err(
-                "gather_rows",
-                format!("row index {bad} >= {rows} rows"),
-            ));
+        const OP: &str = "gather_rows";
+        if rows == 0 || cols == 0 {
+            return Ok(());
         }
-        let s = &s.buf.0[s.off..];
-        elementwise::gather_rows(
-            ctx,
-            cols,
-            idx,
-            s,
-            dst("gather_rows", "dst", d, idx.len() * cols)?,
-        );
+        let idx = src(OP, "idx", idx, rows)?;
+        let s = &s.buf.0[s.off.min(s.buf.0.len())..];
+        elementwise::gather_rows(ctx, cols, idx, s, dst(OP, "dst", d, rows * cols)?);
         Ok(())
     }
 
@@ -327,19 +328,11 @@ impl Backend for CpuBackend {
         ctx: &mut CpuCtx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, CpuBuf>,
         x: View<'_, CpuBuf>,
         y: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        check_dropout("dropout", slots)?;
-        let n = per_slot * slots.len();
-        elementwise::dropout(
-            ctx,
-            per_slot,
-            slots,
-            src("dropout", "x", x, n)?,
-            dst("dropout", "y", y, n)?,
-        );
-        Ok(())
+        self.dropout_like("dropout", ctx, per_slot, slots, steps, x, y)
     }
 
     fn dropout_backward(
@@ -347,20 +340,11 @@ impl Backend for CpuBackend {
         ctx: &mut CpuCtx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, CpuBuf>,
         dy: View<'_, CpuBuf>,
         dx: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        const OP: &str = "dropout_backward";
-        check_dropout(OP, slots)?;
-        let n = per_slot * slots.len();
-        elementwise::dropout(
-            ctx,
-            per_slot,
-            slots,
-            src(OP, "dy", dy, n)?,
-            dst(OP, "dx", dx, n)?,
-        );
-        Ok(())
+        self.dropout_like("dropout_backward", ctx, per_slot, slots, steps, dy, dx)
     }
 
     fn softmax_xent(
@@ -375,6 +359,7 @@ impl Backend for CpuBackend {
         accumulate: bool,
     ) -> Result<()> {
         const OP: &str = "softmax_xent";
+        check_classes(shape)?;
         if shape.slots == 0 {
             return Ok(());
         }
@@ -385,15 +370,6 @@ impl Backend for CpuBackend {
             labels,
             (shape.slots - 1) * label_stride + shape.rows,
         )?;
-        if let Some(bad) = labels
-            .iter()
-            .find(|&&l| !(l >= 0.0 && (l as usize) < shape.cols && l.fract() == 0.0))
-        {
-            return Err(shape_err(
-                OP,
-                format!("label {bad} is not a class index below {}", shape.cols),
-            ));
-        }
         let dlogits = dlogits
             .map(|d| dst(OP, "dlogits", d, shape.len()))
             .transpose()?;
@@ -486,6 +462,7 @@ impl Backend for CpuBackend {
         ctx: &mut CpuCtx,
         n: usize,
         slots: &[AdamSlot],
+        scalars: View<'_, CpuBuf>,
         params: ViewMut<'_, CpuBuf>,
         grads: View<'_, CpuBuf>,
         m: ViewMut<'_, CpuBuf>,
@@ -493,12 +470,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         const OP: &str = "adam_step";
         let total = n * slots.len();
-        if let Some(s) = slots.iter().find(|s| s.step == 0) {
-            return Err(shape_err(
-                OP,
-                format!("step must start at 1, got {}", s.step),
-            ));
-        }
+        let scalars = src(OP, "scalars", scalars, slots.len() * ADAM_STEP_WORDS)?;
         let (p, g) = (
             dst(OP, "params", params, total)?,
             src(OP, "grads", grads, total)?,
@@ -507,10 +479,39 @@ impl Backend for CpuBackend {
             ctx,
             n,
             slots,
+            scalars,
             p,
             g,
             dst(OP, "m", m, total)?,
             dst(OP, "v", v, total)?,
+        );
+        Ok(())
+    }
+}
+
+impl CpuBackend {
+    /// Dropout forward and backward: the same op, the mask recomputed.
+    #[allow(clippy::too_many_arguments)]
+    fn dropout_like(
+        &self,
+        op: &'static str,
+        ctx: &mut CpuCtx,
+        per_slot: usize,
+        slots: &[DropoutSlot],
+        steps: View<'_, CpuBuf>,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        check_dropout(op, slots)?;
+        let n = per_slot * slots.len();
+        let steps = src(op, "steps", steps, slots.len() * DROPOUT_STEP_WORDS)?;
+        elementwise::dropout(
+            ctx,
+            per_slot,
+            slots,
+            steps,
+            src(op, "x", x, n)?,
+            dst(op, "y", y, n)?,
         );
         Ok(())
     }

@@ -2,7 +2,7 @@
 
 use super::CpuCtx;
 use super::par::{self, MIN_ELEMS_PER_TASK, SyncPtr};
-use crate::ops::{AdamSlot, SgdSlot};
+use crate::ops::{ADAM_STEP_WORDS, AdamSlot, SgdSlot};
 
 pub(crate) fn sgd(
     ctx: &CpuCtx,
@@ -54,6 +54,7 @@ pub(crate) fn adam(
     ctx: &CpuCtx,
     n: usize,
     slots: &[AdamSlot],
+    scalars: &[f32],
     params: &mut [f32],
     grads: &[f32],
     m: &mut [f32],
@@ -63,9 +64,9 @@ pub(crate) fn adam(
     let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
     par::run(ctx, &segs, |s| {
         let h = slots[s.slot];
-        let (bc1, bc2) = h.bias_corrections();
-        let step_size = (h.lr as f64 / bc1) as f32;
-        let inv_sqrt_bc2 = (1.0 / bc2.sqrt()) as f32;
+        // This step's bias corrections, from the step block.
+        let at = s.slot * ADAM_STEP_WORDS;
+        let (step_size, inv_sqrt_bc2) = (scalars[at], scalars[at + 1]);
         let decay = if h.decoupled {
             1.0 - h.lr * h.weight_decay
         } else {

@@ -4,10 +4,10 @@
 //! # Design
 //!
 //! * **One context per lane.** A [`CudaCtx`] owns one stream, one cuBLAS
-//!   handle bound to it, a pinned staging buffer for downloads (swap-out and
-//!   metrics) and a small device buffer for gather indices. A lane's host
-//!   thread is the thread that drives its context, so
-//!   [`Backend::enter`] runs the closure in place.
+//!   handle bound to it with a fixed workspace, a fixed pinned staging
+//!   buffer for downloads (swap-out and metrics, in chunks), and a pinned
+//!   buffer for the step block. A lane's host thread is the thread that
+//!   drives its context, so [`Backend::enter`] runs the closure in place.
 //! * **We order the streams.** cudarc's automatic event tracking is turned
 //!   off: each buffer is used by one lane at a time, and the Salus core
 //!   hands buffers between lanes only at iteration boundaries, after
@@ -16,11 +16,17 @@
 //!   with blocking sync on the lane's stream and waits on it, so the lane
 //!   thread sleeps instead of spinning, and the core's scheduling loop,
 //!   which runs elsewhere, never waits on the device.
-//! * **Memory.** Buffers come from the driver's stream-ordered pool
-//!   (`cuMemAllocAsync`) on one allocation stream, synchronised after each
-//!   allocation so any lane may use the buffer next. How much the trials may
-//!   take is the ledger's business: [`Backend::memory_bytes`] reports the
-//!   device's free memory at start-up.
+//! * **Memory.** [`CudaBuf`] owns its allocation: from the driver's
+//!   stream-ordered pool (`cuMemAllocAsync`) on one allocation stream,
+//!   synchronised after each allocation so any lane may use the buffer
+//!   next, or from `cuMemAlloc` where the pool does not work (some
+//!   sandboxes). Its `Drop` binds the context before freeing. How much the
+//!   trials may take is the ledger's business: [`Backend::memory_bytes`]
+//!   reports the device's free memory at start-up.
+//! * **Graphs.** One iteration's launches can be captured on a lane's
+//!   stream (thread-local mode) and replayed ([`Backend::begin_capture`]);
+//!   per-step values come from the step block, and cuBLAS uses the lane's
+//!   fixed workspace, so nothing inside an iteration allocates.
 //! * **Nothing panics without CUDA.** With `dynamic-loading`, cudarc panics
 //!   when a library is missing, so [`probe`] checks for the driver, cuBLAS
 //!   and NVRTC before the first call and [`CudaBackend::new`] returns
@@ -37,20 +43,32 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::driver::result as drv;
 use cudarc::driver::sys::{self, CUevent_flags};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError,
-    LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaGraph, CudaStream, DriverError, LaunchConfig,
+    PushKernelArg,
 };
 
 use crate::backend::{Backend, DeviceKind, View, ViewMut};
-use crate::error::{KernelError, Result, check_dropout, check_range, shape_err};
-use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, STATS_LEN, SgdSlot};
+use crate::error::{
+    KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
+};
+use crate::ops::{
+    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
+    STATS_LEN, SgdSlot,
+};
 use module::KernelSet;
-pub use module::{MAX_SLOTS, OPS_CU};
+pub use module::{MAX_SLOTS, OPS_CU, Target};
 use params::SlotParams;
 
 const THREADS: u32 = 256;
 /// Enough blocks to fill an H200 several times; the kernels stride over the rest.
 const MAX_BLOCKS: usize = 8192;
+/// A lane's pinned staging buffer for downloads, in `f32`s (32 MiB).
+/// Larger downloads go through it in chunks, so a swap-out of gigabytes
+/// needs no more pinned memory than this.
+pub const STAGING_ELEMS: usize = 8 << 20;
+/// A lane's cuBLAS workspace (NVIDIA's recommendation for Hopper is 32 MiB).
+/// Fixed, so that a captured GEMM never allocates and never moves.
+const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
 
 /// Counts the CUDA devices, or says why CUDA cannot be used here.
 pub fn probe() -> std::result::Result<usize, String> {
@@ -96,21 +114,26 @@ fn blas_err(e: cudarc::cublas::result::CublasError) -> KernelError {
     KernelError::Device(format!("cuBLAS: {e:?}"))
 }
 
-/// Device 0 for a test, or `None` after printing why the test is skipped
-/// on CUDA. With `SALUS_TUNE_REQUIRE_CUDA` set, a missing device fails the
-/// test instead, so that a GPU run cannot pass by skipping.
+/// Device 0 for a test, or `None` when the test is skipped on CUDA; the
+/// outcome is recorded (see [`crate::device_tests`]).
 #[doc(hidden)]
 pub fn device_for_test(test: &str) -> Option<CudaBackend> {
     match CudaBackend::new(0) {
-        Ok(b) => Some(b),
-        Err(e) if std::env::var_os("SALUS_TUNE_REQUIRE_CUDA").is_some() => {
-            panic!("{test}: CUDA is required (SALUS_TUNE_REQUIRE_CUDA) but unavailable: {e}")
-        }
+        Ok(b) => crate::device_tests::record(test, "cuda", None).then_some(b),
         Err(e) => {
-            eprintln!("{test}: skipped on CUDA: {e}");
+            crate::device_tests::record(test, "cuda", Some(&e.to_string()));
             None
         }
     }
+}
+
+/// Where a device's memory comes from, shared by its buffers.
+struct Memory {
+    cu: Arc<CudaContext>,
+    /// The stream allocations and pool frees are ordered on.
+    alloc: Arc<CudaStream>,
+    /// The stream-ordered pool works here; else `cuMemAlloc`/`cuMemFree`.
+    pool: bool,
 }
 
 /// One CUDA device.
@@ -118,9 +141,14 @@ pub fn device_for_test(test: &str) -> Option<CudaBackend> {
 pub struct CudaBackend {
     cu: Arc<CudaContext>,
     kernels: Arc<KernelSet>,
-    alloc: Arc<CudaStream>,
+    mem: Arc<Memory>,
     name: String,
     free_at_start: usize,
+    /// Why pinned host memory cannot be had, if it cannot: downloads and
+    /// step blocks then copy from pageable memory.
+    no_pinned: Option<String>,
+    /// Why the stream-ordered pool cannot be used, if it cannot.
+    no_pool: Option<String>,
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -130,7 +158,9 @@ impl std::fmt::Debug for CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens device `ordinal`, compiling the kernels on first use.
+    /// Opens device `ordinal`, compiling the kernels on first use. Tries the
+    /// stream-ordered memory pool and pinned host memory, and falls back
+    /// (`cuMemAlloc`, pageable copies) where either fails: see [`Self::notes`].
     pub fn new(ordinal: usize) -> Result<Self> {
         let count = probe().map_err(KernelError::Unavailable)?;
         if ordinal >= count {
@@ -143,23 +173,65 @@ impl CudaBackend {
         // SAFETY: every buffer is used by one stream at a time, and lanes
         // hand buffers over only after `sync` (see the module docs).
         unsafe { cu.disable_event_tracking() };
-        keep_pool_memory(&cu);
         let kernels = module::kernels(&cu)?;
         let alloc = cu.new_stream().map_err(dev)?;
+        let no_pool = try_pool(&cu, &alloc).err();
+        if no_pool.is_none() {
+            keep_pool_memory(&cu);
+        }
+        let no_pinned = Pinned::new(&cu, 1 << 20).err().map(|e| e.to_string());
         let name = cu.name().map_err(dev)?;
         let (free, _total) = cu.mem_get_info().map_err(dev)?;
         Ok(CudaBackend {
+            mem: Arc::new(Memory {
+                cu: cu.clone(),
+                alloc,
+                pool: no_pool.is_none(),
+            }),
             cu,
             kernels,
-            alloc,
             name: format!("cuda:{ordinal} ({name})"),
             free_at_start: free,
+            no_pinned,
+            no_pool,
         })
     }
 
     fn bind(&self) -> Result<()> {
         self.cu.bind_to_thread().map_err(dev)
     }
+
+    /// What this device runs with, one line each: the kernels' target and
+    /// versions, the memory pool and pinned memory (or their fallbacks).
+    pub fn notes(&self) -> Vec<String> {
+        vec![
+            self.kernels.target.to_string(),
+            match &self.no_pool {
+                None => "memory: stream-ordered pool (cuMemAllocAsync)".into(),
+                Some(why) => format!("memory: cuMemAlloc (the stream-ordered pool failed: {why})"),
+            },
+            match &self.no_pinned {
+                None => format!(
+                    "copies: pinned staging, {} MiB per lane",
+                    (STAGING_ELEMS * 4) >> 20
+                ),
+                Some(why) => format!("copies: pageable (pinned host memory failed: {why})"),
+            },
+        ]
+    }
+}
+
+/// Whether a stream-ordered allocation works on this device.
+fn try_pool(cu: &Arc<CudaContext>, s: &Arc<CudaStream>) -> std::result::Result<(), String> {
+    if !cu.has_async_alloc() {
+        return Err("the device reports no memory pool support".into());
+    }
+    // SAFETY: a 1 MiB allocation freed at once on the same stream.
+    unsafe {
+        let p = drv::malloc_async(s.cu_stream(), 1 << 20).map_err(|e| e.to_string())?;
+        drv::free_async(p, s.cu_stream()).map_err(|e| e.to_string())?;
+    }
+    s.synchronize().map_err(|e| e.to_string())
 }
 
 /// Lets the device's default memory pool keep what trials free, so that a
@@ -181,26 +253,107 @@ fn keep_pool_memory(cu: &Arc<CudaContext>) {
     }
 }
 
-/// A device buffer of `f32`.
+/// A device buffer of `f32`, owning its allocation.
+///
+/// **Rule: a buffer is dropped only after every lane that used it has
+/// synced** ([`Backend::sync`]). Its memory goes back to the pool on the
+/// allocation stream, which is not ordered against the lanes' streams, so
+/// a kernel still queued on a lane could otherwise write into memory that
+/// the pool has already handed to another job. The Salus core syncs a lane
+/// after every step, failed or not.
 pub struct CudaBuf {
-    mem: CudaSlice<f32>,
+    ptr: sys::CUdeviceptr,
     len: usize,
+    mem: Arc<Memory>,
 }
 
 impl CudaBuf {
-    fn ptr(&self, stream: &CudaStream, off: usize) -> u64 {
-        let (p, _no_sync) = self.mem.device_ptr(stream);
-        p + (off * 4) as u64
+    fn ptr(&self, off: usize) -> u64 {
+        self.ptr + (off * 4) as u64
     }
 }
+
+impl Drop for CudaBuf {
+    fn drop(&mut self) {
+        // The driver frees in the context current on this thread, which may
+        // be none (a thread that never bound it) or another device's.
+        let bound = self.mem.cu.bind_to_thread();
+        // SAFETY: `ptr` came from the matching allocator and is freed once;
+        // by the rule above no queued work uses it.
+        let freed = bound.and_then(|_| unsafe {
+            if self.mem.pool {
+                drv::free_async(self.ptr, self.mem.alloc.cu_stream())
+            } else {
+                drv::free_sync(self.ptr)
+            }
+        });
+        if let Err(e) = freed {
+            eprintln!(
+                "warning: freeing {} bytes of device memory failed: {e}",
+                self.len * 4
+            );
+        }
+    }
+}
+
+/// Page-locked host memory, owned; freed with its context bound.
+struct Pinned {
+    ptr: *mut f32,
+    len: usize,
+    cu: Arc<CudaContext>,
+}
+
+// SAFETY: the pointer is owned by this value and used by one lane at a time.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    fn new(cu: &Arc<CudaContext>, len: usize) -> std::result::Result<Self, DriverError> {
+        cu.bind_to_thread()?;
+        // SAFETY: a fresh allocation of `len` f32s, freed in Drop.
+        let ptr = unsafe { drv::malloc_host(len * 4, 0) }?.cast::<f32>();
+        Ok(Pinned {
+            ptr,
+            len,
+            cu: cu.clone(),
+        })
+    }
+    fn slice(&mut self, n: usize) -> &mut [f32] {
+        // SAFETY: `n <= len` is checked by the callers' chunking.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, n.min(self.len)) }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let _ = self.cu.bind_to_thread();
+        // SAFETY: allocated by malloc_host and freed once.
+        let _ = unsafe { drv::free_host(self.ptr.cast()) };
+    }
+}
+
+/// One captured iteration, instantiated, and the stream it replays on.
+pub struct LaneGraph {
+    graph: CudaGraph,
+    stream: usize,
+}
+
+// SAFETY: a graph is replayed by one lane at a time, with its context bound
+// (`CudaGraph` binds it for launch and destruction).
+unsafe impl Send for LaneGraph {}
 
 /// A lane's execution context: stream, cuBLAS handle, staging buffers.
 pub struct CudaCtx {
     stream: Arc<CudaStream>,
     blas: CudaBlas,
+    /// The cuBLAS workspace, fixed for the life of the context.
+    _blas_workspace: CudaBuf,
     done: CudaEvent,
-    staging: Option<PinnedHostSlice<f32>>,
-    idx: Option<CudaSlice<u32>>,
+    /// Downloads, in chunks; `None` where pinned memory cannot be had.
+    staging: Option<Pinned>,
+    /// The step block's host side, and the event of its last copy (the
+    /// buffer is not rewritten before that copy has been made).
+    step: Option<Pinned>,
+    step_copied: CudaEvent,
 }
 
 fn view_ptr(
@@ -208,10 +361,10 @@ fn view_ptr(
     what: &'static str,
     v: View<'_, CudaBuf>,
     n: usize,
-    s: &CudaStream,
+    _s: &CudaStream,
 ) -> Result<u64> {
     check_range(op, what, v.off, n, v.buf.len)?;
-    Ok(v.buf.ptr(s, v.off))
+    Ok(v.buf.ptr(v.off))
 }
 
 fn view_mut_ptr(
@@ -219,10 +372,10 @@ fn view_mut_ptr(
     what: &'static str,
     v: ViewMut<'_, CudaBuf>,
     n: usize,
-    s: &CudaStream,
+    _s: &CudaStream,
 ) -> Result<u64> {
     check_range(op, what, v.off, n, v.buf.len)?;
-    Ok(v.buf.ptr(s, v.off))
+    Ok(v.buf.ptr(v.off))
 }
 
 /// A 1-D grid over `n` elements, `slots` deep in y.
@@ -259,6 +412,7 @@ impl Backend for CudaBackend {
     type Buf = CudaBuf;
     type Ctx = CudaCtx;
     type HostThreads = ();
+    type Graph = LaneGraph;
 
     fn kind(&self) -> DeviceKind {
         DeviceKind::Cuda(self.cu.ordinal())
@@ -276,16 +430,35 @@ impl Backend for CudaBackend {
         self.bind()?;
         let stream = self.cu.new_stream().map_err(dev)?;
         let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
-        let done = self
-            .cu
-            .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
-            .map_err(dev)?;
+        let workspace = self.alloc_zeroed(BLAS_WORKSPACE_BYTES / 4)?;
+        // SAFETY: the workspace outlives the handle (both in the context,
+        // the handle dropped first) and is used by this stream only.
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(
+                *blas.handle(),
+                workspace.ptr as *mut std::ffi::c_void,
+                BLAS_WORKSPACE_BYTES,
+            )
+            .result()
+            .map_err(blas_err)?;
+        }
+        let event = || {
+            self.cu
+                .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
+                .map_err(dev)
+        };
+        let pinned = |len| match &self.no_pinned {
+            None => Pinned::new(&self.cu, len).ok(),
+            Some(_) => None,
+        };
         Ok(CudaCtx {
+            done: event()?,
+            step_copied: event()?,
+            staging: pinned(STAGING_ELEMS),
+            step: pinned(1 << 16),
             stream,
             blas,
-            done,
-            staging: None,
-            idx: None,
+            _blas_workspace: workspace,
         })
     }
 
@@ -303,16 +476,33 @@ impl Backend for CudaBackend {
 
     fn alloc_zeroed(&self, len: usize) -> Result<CudaBuf> {
         self.bind()?;
-        let mem = self
-            .alloc
-            .alloc_zeros::<f32>(len.max(1))
-            .map_err(|e| match dev(e) {
-                KernelError::OutOfMemory { .. } => KernelError::OutOfMemory { requested: len * 4 },
-                other => other,
-            })?;
+        let bytes = len.max(1) * 4;
+        let oom = |e: DriverError| match dev(e) {
+            KernelError::OutOfMemory { .. } => KernelError::OutOfMemory { requested: bytes },
+            other => other,
+        };
+        let s = self.mem.alloc.cu_stream();
+        // SAFETY: a fresh allocation of `bytes`, zeroed before any lane sees
+        // it: the allocation stream is synchronised before returning.
+        let ptr = unsafe {
+            if self.mem.pool {
+                let p = drv::malloc_async(s, bytes).map_err(oom)?;
+                drv::memset_d8_async(p, 0, bytes, s).map_err(dev)?;
+                p
+            } else {
+                let p = drv::malloc_sync(bytes).map_err(oom)?;
+                drv::memset_d8_sync(p, 0, bytes).map_err(dev)?;
+                p
+            }
+        };
+        let buf = CudaBuf {
+            ptr,
+            len,
+            mem: self.mem.clone(),
+        };
         // Any lane may use the buffer next; it must exist (and be zero) first.
-        self.alloc.synchronize().map_err(dev)?;
-        Ok(CudaBuf { mem, len })
+        self.mem.alloc.synchronize().map_err(dev)?;
+        Ok(buf)
     }
 
     fn buf_len(&self, buf: &CudaBuf) -> usize {
@@ -336,25 +526,99 @@ impl Backend for CudaBackend {
         }
         self.bind()?;
         let s = view_ptr("download", "src", src, dst.len(), &ctx.stream)?;
-        // Through a pinned buffer: swap-outs are the big downloads, and
-        // pinned memory copies at full bus speed.
-        if ctx.staging.as_ref().is_none_or(|p| p.len() < dst.len()) {
-            let len = dst.len().next_power_of_two().max(1 << 16);
-            // SAFETY: the contents are written by the copy below before reading.
-            let pinned = unsafe { self.cu.alloc_pinned_with_flags::<f32>(len, 0) }.map_err(dev)?;
-            ctx.staging = Some(pinned);
-        }
-        let staging = ctx.staging.as_mut().expect("staging buffer was just made");
-        let host = staging.as_mut_ptr().map_err(dev)?;
-        // SAFETY: the staging buffer holds at least `dst.len()` elements and
-        // is owned by this context; the stream is synchronised before reading.
-        unsafe {
-            let window = std::slice::from_raw_parts_mut(host, dst.len());
-            drv::memcpy_dtoh_async(window, s, ctx.stream.cu_stream()).map_err(dev)?;
+        let stream = ctx.stream.cu_stream();
+        let Some(staging) = ctx.staging.as_mut() else {
+            // Pageable: the driver stages it, and returns when it is done.
+            // SAFETY: `s` holds `dst.len()` elements; synchronised below.
+            unsafe { drv::memcpy_dtoh_async(dst, s, stream) }.map_err(dev)?;
+            return ctx.stream.synchronize().map_err(dev);
+        };
+        // Through the fixed pinned buffer, a chunk at a time: pinned memory
+        // copies at full bus speed, and its size stays bounded.
+        for (i, chunk) in dst.chunks_mut(STAGING_ELEMS).enumerate() {
+            let window = staging.slice(chunk.len());
+            let from = s + (i * STAGING_ELEMS * 4) as u64;
+            // SAFETY: the window holds `chunk.len()` elements of this
+            // context's staging buffer; the stream is synchronised before
+            // the window is read or written again.
+            unsafe { drv::memcpy_dtoh_async(window, from, stream) }.map_err(dev)?;
             ctx.stream.synchronize().map_err(dev)?;
-            dst.copy_from_slice(window);
+            chunk.copy_from_slice(window);
         }
         Ok(())
+    }
+
+    fn stage_step(
+        &self,
+        ctx: &mut CudaCtx,
+        words: &[f32],
+        dst: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        if words.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let d = view_mut_ptr("stage_step", "dst", dst, words.len(), &ctx.stream)?;
+        if ctx.step.as_ref().is_some_and(|p| p.len < words.len()) {
+            ctx.step_copied.synchronize().map_err(dev)?;
+            ctx.step = Pinned::new(&self.cu, words.len().next_power_of_two()).ok();
+        }
+        let stream = ctx.stream.cu_stream();
+        let Some(pinned) = ctx.step.as_mut() else {
+            // SAFETY: a pageable source is copied out before the call returns.
+            return unsafe { drv::memcpy_htod_async(d, words, stream) }.map_err(dev);
+        };
+        // The previous step's copy must have read the buffer before it is rewritten.
+        ctx.step_copied.synchronize().map_err(dev)?;
+        let host = pinned.slice(words.len());
+        host.copy_from_slice(words);
+        // SAFETY: `d` holds `words.len()` elements; the pinned source stays
+        // untouched until `step_copied` has passed.
+        unsafe { drv::memcpy_htod_async(d, host, stream) }.map_err(dev)?;
+        ctx.step_copied.record(&ctx.stream).map_err(dev)
+    }
+
+    fn buf_addr(&self, buf: &CudaBuf) -> usize {
+        buf.ptr as usize
+    }
+
+    fn graphs_supported(&self) -> bool {
+        true
+    }
+
+    fn begin_capture(&self, ctx: &mut CudaCtx) -> Result<()> {
+        // Thread-local: other lanes' threads may allocate and synchronise
+        // while this one captures.
+        ctx.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(dev)
+    }
+
+    fn end_capture(&self, ctx: &mut CudaCtx) -> Result<LaneGraph> {
+        match ctx
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(dev)?
+        {
+            Some(graph) => Ok(LaneGraph {
+                graph,
+                stream: ctx.stream.cu_stream() as usize,
+            }),
+            None => Err(KernelError::Device("the capture recorded nothing".into())),
+        }
+    }
+
+    fn replay(&self, ctx: &mut CudaCtx, g: &LaneGraph) -> Result<()> {
+        // cudarc launches a graph on the stream it was captured on; its
+        // buffers (the lane's workspace among them) belong to that lane.
+        if g.stream != ctx.stream.cu_stream() as usize {
+            return Err(shape_err(
+                "replay",
+                "a graph replays only on the lane that captured it",
+            ));
+        }
+        self.bind()?;
+        g.graph.launch().map_err(dev)
     }
 
     fn copy(
@@ -400,14 +664,8 @@ impl Backend for CudaBackend {
         b: View<'_, CudaBuf>,
         c: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        if g.batch == 0 || g.m == 0 || g.n == 0 {
+        if !check_gemm(g)? {
             return Ok(());
-        }
-        if g.batch > 1 && g.stride_c < g.m * g.n {
-            return Err(shape_err(
-                "gemm",
-                "batched outputs overlap (stride_c < m * n)",
-            ));
         }
         self.bind()?;
         let (ea, eb, ec) = g.extents();
@@ -424,8 +682,10 @@ impl Backend for CudaBackend {
                 cublasOperation_t::CUBLAS_OP_N
             }
         };
-        let lda = if g.trans_a { g.m } else { g.k } as i32;
-        let ldb = if g.trans_b { g.k } else { g.n } as i32;
+        // cuBLAS wants every leading dimension >= 1, also when k == 0
+        // (then C = beta * C, as on the CPU).
+        let lda = if g.trans_a { g.m } else { g.k }.max(1) as i32;
+        let ldb = if g.trans_b { g.k } else { g.n }.max(1) as i32;
         let (m, n, k) = (g.n as i32, g.m as i32, g.k as i32);
         let h = *ctx.blas.handle();
         // SAFETY: the three extents were checked; alpha and beta are host
@@ -478,40 +738,29 @@ impl Backend for CudaBackend {
         &self,
         ctx: &mut CudaCtx,
         cols: usize,
-        idx: &[u32],
+        rows: usize,
+        idx: View<'_, CudaBuf>,
         src: View<'_, CudaBuf>,
         dst: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        if idx.is_empty() || cols == 0 {
+        const OP: &str = "gather_rows";
+        if rows == 0 || cols == 0 {
             return Ok(());
-        }
-        let rows = (src.buf.len - src.off.min(src.buf.len)) / cols;
-        if let Some(&bad) = idx.iter().find(|&&i| i as usize >= rows) {
-            return Err(shape_err(
-                "gather_rows",
-                format!("row index {bad} >= {rows} rows"),
-            ));
         }
         self.bind()?;
         let s = &ctx.stream;
-        let ps = view_ptr("gather_rows", "src", src, rows * cols, s)?;
-        let pd = view_mut_ptr("gather_rows", "dst", dst, idx.len() * cols, s)?;
-        if ctx.idx.as_ref().is_none_or(|b| b.len() < idx.len()) {
-            let len = idx.len().next_power_of_two().max(1024);
-            ctx.idx = Some(s.alloc_zeros::<u32>(len).map_err(dev)?);
-        }
-        let ib = ctx.idx.as_ref().expect("index buffer was just made");
-        let (pi, _no_sync) = ib.device_ptr(s);
-        // SAFETY: the index buffer holds at least `idx.len()` entries; a
-        // pageable source is copied out before the call returns.
-        unsafe { drv::memcpy_htod_async(pi, idx, s.cu_stream()) }.map_err(dev)?;
-        let (nrows, cols) = (idx.len() as u64, cols as u64);
+        let src_rows = (src.buf.len - src.off.min(src.buf.len)) / cols;
+        let pi = view_ptr(OP, "idx", idx, rows, s)?;
+        let ps = view_ptr(OP, "src", src, src_rows * cols, s)?;
+        let pd = view_mut_ptr(OP, "dst", dst, rows * cols, s)?;
+        let (nrows, cols, src_rows) = (rows as u64, cols as u64, src_rows as u64);
         launch!(
             s,
             &self.kernels.gather_rows,
-            grid(idx.len() * cols as usize, 1),
+            grid(rows * cols as usize, 1),
             &nrows,
             &cols,
+            &src_rows,
             &pi,
             &ps,
             &pd
@@ -660,10 +909,11 @@ impl Backend for CudaBackend {
         ctx: &mut CudaCtx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, CudaBuf>,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout", ctx, per_slot, slots, x, y)
+        self.dropout_like("dropout", ctx, per_slot, slots, steps, x, y)
     }
 
     fn dropout_backward(
@@ -671,10 +921,11 @@ impl Backend for CudaBackend {
         ctx: &mut CudaCtx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, CudaBuf>,
         dy: View<'_, CudaBuf>,
         dx: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout_backward", ctx, per_slot, slots, dy, dx)
+        self.dropout_like("dropout_backward", ctx, per_slot, slots, steps, dy, dx)
     }
 
     fn softmax_xent(
@@ -688,6 +939,7 @@ impl Backend for CudaBackend {
         stats: ViewMut<'_, CudaBuf>,
         accumulate: bool,
     ) -> Result<()> {
+        check_classes(shape)?;
         let k = self.kernels.clone();
         self.loss(
             "softmax_xent",
@@ -780,24 +1032,20 @@ impl Backend for CudaBackend {
         ctx: &mut CudaCtx,
         n: usize,
         slots: &[AdamSlot],
+        scalars: View<'_, CudaBuf>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
         m: ViewMut<'_, CudaBuf>,
         v: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
         const OP: &str = "adam_step";
-        if let Some(s) = slots.iter().find(|s| s.step == 0) {
-            return Err(shape_err(
-                OP,
-                format!("step must start at 1, got {}", s.step),
-            ));
-        }
         let total = n * slots.len();
         if total == 0 {
             return Ok(());
         }
         self.bind()?;
         let s = &ctx.stream;
+        let psc = view_ptr(OP, "scalars", scalars, slots.len() * ADAM_STEP_WORDS, s)?;
         let pp = view_mut_ptr(OP, "params", params, total, s)?;
         let pg = view_ptr(OP, "grads", grads, total, s)?;
         let pm = view_mut_ptr(OP, "m", m, total, s)?;
@@ -806,6 +1054,7 @@ impl Backend for CudaBackend {
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
             let off = (c * MAX_SLOTS * n * 4) as u64;
             let ps = SlotParams::pack(chunk, params::adam);
+            let sc = psc + (c * MAX_SLOTS * ADAM_STEP_WORDS * 4) as u64;
             let (p, g, m, v) = (pp + off, pg + off, pm + off, pv + off);
             launch!(
                 s,
@@ -813,6 +1062,7 @@ impl Backend for CudaBackend {
                 grid(n, chunk.len()),
                 &n64,
                 &ps,
+                &sc,
                 &p,
                 &g,
                 &m,
@@ -825,12 +1075,14 @@ impl Backend for CudaBackend {
 
 impl CudaBackend {
     /// Dropout forward and backward: the same kernel, the mask recomputed.
+    #[allow(clippy::too_many_arguments)]
     fn dropout_like(
         &self,
         op: &'static str,
         ctx: &mut CudaCtx,
         per_slot: usize,
         slots: &[DropoutSlot],
+        steps: View<'_, CudaBuf>,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
@@ -841,19 +1093,22 @@ impl CudaBackend {
         }
         self.bind()?;
         let s = &ctx.stream;
+        let pst = view_ptr(op, "steps", steps, slots.len() * DROPOUT_STEP_WORDS, s)?;
         let px = view_ptr(op, "x", x, n, s)?;
         let py = view_mut_ptr(op, "y", y, n, s)?;
         let per = per_slot as u64;
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
             let off = (c * MAX_SLOTS * per_slot * 4) as u64;
+            let soff = (c * MAX_SLOTS * DROPOUT_STEP_WORDS * 4) as u64;
             let ps = SlotParams::pack(chunk, params::dropout);
-            let (x, y) = (px + off, py + off);
+            let (st, x, y) = (pst + soff, px + off, py + off);
             launch!(
                 s,
                 &self.kernels.dropout,
                 grid(per_slot, chunk.len()),
                 &per,
                 &ps,
+                &st,
                 &x,
                 &y
             )?;

@@ -18,8 +18,6 @@ pub struct SgdParam {
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct AdamParam {
-    step_size: f32,
-    inv_sqrt_bc2: f32,
     decay: f32,
     l2: f32,
     beta1: f32,
@@ -32,7 +30,6 @@ pub struct AdamParam {
 #[derive(Clone, Copy, Default)]
 pub struct DropoutParam {
     seed: u64,
-    step: u64,
     p: f32,
     scale: f32,
 }
@@ -70,12 +67,10 @@ pub fn sgd(h: &SgdSlot) -> SgdParam {
     }
 }
 
-/// The same derived scalars as the CPU's `optim::adam`, computed in f64.
+/// The same derived scalars as the CPU's `optim::adam`; the per-step ones
+/// come from the step block.
 pub fn adam(h: &AdamSlot) -> AdamParam {
-    let (bc1, bc2) = h.bias_corrections();
     AdamParam {
-        step_size: (h.lr as f64 / bc1) as f32,
-        inv_sqrt_bc2: (1.0 / bc2.sqrt()) as f32,
         decay: if h.decoupled {
             1.0 - h.lr * h.weight_decay
         } else {
@@ -92,7 +87,6 @@ pub fn adam(h: &AdamSlot) -> AdamParam {
 pub fn dropout(d: &DropoutSlot) -> DropoutParam {
     DropoutParam {
         seed: d.seed,
-        step: d.step,
         p: d.p,
         scale: if d.p > 0.0 { 1.0 / (1.0 - d.p) } else { 1.0 },
     }
@@ -105,8 +99,8 @@ mod tests {
     #[test]
     fn layouts_match_the_cuda_structs() {
         assert_eq!(std::mem::size_of::<SgdParam>(), 16);
-        assert_eq!(std::mem::size_of::<AdamParam>(), 32);
-        assert_eq!(std::mem::size_of::<DropoutParam>(), 24);
+        assert_eq!(std::mem::size_of::<AdamParam>(), 24);
+        assert_eq!(std::mem::size_of::<DropoutParam>(), 16);
         assert_eq!(std::mem::align_of::<DropoutParam>(), 8);
         // Kernel parameters are limited to 4 KiB.
         assert!(std::mem::size_of::<SlotParams<AdamParam>>() <= 4096 - 64);

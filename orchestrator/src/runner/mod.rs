@@ -37,7 +37,7 @@ use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, RunInfo, WriteOp};
 use crate::storage::{StudyInfo, TrialRow, TrialState, Writer};
-use crate::study::{PrunerKind, SamplerKind, Study};
+use crate::study::{GraphsMode, PrunerKind, SamplerKind, Study};
 
 /// What a run was asked to do beyond the study file.
 #[derive(Debug, Clone, Default)]
@@ -165,6 +165,8 @@ impl Runner<'_> {
         CoreConfig {
             hold_at_reports: self.study.pruner != PrunerKind::None,
             checkpoints: self.checkpoints.is_some(),
+            // `auto`: wherever the backend has graphs (CUDA).
+            graphs: s.graphs != Some(GraphsMode::Off),
             ..base
         }
     }

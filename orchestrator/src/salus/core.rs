@@ -50,6 +50,9 @@ pub struct CoreConfig {
     /// Export a lone trial's state after each report, as
     /// [`CoreEvent::Checkpoint`], for crash-safe resumption.
     pub checkpoints: bool,
+    /// Let trials replay captured iterations (CUDA graphs) on the lanes;
+    /// ignored where the backend has none.
+    pub graphs: bool,
 }
 
 impl CoreConfig {
@@ -68,6 +71,7 @@ impl CoreConfig {
             budget,
             hold_at_reports: false,
             checkpoints: false,
+            graphs: false,
         }
     }
 
@@ -97,6 +101,7 @@ impl CoreConfig {
             budget,
             hold_at_reports: false,
             checkpoints: false,
+            graphs: false,
         }
     }
 }
@@ -267,7 +272,8 @@ impl<B: Backend> SalusCore<B> {
         });
         let mut lanes = Vec::new();
         for id in 0..config.lanes {
-            let lane = Lane::new(backend.clone(), id, config.threads_per_lane)?;
+            let mut lane = Lane::new(backend.clone(), id, config.threads_per_lane)?;
+            lane.set_graphs(config.graphs);
             let shared = shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("salus-lane-{id}"))
@@ -742,15 +748,17 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         job.swap_in(lane)
                             .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
                     };
+                    if result.is_err() {
+                        // A failed swap-in may have left copies queued.
+                        let _ = lane.sync();
+                    }
                     let t0 = shared.epoch.elapsed().as_secs_f64();
                     // The iteration ends when the device says so (an event on
                     // CUDA; at once on the CPU): only then may another lane
                     // take the job or its memory.
-                    let result = result.and_then(|_| {
-                        let outcome = job.step(lane)?;
-                        lane.sync()?;
-                        Ok(outcome)
-                    });
+                    // A failed step syncs too, before the failed job (and its
+                    // buffers) can be dropped: see `Lane::step_synced`.
+                    let result = result.and_then(|_| lane.step_synced(|lane| job.step(lane)));
                     let end = shared.epoch.elapsed().as_secs_f64();
                     // Checkpoints at report points: a lone trial's state, or
                     // every member's of a fused group.

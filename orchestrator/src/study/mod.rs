@@ -196,6 +196,16 @@ pub struct SchedulerConfig {
     pub memory_bytes: Option<u64>,
     /// Most trials per fused group; 1 turns fusion off.
     pub fuse: Option<usize>,
+    /// Whether iterations are captured and replayed as CUDA graphs.
+    pub graphs: Option<GraphsMode>,
+}
+
+/// `[scheduler] graphs`: `auto` replays each trial's iterations as a CUDA
+/// graph after the first (on CUDA only); `off` launches every op every time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphsMode {
+    Auto,
+    Off,
 }
 
 /// `[worker] kind = "command"`: the user's script, run once per trial.

@@ -1237,7 +1237,17 @@ impl<'a> Parser<'a> {
     }
 
     fn scheduler(&self, s: &Section) -> Result<SchedulerConfig> {
-        self.check_keys(s, &["policy", "lanes", "max_concurrent", "memory", "fuse"])?;
+        self.check_keys(
+            s,
+            &[
+                "policy",
+                "lanes",
+                "max_concurrent",
+                "memory",
+                "fuse",
+                "graphs",
+            ],
+        )?;
         let policy = self
             .one_of(s, "policy", &["pack", "fair", "srtf", "fifo", "priority"])?
             .map(|(_, p)| match p.as_str() {
@@ -1270,6 +1280,12 @@ impl<'a> Parser<'a> {
             max_concurrent: self.int(s, "max_concurrent", 1)?.map(|(_, n)| n as usize),
             memory_bytes,
             fuse: self.int(s, "fuse", 1)?.map(|(_, n)| n as usize),
+            graphs: self
+                .one_of(s, "graphs", &["auto", "off"])?
+                .map(|(_, g)| match g.as_str() {
+                    "off" => GraphsMode::Off,
+                    _ => GraphsMode::Auto,
+                }),
         })
     }
 }

@@ -1,0 +1,40 @@
+//! Device tests that did not run must not look like passes.
+//!
+//! `cargo test` has no "skipped" outcome: a CUDA test body on a machine
+//! without a GPU returns early and counts as `ok`. So every device test
+//! records what happened, one line per test, in the file named by
+//! `SALUS_TUNE_DEVICE_TEST_LOG`, and `scripts/test.sh` counts the lines in
+//! its last line: `device tests: R run, S skipped (...)`. With
+//! `SALUS_TUNE_REQUIRE_CUDA` set (the GPU check sets it), a skip is a failure.
+
+use std::io::Write;
+
+/// Records the outcome of device test `test`: run, or skipped for `why`.
+/// Returns whether the test may go on; panics instead of skipping when a
+/// device is required.
+pub fn record(test: &str, device: &str, why_not: Option<&str>) -> bool {
+    let line = match why_not {
+        None => format!("run {device} {test}"),
+        Some(why) => format!("skip {device} {test}: {}", why.replace('\n', " ")),
+    };
+    if let Some(path) = std::env::var_os("SALUS_TUNE_DEVICE_TEST_LOG") {
+        // One short append per line: whole lines even from parallel tests.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
+    match why_not {
+        None => true,
+        Some(why) if std::env::var_os("SALUS_TUNE_REQUIRE_CUDA").is_some() => {
+            panic!("{test}: {device} is required (SALUS_TUNE_REQUIRE_CUDA) but unavailable: {why}")
+        }
+        Some(why) => {
+            eprintln!("{test}: SKIPPED on {device} (not run): {why}");
+            false
+        }
+    }
+}
