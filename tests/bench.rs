@@ -107,8 +107,21 @@ fn bench_policies_replays_a_trace_under_each_policy() {
     assert_eq!(rows[0]["jct_ratio_vs_fifo"].as_f64().unwrap(), 1.0);
     // Shortest-remaining-first beats first-come-first-served on a heavy tail.
     assert!(rows[3]["jct_ratio_vs_fifo"].as_f64().unwrap() > 1.0);
+}
+
+/// `--device cuda:0` without a usable CUDA device is bad input (exit 2)
+/// naming why. With one, the benchmark is `gpu-check.sh`'s business, not a
+/// test's: this one is recorded as skipped there.
+#[test]
+fn bench_packing_on_cuda_without_a_device_is_an_input_error() {
+    if kernels::cuda::probe().is_ok() && kernels::cuda::CudaBackend::new(0).is_ok() {
+        eprintln!("SKIPPED: a CUDA device is present; gpu-check.sh runs the benchmark on it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
     let err = run_in(dir.path(), &["bench", "packing", "--device", "cuda:0"]);
-    assert_eq!(err.status.code(), Some(2));
+    assert_eq!(err.status.code(), Some(2), "{}", text(&err));
+    assert!(text(&err).contains("cuda:0"), "{}", text(&err));
 }
 
 #[test]

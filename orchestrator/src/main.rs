@@ -103,6 +103,10 @@ enum BenchCmd {
         /// Work per configuration, in GFLOP [default: 50; 0.5 with --quick].
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         gflop: Option<u64>,
+        /// auto: on CUDA, replay each trial's iterations as a CUDA graph
+        /// after the first; off: launch every op every time.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+        graphs: String,
     },
     /// External workers: the round trip of one gated iteration of a Python
     /// worker, and a study of K one-iteration trials of a small Python
@@ -214,14 +218,15 @@ struct Packing {
     hs: Vec<Width>,
     ks: Vec<usize>,
     gflop: f64,
+    graphs: bool,
 }
 
 impl OnBackend for Packing {
     type Output = salus_tune::bench::packing::Results;
     fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
-        salus_tune::bench::packing::run(&backend, &self.hs, &self.ks, self.gflop, &mut |l| {
-            eprintln!("{l}")
-        })
+        let progress = &mut |l: &str| eprintln!("{l}");
+        let (hs, ks) = (&self.hs, &self.ks);
+        salus_tune::bench::packing::run(&backend, hs, ks, self.gflop, self.graphs, progress)
     }
 }
 
@@ -252,6 +257,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             widths,
             counts,
             gflop,
+            graphs,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
                 match (given.is_empty(), quick) {
@@ -261,6 +267,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 }
             }
             let job = Packing {
+                graphs: graphs == "auto",
                 hs: pick(
                     widths,
                     quick,

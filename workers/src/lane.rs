@@ -137,3 +137,20 @@ impl<B: Backend> Lane<B> {
         self.workspaces.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::WorkerError;
+
+    /// A failed step syncs its lane before anything can drop the job.
+    #[test]
+    fn a_step_syncs_its_lane_whether_it_fails_or_not() {
+        let mut lane = Lane::new(Arc::new(kernels::CpuBackend::new()), 0, 1).unwrap();
+        let failed: Result<()> = lane.step_synced(|_| Err(WorkerError::NotResident));
+        assert!(matches!(failed, Err(WorkerError::NotResident)));
+        assert_eq!(lane.syncs(), 1);
+        assert_eq!(lane.step_synced(|_| Ok(7)).unwrap(), 7);
+        assert_eq!(lane.syncs(), 2);
+    }
+}

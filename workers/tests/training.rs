@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use kernels::{Activation, CpuBackend};
+use kernels::{Activation, Backend, CpuBackend};
 use workers::data::{digits, split};
 use workers::group::MlpGroup;
 use workers::{Job, LossKind, MlpSpec, Optimizer, StepOutcome, TrainTrial, WorkerError};
@@ -333,4 +333,56 @@ fn bad_trial_configs_are_errors() {
             Err(WorkerError::Config(_))
         ));
     }
+}
+
+/// Labels are checked once, when the data is uploaded, for every backend;
+/// the loss only counts bad ones (corrupt device data), and a trial whose
+/// statistics count any fails instead of reporting a metric.
+#[test]
+fn bad_labels_are_refused_at_upload_and_fail_a_trial_that_meets_them() {
+    let mut lane = cpu_lane(1);
+    let mut data = small_classification();
+    data.val_y[3] = 3.0; // three classes: 0, 1, 2
+    let e = workers::DeviceData::upload(&mut lane, &data).err().unwrap();
+    assert!(
+        e.to_string().contains("validation row 3 has label 3"),
+        "{e}"
+    );
+    data.val_y[3] = 0.5;
+    assert!(workers::DeviceData::upload(&mut lane, &data).is_err());
+
+    // Past the check (as corrupt device memory would be), the trial fails.
+    data.val_y[3] = 0.0;
+    let mut bad_y = data.val_y.clone();
+    bad_y[0] = 9.0;
+    let mut put = |v: &[f32]| {
+        let (b, ctx) = lane.device();
+        let mut buf = b.alloc_zeroed(v.len()).unwrap();
+        b.upload(ctx, v, kernels::at_mut(&mut buf, 0)).unwrap();
+        buf
+    };
+    let corrupt = workers::DeviceData {
+        name: data.name.clone(),
+        task: data.task,
+        features: data.features,
+        target_cols: data.target_cols(),
+        n_train: data.n_train,
+        n_val: data.n_val,
+        train_x: put(&data.train_x),
+        train_y: put(&data.train_y),
+        val_x: put(&data.val_x),
+        val_y: put(&bad_y),
+        target_std: Vec::new(),
+        val_sst: 1.0,
+    };
+    let cfg = config(
+        vec![8],
+        Activation::Relu,
+        10,
+        1,
+        hparams(Optimizer::adam(), 1e-2, 0.0, 1),
+    );
+    let mut trial = TrainTrial::new(&mut lane, std::sync::Arc::new(corrupt), cfg).unwrap();
+    let e = finish(&mut trial, &mut lane).unwrap_err();
+    assert!(e.to_string().contains("not class indices"), "{e}");
 }

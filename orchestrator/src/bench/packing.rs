@@ -87,6 +87,8 @@ pub struct Results {
     pub kind: DeviceKind,
     pub lanes: usize,
     pub cores: usize,
+    /// Whether lanes replayed captured iterations (CUDA graphs).
+    pub graphs: bool,
 }
 
 /// Training FLOPs of one iteration of a 784-h-h-10 MLP at batch `BATCH`.
@@ -194,6 +196,7 @@ fn run_fused<B: Backend>(
     trials: Vec<TrainTrial<B>>,
     kind: DeviceKind,
     lanes: usize,
+    graphs: bool,
 ) -> Result<f64> {
     let k = trials.len();
     let cap = fusion::group_cap(
@@ -215,19 +218,34 @@ fn run_fused<B: Backend>(
         })
         .collect::<Result<Vec<_>>>()?;
     let groups = jobs.len();
-    let cfg = CoreConfig::for_device(kind, Policy::Fifo, groups.min(lanes), u64::MAX / 4);
+    let cfg = CoreConfig {
+        graphs,
+        ..CoreConfig::for_device(kind, Policy::Fifo, groups.min(lanes), u64::MAX / 4)
+    };
     Ok(run_core_jobs(backend, jobs, cfg)?.0)
 }
 
 /// Runs the benchmark: `ks` x `hs`, each in `seq`, `lanes` and (for one
-/// width) `fused` mode, each mode the fastest of [`REPEATS`] runs.
+/// width) `fused` mode, each mode the fastest of [`REPEATS`] runs. With
+/// `graphs`, trials replay captured iterations where the backend can (CUDA).
 pub fn run<B: Backend>(
     backend: &Arc<B>,
     hs: &[Width],
     ks: &[usize],
     target_gflop: f64,
+    graphs: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
+    // Every lane and core below takes this; the CPU ignores it.
+    let lane_of = |id: usize, threads: usize| -> Result<Lane<B>> {
+        let mut lane = Lane::new(backend.clone(), id, threads)?;
+        lane.set_graphs(graphs);
+        Ok(lane)
+    };
+    let core_cfg = |policy: Policy, lanes: usize| CoreConfig {
+        graphs,
+        ..CoreConfig::for_device(backend.kind(), policy, lanes, u64::MAX / 4)
+    };
     let cores = super::cores();
     let kind = backend.kind();
     // A lane per core on the CPU; on CUDA a stream per trial, up to 16.
@@ -271,22 +289,14 @@ pub fn run<B: Backend>(
                     let m = (turn + r) % names.len();
                     let s = match names[m] {
                         // seq: one trial at a time on one lane with every core's threads.
-                        "seq" => {
-                            let mut lane = Lane::new(backend.clone(), 0, cores)?;
-                            run_bare(&mut lane, make(&dev)?)?
-                        }
+                        "seq" => run_bare(&mut lane_of(0, cores)?, make(&dev)?)?,
                         // lanes: all K through the core, one lane per core (at
                         // most one per trial), each lane running its trials in
                         // arrival order: this measures throughput. Round-robin
                         // (`pack`) would keep every trial's state hot at once,
                         // which is for fairness, not speed.
                         "lanes" => {
-                            let cfg = CoreConfig::for_device(
-                                kind,
-                                Policy::Fifo,
-                                lanes.min(k),
-                                u64::MAX / 4,
-                            );
+                            let cfg = core_cfg(Policy::Fifo, lanes.min(k));
                             let (s, switches) = run_core(backend, make(&dev)?, cfg)?;
                             switch_all.extend(switches);
                             s
@@ -295,7 +305,7 @@ pub fn run<B: Backend>(
                         // scheduler would form (`salus::fusion`): one on a GPU;
                         // on the CPU groups small enough to stay in cache,
                         // spread over the lanes.
-                        _ => run_fused(backend, make(&dev)?, kind, lanes)?,
+                        _ => run_fused(backend, make(&dev)?, kind, lanes, graphs)?,
                     };
                     best[m] = best[m].min(s);
                 }
@@ -336,9 +346,8 @@ pub fn run<B: Backend>(
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
     let bare_run = || -> Result<f64> {
-        let mut lane = Lane::new(backend.clone(), 0, cores)?;
         run_bare(
-            &mut lane,
+            &mut lane_of(0, cores)?,
             vec![TrainTrial::new_on_host(
                 dev.clone(),
                 config(h, iterations, 1),
@@ -346,7 +355,7 @@ pub fn run<B: Backend>(
         )
     };
     let core_run = || -> Result<f64> {
-        let cfg = CoreConfig::for_device(kind, Policy::Pack, 1, u64::MAX / 4);
+        let cfg = core_cfg(Policy::Pack, 1);
         Ok(run_core(
             backend,
             vec![TrainTrial::new_on_host(
@@ -385,6 +394,7 @@ pub fn run<B: Backend>(
         kind,
         lanes,
         cores,
+        graphs: graphs && backend.graphs_supported(),
     })
 }
 
@@ -401,7 +411,7 @@ impl Results {
             DeviceKind::Cpu => "cpu_gemm_gflops",
             DeviceKind::Cuda(_) => "device_gemm_gflops",
         };
-        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes }));
+        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs }));
         serde_json::Value::Array(v)
     }
 

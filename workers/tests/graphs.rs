@@ -1,0 +1,222 @@
+//! CUDA graphs: an iteration replayed from a captured graph gives exactly
+//! what the same iteration launched op by op gives, bit for bit, over 50
+//! iterations, and across the changes that move buffers (a member leaving,
+//! a member dropped, a swap out and back in, a rebuilt group).
+//!
+//! These run only where CUDA is present (`scripts/gpu-check.sh` runs them);
+//! elsewhere they are recorded as skipped (`kernels::device_tests`). The
+//! CPU cannot capture, which the last test checks.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use common::*;
+use kernels::{Activation, Backend};
+use workers::data::{digits, split};
+use workers::group::MlpGroup;
+use workers::{
+    FusedTrials, Job, Lane, LossKind, MemberOutcome, MlpSpec, Optimizer, Report, StepOutcome,
+    TrainTrial, TrialConfig,
+};
+
+/// Two lanes of one CUDA device: op by op, and with graphs.
+fn cuda_lanes<B: Backend>(b: Arc<B>) -> (Lane<B>, Lane<B>) {
+    let eager = Lane::new(b.clone(), 0, 1).unwrap();
+    let mut graphs = Lane::new(b, 1, 1).unwrap();
+    graphs.set_graphs(true);
+    assert!(
+        graphs.graphs(),
+        "{} should replay graphs",
+        graphs.backend().name()
+    );
+    (eager, graphs)
+}
+
+/// 50 iterations of a 3-slot group (dropout, Adam and AdamW or SGD with
+/// momentum): every slot's final state and the validation statistics.
+fn fifty_steps<B: Backend>(
+    lane: &mut Lane<B>,
+    sgd: bool,
+) -> (Vec<workers::group::SlotState>, Vec<f64>, usize) {
+    let data = split(&digits(), 0.2, 0).unwrap();
+    let dev = upload(lane, &data);
+    let spec = MlpSpec {
+        input: data.features,
+        hidden: vec![48, 24],
+        output: data.task.outputs(),
+        activation: Activation::Gelu,
+        loss: LossKind::CrossEntropy,
+    };
+    let opts = if sgd {
+        [Optimizer::Sgd {
+            momentum: 0.9,
+            nesterov: true,
+        }; 3]
+    } else {
+        [
+            Optimizer::adam(),
+            Optimizer::AdamW {
+                beta1: 0.85,
+                beta2: 0.99,
+                eps: 1e-6,
+            },
+            Optimizer::adam(),
+        ]
+    };
+    let hps: Vec<_> = opts
+        .iter()
+        .enumerate()
+        .map(|(s, &o)| hparams(o, 2e-3 * (s + 1) as f32, 0.1 * s as f32, 40 + s as u64))
+        .collect();
+    let (k, batch) = (hps.len(), 32);
+    let mut group = MlpGroup::new(lane, spec, batch, data.target_cols(), hps).unwrap();
+    for it in 0..50u64 {
+        let idx: Vec<u32> = (0..k * batch)
+            .map(|i| ((i as u64 * 131 + it * 977) % data.n_train as u64) as u32)
+            .collect();
+        let iterations: Vec<u64> = (0..k as u64).map(|s| it + 3 * s).collect();
+        group.train_step(lane, &dev, &idx, &iterations).unwrap();
+        lane.sync().unwrap();
+    }
+    let train: Vec<f64> = group
+        .take_train_stats(lane)
+        .unwrap()
+        .iter()
+        .map(|s| s.loss_sum)
+        .collect();
+    let states = (0..k)
+        .map(|s| group.export_slot(lane, s).unwrap())
+        .collect();
+    let val: Vec<f64> = group
+        .evaluate(lane, &dev)
+        .unwrap()
+        .iter()
+        .flat_map(|s| [s.loss_sum, s.metric_sum])
+        .chain(train)
+        .collect();
+    (states, val, group.graphs_held())
+}
+
+#[test]
+fn graph_replay_equals_eager_over_50_iterations() {
+    let Some(b) = kernels::cuda::device_for_test("graph_replay_equals_eager_over_50_iterations")
+    else {
+        return;
+    };
+    let (mut eager, mut graphs) = cuda_lanes(Arc::new(b));
+    for sgd in [false, true] {
+        let (want, want_val, none) = fifty_steps(&mut eager, sgd);
+        let (got, got_val, held) = fifty_steps(&mut graphs, sgd);
+        assert_eq!(none, 0, "the eager lane captured a graph");
+        // Captured after the first iteration, then replayed: one graph.
+        assert_eq!(held, 1, "sgd {sgd}: graphs held");
+        for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&g.params),
+                bits(&w.params),
+                "sgd {sgd} slot {s}: parameters"
+            );
+            for (a, b) in g.opt_state.iter().zip(&w.opt_state) {
+                assert_eq!(bits(a), bits(b), "sgd {sgd} slot {s}: optimizer state");
+            }
+        }
+        assert_eq!(got_val, want_val, "sgd {sgd}: statistics");
+    }
+}
+
+fn configs() -> Vec<TrialConfig> {
+    [
+        (1e-2, 0.0, 3),
+        (3e-3, 0.25, 2),
+        (5e-2, 0.1, 4),
+        (1e-3, 0.0, 3),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (lr, dropout, epochs))| {
+        let mut c = config(
+            vec![16, 12],
+            Activation::Relu,
+            10,
+            epochs,
+            hparams(Optimizer::adam(), lr, dropout, 60 + i as u64),
+        );
+        c.report_every = Some(3);
+        c
+    })
+    .collect()
+}
+
+/// A fused group of four run to its end: members finish at different
+/// times, member 1 is dropped at iteration 5, member 2 leaves at 9 and
+/// carries on alone, and the group is swapped out and in at 13. Every
+/// report, in order, by member.
+fn churn<B: Backend>(lane: &mut Lane<B>) -> BTreeMap<u64, Vec<Report>> {
+    let dev = upload(lane, &small_classification());
+    let trials = configs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (i as u64, TrainTrial::new_on_host(dev.clone(), c).unwrap()))
+        .collect();
+    let mut group = FusedTrials::new(trials).unwrap();
+    let control = group.control();
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut it = 0;
+    while group.live_members() > 0 {
+        match it {
+            5 => control.drop_member(1),
+            9 => control.leave(2),
+            13 => {
+                assert!(group.swap_out(lane).unwrap() > 0);
+                group.swap_in(lane).unwrap();
+            }
+            _ => {}
+        }
+        let StepOutcome::Members(steps) = group.step(lane).unwrap() else {
+            panic!("a fused group reports per member")
+        };
+        lane.sync().unwrap();
+        for s in steps {
+            match s.outcome {
+                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
+                    got.entry(s.tag).or_default().push(r)
+                }
+                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+                MemberOutcome::Left => {}
+            }
+        }
+        it += 1;
+    }
+    // The leaver, alone on the same lane (a lone trial's graph).
+    for (tag, mut t) in control.take_left() {
+        t.swap_in(lane).unwrap();
+        got.entry(tag).or_default().extend(run_to_end(&mut t, lane));
+    }
+    got
+}
+
+#[test]
+fn graph_replay_equals_eager_across_membership_changes() {
+    let Some(b) =
+        kernels::cuda::device_for_test("graph_replay_equals_eager_across_membership_changes")
+    else {
+        return;
+    };
+    let (mut eager, mut graphs) = cuda_lanes(Arc::new(b));
+    let want = churn(&mut eager);
+    let got = churn(&mut graphs);
+    assert_eq!(want.len(), 3, "members that reported: {:?}", want.keys());
+    // Report holds f64s of the device's f32 sums: equal means bit for bit.
+    assert_eq!(got, want);
+}
+
+/// The CPU has no graphs: asking for them leaves every lane op by op.
+#[test]
+fn cpu_lanes_never_replay_graphs() {
+    let mut lane = cpu_lane(1);
+    lane.set_graphs(true);
+    assert!(!lane.graphs());
+}
