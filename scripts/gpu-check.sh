@@ -1,68 +1,111 @@
 #!/usr/bin/env bash
 # The GPU check, in two halves.
 #
-#   bash scripts/gpu-check.sh prepare   # here: build, stage into gpu-build/ and gpu-anchors/
+#   bash scripts/gpu-check.sh prepare   # here: build and stage, print the device call
 #   bash scripts/gpu-check.sh           # on the device machine, with $OUT set
 #
-# The device machine has no compiler, so `prepare` builds the release
-# binary and the test binaries that hold CUDA tests, and copies the PyTorch
-# anchors from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by
-# git and must be carried (the device tool's `carry`); the anchors are never
-# committed. The device half keeps the whole call under 5 minutes and writes
-# everything under $OUT: tests.txt, devices.txt, bench_packing.json,
-# torch_anchor.txt, torch_anchor_graphs.txt and summary.txt.
+# The device machine has no compiler, so `prepare` builds the release binary
+# and the test binaries that hold CUDA tests, and copies the PyTorch anchors
+# from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by git and
+# must be carried (the device tool's `carry`); the anchors are never committed.
+#
+# The device half fits one device call: its phases' timeouts add up to 450 s
+# (a call may run 600 s, and a session has 900 s of device time in all).
+# Each phase writes its own file under $OUT as soon as it ends, and a line to
+# $OUT/summary.txt, so a call that times out still returns what finished:
+#   01-devices.txt      nvidia-smi and `salus-tune devices` (target, pool, pinned)
+#   02-first-op.txt     one op test: the first kernel and cuBLAS call
+#   03-ops.txt          every CUDA op test
+#   04-gradients.txt    gradient checks on every device
+#   05-devices.txt      CPU against CUDA
+#   06-graphs.txt       graph replay against eager, bit for bit
+#   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on (h=4096
+#                       is issue 21's: its K=64 trials take long to build)
+#   08-bench-eager.json  / .log   the same, graphs off
+#   09-torch_anchor.txt, 10-torch_anchor_graphs.txt   the PyTorch anchors
 set -uo pipefail
 cd "$(dirname "$0")/.."
+
+TESTS=(ops gradients devices graphs)
 
 if [[ "${1:-}" == "prepare" ]]; then
     set -e
     rm -rf gpu-build gpu-anchors && mkdir -p gpu-build gpu-anchors
     cargo build --release --bin salus-tune
     cp target/release/salus-tune gpu-build/
-    # Test binaries with CUDA bodies: kernels/tests/ops.rs, workers/tests/{gradients,devices}.rs.
+    # kernels/tests/ops.rs, workers/tests/{gradients,devices,graphs}.rs
     cargo test --release --no-run --message-format=json -p kernels -p workers 2>/dev/null |
         python3 -c '
 import json, sys, shutil
-want = {"ops", "gradients", "devices"}
+want = set(sys.argv[1:])
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want and "test" in m["target"]["kind"]:
         shutil.copy(m["executable"], "gpu-build/test-" + m["target"]["name"])
         print("staged", m["target"]["name"])
-'
+' "${TESTS[@]}"
+    for t in "${TESTS[@]}"; do
+        [[ -x gpu-build/test-$t ]] || { echo "test binary $t was not built" >&2; exit 1; }
+    done
+    # A call carries 64 MiB at most: no symbols needed there.
+    strip gpu-build/* 2>/dev/null || true
     cp ../shared/gpu/torch_anchor.py ../shared/gpu/torch_anchor_graphs.py gpu-anchors/
-    ls -la gpu-build gpu-anchors
+    du -sh gpu-build gpu-anchors
+    cat <<'EOF'
+
+Ready. The device call (the run tool):
+  carry:     ["gpu-build", "gpu-anchors"]
+  command:   bash scripts/gpu-check.sh
+  timeout_s: 540
+Save what comes back in docs/gpu-runs/DATE/, then give the machine back.
+EOF
     exit 0
 fi
 
 : "${OUT:?set OUT to the folder for results}"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# The machine's CUDA first, then the NVRTC/cuBLAS wheels of its Python.
+wheel_lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${wheel_lib:+:$wheel_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A test that finds no GPU here fails instead of skipping.
 export SALUS_TUNE_REQUIRE_CUDA=1
+export SALUS_TUNE_DEVICE_TEST_LOG="$OUT/device-tests.txt"
 start=$(date +%s)
-step() { echo "== $* ($(( $(date +%s) - start )) s)" | tee -a "$OUT/summary.txt"; }
+note() { echo "== $* ($(($(date +%s) - start)) s)" | tee -a "$OUT/summary.txt"; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.txt" 2>&1
-gpu-build/salus-tune devices > "$OUT/devices.txt" 2>&1
-step "devices: $(tr '\n' ';' < "$OUT/devices.txt")"
+# phase FILE SECONDS COMMAND...: runs it into $OUT/FILE and notes how it ended.
+phase() {
+    local file=$1 secs=$2
+    shift 2
+    timeout "$secs" "$@" > "$OUT/$file" 2>&1
+    local rc=$?
+    local last
+    last=$(grep -E '^test result' "$OUT/$file" | tail -1)
+    [[ $rc == 124 ]] && last="TIMED OUT after $secs s"
+    note "$file: rc=$rc ${last}"
+}
 
-: > "$OUT/tests.txt"
-for t in ops gradients devices; do
-    # The cuda:: tests of kernels/ops; every test of the workers files (CPU and CUDA).
-    filter=""
-    [[ $t == ops ]] && filter="cuda::"
-    timeout 120 "gpu-build/test-$t" $filter --nocapture --test-threads 1 >> "$OUT/tests.txt" 2>&1
-    step "tests $t: rc=$? $(grep -E '^test result' "$OUT/tests.txt" | tail -1)"
-done
+note "start; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; gpu-build/salus-tune devices; } \
+    > "$OUT/01-devices.txt" 2>&1
+note "01-devices.txt: $(tr '\n' ';' < "$OUT/01-devices.txt")"
 
-timeout 150 gpu-build/salus-tune bench packing --device cuda:0 --json --h 256,1024,4096 --k 1,8,64 --gflop 200 \
-    > "$OUT/bench_packing.json" 2> "$OUT/bench_packing.log"
-step "bench packing: rc=$?"
+T=(--test-threads 1 --nocapture)
+phase 02-first-op.txt 45 gpu-build/test-ops cuda::gemm_matches_reference --exact "${T[@]}"
+phase 03-ops.txt 75 gpu-build/test-ops cuda:: "${T[@]}"
+phase 04-gradients.txt 30 gpu-build/test-gradients "${T[@]}"
+phase 05-devices.txt 45 gpu-build/test-devices "${T[@]}"
+phase 06-graphs.txt 45 gpu-build/test-graphs "${T[@]}"
 
-PROBE_S=0.2 timeout 60 python3 gpu-anchors/torch_anchor.py > "$OUT/torch_anchor.txt" 2>&1
-step "torch_anchor: rc=$?"
-timeout 60 python3 gpu-anchors/torch_anchor_graphs.py > "$OUT/torch_anchor_graphs.txt" 2>&1
-step "torch_anchor_graphs: rc=$?"
+BENCH=(bench packing --device cuda:0 --json --h 256,1024,mixed --k 1,8,64 --gflop 20)
+timeout 70 gpu-build/salus-tune "${BENCH[@]}" --graphs auto > "$OUT/07-bench-graphs.json" 2> "$OUT/07-bench-graphs.log"
+note "07-bench-graphs.json: rc=$? $(tail -1 "$OUT/07-bench-graphs.log")"
+timeout 50 gpu-build/salus-tune "${BENCH[@]}" --graphs off > "$OUT/08-bench-eager.json" 2> "$OUT/08-bench-eager.log"
+note "08-bench-eager.json: rc=$? $(tail -1 "$OUT/08-bench-eager.log")"
 
-tail -5 "$OUT/bench_packing.log" >> "$OUT/summary.txt"
+PROBE_S=0.2 timeout 30 python3 gpu-anchors/torch_anchor.py > "$OUT/09-torch_anchor.txt" 2>&1
+note "09-torch_anchor.txt: rc=$?"
+PROBE_S=0.2 timeout 30 python3 gpu-anchors/torch_anchor_graphs.py > "$OUT/10-torch_anchor_graphs.txt" 2>&1
+note "10-torch_anchor_graphs.txt: rc=$?"
+
+note "device tests: $(grep -c '^run ' "$OUT/device-tests.txt" 2>/dev/null || echo 0) run, $(grep -c '^skip ' "$OUT/device-tests.txt" 2>/dev/null || echo 0) skipped"
 cat "$OUT/summary.txt"

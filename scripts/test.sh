@@ -7,6 +7,12 @@
 # wheel, so that the CUDA kernels are compiled by the real compiler even on
 # a machine without a GPU (NVRTC needs none). It installs tmux with apt-get
 # when it is missing, for the dashboard's end-to-end test.
+#
+# Device tests that could not run (no CUDA device here) print `ok` to cargo,
+# so each one records itself (kernels::device_tests) and the last two lines
+# count them apart from the passes:
+#   device tests: 0 run, 25 skipped (no CUDA device: ...)
+#   total: 160 passed, 0 failed, 25 skipped
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,4 +48,30 @@ export SALUS_TUNE_REQUIRE_OPTUNA=1
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace
+
+log="$(mktemp -d)"
+trap 'rm -rf "$log"' EXIT
+export SALUS_TUNE_DEVICE_TEST_LOG="$log/device-tests"
+: > "$SALUS_TUNE_DEVICE_TEST_LOG"
+set +e
+cargo test --workspace 2>&1 | tee "$log/cargo-test"
+status=${PIPESTATUS[0]}
+set -e
+
+# cargo's own counts, summed over every test binary.
+read -r passed failed < <(awk '/^test result:/ {
+    for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i }
+} END { print p + 0, f + 0 }' "$log/cargo-test")
+ran=$(grep -c '^run ' "$SALUS_TUNE_DEVICE_TEST_LOG" || true)
+skipped=$(grep -c '^skip ' "$SALUS_TUNE_DEVICE_TEST_LOG" || true)
+# The most common reason, once (they are all the same on a machine without CUDA).
+why=$(sed -n 's/^skip [^ ]* [^:]*: //p' "$SALUS_TUNE_DEVICE_TEST_LOG" | sort | uniq -c | sort -rn | head -1 | sed 's/^ *[0-9]* //')
+echo
+if [[ $skipped -gt 0 ]]; then
+    echo "device tests: $ran run, $skipped skipped (no CUDA device: $why)"
+else
+    echo "device tests: $ran run, 0 skipped"
+fi
+# A skipped device test is not a pass: cargo counted it as one.
+echo "total: $((passed - skipped)) passed, $failed failed, $skipped skipped"
+exit "$status"

@@ -8,6 +8,11 @@ use common::*;
 const CASES: &[(&str, &str, &str)] = &[
     // (study file, key the message must name, words it must contain)
     (
+        "[scheduler]\ngraphs = \"on\"\n",
+        "s.toml:2:10: scheduler.graphs",
+        "auto",
+    ),
+    (
         "[study]\ntrials = 3\n[train]\nlerning_rate = 0.1\n",
         "s.toml:4:1: train.lerning_rate",
         "did you mean 'lr'",

@@ -95,9 +95,9 @@ pub struct Workspace<B: Backend> {
 }
 
 impl<B: Backend> Workspace<B> {
-    /// Elements actually allocated, to check [`GroupShape::ephemeral_elems`].
-    pub fn allocated_elems(&self, b: &B) -> usize {
-        let bufs = [
+    /// Every buffer of the workspace.
+    fn buffers(&self) -> impl Iterator<Item = &B::Buf> {
+        let one = [
             &self.x,
             &self.step,
             &self.y,
@@ -114,10 +114,12 @@ impl<B: Backend> Workspace<B> {
             .chain(&self.a)
             .chain(&self.d)
             .chain(&self.dtmp);
-        bufs.into_iter()
-            .chain(layers)
-            .map(|buf| b.buf_len(buf))
-            .sum()
+        one.into_iter().chain(layers)
+    }
+
+    /// Elements actually allocated, to check [`GroupShape::ephemeral_elems`].
+    pub fn allocated_elems(&self, b: &B) -> usize {
+        self.buffers().map(|buf| b.buf_len(buf)).sum()
     }
 
     pub(crate) fn new(b: &B, shape: &GroupShape) -> Result<Self> {
@@ -153,29 +155,6 @@ impl<B: Backend> Workspace<B> {
             grads: b.alloc_zeroed(shape.slots * s.n_params())?,
             eval_stats: b.alloc_zeroed(shape.slots * STATS_LEN)?,
         })
-    }
-}
-
-impl<B: Backend> Workspace<B> {
-    /// The address of every buffer, for a graph's key.
-    fn addrs(&self, b: &B, key: &mut Vec<u64>) {
-        let one = [
-            &self.x,
-            &self.step,
-            &self.y,
-            &self.logits,
-            &self.dlogits,
-            &self.dh,
-            &self.dz,
-            &self.grads,
-        ];
-        let layers = self
-            .z
-            .iter()
-            .chain(&self.a)
-            .chain(&self.d)
-            .chain(&self.dtmp);
-        key.extend(one.into_iter().chain(layers).map(|x| b.buf_addr(x) as u64));
     }
 }
 
@@ -388,13 +367,17 @@ impl<B: Backend> MlpGroup<B> {
         if let Some(i) = self.graphs.iter().position(|(k, _)| *k == key) {
             return Ok(b.replay(ctx, &self.graphs[i].1)?);
         }
-        b.begin_capture(ctx)?;
-        let captured = self
-            .forward_backward(b, ctx, ws, data, offsets)
-            .and_then(|_| self.update(b, ctx, ws, offsets));
-        // The capture ends whatever happened, so that the lane stays usable.
-        let graph = b.end_capture(ctx);
-        match (captured, graph) {
+        let captured = match b.begin_capture(ctx) {
+            Ok(()) => {
+                let captured = self
+                    .forward_backward(b, ctx, ws, data, offsets)
+                    .and_then(|_| self.update(b, ctx, ws, offsets));
+                // The capture ends whatever happened, so that the lane stays usable.
+                (captured, b.end_capture(ctx))
+            }
+            Err(e) => (Ok(()), Err(e)),
+        };
+        match captured {
             (Ok(()), Ok(g)) => {
                 b.replay(ctx, &g)?;
                 if self.graphs.len() == MAX_GRAPHS {
@@ -493,7 +476,7 @@ impl<B: Backend> MlpGroup<B> {
                 .chain([&self.train_stats, &data.train_x, &data.train_y])
                 .map(|x| b.buf_addr(x) as u64),
         );
-        ws.addrs(b, &mut key);
+        key.extend(ws.buffers().map(|x| b.buf_addr(x) as u64));
         for h in &self.slots {
             key.extend(h.key_bits());
         }

@@ -292,18 +292,25 @@ pub fn kernels(cu: &Arc<CudaContext>) -> Result<Arc<KernelSet>> {
 mod tests {
     use super::*;
 
+    /// Whether NVRTC can be loaded; without it the test is skipped, or
+    /// fails where `SALUS_TUNE_REQUIRE_NVRTC` says it must be there.
+    fn nvrtc_for_test(test: &str) -> bool {
+        // SAFETY: only tries to open the shared library.
+        if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return true;
+        }
+        if std::env::var_os("SALUS_TUNE_REQUIRE_NVRTC").is_some() {
+            panic!("NVRTC is required (SALUS_TUNE_REQUIRE_NVRTC) but libnvrtc.so was not found");
+        }
+        eprintln!("{test}: skipped: libnvrtc.so was not found");
+        false
+    }
+
     /// Compiles the real kernel source wherever NVRTC can be loaded: CI
     /// installs it from PyPI (scripts/test.sh), GPU machines have it.
     #[test]
     fn ops_cu_compiles_with_nvrtc() {
-        // SAFETY: only tries to open the shared library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            if std::env::var_os("SALUS_TUNE_REQUIRE_NVRTC").is_some() {
-                panic!(
-                    "NVRTC is required (SALUS_TUNE_REQUIRE_NVRTC) but libnvrtc.so was not found"
-                );
-            }
-            eprintln!("ops_cu_compiles_with_nvrtc: skipped: libnvrtc.so was not found");
+        if !nvrtc_for_test("ops_cu_compiles_with_nvrtc") {
             return;
         }
         let ptx = ptx().unwrap_or_else(|e| panic!("{e}")).to_src();
@@ -361,14 +368,7 @@ mod tests {
     /// Machine code for the H200's architecture, as the device run will load it.
     #[test]
     fn ops_cu_compiles_to_sm_90_machine_code() {
-        // SAFETY: only tries to open the shared library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            if std::env::var_os("SALUS_TUNE_REQUIRE_NVRTC").is_some() {
-                panic!(
-                    "NVRTC is required (SALUS_TUNE_REQUIRE_NVRTC) but libnvrtc.so was not found"
-                );
-            }
-            eprintln!("ops_cu_compiles_to_sm_90_machine_code: skipped: libnvrtc.so was not found");
+        if !nvrtc_for_test("ops_cu_compiles_to_sm_90_machine_code") {
             return;
         }
         let (_, archs) = nvrtc_info().unwrap();
