@@ -107,5 +107,6 @@ note "09-torch_anchor.txt: rc=$?"
 PROBE_S=0.2 timeout 30 python3 gpu-anchors/torch_anchor_graphs.py > "$OUT/10-torch_anchor_graphs.txt" 2>&1
 note "10-torch_anchor_graphs.txt: rc=$?"
 
-note "device tests: $(grep -c '^run ' "$OUT/device-tests.txt" 2>/dev/null || echo 0) run, $(grep -c '^skip ' "$OUT/device-tests.txt" 2>/dev/null || echo 0) skipped"
+count() { grep -c "$1" "$OUT/device-tests.txt" 2>/dev/null; }
+note "device tests: $(count '^run ') run, $(count '^skip ') skipped (a skip fails here)"
 cat "$OUT/summary.txt"

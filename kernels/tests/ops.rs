@@ -987,6 +987,17 @@ fn gather_rows_copies_indexed_rows<B: Backend>(d: &mut D<B>) {
     assert_eq!(d.get(&out), vec![0.0, 0.0]);
 }
 
+/// A download larger than CUDA's pinned staging buffer (32 MiB) comes back
+/// whole, through several chunks, from an offset.
+fn downloads_larger_than_the_staging_buffer_round_trip<B: Backend>(d: &mut D<B>) {
+    let n = 2 * (8 << 20) + 5;
+    let v: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let buf = d.put(&v);
+    let mut back = vec![0.0f32; n - 3];
+    d.b.download(&mut d.ctx, at(&buf, 3), &mut back).unwrap();
+    assert!(back.iter().enumerate().all(|(i, &x)| x == (i + 3) as f32));
+}
+
 backend_tests!(
     gemm_matches_reference,
     gemm_backward_finite_differences,
@@ -1004,4 +1015,5 @@ backend_tests!(
     out_of_bounds_views_are_errors,
     gather_rows_copies_indexed_rows,
     gemm_with_empty_inner_dimension_scales_c,
+    downloads_larger_than_the_staging_buffer_round_trip,
 );

@@ -469,7 +469,13 @@ impl<B: Backend> MlpGroup<B> {
     /// Everything a captured iteration bakes in: buffer addresses and the
     /// per-slot scalars passed by value.
     fn graph_key(&self, b: &B, ws: &Workspace<B>, data: &DeviceData<B>) -> Vec<u64> {
-        let mut key = vec![self.slots.len() as u64, self.shape.batch as u64];
+        // Sizes baked into launches (the gather's row count among them).
+        let mut key = vec![
+            self.slots.len() as u64,
+            self.shape.batch as u64,
+            data.n_train as u64,
+            data.features as u64,
+        ];
         key.extend(
             std::iter::once(&self.params)
                 .chain(&self.state)
