@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use ratatui::Terminal;
@@ -223,14 +223,6 @@ fn slow_study(name: &str) -> String {
     )
 }
 
-fn wait_for(what: &str, timeout: Duration, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn a_snapshot_reads_a_real_study() {
     let dir = tempfile::tempdir().unwrap();
@@ -281,14 +273,12 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "slow.toml", &slow_study("slow"));
     let db = dir.path().join("slow.db");
-    let mut study = bin()
-        .current_dir(dir.path())
-        .args(["slow.toml", "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("two running trials", Duration::from_secs(30), || {
+    let study = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["slow.toml", "--no-progress"]),
+    );
+    wait_until("two running trials", Duration::from_secs(30), || {
         migrated(&db)
             && trials(&db, None)
                 .iter()
@@ -327,7 +317,7 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
         String::from_utf8_lossy(&started.stderr)
     );
     let screen = || String::from_utf8_lossy(&tmux(&["capture-pane", "-p"]).stdout).to_string();
-    wait_for("the dashboard", Duration::from_secs(15), || {
+    wait_until("the dashboard", Duration::from_secs(15), || {
         screen().contains("slow · maximize")
     });
     let s = screen();
@@ -337,12 +327,12 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
     );
     // Trial 0 runs and is selected first: prune it.
     tmux(&["send-keys", "x"]);
-    wait_for("trial 0 pruned", Duration::from_secs(20), || {
+    wait_until("trial 0 pruned", Duration::from_secs(20), || {
         trials(&db, None)
             .iter()
             .any(|t| t.number == 0 && t.state == TrialState::Pruned)
     });
-    wait_for("the dashboard to show it", Duration::from_secs(10), || {
+    wait_until("the dashboard to show it", Duration::from_secs(10), || {
         screen().contains("PRUNED")
     });
     // Trial 1 is next in the list: pause it, then resume it.
@@ -357,23 +347,22 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
     };
     tmux(&["send-keys", "j"]);
     tmux(&["send-keys", "p"]);
-    wait_for("trial 1 paused", Duration::from_secs(20), || {
+    wait_until("trial 1 paused", Duration::from_secs(20), || {
         reason(1).as_deref() == Some("paused")
     });
-    wait_for("the dashboard to show it", Duration::from_secs(10), || {
+    wait_until("the dashboard to show it", Duration::from_secs(10), || {
         screen().contains("PAUSED")
     });
     tmux(&["send-keys", "r"]);
-    wait_for("trial 1 resumed", Duration::from_secs(20), || {
+    wait_until("trial 1 resumed", Duration::from_secs(20), || {
         reason(1).as_deref() == Some("resumed")
     });
     tmux(&["send-keys", "q"]);
-    wait_for("the dashboard to exit", Duration::from_secs(10), || {
+    wait_until("the dashboard to exit", Duration::from_secs(10), || {
         screen().contains("DASH-EXITED-0")
     });
     tmux(&["kill-server"]);
-    study.kill().unwrap();
-    let _ = study.wait();
+    study.kill();
     let pruned = trials(&db, None);
     let t0 = pruned.iter().find(|t| t.number == 0).unwrap();
     assert_eq!(t0.state, TrialState::Pruned);

@@ -308,12 +308,12 @@ fn serving_workers_take_trial_after_trial() {
     write(dir.path(), "s.toml", &study);
     // Its own temporary folder, to see that the run leaves nothing there.
     let tmp = tempfile::tempdir().unwrap();
-    let out = bin()
-        .current_dir(dir.path())
-        .env("TMPDIR", tmp.path())
-        .args(["s.toml", "--no-progress"])
-        .output()
-        .unwrap();
+    let out = output_of(
+        bin()
+            .current_dir(dir.path())
+            .env("TMPDIR", tmp.path())
+            .args(["s.toml", "--no-progress"]),
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()

@@ -165,7 +165,7 @@ fn asha_pauses_members_out_of_groups_and_later_trials_join_running_ones() {
 
 #[test]
 fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let body = study_of("cmd", 4, 4, 4, "")
         .replace("width = 32", "width = 128\ndepth = 2")
@@ -173,26 +173,15 @@ fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
         .replace("epochs = 4", "epochs = 60");
     write(dir.path(), "c.toml", &body);
     let db = dir.path().join("cmd.db");
-    let mut child = bin()
-        .current_dir(dir.path())
-        .args(["c.toml", "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let wait_for = |what: &str, limit: Duration, mut ok: Box<dyn FnMut() -> bool + '_>| {
-        let t = Instant::now();
-        while !ok() {
-            assert!(t.elapsed() < limit, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    let count = |sql: &str| scalar(&db, sql);
-    wait_for(
-        "the trials",
-        Duration::from_secs(60),
-        Box::new(|| migrated(&db) && count("SELECT COUNT(*) FROM trials") == 4),
+    let child = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["c.toml", "--no-progress"]),
     );
+    let count = |sql: &str| scalar(&db, sql);
+    wait_until("the trials", Duration::from_secs(60), || {
+        migrated(&db) && count("SELECT COUNT(*) FROM trials") == 4
+    });
     assert_eq!(
         count("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'"),
         4
@@ -208,11 +197,9 @@ fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
     };
     command("pause");
     // The others finish while trial 1 waits, part-trained.
-    wait_for(
-        "the other trials",
-        Duration::from_secs(120),
-        Box::new(|| count("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == 3),
-    );
+    wait_until("the other trials", Duration::from_secs(120), || {
+        count("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") == 3
+    });
     let steps = || {
         count(
             "SELECT COUNT(*) FROM trial_intermediate_values v JOIN trials t USING (trial_id) \
@@ -231,8 +218,8 @@ fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(steps(), at_pause, "a paused member does not train");
     command("resume");
-    let status = child.wait().unwrap();
-    assert!(status.success());
+    let out = child.wait();
+    assert!(out.status.success(), "{}", text(&out));
     let all = trials(&db, None);
     assert!(
         all.iter().all(|t| t.state == TrialState::Complete),
@@ -250,22 +237,20 @@ fn a_member_paused_from_the_dashboard_waits_off_its_group_and_resumes() {
 /// Runs the binary on `file` in `dir`, failing if it has not ended within
 /// `limit` (a scheduling bug shows as a hang, not an error).
 fn run_within(dir: &std::path::Path, file: &str, limit: std::time::Duration) {
-    let mut child = bin()
-        .current_dir(dir)
-        .args([file, "--no-progress"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Running::spawn(bin().current_dir(dir).args([file, "--no-progress"]));
     let start = std::time::Instant::now();
     loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{file}: {status:?}");
+        if let Some(status) = child.try_wait() {
+            let out = child.wait();
+            assert!(status.success(), "{file}: {status:?}\n{}", text(&out));
             return;
         }
         if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{file} hung: still running after {limit:?}");
+            let out = child.kill();
+            panic!(
+                "{file} hung: still running after {limit:?}. Its log:\n{}",
+                text(&out)
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -48,12 +48,12 @@ fn optuna_loads_the_study_salus_tune_wrote() {
         std::fs::write(dir.path().join(file), &out.stdout).unwrap();
     }
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/optuna_interop.py");
-    let out = Command::new(python)
-        .current_dir(dir.path())
-        .arg(script)
-        .args(["interop.db", "interop", "trials.json", "best.json", "5"])
-        .output()
-        .unwrap();
+    let out = output_of(
+        Command::new(python)
+            .current_dir(dir.path())
+            .arg(script)
+            .args(["interop.db", "interop", "trials.json", "best.json", "5"]),
+    );
     assert!(out.status.success(), "{}", text(&out));
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }

@@ -8,24 +8,17 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use salus_tune::storage::{TrialRow, TrialState};
 
-fn spawn(dir: &Path, args: &[&str]) -> Child {
-    bin()
-        .current_dir(dir)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+fn spawn(dir: &Path, args: &[&str]) -> Running {
+    Running::spawn(bin().current_dir(dir).args(args))
 }
 
-fn signal(child: &Child, sig: &str) {
+fn signal(child: &Running, sig: &str) {
     let ok = std::process::Command::new("kill")
         .args([sig, &child.id().to_string()])
         .status()
@@ -81,14 +74,28 @@ fn ten_kills_at_random_moments_lose_nothing() {
     let mut rng = StdRng::seed_from_u64(9);
     let mut seen: BTreeMap<i64, Stored> = BTreeMap::new();
     let mut kills = 0;
+    let values = |db: &Path| {
+        if migrated(db) {
+            scalar(db, "SELECT COUNT(*) FROM trial_intermediate_values")
+        } else {
+            0
+        }
+    };
     for _ in 0..10 {
+        // Each kill lands after the run has made progress of its own (a new
+        // value stored), at a random moment after that: a state read from
+        // the database, not a guess at how long start-up takes.
+        let before = values(&db);
         let mut child = spawn(dir.path(), &["k.toml", "--no-progress"]);
-        std::thread::sleep(Duration::from_millis(rng.random_range(150..900)));
-        if child.try_wait().unwrap().is_none() {
+        wait_until("progress to kill", Duration::from_secs(60), || {
+            values(&db) > before || child.try_wait().is_some()
+        });
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..400)));
+        if child.try_wait().is_none() {
             signal(&child, "-9");
             kills += 1;
         }
-        let _ = child.wait();
+        child.wait();
         if !migrated(&db) {
             continue;
         }
@@ -160,7 +167,7 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
     write(dir.path(), "c.toml", &body);
     let db = dir.path().join("ckpt.db");
     let ckpts = dir.path().join("ckpt.db.checkpoints");
-    let mut child = spawn(dir.path(), &["c.toml", "--no-progress"]);
+    let child = spawn(dir.path(), &["c.toml", "--no-progress"]);
     let start = Instant::now();
     // Wait until both trials have a checkpoint and a few epochs done.
     loop {
@@ -183,7 +190,7 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
     signal(&child, stop);
-    let status = child.wait().unwrap();
+    let status = child.wait().status;
     if stop == "-TERM" {
         assert_eq!(status.code(), Some(130), "a stop at the next boundary");
     }
@@ -263,7 +270,7 @@ fn sigterm_with_members_paused_out_of_their_groups_resumes_them() {
         + "\n[pruner]\nkind = \"asha\"\nmin_resource = 2\nreduction_factor = 3\n";
     write(dir.path(), "p.toml", &body);
     let db = dir.path().join("parked.db");
-    let mut child = spawn(dir.path(), &["p.toml", "--no-progress"]);
+    let child = spawn(dir.path(), &["p.toml", "--no-progress"]);
     let start = Instant::now();
     loop {
         assert!(start.elapsed() < Duration::from_secs(60), "no trial paused");
@@ -278,7 +285,7 @@ fn sigterm_with_members_paused_out_of_their_groups_resumes_them() {
         std::thread::sleep(Duration::from_millis(20));
     }
     signal(&child, "-TERM");
-    let status = child.wait().unwrap();
+    let status = child.wait().status;
     integrity_ok(&db);
     let unfinished = trials(&db, None)
         .iter()
@@ -337,7 +344,7 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.toml", &study("beats", 3, 200, "256"));
     let db = dir.path().join("beats.db");
-    let mut child = spawn(dir.path(), &["h.toml", "--no-progress"]);
+    let child = spawn(dir.path(), &["h.toml", "--no-progress"]);
     let start = Instant::now();
     while !(migrated(&db) && scalar(&db, "SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
         assert!(start.elapsed() < Duration::from_secs(30), "no heartbeats");
@@ -347,7 +354,7 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
     assert!(snap.running, "the dashboard sees the live run");
     signal(&child, "-9");
-    let _ = child.wait();
+    child.wait();
     let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
     assert!(!snap.running, "a killed run shows as stopped at once");
     // Pretend another process still runs the study (it holds the
@@ -416,23 +423,22 @@ fn a_study_the_dashboard_and_readers_share_the_database_for_60_seconds() {
     );
     let db = dir.path().join("shared.db");
     let url = db.display().to_string();
-    let child = bin()
-        .current_dir(dir.path())
-        .args(["c.toml", "--no-progress"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(dir.path(), &["c.toml", "--no-progress"]);
     let start = Instant::now();
-    while !migrated(&db) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the study's row", Duration::from_secs(60), || {
+        migrated(&db) && scalar(&db, "SELECT COUNT(*) FROM studies") == 1
+    });
     let (mut reads, mut snaps) = (0, 0);
+    let mut read_errors = Vec::new();
     while start.elapsed() < Duration::from_secs(secs) {
-        // The dashboard's read, then the two read commands.
-        if let Ok(s) = block_on(salus_tune::dash::read(&url, None)) {
-            assert_eq!(s.study, "shared");
-            snaps += 1;
+        // The dashboard's read, then the two read commands. A failed read
+        // (a "database is locked" among them) is counted, not skipped.
+        match block_on(salus_tune::dash::read(&url, None)) {
+            Ok(s) => {
+                assert_eq!(s.study, "shared");
+                snaps += 1;
+            }
+            Err(e) => read_errors.push(e.to_string()),
         }
         for cmd in ["trials", "best"] {
             let out = run_in(dir.path(), &[cmd, "c.toml"]);
@@ -446,7 +452,14 @@ fn a_study_the_dashboard_and_readers_share_the_database_for_60_seconds() {
         }
     }
     signal(&child, "-TERM");
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
+    assert!(
+        read_errors.is_empty(),
+        "{} of {} dashboard reads failed, first: {:?}",
+        read_errors.len(),
+        snaps + read_errors.len(),
+        read_errors.first()
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("locked"), "{stderr}");
     assert_eq!(out.status.code(), Some(130), "{stderr}");

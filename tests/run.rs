@@ -220,22 +220,20 @@ fn ctrl_c_stops_cleanly_and_the_study_resumes() {
         .replace("epochs = 3", "epochs = 40")
         .replace("[16, 32]", "[256, 512]");
     write(dir.path(), "s.toml", &study);
-    let child = bin()
-        .current_dir(dir.path())
-        .args(["s.toml"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut child = Running::spawn(bin().current_dir(dir.path()).args(["s.toml"]));
+    // Interrupt mid-study: once some trial has stored a value.
+    let db = dir.path().join("stop.db");
+    wait_until("a stored value", std::time::Duration::from_secs(60), || {
+        assert!(child.try_wait().is_none(), "the study ended before Ctrl-C");
+        migrated(&db) && scalar(&db, "SELECT COUNT(*) FROM trial_intermediate_values") > 0
+    });
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
-    let db = dir.path().join("stop.db");
     assert_eq!(
         scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'"),
         0
@@ -280,15 +278,9 @@ fn readers_never_see_a_locked_database_while_a_study_runs() {
         .replace("epochs = 3", "epochs = 30")
         .replace("[16, 32]", "[128, 256]");
     write(dir.path(), "s.toml", &study);
-    let mut child = bin()
-        .current_dir(dir.path())
-        .args(["s.toml"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = Running::spawn(bin().current_dir(dir.path()).args(["s.toml"]));
     let mut reads = 0;
-    while child.try_wait().unwrap().is_none() && reads < 200 {
+    while child.try_wait().is_none() && reads < 200 {
         if dir.path().join("busy.db").exists() {
             let out = run_in(dir.path(), &["trials", "s.toml", "--format", "json"]);
             let msg = text(&out);
@@ -306,7 +298,7 @@ fn readers_never_see_a_locked_database_while_a_study_runs() {
             }
         }
     }
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.wait().status.code(), Some(0));
     assert!(reads >= 3, "only {reads} reads overlapped the run");
 }
 

@@ -238,7 +238,7 @@ impl StepWords {
         off
     }
     /// Appends one slot's Adam scalars per `(slot, 1-based step)`; returns their offset.
-    pub fn push_adam<'a>(&mut self, slots: impl IntoIterator<Item = (&'a AdamSlot, u64)>) -> usize {
+    pub fn push_adam(&mut self, slots: impl IntoIterator<Item = (AdamSlot, u64)>) -> usize {
         let off = self.words.len();
         for (s, t) in slots {
             self.words.extend(s.step_scalars(t));

@@ -1,8 +1,11 @@
 //! Helpers for the end-to-end tests: run the real binary, read its database.
 #![allow(dead_code)]
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use salus_tune::storage::{Store, TrialRow};
 
@@ -12,13 +15,127 @@ pub fn bin() -> Command {
     c
 }
 
-/// Runs the binary with `args` in `dir`.
+/// How long one run of a program may take in a test before it is killed
+/// and the test fails with what it printed, so that a hang fails CI in
+/// minutes rather than at its 90-minute limit. `SALUS_TUNE_TEST_DEADLINE_S`
+/// overrides the default of 180 s.
+pub fn deadline() -> Duration {
+    let s = std::env::var("SALUS_TUNE_TEST_DEADLINE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(180);
+    Duration::from_secs(s)
+}
+
+/// A running program whose output is collected while it runs, so that a
+/// run killed at its deadline still shows its log.
+pub struct Running {
+    child: Child,
+    what: String,
+    started: Instant,
+    out: Option<JoinHandle<Vec<u8>>>,
+    err: Option<JoinHandle<Vec<u8>>>,
+}
+
+fn drain(r: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
+    r.map(|mut r| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            v
+        })
+    })
+}
+
+impl Running {
+    /// Starts `cmd` with its output piped.
+    pub fn spawn(cmd: &mut Command) -> Running {
+        let what = format!("{cmd:?}");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+        let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+        Running {
+            child,
+            what,
+            started: Instant::now(),
+            out,
+            err,
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its exit status once it has ended; panics with its log once it has
+    /// run past [`deadline`].
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        let status = self.child.try_wait().expect("try_wait");
+        if status.is_none() && self.started.elapsed() > deadline() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let out = self.collect(None);
+            panic!(
+                "{} still ran after {:?}: killed. Its output:\n{}",
+                self.what,
+                deadline(),
+                text(&out)
+            );
+        }
+        status
+    }
+
+    /// Waits for the end, within [`deadline`].
+    pub fn wait(mut self) -> Output {
+        loop {
+            if let Some(status) = self.try_wait() {
+                return self.collect(Some(status));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills it (a `kill -9`) and reaps it.
+    pub fn kill(mut self) -> Output {
+        let _ = self.child.kill();
+        let status = self.child.wait().ok();
+        self.collect(status)
+    }
+
+    fn collect(&mut self, status: Option<ExitStatus>) -> Output {
+        let join = |h: Option<JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default());
+        Output {
+            status: status.unwrap_or_else(|| self.child.wait().expect("wait")),
+            stdout: join(self.out.take()).unwrap_or_default(),
+            stderr: join(self.err.take()).unwrap_or_default(),
+        }
+    }
+}
+
+/// Runs the binary with `args` in `dir`, within [`deadline`].
 pub fn run_in(dir: &Path, args: &[&str]) -> Output {
-    bin()
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the binary runs")
+    Running::spawn(bin().current_dir(dir).args(args)).wait()
+}
+
+/// Runs `cmd` to its end within [`deadline`].
+pub fn output_of(cmd: &mut Command) -> Output {
+    Running::spawn(cmd).wait()
+}
+
+/// Waits until `ok()` holds, checking every 20 ms; fails naming `what`
+/// after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(
+            t.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 pub fn text(o: &Output) -> String {

@@ -455,9 +455,9 @@ impl<B: Backend> MlpGroup<B> {
         let dropout = self.words.push_dropout_steps(iterations.iter().copied());
         let adam = match self.family {
             OptimizerFamily::Adam => {
-                let adams: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
-                let t = iterations.iter().map(|&it| it + 1);
-                self.words.push_adam(adams.iter().zip(t))
+                let adams = self.slots.iter().map(|h| h.adam_slot());
+                self.words
+                    .push_adam(adams.zip(iterations.iter().map(|&it| it + 1)))
             }
             OptimizerFamily::Sgd => self.words.push_adam([]),
         };

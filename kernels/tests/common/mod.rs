@@ -34,7 +34,7 @@ impl<B: Backend> Dev<B> {
     /// A step block holding each slot's Adam scalars at its 1-based step.
     pub fn adam_scalars(&mut self, slots: &[kernels::AdamSlot], steps: &[u64]) -> B::Buf {
         let mut w = kernels::StepWords::new();
-        w.push_adam(slots.iter().zip(steps.iter().copied()));
+        w.push_adam(slots.iter().copied().zip(steps.iter().copied()));
         self.put(w.as_slice())
     }
     /// A step block holding row indices, staged as a step is.
