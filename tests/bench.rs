@@ -86,15 +86,24 @@ fn bench_policies_replays_a_trace_under_each_policy() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_in(
         dir.path(),
-        &[
-            "bench", "policies", "--jobs", "8", "--rounds", "1", "--json",
-        ],
+        &["bench", "policies", "--jobs", "8", "--seeds", "2", "--json"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v.as_array().unwrap();
-    let policies: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
-    assert_eq!(policies, ["fifo", "pack", "fair", "srtf"]);
+    let label = |r: &serde_json::Value| {
+        format!(
+            "{}/{}",
+            r["trace"].as_str().unwrap(),
+            r["policy"].as_str().unwrap()
+        )
+    };
+    // Medians over the seeded traces first, then FIFO's worst case, labelled.
+    let want: Vec<String> = ["seeded", "longest-first"]
+        .iter()
+        .flat_map(|t| ["fifo", "pack", "fair", "srtf"].map(|p| format!("{t}/{p}")))
+        .collect();
+    assert_eq!(rows.iter().map(label).collect::<Vec<_>>(), want);
     for r in rows {
         for key in ["avg_jct_s", "makespan_s", "jct_ratio_vs_fifo"] {
             assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
@@ -104,9 +113,13 @@ fn bench_policies_replays_a_trace_under_each_policy() {
                 >= 100 * r["shortest_iterations"].as_u64().unwrap()
         );
     }
+    assert_eq!(rows[0]["seeds"], 2);
+    assert_eq!(rows[4]["seeds"], 1);
     assert_eq!(rows[0]["jct_ratio_vs_fifo"].as_f64().unwrap(), 1.0);
-    // Shortest-remaining-first beats first-come-first-served on a heavy tail.
-    assert!(rows[3]["jct_ratio_vs_fifo"].as_f64().unwrap() > 1.0);
+    assert_eq!(rows[4]["jct_ratio_vs_fifo"].as_f64().unwrap(), 1.0);
+    // Shortest-remaining-first beats first-come-first-served when the
+    // longest job arrives first.
+    assert!(rows[7]["jct_ratio_vs_fifo"].as_f64().unwrap() > 1.0);
 }
 
 /// `--device cuda:0` without a usable CUDA device is bad input (exit 2)

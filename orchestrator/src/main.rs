@@ -137,10 +137,15 @@ enum BenchCmd {
         /// Trials in the trace (at least 2).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(2..))]
         jobs: u64,
+        /// The first seed; the seeded traces use SEED..SEED+SEEDS.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Rounds over the policies; each figure is the median.
-        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        /// Seeded traces (lengths and arrival order drawn from each seed);
+        /// each figure is the median over them.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        seeds: u64,
+        /// Rounds over the policies per trace; each trace's figure is the median.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
         rounds: u64,
     },
 }
@@ -234,15 +239,16 @@ impl OnBackend for Packing {
 struct Policies {
     jobs: usize,
     seed: u64,
+    seeds: usize,
     rounds: usize,
 }
 
 impl OnBackend for Policies {
     type Output = salus_tune::bench::policies::Results;
     fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
-        salus_tune::bench::policies::run(&backend, self.jobs, self.seed, self.rounds, &mut |l| {
-            eprintln!("{l}")
-        })
+        let progress = &mut |l: &str| eprintln!("{l}");
+        let (jobs, seed, seeds, rounds) = (self.jobs, self.seed, self.seeds, self.rounds);
+        salus_tune::bench::policies::run(&backend, jobs, seed, seeds, rounds, progress)
     }
 }
 
@@ -335,11 +341,13 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             json,
             jobs,
             seed,
+            seeds,
             rounds,
         } => {
             let r = device::open(device::parse(&device)?)?.run(Policies {
                 jobs: jobs as usize,
                 seed,
+                seeds: seeds as usize,
                 rounds: rounds as usize,
             })?;
             if json {

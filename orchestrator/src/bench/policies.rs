@@ -7,6 +7,12 @@
 //! about a third of the total work, so that a queue builds). The trace is
 //! replayed on one lane under each policy; a job's completion time runs from
 //! its arrival to its last iteration.
+//!
+//! The order of arrival decides much of FIFO's fate, so it is drawn from
+//! the seed too, and the headline rows are medians over several seeds. The
+//! order that is worst for FIFO (the longest job first, the shortest second)
+//! is kept as a second, labelled set of rows: it is what earlier versions
+//! of this benchmark reported alone.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +33,24 @@ const BATCH: usize = 64;
 const MIN_ITERATIONS: u64 = 10;
 const MAX_ITERATIONS: u64 = 1500;
 
+/// The order in which a trace's jobs arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrivalOrder {
+    /// Drawn from the seed, like the lengths.
+    Seeded,
+    /// The longest job first and the shortest second: FIFO's worst case.
+    LongestFirst,
+}
+
+impl ArrivalOrder {
+    pub fn label(self) -> &'static str {
+        match self {
+            ArrivalOrder::Seeded => "seeded",
+            ArrivalOrder::LongestFirst => "longest-first",
+        }
+    }
+}
+
 /// One job of the trace.
 #[derive(Debug, Clone, Copy)]
 pub struct TraceJob {
@@ -35,6 +59,7 @@ pub struct TraceJob {
 }
 
 pub struct PolicyRow {
+    pub order: ArrivalOrder,
     pub policy: Policy,
     pub avg_jct_s: f64,
     pub makespan_s: f64,
@@ -44,6 +69,8 @@ pub struct PolicyRow {
 
 pub struct Results {
     pub rows: Vec<PolicyRow>,
+    /// Seeds of the seeded rows (each its own trace); their figures are medians.
+    pub seeds: usize,
     pub jobs: usize,
     pub shortest: u64,
     pub longest: u64,
@@ -54,8 +81,14 @@ fn config(iterations: u64, seed: u64) -> TrialConfig {
     super::trial_config(vec![128, 128], BATCH, iterations, seed)
 }
 
-/// The seeded trace: lengths, then arrivals scaled to `seconds_per_iteration`.
-pub fn trace(jobs: usize, seed: u64, seconds_per_iteration: f64) -> Vec<TraceJob> {
+/// The seeded trace: lengths in `order`, then arrivals scaled to
+/// `seconds_per_iteration`.
+pub fn trace(
+    jobs: usize,
+    seed: u64,
+    seconds_per_iteration: f64,
+    order: ArrivalOrder,
+) -> Vec<TraceJob> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut lengths: Vec<u64> = (0..jobs)
         .map(|_| {
@@ -69,6 +102,10 @@ pub fn trace(jobs: usize, seed: u64, seconds_per_iteration: f64) -> Vec<TraceJob
     lengths[0] = MAX_ITERATIONS;
     if jobs > 1 {
         lengths[1] = MIN_ITERATIONS;
+    }
+    if order == ArrivalOrder::Seeded {
+        use rand::seq::SliceRandom;
+        lengths.shuffle(&mut rng);
     }
     let work: f64 = lengths.iter().sum::<u64>() as f64 * seconds_per_iteration;
     let mean_gap = work / 3.0 / jobs as f64;
@@ -160,62 +197,102 @@ fn replay<B: Backend>(
     Ok((avg_jct, makespan, (busy / makespan).min(1.0)))
 }
 
+/// Runs the benchmark: `seeds` seeded traces (from `seed` on) and the
+/// longest-first trace of `seed`, each under every policy `rounds` times.
 pub fn run<B: Backend>(
     backend: &Arc<B>,
     jobs: usize,
     seed: u64,
+    seeds: usize,
     rounds: usize,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
     let (_, dev) = super::bench_data(backend, 64, 10, BATCH, seed)?;
     let spi = calibrate(backend, &dev)?;
-    let trace = trace(jobs, seed, spi);
+    let first = trace(jobs, seed, spi, ArrivalOrder::Seeded);
     let (shortest, longest) = (
-        trace.iter().map(|j| j.iterations).min().unwrap_or(0),
-        trace.iter().map(|j| j.iterations).max().unwrap_or(0),
+        first.iter().map(|j| j.iterations).min().unwrap_or(0),
+        first.iter().map(|j| j.iterations).max().unwrap_or(0),
     );
     progress(&format!(
         "trace: {jobs} trials, {shortest}..{longest} iterations ({:.0}x), {} iterations in all, {:.0} us per iteration, arrivals over {:.1} s",
         longest as f64 / shortest.max(1) as f64,
-        trace.iter().map(|j| j.iterations).sum::<u64>(),
+        first.iter().map(|j| j.iterations).sum::<u64>(),
         spi * 1e6,
-        trace.last().map_or(0.0, |j| j.arrival_s)
+        first.last().map_or(0.0, |j| j.arrival_s)
     ));
-    // Rounds interleave the policies, so a slow spell of a shared machine
-    // hits them alike; each figure is the median of its rounds.
     let policies = [Policy::Fifo, Policy::Pack, Policy::Fair, Policy::Srtf];
-    let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); policies.len()];
-    for round in 0..rounds.max(1) {
-        for (i, &policy) in policies.iter().enumerate() {
-            let (jct, makespan, busy) = replay(backend, &dev, &trace, policy)?;
-            progress(&format!(
-                "round {round}: {:<6} avg JCT {jct:.3} s  makespan {makespan:.3} s  busy {:.0}%",
-                format!("{policy:?}").to_lowercase(),
-                busy * 100.0
-            ));
-            samples[i].push((jct, makespan, busy));
-        }
-    }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let mut rows: Vec<PolicyRow> = policies
-        .iter()
-        .zip(&samples)
-        .map(|(&policy, s)| PolicyRow {
+    // One trace under every policy, `rounds` times interleaved (so that a
+    // slow spell of a shared machine hits them alike): per policy, the
+    // medians of (JCT, makespan, busy), and JCT as a ratio against FIFO's.
+    let mut measure = |trace: &[TraceJob], label: &str| -> Result<Vec<[f64; 4]>> {
+        let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); policies.len()];
+        for round in 0..rounds.max(1) {
+            for (i, &policy) in policies.iter().enumerate() {
+                let (jct, makespan, busy) = replay(backend, &dev, trace, policy)?;
+                progress(&format!(
+                    "{label} round {round}: {:<6} avg JCT {jct:.3} s  makespan {makespan:.3} s  busy {:.0}%",
+                    policy.name(),
+                    busy * 100.0
+                ));
+                samples[i].push((jct, makespan, busy));
+            }
+        }
+        let per: Vec<[f64; 3]> = samples
+            .iter()
+            .map(|s| {
+                [
+                    median(s.iter().map(|x| x.0).collect()),
+                    median(s.iter().map(|x| x.1).collect()),
+                    median(s.iter().map(|x| x.2).collect()),
+                ]
+            })
+            .collect();
+        let fifo = per[0][0];
+        Ok(per
+            .iter()
+            .map(|p| [p[0], p[1], p[2], fifo / p[0]])
+            .collect())
+    };
+    let mut rows = Vec::new();
+    let mut seeded: Vec<Vec<[f64; 4]>> = Vec::new();
+    for s in 0..seeds.max(1) as u64 {
+        let t = trace(jobs, seed + s, spi, ArrivalOrder::Seeded);
+        seeded.push(measure(&t, &format!("seed {}", seed + s))?);
+    }
+    let longest_first = measure(
+        &trace(jobs, seed, spi, ArrivalOrder::LongestFirst),
+        "longest-first",
+    )?;
+    for (i, &policy) in policies.iter().enumerate() {
+        // Each figure its own median over the seeds, the ratio included.
+        let m = |k: usize| median(seeded.iter().map(|per| per[i][k]).collect());
+        rows.push(PolicyRow {
+            order: ArrivalOrder::Seeded,
             policy,
-            avg_jct_s: median(s.iter().map(|x| x.0).collect()),
-            makespan_s: median(s.iter().map(|x| x.1).collect()),
-            busy_fraction: median(s.iter().map(|x| x.2).collect()),
-            jct_ratio_vs_fifo: 0.0,
-        })
-        .collect();
-    let fifo = rows[0].avg_jct_s;
-    rows.iter_mut()
-        .for_each(|r| r.jct_ratio_vs_fifo = fifo / r.avg_jct_s);
+            avg_jct_s: m(0),
+            makespan_s: m(1),
+            busy_fraction: m(2),
+            jct_ratio_vs_fifo: m(3),
+        });
+    }
+    for (&policy, p) in policies.iter().zip(&longest_first) {
+        rows.push(PolicyRow {
+            order: ArrivalOrder::LongestFirst,
+            policy,
+            avg_jct_s: p[0],
+            makespan_s: p[1],
+            busy_fraction: p[2],
+            jct_ratio_vs_fifo: p[3],
+        });
+    }
     Ok(Results {
         rows,
+        seeds: seeds.max(1),
         jobs,
         shortest,
         longest,
@@ -230,7 +307,12 @@ impl Results {
                 .iter()
                 .map(|r| {
                     json!({
-                        "policy": format!("{:?}", r.policy).to_lowercase(),
+                        "trace": r.order.label(),
+                        "seeds": match r.order {
+                            ArrivalOrder::Seeded => self.seeds,
+                            ArrivalOrder::LongestFirst => 1,
+                        },
+                        "policy": r.policy.name(),
                         "avg_jct_s": r.avg_jct_s,
                         "makespan_s": r.makespan_s,
                         "busy_fraction": r.busy_fraction,
@@ -252,11 +334,15 @@ impl Results {
             self.longest,
             self.seconds_per_iteration * 1e6
         );
-        out += "policy  avg JCT (s)  makespan (s)  busy   JCT vs fifo\n";
+        out += "trace          policy  avg JCT (s)  makespan (s)  busy   JCT vs fifo\n";
         for r in &self.rows {
+            let trace = match r.order {
+                ArrivalOrder::Seeded => format!("{} seeds", self.seeds),
+                ArrivalOrder::LongestFirst => "longest-first".into(),
+            };
             out += &format!(
-                "{:<7} {:<12.3} {:<13.3} {:<6} {:.2}x\n",
-                format!("{:?}", r.policy).to_lowercase(),
+                "{trace:<14} {:<7} {:<12.3} {:<13.3} {:<6} {:.2}x\n",
+                r.policy.name(),
                 r.avg_jct_s,
                 r.makespan_s,
                 format!("{:.0}%", r.busy_fraction * 100.0),
@@ -264,5 +350,33 @@ impl Results {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_orders_vary_and_longest_first_is_fifos_worst_case() {
+        let mut first_positions = std::collections::BTreeSet::new();
+        for seed in 0..20 {
+            let t = trace(30, seed, 1e-4, ArrivalOrder::Seeded);
+            let lengths: Vec<u64> = t.iter().map(|j| j.iterations).collect();
+            assert!(lengths.contains(&MAX_ITERATIONS) && lengths.contains(&MIN_ITERATIONS));
+            first_positions.insert(lengths.iter().position(|&l| l == MAX_ITERATIONS).unwrap());
+            // Arrivals stay in time order whatever the order of lengths.
+            assert!(t.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+            // The same seed, the same trace.
+            let again: Vec<u64> = trace(30, seed, 1e-4, ArrivalOrder::Seeded)
+                .iter()
+                .map(|j| j.iterations)
+                .collect();
+            assert_eq!(lengths, again);
+        }
+        assert!(first_positions.len() > 10, "{first_positions:?}");
+        let adversarial = trace(30, 3, 1e-4, ArrivalOrder::LongestFirst);
+        assert_eq!(adversarial[0].iterations, MAX_ITERATIONS);
+        assert_eq!(adversarial[1].iterations, MIN_ITERATIONS);
     }
 }

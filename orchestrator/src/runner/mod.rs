@@ -337,7 +337,7 @@ impl Runner<'_> {
             self.info.id,
             RunInfo {
                 device: device.clone(),
-                policy: format!("{:?}", config.policy).to_lowercase(),
+                policy: config.policy.name().to_string(),
                 lanes: config.lanes as i64,
                 threads_per_lane: config.threads_per_lane as i64,
                 budget_bytes: config.budget as i64,

@@ -186,6 +186,28 @@ pub enum Policy {
     Priority,
 }
 
+impl Policy {
+    /// Every policy, in the order the README lists them.
+    pub const ALL: [Policy; 5] = [
+        Policy::Pack,
+        Policy::Fair,
+        Policy::Srtf,
+        Policy::Fifo,
+        Policy::Priority,
+    ];
+
+    /// The name a study file and the database use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Pack => "pack",
+            Policy::Fair => "fair",
+            Policy::Srtf => "srtf",
+            Policy::Fifo => "fifo",
+            Policy::Priority => "priority",
+        }
+    }
+}
+
 /// `[scheduler]`: parsed and checked; trials run one at a time until the
 /// Salus core lands.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -1248,15 +1248,13 @@ impl<'a> Parser<'a> {
                 "graphs",
             ],
         )?;
-        let policy = self
-            .one_of(s, "policy", &["pack", "fair", "srtf", "fifo", "priority"])?
-            .map(|(_, p)| match p.as_str() {
-                "pack" => Policy::Pack,
-                "fair" => Policy::Fair,
-                "srtf" => Policy::Srtf,
-                "fifo" => Policy::Fifo,
-                _ => Policy::Priority,
-            });
+        let names = Policy::ALL.map(Policy::name);
+        let policy = self.one_of(s, "policy", &names)?.map(|(_, p)| {
+            Policy::ALL
+                .into_iter()
+                .find(|q| q.name() == p)
+                .expect("one_of accepts only these names")
+        });
         let memory_bytes = match s.get("memory") {
             None => None,
             Some((span, v)) => {
