@@ -90,15 +90,26 @@ impl Checkpoints {
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a
-/// crash leaves the old file or the new one, never half of one.
+/// crash leaves the old file or the new one, never half of one. The file is
+/// synced before the rename and the folder after it: without both, a power
+/// loss can leave the new name pointing at nothing written.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(dir) = dir {
         std::fs::create_dir_all(dir)?;
     }
     let mut tmp = path.as_os_str().to_os_string();
     tmp.push(".tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = dir {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@
 //!   of the same size. Both are wall times of whole commands, measured in
 //!   the same run.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,10 +78,17 @@ impl Results {
     }
 }
 
-fn client_dir() -> String {
-    // The client library beside the binary's source tree, or beside the binary.
-    let here = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python");
-    here.display().to_string()
+/// The folder holding the Python client library, which the binary carries.
+fn client_dir() -> Result<String> {
+    let client = super::carried_file(
+        "salus_worker.py",
+        include_str!("../../../clients/python/salus_worker.py"),
+    )?;
+    Ok(client
+        .parent()
+        .expect("a file in a folder")
+        .display()
+        .to_string())
 }
 
 const OBJECTIVE: &str = r#"
@@ -128,7 +134,7 @@ pub fn run(
     let cfg = Arc::new(WorkerConfig {
         command: vec![python.into(), dir.join("empty.py").display().to_string()],
         cwd: dir.clone(),
-        env: [("PYTHONPATH".to_string(), client_dir())].into(),
+        env: [("PYTHONPATH".to_string(), client_dir()?)].into(),
         memory_bytes: 1 << 20,
         report_every: 1,
         max_concurrency: None,
@@ -213,7 +219,7 @@ pub fn run(
              command = [\"{python}\", \"worker.py\"]\nenv = {{ PYTHONPATH = \"{}\" }}\nmemory = \"1MiB\"\n\
              iterations = 1\nmax_concurrency = {concurrency}\n\n[params]\nx = {{ float = [0.0, 1.0] }}\n\n\
              [scheduler]\nlanes = {concurrency}\n",
-            client_dir()
+            client_dir()?
         ),
     )
     .map_err(io)?;
@@ -234,6 +240,7 @@ pub fn run(
     }
     progress(&format!("salus-tune: {salus_s:.2} s"));
     let _ = std::fs::remove_dir_all(&dir);
+    super::remove_carried_files();
     Ok(Results {
         python: python.into(),
         round_trips: times.len() as u64,

@@ -1,5 +1,5 @@
-//! `salus-tune bench`: the measurements of ANCHORS.md and the issues,
-//! taken in one run so that ratios hold on a shared machine.
+//! `salus-tune bench`: the measurements of the project's anchors and
+//! issues, taken in one run so that ratios hold on a shared machine.
 //!
 //! * [`packing`]: aggregate training throughput of K same-shape trials run
 //!   one after another (`seq`) and through the Salus core's lanes (`lanes`),
@@ -24,6 +24,24 @@ use workers::data::{SplitData, split, synthetic_classification};
 use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
 
 use crate::error::{Error, Result};
+
+/// Writes a file the binary carries (a Python client or script) into this
+/// process's own temporary folder and returns its path: an installed
+/// binary has no source tree to find it in.
+pub fn carried_file(name: &str, contents: &str) -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    let path = dir.join(name);
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&path, contents))
+        .map_err(|e| Error::Run(format!("writing {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// Removes what [`carried_file`] wrote.
+pub fn remove_carried_files() {
+    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(dir);
+}
 
 /// Synthetic classification data with `features` inputs, about 1.5 batches
 /// of training rows (so that an epoch is exactly one iteration, whatever the

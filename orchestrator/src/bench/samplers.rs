@@ -261,8 +261,11 @@ pub fn run(
             None => note = Some("optuna-tpe: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
             Some(py) => {
                 progress("running Optuna's TPESampler through scripts/anchors/optuna_samplers.py ...");
-                let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/anchors/optuna_samplers.py");
-                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|e| crate::error::Error::Run(format!("python: {e}")))?;
+                // Carried by the binary: an installed one has no source tree.
+                let script = super::carried_file("optuna_samplers.py", include_str!("../../../scripts/anchors/optuna_samplers.py"))?;
+                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|e| crate::error::Error::Run(format!("python: {e}")));
+                super::remove_carried_files();
+                let out = out?;
                 if !out.status.success() {
                     return Err(crate::error::Error::Run(format!("optuna_samplers.py failed: {}", String::from_utf8_lossy(&out.stderr))));
                 }
