@@ -103,12 +103,14 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         // Quitting the dashboard stops the study at the next boundary.
         crate::dash::run(&url, Some(&study.name), Some(dash_stop)).await?;
     }
-    let summary = running
-        .await
-        .map_err(|e| Error::Run(format!("the runner panicked: {e}")))??;
-    writer_task
-        .await
-        .map_err(|e| Error::Run(format!("the writer panicked: {e}")))?;
+    let summary = running.await.map_err(|source| Error::Panicked {
+        task: "runner",
+        source,
+    })??;
+    writer_task.await.map_err(|source| Error::Panicked {
+        task: "writer",
+        source,
+    })?;
 
     let study_id = store.pick_study(Some(&study.name)).await?.id;
     let trials = store.trials(study_id).await?;
@@ -262,8 +264,9 @@ pub async fn trials(args: ReadArgs) -> Result<String> {
 pub async fn best(args: ReadArgs) -> Result<String> {
     let (mut store, info, metric) = open_for_reading(&args).await?;
     let trials = store.trials(info.id).await?;
-    let best = output::best(&trials, info.direction)
-        .ok_or_else(|| Error::Run(format!("study '{}' has no complete trial yet", info.name)))?;
+    let best = output::best(&trials, info.direction).ok_or_else(|| Error::NoCompleteTrial {
+        study: info.name.clone(),
+    })?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
 }
 

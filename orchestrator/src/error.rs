@@ -1,6 +1,67 @@
 //! The one error type of the orchestrator, and how each maps to an exit code.
+//!
+//! Every variant that wraps another failure keeps it as its `#[source]`, so
+//! callers and tests can match on the cause; the messages users read are
+//! the `Display` of each variant.
+
+use std::sync::Arc;
 
 use thiserror::Error;
+
+/// Why a storage operation failed. Cheap to clone (causes are shared):
+/// the writer answers every op of a rolled-back transaction with the same
+/// failure.
+#[derive(Debug, Error, Clone)]
+pub enum StorageFailure {
+    #[error(transparent)]
+    Sql(Arc<sqlx::Error>),
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// A schema migration failed.
+    #[error("migration {version} ({name}): {source}")]
+    Migration {
+        version: i64,
+        name: &'static str,
+        #[source]
+        source: Arc<sqlx::Error>,
+    },
+    /// The database was made by an Optuna whose schema we do not read.
+    #[error(
+        "the database has Optuna schema version {found:?}; salus-tune reads version {wanted} (Optuna 5.0)"
+    )]
+    OptunaSchema { found: Option<i64>, wanted: i64 },
+    /// The writer's transaction failed; every op in it was rolled back.
+    #[error("a write failed and was rolled back: {0}")]
+    RolledBack(#[source] Arc<sqlx::Error>),
+    #[error("the writer stopped")]
+    WriterStopped,
+}
+
+impl From<sqlx::Error> for StorageFailure {
+    fn from(e: sqlx::Error) -> Self {
+        StorageFailure::Sql(Arc::new(e))
+    }
+}
+
+/// A terminal operation of the dashboard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminalOp {
+    Draw,
+    Io,
+}
+
+impl std::fmt::Display for TerminalOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TerminalOp::Draw => "cannot draw the dashboard",
+            TerminalOp::Io => "terminal",
+        })
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -16,12 +77,42 @@ pub enum Error {
     /// Other bad input: a flag, a storage URL, a study that changed under its name.
     #[error("{0}")]
     Input(String),
-    #[error("storage {url}: {msg}")]
-    Storage { url: String, msg: String },
+    #[error("storage {url}: {source}")]
+    Storage {
+        url: String,
+        #[source]
+        source: StorageFailure,
+    },
     #[error(transparent)]
     Worker(#[from] workers::WorkerError),
+    /// A task of the run (the runner, the writer) panicked.
+    #[error("the {task} panicked: {source}")]
+    Panicked {
+        task: &'static str,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// The Salus core's event channel closed before the work was done.
+    #[error("the Salus core stopped")]
+    CoreStopped,
+    #[error("study '{study}' has no complete trial yet")]
+    NoCompleteTrial { study: String },
+    #[error("{op}: {source}")]
+    Terminal {
+        op: TerminalOp,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file or folder a command needs could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A benchmark could not be measured.
     #[error("{0}")]
-    Run(String),
+    Bench(String),
 }
 
 impl Error {
@@ -37,8 +128,61 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+impl Error {
+    /// A storage failure of `url`.
+    pub fn storage(url: &str, source: impl Into<StorageFailure>) -> Self {
+        Error::Storage {
+            url: url.to_string(),
+            source: source.into(),
+        }
+    }
+}
+
 impl From<kernels::KernelError> for Error {
     fn from(e: kernels::KernelError) -> Self {
         Error::Worker(workers::WorkerError::Kernel(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn storage_errors_keep_their_cause_and_their_message() {
+        let e = Error::storage("x.db", sqlx::Error::RowNotFound);
+        assert_eq!(
+            e.to_string(),
+            format!("storage x.db: {}", sqlx::Error::RowNotFound)
+        );
+        let cause = e.source().expect("a source");
+        assert!(matches!(
+            cause.downcast_ref::<StorageFailure>(),
+            Some(StorageFailure::Sql(_))
+        ));
+        // The writer's rolled-back failure reaches the sqlx error underneath.
+        let e = Error::storage(
+            "x.db",
+            StorageFailure::RolledBack(Arc::new(sqlx::Error::PoolTimedOut)),
+        );
+        assert!(e.to_string().contains("a write failed and was rolled back"));
+        let root = e.source().and_then(|c| c.source()).expect("the sqlx error");
+        assert!(root.downcast_ref::<Arc<sqlx::Error>>().is_some());
+    }
+
+    #[test]
+    fn io_failures_keep_their_cause() {
+        let e = Error::Io {
+            what: "writing x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let cause = e.source().and_then(|c| c.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            cause.map(|c| c.kind()),
+            Some(std::io::ErrorKind::PermissionDenied)
+        );
+        assert_eq!(e.exit_code(), 1);
     }
 }

@@ -123,7 +123,10 @@ pub fn run(
 ) -> Result<Results> {
     python_ok(python)?;
     let dir = tempfile_dir()?;
-    let io = |e: std::io::Error| Error::Run(format!("bench workers: {e}"));
+    let io = |source: std::io::Error| Error::Io {
+        what: "bench workers".into(),
+        source,
+    };
     // Round trip: empty iterations.
     let rounds = 3000u64;
     std::fs::write(
@@ -177,7 +180,7 @@ pub fn run(
         .trim()
         .parse()
         .map_err(|_| {
-            Error::Run(format!(
+            Error::Bench(format!(
                 "bench workers: calibration failed: {}",
                 String::from_utf8_lossy(&calib.stderr)
             ))
@@ -202,7 +205,7 @@ pub fn run(
         .map_err(io)?;
     let direct_s = t.elapsed().as_secs_f64();
     if !st.success() {
-        return Err(Error::Run("bench workers: the direct run failed".into()));
+        return Err(Error::Bench("bench workers: the direct run failed".into()));
     }
     progress(&format!("direct: {direct_s:.2} s"));
 
@@ -234,7 +237,7 @@ pub fn run(
         .map_err(io)?;
     let salus_s = t.elapsed().as_secs_f64();
     if !st.success() {
-        return Err(Error::Run(
+        return Err(Error::Bench(
             "bench workers: the salus-tune run failed".into(),
         ));
     }
@@ -257,6 +260,9 @@ pub fn run(
 
 fn tempfile_dir() -> Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("salus-bench-workers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Run(format!("bench workers: {e}")))?;
+    std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+        what: format!("bench workers: {}", dir.display()),
+        source,
+    })?;
     Ok(dir)
 }

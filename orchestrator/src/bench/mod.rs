@@ -33,7 +33,10 @@ pub fn carried_file(name: &str, contents: &str) -> Result<std::path::PathBuf> {
     let path = dir.join(name);
     std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(&path, contents))
-        .map_err(|e| Error::Run(format!("writing {}: {e}", path.display())))?;
+        .map_err(|source| Error::Io {
+            what: format!("writing {}", path.display()),
+            source,
+        })?;
     Ok(path)
 }
 

@@ -141,10 +141,7 @@ fn run_core_jobs<B: Backend>(
     }
     let (mut ended, mut switches) = (0, Vec::new());
     while ended < n {
-        match rx
-            .recv()
-            .map_err(|_| crate::error::Error::Run("the core stopped".into()))?
-        {
+        match rx.recv().map_err(|_| crate::error::Error::CoreStopped)? {
             CoreEvent::Finished { .. } | CoreEvent::GroupEnded { .. } => ended += 1,
             CoreEvent::Failed { error, .. } => return Err(error.into()),
             CoreEvent::Members { steps, .. } => {
@@ -153,7 +150,7 @@ fn run_core_jobs<B: Backend>(
                     .map(|m| m.outcome)
                     .find(|o| matches!(o, MemberOutcome::Failed(_)))
                 {
-                    return Err(crate::error::Error::Run(format!(
+                    return Err(crate::error::Error::Bench(format!(
                         "a fused trial failed: {e}"
                     )));
                 }

@@ -179,7 +179,7 @@ fn replay<B: Backend>(
             Ok(CoreEvent::Segment { start, end, .. }) => busy += end - start,
             Ok(_) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
-                return Err(Error::Run("the core stopped".into()));
+                return Err(Error::CoreStopped);
             }
         }
     }

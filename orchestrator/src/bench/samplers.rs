@@ -263,13 +263,13 @@ pub fn run(
                 progress("running Optuna's TPESampler through scripts/anchors/optuna_samplers.py ...");
                 // Carried by the binary: an installed one has no source tree.
                 let script = super::carried_file("optuna_samplers.py", include_str!("../../../scripts/anchors/optuna_samplers.py"))?;
-                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|e| crate::error::Error::Run(format!("python: {e}")));
+                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|source| crate::error::Error::Io { what: "python".into(), source });
                 super::remove_carried_files();
                 let out = out?;
                 if !out.status.success() {
-                    return Err(crate::error::Error::Run(format!("optuna_samplers.py failed: {}", String::from_utf8_lossy(&out.stderr))));
+                    return Err(crate::error::Error::Bench(format!("optuna_samplers.py failed: {}", String::from_utf8_lossy(&out.stderr))));
                 }
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| crate::error::Error::Run(format!("optuna_samplers.py output: {e}")))?;
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| crate::error::Error::Bench(format!("optuna_samplers.py output: {e}")))?;
                 for r in v.as_array().into_iter().flatten() {
                     let problem = problems().into_iter().map(|p| p.name).find(|n| Some(*n) == r["problem"].as_str()).unwrap_or("?");
                     rows.push(Row { problem, sampler: "optuna-tpe".into(), at_50: r["at_50"].as_f64().unwrap_or(f64::NAN), at_100: r["at_100"].as_f64().unwrap_or(f64::NAN) });

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TerminalOp};
 use crate::storage::Store;
 use snapshot::Snapshot;
 use state::{Action, Key, ViewState};
@@ -82,19 +82,29 @@ pub async fn run(url: &str, name: Option<&str>, stop_study: Option<Arc<AtomicBoo
             if dirty {
                 terminal
                     .draw(|f| view::draw(f, &snap, &view))
-                    .map_err(|e| Error::Run(format!("cannot draw the dashboard: {e}")))?;
+                    .map_err(|source| Error::Terminal {
+                        op: TerminalOp::Draw,
+                        source,
+                    })?;
                 dirty = false;
             }
             // Input first, so keys feel immediate; the database at REFRESH.
             let wait = REFRESH
                 .saturating_sub(last_read.elapsed())
                 .min(Duration::from_millis(50));
-            let polled = tokio::task::block_in_place(|| event::poll(wait))
-                .map_err(|e| Error::Run(format!("terminal: {e}")))?;
+            let polled = tokio::task::block_in_place(|| event::poll(wait)).map_err(|source| {
+                Error::Terminal {
+                    op: TerminalOp::Io,
+                    source,
+                }
+            })?;
             if polled {
-                match tokio::task::block_in_place(event::read)
-                    .map_err(|e| Error::Run(format!("terminal: {e}")))?
-                {
+                match tokio::task::block_in_place(event::read).map_err(|source| {
+                    Error::Terminal {
+                        op: TerminalOp::Io,
+                        source,
+                    }
+                })? {
                     Event::Key(k) if k.kind != KeyEventKind::Release => {
                         let Some(key) = key_of(k.code, k.modifiers) else {
                             continue;

@@ -231,10 +231,7 @@ pub async fn load(
     let rows = store.trials(study_id).await?;
     let url = store.url.clone();
     let store_path = crate::storage::sqlite_path(&url).ok();
-    let e = |err: sqlx::Error| Error::Storage {
-        url: url.clone(),
-        msg: err.to_string(),
-    };
+    let e = |err: sqlx::Error| Error::storage(&url, err);
     let conn = store.conn();
     let metric: String = sqlx::query_scalar(
         "SELECT value_json FROM study_user_attributes WHERE study_id = ? AND key = 'metric'",

@@ -221,7 +221,7 @@ impl Runner<'_> {
                 Ok(event) => self.on_event(&mut st, event)?,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(Error::Run("the Salus core stopped".into()));
+                    return Err(Error::CoreStopped);
                 }
             }
         };

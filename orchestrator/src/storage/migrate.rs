@@ -1,5 +1,6 @@
 //! Schema migrations, applied once each, in order, in one transaction.
 
+use crate::error::StorageFailure;
 use sqlx::{Connection, Row, SqliteConnection};
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -33,19 +34,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// The Optuna schema version these tables match.
 pub const OPTUNA_SCHEMA_VERSION: i64 = 12;
 
-pub(super) async fn migrate(conn: &mut SqliteConnection) -> Result<(), String> {
-    let mut tx = conn
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .map_err(|e| e.to_string())?;
+pub(super) async fn migrate(conn: &mut SqliteConnection) -> Result<(), StorageFailure> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
     sqlx::raw_sql("CREATE TABLE IF NOT EXISTS salus_schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at DATETIME NOT NULL)")
         .execute(&mut *tx)
         .await
-        .map_err(|e| e.to_string())?;
+        ?;
     let applied: Vec<i64> = sqlx::query("SELECT version FROM salus_schema_migrations")
         .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .iter()
         .map(|r| r.get(0))
         .collect();
@@ -58,25 +55,28 @@ pub(super) async fn migrate(conn: &mut SqliteConnection) -> Result<(), String> {
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'version_info'",
             )
             .fetch_optional(&mut *tx)
-            .await
-            .map_err(|e| e.to_string())?
+            .await?
             .is_some();
         if optuna_made {
             let v: Option<i64> = sqlx::query_scalar("SELECT schema_version FROM version_info")
                 .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .flatten();
             if v != Some(OPTUNA_SCHEMA_VERSION) {
-                return Err(format!(
-                    "the database has Optuna schema version {v:?}; salus-tune reads version {OPTUNA_SCHEMA_VERSION} (Optuna 5.0)"
-                ));
+                return Err(StorageFailure::OptunaSchema {
+                    found: v,
+                    wanted: OPTUNA_SCHEMA_VERSION,
+                });
             }
         } else {
             sqlx::raw_sql(sql)
                 .execute(&mut *tx)
                 .await
-                .map_err(|e| format!("migration {version} ({name}): {e}"))?;
+                .map_err(|e| StorageFailure::Migration {
+                    version,
+                    name,
+                    source: std::sync::Arc::new(e),
+                })?;
         }
         sqlx::query(
             "INSERT INTO salus_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
@@ -85,8 +85,7 @@ pub(super) async fn migrate(conn: &mut SqliteConnection) -> Result<(), String> {
         .bind(name)
         .bind(super::now())
         .execute(&mut *tx)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     }
-    tx.commit().await.map_err(|e| e.to_string())
+    Ok(tx.commit().await?)
 }

@@ -72,11 +72,8 @@ pub fn now() -> String {
         .to_string()
 }
 
-fn storage_err(url: &str, e: impl std::fmt::Display) -> Error {
-    Error::Storage {
-        url: url.to_string(),
-        msg: e.to_string(),
-    }
+fn storage_err(url: &str, e: impl Into<crate::error::StorageFailure>) -> Error {
+    Error::storage(url, e)
 }
 
 /// A database connection for one study's reads and set-up.
@@ -102,8 +99,15 @@ impl Store {
     pub async fn open(url: &str) -> Result<Self> {
         let path = sqlite_path(url)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| storage_err(url, format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                storage_err(
+                    url,
+                    crate::error::StorageFailure::CreateDir {
+                        path: dir.to_path_buf(),
+                        source: std::sync::Arc::new(e),
+                    },
+                )
+            })?;
         }
         let mut store = Self::connect(url, path, true).await?;
         migrate::migrate(&mut store.conn)

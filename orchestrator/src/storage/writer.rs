@@ -12,7 +12,7 @@ use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{TrialState, now};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StorageFailure};
 
 /// Most operations one transaction takes.
 pub const MAX_BATCH: usize = 256;
@@ -57,12 +57,12 @@ pub enum WriteOp {
     CreateTrial {
         study_id: i64,
         params: Vec<(String, f64, String)>,
-        reply: oneshot::Sender<std::result::Result<(i64, i64), String>>,
+        reply: oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
     },
     /// Takes the dashboard's unapplied commands for the study.
     TakeCommands {
         study_id: i64,
-        reply: oneshot::Sender<std::result::Result<Vec<Command>, String>>,
+        reply: oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
     },
     /// A WAITING trial starts (again).
     StartTrial {
@@ -119,7 +119,7 @@ pub enum WriteOp {
     StartRun {
         study_id: i64,
         run: RunInfo,
-        reply: oneshot::Sender<std::result::Result<i64, String>>,
+        reply: oneshot::Sender<std::result::Result<i64, StorageFailure>>,
     },
     /// Consecutive iterations of a trial on a lane.
     Segment {
@@ -158,7 +158,7 @@ pub enum WriteOp {
     },
     /// Answers once everything sent before it is committed.
     Flush {
-        reply: oneshot::Sender<std::result::Result<(), String>>,
+        reply: oneshot::Sender<std::result::Result<(), StorageFailure>>,
     },
 }
 
@@ -203,10 +203,7 @@ impl Writer {
     }
 
     fn gone(&self) -> Error {
-        Error::Storage {
-            url: self.url.clone(),
-            msg: "the writer stopped".into(),
-        }
+        Error::storage(&self.url, StorageFailure::WriterStopped)
     }
 
     pub fn send(&self, op: WriteOp) -> Result<()> {
@@ -217,16 +214,13 @@ impl Writer {
     /// for the answer, which comes once the op is committed.
     fn ask<T>(
         &self,
-        make: impl FnOnce(oneshot::Sender<std::result::Result<T, String>>) -> WriteOp,
+        make: impl FnOnce(oneshot::Sender<std::result::Result<T, StorageFailure>>) -> WriteOp,
     ) -> Result<T> {
         let (reply, rx) = oneshot::channel();
         self.send(make(reply))?;
         rx.blocking_recv()
             .map_err(|_| self.gone())?
-            .map_err(|msg| Error::Storage {
-                url: self.url.clone(),
-                msg,
-            })
+            .map_err(|failure| Error::storage(&self.url, failure))
     }
 
     /// Creates a RUNNING trial; returns `(trial_id, number)`.
@@ -265,15 +259,18 @@ impl Writer {
 
 enum Reply {
     Trial(
-        oneshot::Sender<std::result::Result<(i64, i64), String>>,
+        oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
         (i64, i64),
     ),
-    Run(oneshot::Sender<std::result::Result<i64, String>>, i64),
+    Run(
+        oneshot::Sender<std::result::Result<i64, StorageFailure>>,
+        i64,
+    ),
     Commands(
-        oneshot::Sender<std::result::Result<Vec<Command>, String>>,
+        oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
         Vec<Command>,
     ),
-    Flush(oneshot::Sender<std::result::Result<(), String>>),
+    Flush(oneshot::Sender<std::result::Result<(), StorageFailure>>),
 }
 
 async fn run(
@@ -281,7 +278,7 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<WriteOp>,
     stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
 ) {
-    let mut failure: Option<String> = None;
+    let mut failure: Option<StorageFailure> = None;
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -311,7 +308,7 @@ async fn run(
                 }
             }
             Err(e) => {
-                let msg = format!("a write failed and was rolled back: {e}");
+                let msg = StorageFailure::RolledBack(std::sync::Arc::new(e));
                 for op in batch {
                     match op {
                         WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
