@@ -212,7 +212,7 @@ impl CudaBackend {
             },
             match &self.no_pinned {
                 None => format!(
-                    "copies: pinned staging, {} MiB per lane",
+                    "copies: pinned staging, up to {} MiB per lane",
                     (STAGING_ELEMS * 4) >> 20
                 ),
                 Some(why) => format!("copies: pageable (pinned host memory failed: {why})"),
@@ -348,7 +348,8 @@ pub struct CudaCtx {
     /// The cuBLAS workspace, fixed for the life of the context.
     _blas_workspace: CudaBuf,
     done: CudaEvent,
-    /// Downloads, in chunks; `None` where pinned memory cannot be had.
+    /// Downloads, in chunks of its size (at most [`STAGING_ELEMS`]); made
+    /// on first use; `None` where pinned memory cannot be had.
     staging: Option<Pinned>,
     /// The step block's host side, and the event of its last copy (the
     /// buffer is not rewritten before that copy has been made).
@@ -447,15 +448,13 @@ impl Backend for CudaBackend {
                 .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
                 .map_err(dev)
         };
-        let pinned = |len| match &self.no_pinned {
-            None => Pinned::new(&self.cu, len).ok(),
-            Some(_) => None,
-        };
         Ok(CudaCtx {
             done: event()?,
             step_copied: event()?,
-            staging: pinned(STAGING_ELEMS),
-            step: pinned(1 << 16),
+            // Made on first use, so that a lane that never downloads much
+            // pins little (a core starts many lanes).
+            staging: None,
+            step: None,
             stream,
             blas,
             _blas_workspace: workspace,
@@ -527,6 +526,11 @@ impl Backend for CudaBackend {
         self.bind()?;
         let s = view_ptr("download", "src", src, dst.len(), &ctx.stream)?;
         let stream = ctx.stream.cu_stream();
+        let want = dst.len().next_power_of_two().clamp(1 << 16, STAGING_ELEMS);
+        if self.no_pinned.is_none() && ctx.staging.as_ref().is_none_or(|p| p.len < want) {
+            // Grows up to STAGING_ELEMS; where pinning fails, pageable copies.
+            ctx.staging = Pinned::new(&self.cu, want).ok();
+        }
         let Some(staging) = ctx.staging.as_mut() else {
             // Pageable: the driver stages it, and returns when it is done.
             // SAFETY: `s` holds `dst.len()` elements; synchronised below.
@@ -535,9 +539,10 @@ impl Backend for CudaBackend {
         };
         // Through the fixed pinned buffer, a chunk at a time: pinned memory
         // copies at full bus speed, and its size stays bounded.
-        for (i, chunk) in dst.chunks_mut(STAGING_ELEMS).enumerate() {
+        let step = staging.len;
+        for (i, chunk) in dst.chunks_mut(step).enumerate() {
             let window = staging.slice(chunk.len());
-            let from = s + (i * STAGING_ELEMS * 4) as u64;
+            let from = s + (i * step * 4) as u64;
             // SAFETY: the window holds `chunk.len()` elements of this
             // context's staging buffer; the stream is synchronised before
             // the window is read or written again.
@@ -559,9 +564,11 @@ impl Backend for CudaBackend {
         }
         self.bind()?;
         let d = view_mut_ptr("stage_step", "dst", dst, words.len(), &ctx.stream)?;
-        if ctx.step.as_ref().is_some_and(|p| p.len < words.len()) {
+        if self.no_pinned.is_none() && ctx.step.as_ref().is_none_or(|p| p.len < words.len()) {
+            // Made once per context at the size a step needs (the old one
+            // may still be read by its last copy).
             ctx.step_copied.synchronize().map_err(dev)?;
-            ctx.step = Pinned::new(&self.cu, words.len().next_power_of_two()).ok();
+            ctx.step = Pinned::new(&self.cu, words.len().next_power_of_two().max(1 << 12)).ok();
         }
         let stream = ctx.stream.cu_stream();
         let Some(pinned) = ctx.step.as_mut() else {
