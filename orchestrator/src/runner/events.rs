@@ -1,0 +1,444 @@
+//! The core's events, turned into decisions and writes: reports go to the
+//! pruner (continue, pause, prune) and to storage; finished and failed
+//! trials are recorded and release their slots; paused trials are promoted
+//! when the pruner says so.
+
+use std::collections::BTreeMap;
+
+use kernels::Backend;
+use workers::{MemberOutcome, Report, WorkerError};
+
+use super::{Pending, RunState, Runner};
+use crate::error::Result;
+use crate::pruner::{Curves, Decision, priority, value_at};
+use crate::salus::JobId;
+use crate::salus::core::CoreEvent;
+use crate::storage::TrialState;
+use crate::storage::writer::WriteOp;
+use crate::study::PrunerKind;
+
+impl Runner<'_> {
+    pub(super) fn on_event<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        event: CoreEvent,
+    ) -> Result<()> {
+        match event {
+            CoreEvent::Admitted { job, lane } => {
+                let ids = match st.gangs.get_mut(&job) {
+                    Some(g) => {
+                        g.lane = Some(lane);
+                        g.members.clone()
+                    }
+                    None => vec![job],
+                };
+                for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
+                    self.writer.send(WriteOp::Resources {
+                        trial_id: f.pending.trial_id,
+                        resources: st.resources(f, lane),
+                    })?;
+                }
+                Ok(())
+            }
+            CoreEvent::Report { job, report } => self.on_report(st, job, report),
+            CoreEvent::Members {
+                job,
+                steps,
+                device_seconds,
+                members,
+            } => {
+                // Every member at a report point holds the group until the
+                // pruner has decided on all of them.
+                // (Only those still in flight: no decision comes for others.)
+                let mut holding = false;
+                if let Some(gang) = st.gangs.get_mut(&job) {
+                    for m in &steps {
+                        if matches!(m.outcome, MemberOutcome::Report(_))
+                            && self.study.pruner != PrunerKind::None
+                            && st.in_flight.contains_key(&m.tag)
+                        {
+                            holding |= gang.held.insert(m.tag);
+                        }
+                    }
+                }
+                // A member's device time is its share of the group's.
+                let share = device_seconds / members.max(1) as f64;
+                let shrank = steps
+                    .iter()
+                    .any(|m| !matches!(m.outcome, MemberOutcome::Report(_)));
+                let reported = steps
+                    .iter()
+                    .any(|m| matches!(m.outcome, MemberOutcome::Report(_)));
+                for m in steps {
+                    match m.outcome {
+                        MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
+                        MemberOutcome::Left => {
+                            if let Some(control) = st.gangs.get(&job).map(|g| g.control.clone()) {
+                                st.take_back(&control);
+                            }
+                        }
+                        MemberOutcome::Finished(r) => {
+                            st.leave_gang(job, m.tag);
+                            let iterations = r.iteration;
+                            self.on_finished(st, m.tag, r, iterations, share)?
+                        }
+                        MemberOutcome::Failed(reason) => {
+                            st.leave_gang(job, m.tag);
+                            let iterations = st
+                                .in_flight
+                                .get(&m.tag)
+                                .and_then(|f| st.curves.get(&f.pending.number))
+                                .map_or(0, |c| c.values.len() as i64);
+                            self.fail_flight(st, m.tag, iterations, share, reason)?;
+                        }
+                    }
+                }
+                if shrank && st.gangs.contains_key(&job) {
+                    self.record_group(st, job, &[])?;
+                }
+                // The core holds a group that reported. When members held
+                // it, the last decision released it (and it may have run on
+                // and be held again since: releasing now would skip that
+                // report's decisions). When none did (every reporter had
+                // ended meanwhile), nothing else will release it.
+                if reported && !holding && self.study.pruner != PrunerKind::None {
+                    st.core.release(job);
+                }
+                Ok(())
+            }
+            CoreEvent::Checkpoint { job, state } => {
+                // Through the writer: saved once the values it covers are committed.
+                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&job)) {
+                    self.writer.send(WriteOp::SaveFile {
+                        path: c.path_of(f.pending.trial_id),
+                        bytes: state.to_bytes(),
+                    })?;
+                }
+                Ok(())
+            }
+            CoreEvent::GroupEnded { job, .. } => {
+                // Joiners it never took wait for another group.
+                st.end_gang(job);
+                Ok(())
+            }
+            CoreEvent::Finished {
+                job,
+                report,
+                iterations,
+                device_seconds,
+            } => self.on_finished(st, job, report, iterations, device_seconds),
+            CoreEvent::Failed {
+                job,
+                error,
+                iterations,
+                device_seconds,
+            } => {
+                let reason = match error {
+                    WorkerError::Diverged { iteration, loss } => {
+                        format!("diverged at iteration {iteration}: training loss is {loss}")
+                    }
+                    e => e.to_string(),
+                };
+                // A fused group fails all its members; joiners it never took live on.
+                let jobs = if st.gangs.contains_key(&job) {
+                    st.end_gang(job)
+                } else {
+                    vec![job]
+                };
+                for j in jobs {
+                    self.fail_flight(st, j, iterations as i64, device_seconds, reason.clone())?;
+                }
+                Ok(())
+            }
+            CoreEvent::Pruned {
+                job,
+                iterations,
+                device_seconds,
+            } => self.on_pruned(st, job, iterations, device_seconds),
+            telemetry => self.telemetry(st, telemetry),
+        }
+    }
+
+    /// Stores a report, lets the pruner decide (the core holds the trial
+    /// meanwhile when a pruner is set), and updates priorities.
+    pub(super) fn on_report<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        report: Report,
+    ) -> Result<()> {
+        let study = self.study;
+        let Some(f) = st.in_flight.get(&job) else {
+            return Ok(());
+        };
+        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+        let (trial_id, number) = (f.pending.trial_id, f.pending.number);
+        self.writer.send(WriteOp::Intermediate {
+            trial_id,
+            step: report.step as i64,
+            value,
+        })?;
+        self.reporter
+            .trial_report(number, report.step, &study.metric, value);
+        st.curves
+            .entry(number)
+            .or_default()
+            .values
+            .insert(report.step, value);
+        let rung = st.pruner.rung(number, report.step);
+        let priority =
+            rung.map(|k| rank_priority(k, number, report.step, &st.curves, study.direction));
+        match st
+            .pruner
+            .decide(number, report.step, &st.curves, study.direction)
+        {
+            Decision::Continue => {
+                if let (Some(k), Some(p)) = (rung, priority) {
+                    st.set_priority(job, p);
+                    self.writer.send(WriteOp::Priority {
+                        trial_id,
+                        priority: p,
+                        rung: Some(k as i64),
+                        reason: "rung",
+                    })?;
+                }
+                st.release(job);
+            }
+            Decision::Pause { rung: k } => {
+                let p = priority.unwrap_or(0.0);
+                st.set_priority(job, p);
+                st.pause(job);
+                st.release(job);
+                st.paused.insert(job, k);
+                self.writer.send(WriteOp::Priority {
+                    trial_id,
+                    priority: p,
+                    rung: Some(k as i64),
+                    reason: "paused",
+                })?;
+            }
+            Decision::Prune => {
+                st.closing.insert(job);
+                let member = st.prune(job);
+                self.writer.send(WriteOp::Priority {
+                    trial_id,
+                    priority: priority.unwrap_or(0.0),
+                    rung: rung.map(|k| k as i64),
+                    reason: "pruned",
+                })?;
+                if member {
+                    // It leaves its group at the next boundary; no core event follows.
+                    let share = 0.0;
+                    self.on_pruned(st, job, report.iteration, share)?;
+                }
+            }
+        }
+        self.promote(st)
+    }
+
+    pub(super) fn on_finished<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        report: Report,
+        iterations: u64,
+        device_seconds: f64,
+    ) -> Result<()> {
+        let study = self.study;
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.finished += 1;
+        let value = report.metric(&study.metric).unwrap_or(f64::NAN);
+        let curve = st.curves.entry(f.pending.number).or_default();
+        curve.values.insert(report.step, value);
+        curve.finished = true;
+        self.promote(st)?;
+        self.writer.send(WriteOp::Intermediate {
+            trial_id: f.pending.trial_id,
+            step: report.step as i64,
+            value,
+        })?;
+        if !value.is_finite() {
+            return self.fail(
+                &f.pending,
+                iterations as i64,
+                device_seconds,
+                format!("{} is {value}", study.metric),
+            );
+        }
+        self.forget_checkpoint(f.pending.trial_id);
+        self.writer.send(WriteOp::Finish {
+            trial_id: f.pending.trial_id,
+            state: TrialState::Complete,
+            value: Some(value),
+            iterations: iterations as i64,
+            device_seconds,
+            fail_reason: None,
+        })?;
+        self.writer.flush()?;
+        if st
+            .best
+            .is_none_or(|(_, b)| study.direction.better(value, b))
+        {
+            st.best = Some((f.pending.number, value));
+        }
+        st.history[f.history_index].value = Some(value);
+        self.reporter
+            .trial_end(f.pending.number, Some(value), st.best, st.finished);
+        Ok(())
+    }
+
+    pub(super) fn on_pruned<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        iterations: u64,
+        device_seconds: f64,
+    ) -> Result<()> {
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.finished += 1;
+        let number = f.pending.number;
+        let rung = st.paused.remove(&job).or_else(|| {
+            st.curves.get(&number).and_then(|c| {
+                c.values
+                    .keys()
+                    .rev()
+                    .find_map(|s| st.pruner.rung(number, *s))
+            })
+        });
+        if let Some(k) = rung {
+            self.writer.send(WriteOp::TrialAttr {
+                trial_id: f.pending.trial_id,
+                key: "salus:rung",
+                value_json: k.to_string(),
+            })?;
+        }
+        if let Some(c) = st.curves.get_mut(&number) {
+            c.finished = true;
+        }
+        self.forget_checkpoint(f.pending.trial_id);
+        self.writer.send(WriteOp::Finish {
+            trial_id: f.pending.trial_id,
+            state: TrialState::Pruned,
+            value: None,
+            iterations: iterations as i64,
+            device_seconds,
+            fail_reason: None,
+        })?;
+        self.reporter.trial_end(number, None, st.best, st.finished);
+        Ok(())
+    }
+
+    /// Resumes the paused trials the pruner now promotes.
+    pub(super) fn promote<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
+        let by_number: BTreeMap<i64, usize> = st
+            .paused
+            .iter()
+            .filter_map(|(job, k)| st.in_flight.get(job).map(|f| (f.pending.number, *k)))
+            .collect();
+        for number in st
+            .pruner
+            .promotions(&by_number, &st.curves, self.study.direction)
+        {
+            let Some((&job, f)) = st
+                .in_flight
+                .iter()
+                .find(|(_, f)| f.pending.number == number)
+            else {
+                continue;
+            };
+            let k = st.paused.remove(&job).unwrap_or(0);
+            let step = st
+                .curves
+                .get(&number)
+                .and_then(|c| c.values.keys().next_back().copied())
+                .unwrap_or(0);
+            let p = rank_priority(k, number, step, &st.curves, self.study.direction);
+            let trial_id = f.pending.trial_id;
+            st.set_priority(job, p);
+            st.resume(job);
+            self.writer.send(WriteOp::Priority {
+                trial_id,
+                priority: p,
+                rung: Some(k as i64),
+                reason: "promoted",
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Ends in-flight trial `job` as FAIL with `reason`.
+    pub(super) fn fail_flight<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        job: JobId,
+        iterations: i64,
+        seconds: f64,
+        reason: String,
+    ) -> Result<()> {
+        let Some(f) = st.in_flight.remove(&job) else {
+            return Ok(());
+        };
+        st.paused.remove(&job);
+        st.parked.remove(&job);
+        st.closing.remove(&job);
+        st.finished += 1;
+        self.fail(&f.pending, iterations, seconds, reason)?;
+        self.reporter
+            .trial_end(f.pending.number, None, st.best, st.finished);
+        Ok(())
+    }
+
+    pub(super) fn fail(
+        &mut self,
+        p: &Pending,
+        iterations: i64,
+        seconds: f64,
+        reason: String,
+    ) -> Result<()> {
+        self.forget_checkpoint(p.trial_id);
+        self.reporter.trial_failed(p.number, &reason);
+        self.writer.send(WriteOp::Finish {
+            trial_id: p.trial_id,
+            state: TrialState::Fail,
+            value: None,
+            iterations,
+            device_seconds: seconds,
+            fail_reason: Some(reason),
+        })?;
+        self.writer.flush()
+    }
+    /// Deletes a trial's checkpoints, in order after any save still queued.
+    pub(super) fn forget_checkpoint(&self, trial_id: i64) {
+        if let Some(c) = &self.checkpoints {
+            for path in c.paths_of(trial_id) {
+                let _ = self.writer.send(WriteOp::RemoveFile { path });
+            }
+        }
+    }
+}
+
+/// A trial's priority at rung `k`: its rank among the values reported at
+/// `step` by every trial.
+pub(super) fn rank_priority(
+    k: usize,
+    number: i64,
+    step: u64,
+    curves: &Curves,
+    direction: crate::study::Direction,
+) -> f64 {
+    let mine = value_at(curves, number, step).unwrap_or(f64::NAN);
+    let others: Vec<f64> = curves
+        .values()
+        .filter_map(|c| c.values.get(&step).copied())
+        .filter(|v| v.is_finite())
+        .collect();
+    let rank = others
+        .iter()
+        .filter(|&&v| direction.better(v, mine))
+        .count();
+    priority(k, rank, others.len().max(1))
+}

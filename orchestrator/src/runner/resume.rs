@@ -1,0 +1,267 @@
+//! Resume and recovery: what a run finds in the database before it starts.
+//!
+//! Trials that are finished (COMPLETE, PRUNED, FAIL) count toward the
+//! budget. A trial left RUNNING by a process that died, or interrupted by
+//! Ctrl-C, goes back to WAITING and runs again first, with the same
+//! parameters, from its checkpoint when one fits the stored curve. A
+//! RUNNING trial with a fresh heartbeat belongs to another live process and
+//! is left alone. Then the sampler is built from the history, the run is
+//! registered, and the core starts.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use kernels::Backend;
+use workers::{DeviceData, TrainTrial};
+
+use super::{
+    DEFAULT_FUSE, FIRST_MEMBER, Pending, RunState, Runner, STALE_AFTER_S, decode_params, trial_seed,
+};
+use crate::error::{Error, Result};
+use crate::pruner::{Curve, Curves};
+use crate::salus::core::SalusCore;
+use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
+use crate::storage::writer::{RunInfo, WriteOp};
+use crate::storage::{TrialRow, TrialState};
+use crate::study::SamplerKind;
+
+/// What [`Runner::take_stock`] found.
+struct Stock {
+    history: Vec<TrialRecord>,
+    waiting: VecDeque<Pending>,
+    finished: u64,
+    best: Option<(i64, f64)>,
+    /// RUNNING trials with a fresh heartbeat: another live process runs them.
+    elsewhere: u64,
+    /// Steps each requeued trial keeps (those its checkpoint covers).
+    kept_steps: BTreeMap<i64, i64>,
+}
+
+impl Runner<'_> {
+    /// Takes stock of the stored trials, records the run, and starts the core.
+    pub(super) fn start<B: Backend>(
+        &mut self,
+        backend: &Arc<B>,
+        data: Arc<DeviceData<B>>,
+        existing: &[TrialRow],
+    ) -> Result<RunState<B>> {
+        let study = self.study;
+        let budget = self.options.trials.unwrap_or(study.trials);
+        let Stock {
+            history,
+            waiting,
+            finished,
+            best,
+            elsewhere,
+            kept_steps,
+        } = self.take_stock(&data, existing)?;
+        let sampler = self.build_sampler()?;
+        let config = self.core_config(backend.as_ref());
+        let max_concurrent = study
+            .worker
+            .as_ref()
+            .and_then(|w| w.max_concurrency)
+            .or(study.scheduler.max_concurrent)
+            .unwrap_or(2 * config.lanes)
+            .max(1);
+        let device = backend.name();
+        let run_id = self.writer.start_run(
+            self.info.id,
+            RunInfo {
+                device: device.clone(),
+                policy: config.policy.name().to_string(),
+                lanes: config.lanes as i64,
+                threads_per_lane: config.threads_per_lane as i64,
+                budget_bytes: config.budget as i64,
+            },
+        )?;
+        self.writer.send(WriteOp::Event {
+            study_id: self.info.id,
+            trial_id: None,
+            kind: "study_start",
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent }).to_string(),
+        })?;
+        self.reporter.study_start(study, budget, finished, best);
+        let (tx, events) = std::sync::mpsc::channel();
+        let core = SalusCore::start(backend.clone(), config, tx)?;
+        let curves = Self::stored_curves(existing, &kept_steps);
+        if let Some(c) = &self.checkpoints {
+            let live: Vec<i64> = waiting.iter().map(|p| p.trial_id).collect();
+            c.sweep(&live);
+        }
+        Ok(RunState {
+            core,
+            events,
+            pruner: study.pruner.build(),
+            sampler,
+            data,
+            run_id,
+            device,
+            started: Instant::now(),
+            seed: self.options.seed.unwrap_or(study.seed),
+            budget,
+            max_concurrent,
+            history,
+            waiting,
+            finished,
+            ran: 0,
+            best,
+            exhausted: false,
+            in_flight: BTreeMap::new(),
+            curves,
+            paused: BTreeMap::new(),
+            closing: BTreeSet::new(),
+            trial_ids: BTreeMap::new(),
+            lanes: BTreeMap::new(),
+            fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
+            policy: config.policy,
+            parked: BTreeMap::new(),
+            lane_budget: config.budget / config.lanes.max(1) as u64,
+            lanes_n: config.lanes.max(1),
+            core_kind: backend.kind(),
+            gangs: BTreeMap::new(),
+            member_gang: BTreeMap::new(),
+            next_member: FIRST_MEMBER,
+            elsewhere,
+            backend: backend.clone(),
+            last_heartbeat: Instant::now(),
+            user_paused: BTreeSet::new(),
+            last_commands: Instant::now(),
+        })
+    }
+
+    /// What the stored trials say: the history the sampler learns from,
+    /// trials to run again first (each with its checkpoint, when one fits),
+    /// how many are finished, the best, and how many run elsewhere.
+    fn take_stock<B: Backend>(
+        &self,
+        data: &Arc<DeviceData<B>>,
+        existing: &[TrialRow],
+    ) -> Result<Stock> {
+        let study = self.study;
+        let mut history: Vec<TrialRecord> = Vec::new();
+        let mut waiting = VecDeque::new();
+        let mut finished = 0u64;
+        let mut best: Option<(i64, f64)> = None;
+        let mut elsewhere = 0u64;
+        let mut kept_steps: BTreeMap<i64, i64> = BTreeMap::new();
+        let now = chrono::Local::now().naive_local();
+        for row in existing {
+            let params = decode_params(study, row);
+            if row.state == TrialState::Running {
+                // A fresh heartbeat: another live process runs it.
+                let beat_age = row.heartbeat.as_deref().and_then(|h| {
+                    chrono::NaiveDateTime::parse_from_str(h, "%Y-%m-%d %H:%M:%S%.f").ok()
+                });
+                if !self.sole
+                    && beat_age.is_some_and(|t| {
+                        ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3
+                    })
+                {
+                    elsewhere += 1;
+                    history.push(TrialRecord {
+                        params,
+                        value: None,
+                    });
+                    continue;
+                }
+            }
+            if matches!(row.state, TrialState::Running | TrialState::Waiting) {
+                // The trial continues from its checkpoint when one fits it.
+                let cfg = study.trial_config(
+                    &params,
+                    trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
+                );
+                // It must not be ahead of the stored curve: a crash between
+                // the checkpoint and its report's value would lose a step.
+                let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
+                let resume = self
+                    .checkpoints
+                    .as_ref()
+                    .and_then(|c| c.load(row.trial_id))
+                    .filter(|s| s.reports as i64 <= stored)
+                    .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
+                let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
+                if row.state == TrialState::Running {
+                    self.writer.send(WriteOp::Requeue {
+                        trial_id: row.trial_id,
+                        keep_steps: keep,
+                    })?;
+                }
+                kept_steps.insert(row.number, keep);
+                waiting.push_back(Pending {
+                    trial_id: row.trial_id,
+                    number: row.number,
+                    params: params.clone(),
+                    resume,
+                });
+            }
+            if row.state.is_finished() {
+                finished += 1;
+            }
+            if let (TrialState::Complete, Some(v)) = (row.state, row.value)
+                && best.is_none_or(|(_, b)| study.direction.better(v, b))
+            {
+                best = Some((row.number, v));
+            }
+            history.push(TrialRecord {
+                params,
+                value: row.value,
+            });
+        }
+        Ok(Stock {
+            history,
+            waiting,
+            finished,
+            best,
+            elsewhere,
+            kept_steps,
+        })
+    }
+
+    /// The study's sampler, seeded by `--seed` or the study.
+    fn build_sampler(&self) -> Result<Box<dyn Sampler>> {
+        let study = self.study;
+        let sampler_seed = self.options.seed.unwrap_or(study.sampler.seed);
+        Ok(match study.sampler.kind {
+            SamplerKind::Random => Box::new(RandomSampler::new(sampler_seed)),
+            SamplerKind::Qmc => Box::new(QmcSampler { seed: sampler_seed }),
+            SamplerKind::Tpe {
+                startup_trials,
+                multivariate,
+            } => {
+                let mut tpe = TpeSampler::new(sampler_seed, study.direction);
+                tpe.startup_trials = startup_trials;
+                tpe.multivariate = multivariate;
+                Box::new(tpe)
+            }
+            SamplerKind::Grid => {
+                Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)
+            }
+        })
+    }
+
+    /// The stored curves the pruner compares against; a requeued trial
+    /// keeps only the values its checkpoint covers.
+    fn stored_curves(existing: &[TrialRow], kept_steps: &BTreeMap<i64, i64>) -> Curves {
+        existing
+            .iter()
+            .map(|r| {
+                let keep = kept_steps.get(&r.number).copied().unwrap_or(i64::MAX);
+                (
+                    r.number,
+                    Curve {
+                        values: r
+                            .intermediate
+                            .iter()
+                            .filter(|&&(s, _)| s <= keep)
+                            .map(|&(s, v)| (s as u64, v))
+                            .collect(),
+                        finished: r.state.is_finished(),
+                    },
+                )
+            })
+            .collect()
+    }
+}
