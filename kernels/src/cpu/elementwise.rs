@@ -1,7 +1,7 @@
 //! Element-wise and row-wise ops: bias, activations, dropout, gathers.
 
 use super::CpuCtx;
-use super::par::{self, MIN_ELEMS_PER_TASK, SyncPtr};
+use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
 use crate::ops::{Activation, Batched, DropoutSlot, dropout_step, word};
 use crate::rng;
 
@@ -25,11 +25,9 @@ fn gelu_grad(x: f32) -> f32 {
 }
 
 pub(crate) fn activation(ctx: &CpuCtx, act: Activation, x: &[f32], y: &mut [f32]) {
-    let out = SyncPtr::new(y);
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
-    par::run(ctx, &segs, |s| {
-        // SAFETY: segments are disjoint and inside `y`.
-        let y = unsafe { out.slice(s.start, s.end - s.start) };
+    let ys = split_ranges(y, segs.iter().map(|s| s.start..s.end));
+    par::run(ctx, segs.iter().zip(ys).collect(), |(s, y)| {
         let x = &x[s.start..s.end];
         match act {
             Activation::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
@@ -48,12 +46,10 @@ pub(crate) fn activation_backward(
     dy: &[f32],
     dx: &mut [f32],
 ) {
-    let out = SyncPtr::new(dx);
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
-    par::run(ctx, &segs, |s| {
+    let dxs = split_ranges(dx, segs.iter().map(|s| s.start..s.end));
+    par::run(ctx, segs.iter().zip(dxs).collect(), |(s, dx)| {
         let r = s.start..s.end;
-        // SAFETY: segments are disjoint and inside `dx`.
-        let dx = unsafe { out.slice(s.start, s.end - s.start) };
         let (x, y, dy) = (&x[r.clone()], &y[r.clone()], &dy[r]);
         // Each arm is a separate loop so LLVM vectorises it (a select, not a branch).
         match act {
@@ -103,15 +99,13 @@ pub(crate) fn dropout(
     x: &[f32],
     y: &mut [f32],
 ) {
-    let out = SyncPtr::new(y);
     let segs = par::segments(ctx, slots.len(), per_slot, MIN_ELEMS_PER_TASK);
-    par::run(ctx, &segs, |s| {
-        let base = s.slot * per_slot;
+    let at = |s: &par::Segment| s.slot * per_slot + s.start..s.slot * per_slot + s.end;
+    let ys = split_ranges(y, segs.iter().map(at));
+    par::run(ctx, segs.iter().zip(ys).collect(), |(s, y)| {
         let d = &slots[s.slot];
         let step = dropout_step(steps, s.slot);
-        // SAFETY: segments are disjoint and inside `y`.
-        let y = unsafe { out.slice(base + s.start, s.end - s.start) };
-        let x = &x[base + s.start..base + s.end];
+        let x = &x[at(s)];
         if d.p <= 0.0 {
             y.copy_from_slice(x);
             return;
@@ -129,32 +123,33 @@ pub(crate) fn bias_add(
     x: &mut [f32],
     bias: &[f32],
 ) {
-    let out = SyncPtr::new(x);
     let segs = par::segments(
         ctx,
         shape.slots,
         shape.rows,
         MIN_ELEMS_PER_TASK / shape.cols.max(1),
     );
-    par::run(ctx, &segs, |s| {
-        let b = &bias[s.slot * bias_stride..s.slot * bias_stride + shape.cols];
+    // Each task owns rows start..end of its slot.
+    let rows = |s: &par::Segment| {
         let base = s.slot * shape.per_slot();
-        for r in s.start..s.end {
-            // SAFETY: each task owns rows start..end of its slot.
-            let row = unsafe { out.slice(base + r * shape.cols, shape.cols) };
+        base + s.start * shape.cols..base + s.end * shape.cols
+    };
+    let xs = split_ranges(x, segs.iter().map(rows));
+    par::run(ctx, segs.iter().zip(xs).collect(), |(s, x)| {
+        let b = &bias[s.slot * bias_stride..s.slot * bias_stride + shape.cols];
+        for row in x.chunks_exact_mut(shape.cols) {
             row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
         }
     });
 }
 
 pub(crate) fn col_sum(ctx: &CpuCtx, shape: Batched, db_stride: usize, dy: &[f32], db: &mut [f32]) {
-    let out = SyncPtr::new(db);
     // Tasks own column ranges, so the reduction over rows needs no merge.
     let min_cols = (MIN_ELEMS_PER_TASK / shape.rows.max(1)).max(16);
     let segs = par::segments(ctx, shape.slots, shape.cols, min_cols);
-    par::run(ctx, &segs, |s| {
-        // SAFETY: each task owns columns start..end of its slot's bias.
-        let acc = unsafe { out.slice(s.slot * db_stride + s.start, s.end - s.start) };
+    let cols = |s: &par::Segment| s.slot * db_stride + s.start..s.slot * db_stride + s.end;
+    let accs = split_ranges(db, segs.iter().map(cols));
+    par::run(ctx, segs.iter().zip(accs).collect(), |(s, acc)| {
         acc.fill(0.0);
         let base = s.slot * shape.per_slot();
         for r in 0..shape.rows {
@@ -167,14 +162,13 @@ pub(crate) fn col_sum(ctx: &CpuCtx, shape: Batched, db_stride: usize, dy: &[f32]
 /// `dst` row `i` = `src` row `idx[i]` (step-block words), or zeros where
 /// that row lies past the end of `src`.
 pub(crate) fn gather_rows(ctx: &CpuCtx, cols: usize, idx: &[f32], src: &[f32], dst: &mut [f32]) {
-    let out = SyncPtr::new(dst);
     let src_rows = src.len() / cols;
     let segs = par::segments(ctx, 1, idx.len(), MIN_ELEMS_PER_TASK / cols.max(1));
-    par::run(ctx, &segs, |s| {
-        for (i, &w) in idx[s.start..s.end].iter().enumerate() {
+    // Each task owns destination rows start..end.
+    let dsts = split_ranges(dst, segs.iter().map(|s| s.start * cols..s.end * cols));
+    par::run(ctx, segs.iter().zip(dsts).collect(), |(s, dst)| {
+        for (&w, d) in idx[s.start..s.end].iter().zip(dst.chunks_exact_mut(cols)) {
             let r = word(w) as usize;
-            // SAFETY: each task owns destination rows start..end.
-            let d = unsafe { out.slice((s.start + i) * cols, cols) };
             if r < src_rows {
                 d.copy_from_slice(&src[r * cols..(r + 1) * cols]);
             } else {

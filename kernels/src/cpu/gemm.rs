@@ -6,8 +6,24 @@
 //! the Salus core's control instead of a hidden global pool.
 
 use super::CpuCtx;
-use super::par::{self, SyncPtr};
+use super::par;
 use crate::ops::Gemm;
+
+/// `C`'s pointer, shared by tasks that write disjoint blocks of it. Kept
+/// here because a column block of a row-major `C` is strided, so no slice
+/// split describes it, and `matrixmultiply` takes raw pointers anyway.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the tasks of one call write disjoint blocks of C (see `gemm`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    // A method, so that closures capture the whole (Send) wrapper.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
 
 /// Below this many multiply-adds one product is not split across threads.
 const MIN_MACS_PER_TASK: usize = 1 << 18;
@@ -49,9 +65,9 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
             lo = hi;
         }
     }
-    let out = SyncPtr::new(c);
+    let out = OutPtr(c.as_mut_ptr());
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    par::run(ctx, &tasks, |t| {
+    par::run(ctx, tasks, |t| {
         let (a, b) = (ap as *const f32, bp as *const f32);
         let (mut ao, mut bo, mut co) = (
             t.batch * g.stride_a,
@@ -83,7 +99,7 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
                 rsb as isize,
                 csb as isize,
                 g.beta,
-                out.ptr().add(co),
+                out.get().add(co),
                 g.n as isize,
                 1,
             );

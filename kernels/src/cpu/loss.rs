@@ -1,11 +1,33 @@
 //! Losses with their gradients and running statistics, one task per slot.
 
 use super::CpuCtx;
-use super::par::{self, SyncPtr};
+use super::par::{self, split_ranges};
 use crate::ops::{Batched, STATS_LEN};
 
-fn slots(n: usize) -> Vec<usize> {
-    (0..n).collect()
+/// One task per slot: the slot, its gradient rows (when wanted) and its
+/// statistics, each owned by the task.
+fn slot_tasks<'a>(
+    shape: Batched,
+    grad: Option<&'a mut [f32]>,
+    stats: &'a mut [f32],
+) -> Vec<(usize, Option<&'a mut [f32]>, &'a mut [f32])> {
+    let per = shape.per_slot();
+    let grads: Vec<Option<&mut [f32]>> = match grad {
+        Some(g) => split_ranges(g, (0..shape.slots).map(|s| s * per..(s + 1) * per))
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => (0..shape.slots).map(|_| None).collect(),
+    };
+    let stats = split_ranges(
+        stats,
+        (0..shape.slots).map(|s| s * STATS_LEN..(s + 1) * STATS_LEN),
+    );
+    (0..shape.slots)
+        .zip(grads)
+        .zip(stats)
+        .map(|((s, g), st)| (s, g, st))
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -21,46 +43,47 @@ pub(crate) fn softmax_xent(
 ) {
     let c = shape.cols;
     let inv_rows = 1.0 / shape.rows.max(1) as f32;
-    let grad = dlogits.map(SyncPtr::new);
-    let st = SyncPtr::new(stats);
-    par::run(ctx, &slots(shape.slots), |&s| {
-        let (mut loss, mut correct, mut bad) = (0.0f64, 0.0f64, 0.0f64);
-        for r in 0..shape.rows {
-            let off = s * shape.per_slot() + r * c;
-            let z = &logits[off..off + c];
-            let l = labels[s * label_stride + r];
-            // Not a class index: counted (see STATS_LEN), no loss, no gradient.
-            if !(l >= 0.0 && l < c as f32 && l.fract() == 0.0) {
-                bad += 1.0;
-                if let Some(g) = grad {
-                    // SAFETY: each task owns its slot's rows.
-                    unsafe { g.slice(off, c) }.fill(0.0);
+    par::run(
+        ctx,
+        slot_tasks(shape, dlogits, stats),
+        |(s, mut grad, st)| {
+            let (mut loss, mut correct, mut bad) = (0.0f64, 0.0f64, 0.0f64);
+            for r in 0..shape.rows {
+                let off = s * shape.per_slot() + r * c;
+                let z = &logits[off..off + c];
+                let l = labels[s * label_stride + r];
+                let d = grad.as_deref_mut().map(|g| &mut g[r * c..(r + 1) * c]);
+                // Not a class index: counted (see STATS_LEN), no loss, no gradient.
+                if !(l >= 0.0 && l < c as f32 && l.fract() == 0.0) {
+                    bad += 1.0;
+                    if let Some(d) = d {
+                        d.fill(0.0);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            let label = l as usize;
-            let (mut best, mut max) = (0, f32::NEG_INFINITY);
-            for (j, &v) in z.iter().enumerate() {
-                if v > max {
-                    max = v;
-                    best = j;
+                let label = l as usize;
+                let (mut best, mut max) = (0, f32::NEG_INFINITY);
+                for (j, &v) in z.iter().enumerate() {
+                    if v > max {
+                        max = v;
+                        best = j;
+                    }
+                }
+                let sum: f32 = z.iter().map(|&v| (v - max).exp()).sum();
+                let lse = max + sum.ln();
+                loss += (lse - z[label]) as f64;
+                correct += (best == label) as u32 as f64;
+                if let Some(d) = d {
+                    let inv_sum = 1.0 / sum;
+                    for j in 0..c {
+                        d[j] =
+                            ((z[j] - max).exp() * inv_sum - (j == label) as u32 as f32) * inv_rows;
+                    }
                 }
             }
-            let sum: f32 = z.iter().map(|&v| (v - max).exp()).sum();
-            let lse = max + sum.ln();
-            loss += (lse - z[label]) as f64;
-            correct += (best == label) as u32 as f64;
-            if let Some(g) = grad {
-                // SAFETY: each task owns its slot's rows.
-                let d = unsafe { g.slice(off, c) };
-                let inv_sum = 1.0 / sum;
-                for j in 0..c {
-                    d[j] = ((z[j] - max).exp() * inv_sum - (j == label) as u32 as f32) * inv_rows;
-                }
-            }
-        }
-        write_stats(&st, s, accumulate, [loss, correct, shape.rows as f64, bad]);
-    });
+            write_stats(st, accumulate, [loss, correct, shape.rows as f64, bad]);
+        },
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,16 +99,13 @@ pub(crate) fn mse(
 ) {
     let c = shape.cols;
     let scale = 2.0 / (shape.rows * c).max(1) as f32;
-    let grad = dpred.map(SyncPtr::new);
-    let st = SyncPtr::new(stats);
-    par::run(ctx, &slots(shape.slots), |&s| {
+    par::run(ctx, slot_tasks(shape, dpred, stats), |(s, mut grad, st)| {
         let mut sse = 0.0f64;
         for r in 0..shape.rows {
             let off = s * shape.per_slot() + r * c;
             let toff = s * target_stride + r * c;
             let (p, t) = (&pred[off..off + c], &target[toff..toff + c]);
-            // SAFETY: each task owns its slot's rows.
-            let mut d = grad.map(|g| unsafe { g.slice(off, c) });
+            let mut d = grad.as_deref_mut().map(|g| &mut g[r * c..(r + 1) * c]);
             for j in 0..c {
                 let e = p[j] - t[j];
                 sse += (e * e) as f64;
@@ -95,17 +115,14 @@ pub(crate) fn mse(
             }
         }
         write_stats(
-            &st,
-            s,
+            st,
             accumulate,
             [sse / c as f64, sse, shape.rows as f64, 0.0],
         );
     });
 }
 
-fn write_stats(st: &SyncPtr, slot: usize, accumulate: bool, v: [f64; STATS_LEN]) {
-    // SAFETY: each task owns its slot's statistics.
-    let out = unsafe { st.slice(slot * STATS_LEN, STATS_LEN) };
+fn write_stats(out: &mut [f32], accumulate: bool, v: [f64; STATS_LEN]) {
     for (o, v) in out.iter_mut().zip(v) {
         *o = if accumulate { *o + v as f32 } else { v as f32 };
     }

@@ -1,7 +1,7 @@
 //! Optimizer updates over slots of parameters, in PyTorch's semantics.
 
 use super::CpuCtx;
-use super::par::{self, MIN_ELEMS_PER_TASK, SyncPtr};
+use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
 use crate::ops::{ADAM_STEP_WORDS, AdamSlot, SgdSlot};
 
 pub(crate) fn sgd(
@@ -12,19 +12,22 @@ pub(crate) fn sgd(
     grads: &[f32],
     velocity: Option<&mut [f32]>,
 ) {
-    let p_out = SyncPtr::new(params);
-    let v_out = velocity.map(SyncPtr::new);
     let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
-    par::run(ctx, &segs, |s| {
+    let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
+    let ps = split_ranges(params, segs.iter().map(at));
+    let vs: Vec<Option<&mut [f32]>> = match velocity {
+        Some(v) => split_ranges(v, segs.iter().map(at))
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => segs.iter().map(|_| None).collect(),
+    };
+    let tasks: Vec<_> = segs.iter().zip(ps).zip(vs).collect();
+    par::run(ctx, tasks, |((s, p), v)| {
         let h = slots[s.slot];
-        let off = s.slot * n + s.start;
-        let len = s.end - s.start;
-        // SAFETY: segments are disjoint and inside every buffer.
-        let p = unsafe { p_out.slice(off, len) };
-        let g = &grads[off..off + len];
-        match v_out {
-            Some(v_out) if h.momentum != 0.0 => {
-                let v = unsafe { v_out.slice(off, len) };
+        let g = &grads[at(s)];
+        match v {
+            Some(v) if h.momentum != 0.0 => {
                 // Nesterov steps along gi + momentum * v; plain momentum along v.
                 let pv = p.iter_mut().zip(v.iter_mut()).zip(g);
                 if h.nesterov {
@@ -60,30 +63,26 @@ pub(crate) fn adam(
     m: &mut [f32],
     v: &mut [f32],
 ) {
-    let (p_out, m_out, v_out) = (SyncPtr::new(params), SyncPtr::new(m), SyncPtr::new(v));
     let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
-    par::run(ctx, &segs, |s| {
+    let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
+    let (ps, ms, vs) = (
+        split_ranges(params, segs.iter().map(at)),
+        split_ranges(m, segs.iter().map(at)),
+        split_ranges(v, segs.iter().map(at)),
+    );
+    let tasks: Vec<_> = segs.iter().zip(ps).zip(ms).zip(vs).collect();
+    par::run(ctx, tasks, |(((s, p), m), v)| {
         let h = slots[s.slot];
         // This step's bias corrections, from the step block.
-        let at = s.slot * ADAM_STEP_WORDS;
-        let (step_size, inv_sqrt_bc2) = (scalars[at], scalars[at + 1]);
+        let k = s.slot * ADAM_STEP_WORDS;
+        let (step_size, inv_sqrt_bc2) = (scalars[k], scalars[k + 1]);
         let decay = if h.decoupled {
             1.0 - h.lr * h.weight_decay
         } else {
             1.0
         };
         let l2 = if h.decoupled { 0.0 } else { h.weight_decay };
-        let off = s.slot * n + s.start;
-        let len = s.end - s.start;
-        // SAFETY: segments are disjoint and inside every buffer.
-        let (p, m, v) = unsafe {
-            (
-                p_out.slice(off, len),
-                m_out.slice(off, len),
-                v_out.slice(off, len),
-            )
-        };
-        let g = &grads[off..off + len];
+        let g = &grads[at(s)];
         for (((p, m), v), &g) in p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(g) {
             let gi = g + l2 * *p;
             *m = h.beta1 * *m + (1.0 - h.beta1) * gi;

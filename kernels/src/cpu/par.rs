@@ -11,33 +11,31 @@ use super::CpuCtx;
 /// Below this many elements per task an element-wise op is not split.
 pub(crate) const MIN_ELEMS_PER_TASK: usize = 1 << 16;
 
-/// A raw output pointer shared by tasks that write disjoint ranges.
-#[derive(Clone, Copy)]
-pub(crate) struct SyncPtr(pub *mut f32);
-// SAFETY: every user hands each task a disjoint range of the pointee.
-unsafe impl Send for SyncPtr {}
-unsafe impl Sync for SyncPtr {}
-
-impl SyncPtr {
-    pub fn new(s: &mut [f32]) -> Self {
-        SyncPtr(s.as_mut_ptr())
+/// Cuts `buf` into the given ranges, which must be in increasing order and
+/// disjoint, as mutable slices: each task then owns its output, checked by
+/// the borrow checker instead of promised in an `unsafe` block.
+pub(crate) fn split_ranges(
+    buf: &mut [f32],
+    ranges: impl IntoIterator<Item = std::ops::Range<usize>>,
+) -> Vec<&mut [f32]> {
+    let mut out = Vec::new();
+    let (mut rest, mut at) = (buf, 0);
+    for r in ranges {
+        assert!(r.start >= at && r.start <= r.end, "ranges out of order");
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - at);
+        let (piece, tail) = tail.split_at_mut(r.end - r.start);
+        out.push(piece);
+        rest = tail;
+        at = r.end;
     }
-    pub fn ptr(self) -> *mut f32 {
-        self.0
-    }
-    /// # Safety
-    /// `off..off + len` must lie in the original slice, and no other live
-    /// reference may overlap it.
-    pub unsafe fn slice<'a>(self, off: usize, len: usize) -> &'a mut [f32] {
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(off), len) }
-    }
+    out
 }
 
 /// Runs `f` on every task, on the pool when there is more than one.
-pub(crate) fn run<T: Sync>(ctx: &CpuCtx, tasks: &[T], f: impl Fn(&T) + Sync + Send) {
+pub(crate) fn run<T: Send>(ctx: &CpuCtx, tasks: Vec<T>, f: impl Fn(T) + Sync + Send) {
     match &ctx.pool {
-        Some(pool) if tasks.len() > 1 => pool.install(|| tasks.par_iter().for_each(&f)),
-        _ => tasks.iter().for_each(f),
+        Some(pool) if tasks.len() > 1 => pool.install(|| tasks.into_par_iter().for_each(&f)),
+        _ => tasks.into_iter().for_each(f),
     }
 }
 
@@ -91,5 +89,18 @@ mod tests {
             }
             assert!(covered.iter().all(|&c| c == 1), "{slots} {per} {min}");
         }
+    }
+
+    #[test]
+    fn split_ranges_cuts_disjoint_slices_and_refuses_overlaps() {
+        let mut v: Vec<f32> = (0..10).map(|i| i as f32).collect();
+        let parts = split_ranges(&mut v, [1..3, 3..3, 5..9]);
+        let got: Vec<Vec<f32>> = parts.into_iter().map(|p| p.to_vec()).collect();
+        assert_eq!(got, vec![vec![1.0, 2.0], vec![], vec![5.0, 6.0, 7.0, 8.0]]);
+        let overlap = std::panic::catch_unwind(move || {
+            let mut v = vec![0.0f32; 10];
+            split_ranges(&mut v, [0..4, 3..5]).len()
+        });
+        assert!(overlap.is_err());
     }
 }
