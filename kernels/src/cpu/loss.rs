@@ -4,13 +4,15 @@ use super::CpuCtx;
 use super::par::{self, split_ranges};
 use crate::ops::{Batched, STATS_LEN};
 
-/// One task per slot: the slot, its gradient rows (when wanted) and its
+/// One slot's task: the slot, its gradient rows (when wanted) and its
 /// statistics, each owned by the task.
+type SlotTask<'a> = (usize, Option<&'a mut [f32]>, &'a mut [f32]);
+
 fn slot_tasks<'a>(
     shape: Batched,
     grad: Option<&'a mut [f32]>,
     stats: &'a mut [f32],
-) -> Vec<(usize, Option<&'a mut [f32]>, &'a mut [f32])> {
+) -> Vec<SlotTask<'a>> {
     let per = shape.per_slot();
     let grads: Vec<Option<&mut [f32]>> = match grad {
         Some(g) => split_ranges(g, (0..shape.slots).map(|s| s * per..(s + 1) * per))
