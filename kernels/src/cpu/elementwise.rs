@@ -27,7 +27,7 @@ fn gelu_grad(x: f32) -> f32 {
 pub(crate) fn activation(ctx: &CpuCtx, act: Activation, x: &[f32], y: &mut [f32]) {
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
     let ys = split_ranges(y, segs.iter().map(|s| s.start..s.end));
-    par::run(ctx, segs.iter().zip(ys).collect(), |(s, y)| {
+    par::run(ctx, segs.iter().zip(ys), |(s, y)| {
         let x = &x[s.start..s.end];
         match act {
             Activation::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
@@ -48,7 +48,7 @@ pub(crate) fn activation_backward(
 ) {
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
     let dxs = split_ranges(dx, segs.iter().map(|s| s.start..s.end));
-    par::run(ctx, segs.iter().zip(dxs).collect(), |(s, dx)| {
+    par::run(ctx, segs.iter().zip(dxs), |(s, dx)| {
         let r = s.start..s.end;
         let (x, y, dy) = (&x[r.clone()], &y[r.clone()], &dy[r]);
         // Each arm is a separate loop so LLVM vectorises it (a select, not a branch).
@@ -102,7 +102,7 @@ pub(crate) fn dropout(
     let segs = par::segments(ctx, slots.len(), per_slot, MIN_ELEMS_PER_TASK);
     let at = |s: &par::Segment| s.slot * per_slot + s.start..s.slot * per_slot + s.end;
     let ys = split_ranges(y, segs.iter().map(at));
-    par::run(ctx, segs.iter().zip(ys).collect(), |(s, y)| {
+    par::run(ctx, segs.iter().zip(ys), |(s, y)| {
         let d = &slots[s.slot];
         let step = dropout_step(steps, s.slot);
         let x = &x[at(s)];
@@ -135,7 +135,7 @@ pub(crate) fn bias_add(
         base + s.start * shape.cols..base + s.end * shape.cols
     };
     let xs = split_ranges(x, segs.iter().map(rows));
-    par::run(ctx, segs.iter().zip(xs).collect(), |(s, x)| {
+    par::run(ctx, segs.iter().zip(xs), |(s, x)| {
         let b = &bias[s.slot * bias_stride..s.slot * bias_stride + shape.cols];
         for row in x.chunks_exact_mut(shape.cols) {
             row.iter_mut().zip(b).for_each(|(x, b)| *x += b);
@@ -149,7 +149,7 @@ pub(crate) fn col_sum(ctx: &CpuCtx, shape: Batched, db_stride: usize, dy: &[f32]
     let segs = par::segments(ctx, shape.slots, shape.cols, min_cols);
     let cols = |s: &par::Segment| s.slot * db_stride + s.start..s.slot * db_stride + s.end;
     let accs = split_ranges(db, segs.iter().map(cols));
-    par::run(ctx, segs.iter().zip(accs).collect(), |(s, acc)| {
+    par::run(ctx, segs.iter().zip(accs), |(s, acc)| {
         acc.fill(0.0);
         let base = s.slot * shape.per_slot();
         for r in 0..shape.rows {
@@ -166,7 +166,7 @@ pub(crate) fn gather_rows(ctx: &CpuCtx, cols: usize, idx: &[f32], src: &[f32], d
     let segs = par::segments(ctx, 1, idx.len(), MIN_ELEMS_PER_TASK / cols.max(1));
     // Each task owns destination rows start..end.
     let dsts = split_ranges(dst, segs.iter().map(|s| s.start * cols..s.end * cols));
-    par::run(ctx, segs.iter().zip(dsts).collect(), |(s, dst)| {
+    par::run(ctx, segs.iter().zip(dsts), |(s, dst)| {
         for (&w, d) in idx[s.start..s.end].iter().zip(dst.chunks_exact_mut(cols)) {
             let r = word(w) as usize;
             if r < src_rows {

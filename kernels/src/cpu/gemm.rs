@@ -67,7 +67,7 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
     }
     let out = OutPtr(c.as_mut_ptr());
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
-    par::run(ctx, tasks, |t| {
+    par::run(ctx, tasks.iter(), |t| {
         let (a, b) = (ap as *const f32, bp as *const f32);
         let (mut ao, mut bo, mut co) = (
             t.batch * g.stride_a,

@@ -4,23 +4,17 @@ use super::CpuCtx;
 use super::par::{self, split_ranges};
 use crate::ops::{Batched, STATS_LEN};
 
-/// One slot's task: the slot, its gradient rows (when wanted) and its
+/// One task per slot: the slot, its gradient rows (when wanted) and its
 /// statistics, each owned by the task.
-type SlotTask<'a> = (usize, Option<&'a mut [f32]>, &'a mut [f32]);
-
 fn slot_tasks<'a>(
     shape: Batched,
     grad: Option<&'a mut [f32]>,
     stats: &'a mut [f32],
-) -> Vec<SlotTask<'a>> {
+) -> impl Iterator<Item = (usize, Option<&'a mut [f32]>, &'a mut [f32])> {
     let per = shape.per_slot();
-    let grads: Vec<Option<&mut [f32]>> = match grad {
-        Some(g) => split_ranges(g, (0..shape.slots).map(|s| s * per..(s + 1) * per))
-            .into_iter()
-            .map(Some)
-            .collect(),
-        None => (0..shape.slots).map(|_| None).collect(),
-    };
+    let mut grads =
+        grad.map(|g| split_ranges(g, (0..shape.slots).map(move |s| s * per..(s + 1) * per)));
+    let grads = std::iter::from_fn(move || Some(grads.as_mut().and_then(|g| g.next())));
     let stats = split_ranges(
         stats,
         (0..shape.slots).map(|s| s * STATS_LEN..(s + 1) * STATS_LEN),
@@ -29,7 +23,6 @@ fn slot_tasks<'a>(
         .zip(grads)
         .zip(stats)
         .map(|((s, g), st)| (s, g, st))
-        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -15,14 +15,10 @@ pub(crate) fn sgd(
     let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
     let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
     let ps = split_ranges(params, segs.iter().map(at));
-    let vs: Vec<Option<&mut [f32]>> = match velocity {
-        Some(v) => split_ranges(v, segs.iter().map(at))
-            .into_iter()
-            .map(Some)
-            .collect(),
-        None => segs.iter().map(|_| None).collect(),
-    };
-    let tasks: Vec<_> = segs.iter().zip(ps).zip(vs).collect();
+    // With no velocity, every task gets `None`.
+    let mut vs = velocity.map(|v| split_ranges(v, segs.iter().map(at)));
+    let vs = std::iter::from_fn(move || Some(vs.as_mut().and_then(|v| v.next())));
+    let tasks = segs.iter().zip(ps).zip(vs);
     par::run(ctx, tasks, |((s, p), v)| {
         let h = slots[s.slot];
         let g = &grads[at(s)];
@@ -70,7 +66,7 @@ pub(crate) fn adam(
         split_ranges(m, segs.iter().map(at)),
         split_ranges(v, segs.iter().map(at)),
     );
-    let tasks: Vec<_> = segs.iter().zip(ps).zip(ms).zip(vs).collect();
+    let tasks = segs.iter().zip(ps).zip(ms).zip(vs);
     par::run(ctx, tasks, |(((s, p), m), v)| {
         let h = slots[s.slot];
         // This step's bias corrections, from the step block.

@@ -13,29 +13,60 @@ pub(crate) const MIN_ELEMS_PER_TASK: usize = 1 << 16;
 
 /// Cuts `buf` into the given ranges, which must be in increasing order and
 /// disjoint, as mutable slices: each task then owns its output, checked by
-/// the borrow checker instead of promised in an `unsafe` block.
-pub(crate) fn split_ranges(
+/// the borrow checker instead of promised in an `unsafe` block. Lazy, so
+/// that an op run on one thread allocates nothing for it.
+pub(crate) fn split_ranges<I: Iterator<Item = std::ops::Range<usize>>>(
     buf: &mut [f32],
-    ranges: impl IntoIterator<Item = std::ops::Range<usize>>,
-) -> Vec<&mut [f32]> {
-    let mut out = Vec::new();
-    let (mut rest, mut at) = (buf, 0);
-    for r in ranges {
-        assert!(r.start >= at && r.start <= r.end, "ranges out of order");
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut(r.start - at);
-        let (piece, tail) = tail.split_at_mut(r.end - r.start);
-        out.push(piece);
-        rest = tail;
-        at = r.end;
+    ranges: impl IntoIterator<IntoIter = I>,
+) -> SplitRanges<'_, I> {
+    SplitRanges {
+        rest: buf,
+        at: 0,
+        ranges: ranges.into_iter(),
     }
-    out
 }
 
-/// Runs `f` on every task, on the pool when there is more than one.
-pub(crate) fn run<T: Send>(ctx: &CpuCtx, tasks: Vec<T>, f: impl Fn(T) + Sync + Send) {
+/// The iterator of [`split_ranges`].
+pub(crate) struct SplitRanges<'a, I> {
+    rest: &'a mut [f32],
+    at: usize,
+    ranges: I,
+}
+
+impl<'a, I: Iterator<Item = std::ops::Range<usize>>> Iterator for SplitRanges<'a, I> {
+    type Item = &'a mut [f32];
+
+    fn next(&mut self) -> Option<&'a mut [f32]> {
+        let r = self.ranges.next()?;
+        assert!(
+            r.start >= self.at && r.start <= r.end,
+            "ranges out of order"
+        );
+        let (_, tail) = std::mem::take(&mut self.rest).split_at_mut(r.start - self.at);
+        let (piece, tail) = tail.split_at_mut(r.end - r.start);
+        self.rest = tail;
+        self.at = r.end;
+        Some(piece)
+    }
+}
+
+/// Runs `f` on every task: on the pool when the context has one and there
+/// is more than one task, else in order on this thread (allocating nothing).
+pub(crate) fn run<T: Send>(
+    ctx: &CpuCtx,
+    tasks: impl Iterator<Item = T>,
+    f: impl Fn(T) + Sync + Send,
+) {
     match &ctx.pool {
-        Some(pool) if tasks.len() > 1 => pool.install(|| tasks.into_par_iter().for_each(&f)),
-        _ => tasks.into_iter().for_each(f),
+        Some(pool) => {
+            let tasks: Vec<T> = tasks.collect();
+            if tasks.len() > 1 {
+                pool.install(|| tasks.into_par_iter().for_each(&f))
+            } else {
+                tasks.into_iter().for_each(f)
+            }
+        }
+        None => tasks.for_each(f),
     }
 }
 
@@ -94,12 +125,13 @@ mod tests {
     #[test]
     fn split_ranges_cuts_disjoint_slices_and_refuses_overlaps() {
         let mut v: Vec<f32> = (0..10).map(|i| i as f32).collect();
-        let parts = split_ranges(&mut v, [1..3, 3..3, 5..9]);
-        let got: Vec<Vec<f32>> = parts.into_iter().map(|p| p.to_vec()).collect();
+        let got: Vec<Vec<f32>> = split_ranges(&mut v, [1..3, 3..3, 5..9])
+            .map(|p| p.to_vec())
+            .collect();
         assert_eq!(got, vec![vec![1.0, 2.0], vec![], vec![5.0, 6.0, 7.0, 8.0]]);
         let overlap = std::panic::catch_unwind(move || {
             let mut v = vec![0.0f32; 10];
-            split_ranges(&mut v, [0..4, 3..5]).len()
+            split_ranges(&mut v, [0..4, 3..5]).count()
         });
         assert!(overlap.is_err());
     }
