@@ -232,13 +232,13 @@ impl Job<CpuBackend> for Gated {
     fn export_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-    ) -> workers::Result<workers::TrialState> {
+    ) -> workers::Result<workers::TrialSnapshot> {
         self.inner.export_state(lane)
     }
     fn import_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-        state: &workers::TrialState,
+        state: &workers::TrialSnapshot,
     ) -> workers::Result<()> {
         self.inner.import_state(lane, state)
     }
@@ -426,13 +426,13 @@ impl Job<CpuBackend> for ShortOfMemory {
     fn export_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-    ) -> workers::Result<workers::TrialState> {
+    ) -> workers::Result<workers::TrialSnapshot> {
         self.inner.export_state(lane)
     }
     fn import_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-        state: &workers::TrialState,
+        state: &workers::TrialSnapshot,
     ) -> workers::Result<()> {
         self.inner.import_state(lane, state)
     }

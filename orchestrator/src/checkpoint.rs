@@ -2,7 +2,7 @@
 //! latest report point, one file per trial beside the database.
 //!
 //! `digits-mlp.db` keeps its checkpoints in `digits-mlp.db.checkpoints/`,
-//! as `trial-<trial_id>.state` (`workers::TrialState::to_bytes`). A file is
+//! as `trial-<trial_id>.state` (`workers::TrialSnapshot::to_bytes`). A file is
 //! written to a temporary name and renamed, so a crash at any moment leaves
 //! either the previous checkpoint or the new one, never half of one. A
 //! trial's file is deleted when it finishes, fails or is pruned, and files
@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use workers::TrialState;
+use workers::TrialSnapshot;
 
 /// The checkpoint folder of one database. See the module docs.
 #[derive(Debug, Clone)]
@@ -42,7 +42,7 @@ impl Checkpoints {
     }
 
     /// Writes `trial_id`'s checkpoint atomically; returns its size in bytes.
-    pub fn save(&self, trial_id: i64, state: &TrialState) -> std::io::Result<usize> {
+    pub fn save(&self, trial_id: i64, state: &TrialSnapshot) -> std::io::Result<usize> {
         let bytes = state.to_bytes();
         write_atomic(&self.path(trial_id), &bytes)?;
         Ok(bytes.len())
@@ -55,9 +55,9 @@ impl Checkpoints {
     }
 
     /// The checkpoint of `trial_id`, if there is a readable one.
-    pub fn load(&self, trial_id: i64) -> Option<TrialState> {
+    pub fn load(&self, trial_id: i64) -> Option<TrialSnapshot> {
         let bytes = std::fs::read(self.path(trial_id)).ok()?;
-        TrialState::from_bytes(&bytes).ok()
+        TrialSnapshot::from_bytes(&bytes).ok()
     }
 
     /// Where an external worker of `trial_id` saves its own checkpoint.
@@ -117,8 +117,8 @@ mod tests {
     use super::*;
     use workers::group::SlotState;
 
-    fn state(iteration: u64) -> TrialState {
-        TrialState {
+    fn state(iteration: u64) -> TrialSnapshot {
+        TrialSnapshot {
             fingerprint: 7,
             iteration,
             reports: iteration / 10,

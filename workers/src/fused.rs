@@ -25,7 +25,7 @@ use crate::error::{Result, WorkerError};
 use crate::group::{LossStats, MlpGroup};
 use crate::job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
 use crate::lane::Lane;
-use crate::state::TrialState;
+use crate::state::TrialSnapshot;
 use crate::trial::TrainTrial;
 
 struct Member<B: Backend> {
@@ -222,7 +222,7 @@ impl<B: Backend> FusedTrials<B> {
 
     /// Every member's whole state (as a lone trial's), by tag, leaving the
     /// group as it is.
-    fn states(&self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+    fn states(&self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         let Some(group) = &self.group else {
             return Ok(self
                 .members
@@ -244,7 +244,7 @@ impl<B: Backend> FusedTrials<B> {
             }
             out.push((
                 m.tag,
-                TrialState {
+                TrialSnapshot {
                     fingerprint: m.trial.state_fingerprint(),
                     iteration: m.trial.iterations_done(),
                     reports: m.trial.reports_done(),
@@ -429,17 +429,17 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
         self.members.len()
     }
 
-    fn member_states(&mut self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+    fn member_states(&mut self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         self.states(lane)
     }
 
-    fn export_state(&mut self, _lane: &mut Lane<B>) -> Result<TrialState> {
+    fn export_state(&mut self, _lane: &mut Lane<B>) -> Result<TrialSnapshot> {
         Err(WorkerError::BadState(
             "a fused group has one state per member; let members leave first".into(),
         ))
     }
 
-    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialState) -> Result<()> {
+    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialSnapshot) -> Result<()> {
         Err(WorkerError::BadState(
             "a fused group has one state per member".into(),
         ))
@@ -461,7 +461,7 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
         let spec = self.members[0].trial.spec().clone();
         let batch = self.members[0].trial.config().batch_size;
         let mut group = MlpGroup::zeroed(lane, spec, batch, self.data.target_cols, hparams)?;
-        let mut states: Vec<TrialState> = Vec::with_capacity(self.members.len());
+        let mut states: Vec<TrialSnapshot> = Vec::with_capacity(self.members.len());
         for m in &mut self.members {
             states.push(m.trial.take_host_state().ok_or(WorkerError::NotResident)?);
         }

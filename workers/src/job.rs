@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::group::GroupShape;
 use crate::hparams::OptimizerFamily;
 use crate::lane::Lane;
-use crate::state::TrialState;
+use crate::state::TrialSnapshot;
 
 /// The device memory a job needs, known before it touches the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -120,9 +120,9 @@ pub trait Job<B: Backend>: Send {
     /// The most recent report.
     fn report(&self) -> Option<&Report>;
     /// The full state, as host bytes can carry it.
-    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialState>;
+    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialSnapshot>;
     /// Replaces the full state; the job continues exactly where `state` was taken.
-    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialState) -> Result<()>;
+    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialSnapshot) -> Result<()>;
     /// Moves the persistent state to host memory and frees the device's.
     /// Returns the bytes moved.
     fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize>;
@@ -135,7 +135,7 @@ pub trait Job<B: Backend>: Send {
     }
     /// A fused job's members' states, by tag, for their checkpoints; a lone
     /// trial has none (it checkpoints through `export_state`).
-    fn member_states(&mut self, _lane: &mut Lane<B>) -> Result<Vec<(u64, TrialState)>> {
+    fn member_states(&mut self, _lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         Ok(Vec::new())
     }
 }

@@ -15,7 +15,7 @@
 //!   needs no second code path.
 //! * [`trial::TrainTrial`] is one trial as a [`Job`]: it knows its
 //!   footprint exactly from the shapes, reports at report points, and
-//!   exports its whole state to bytes ([`TrialState`]) for swapping and
+//!   exports its whole state to bytes ([`TrialSnapshot`]) for swapping and
 //!   checkpoints, bit-exactly.
 //!
 //! Everything is generic over [`kernels::Backend`], so the CPU and CUDA run
@@ -40,5 +40,5 @@ pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
 pub use lane::Lane;
 pub use model::{LossKind, MlpSpec};
-pub use state::TrialState;
+pub use state::TrialSnapshot;
 pub use trial::{TrainTrial, TrialConfig};

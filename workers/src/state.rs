@@ -11,7 +11,7 @@ const MAGIC: &[u8; 8] = b"SALUSTS1";
 
 /// Everything needed to continue a trial exactly where it stopped.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TrialState {
+pub struct TrialSnapshot {
     /// Identifies the model shape and optimizer layout.
     pub fingerprint: u64,
     /// Iterations done.
@@ -21,7 +21,7 @@ pub struct TrialState {
     pub slot: SlotState,
 }
 
-impl TrialState {
+impl TrialSnapshot {
     /// Bytes of floats the state holds.
     pub fn float_bytes(&self) -> usize {
         4 * (self.slot.params.len()
@@ -79,7 +79,7 @@ impl TrialState {
         let params = take(n);
         let opt_state = (0..n_state).map(|_| take(n)).collect();
         let train_stats = take(n_stats);
-        Ok(TrialState {
+        Ok(TrialSnapshot {
             fingerprint,
             iteration,
             reports,

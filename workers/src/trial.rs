@@ -19,7 +19,7 @@ use crate::hparams::SlotHparams;
 use crate::job::{Footprint, FusionKey, Job, Report, StepOutcome};
 use crate::lane::Lane;
 use crate::model::{LossKind, MlpSpec};
-use crate::state::{TrialState, fnv1a};
+use crate::state::{TrialSnapshot, fnv1a};
 
 /// What a trial trains, before it is bound to data.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +56,7 @@ pub struct TrainTrial<B: Backend> {
     data: Arc<DeviceData<B>>,
     shape: GroupShape,
     group: Option<MlpGroup<B>>,
-    swapped: Option<TrialState>,
+    swapped: Option<TrialSnapshot>,
     iteration: u64,
     reports: u64,
     iters_per_epoch: u64,
@@ -120,7 +120,7 @@ impl<B: Backend> TrainTrial<B> {
             opt_state: vec![vec![0.0; n]; family.state_vectors()],
             train_stats: vec![0.0; kernels::STATS_LEN],
         };
-        trial.swapped = Some(TrialState {
+        trial.swapped = Some(TrialSnapshot {
             fingerprint: trial.fingerprint(),
             iteration: 0,
             reports: 0,
@@ -135,7 +135,7 @@ impl<B: Backend> TrainTrial<B> {
     pub fn resume_on_host(
         data: Arc<DeviceData<B>>,
         cfg: TrialConfig,
-        state: TrialState,
+        state: TrialSnapshot,
     ) -> Result<Self> {
         let mut trial = Self::new_on_host(data, cfg)?;
         if state.fingerprint != trial.fingerprint() {
@@ -229,18 +229,18 @@ impl<B: Backend> TrainTrial<B> {
 
     /// The host-side state of a trial that is not resident, for a fused
     /// group to import; the trial keeps nothing on the device meanwhile.
-    pub(crate) fn take_host_state(&mut self) -> Option<TrialState> {
+    pub(crate) fn take_host_state(&mut self) -> Option<TrialSnapshot> {
         self.swapped.take()
     }
 
     /// The state held on the host, if the trial is not resident: what a
     /// checkpoint of a trial waiting off the device holds.
-    pub fn host_state(&self) -> Option<&TrialState> {
+    pub fn host_state(&self) -> Option<&TrialSnapshot> {
         self.swapped.as_ref()
     }
 
     /// Gives a trial back its state after it leaves a fused group.
-    pub(crate) fn put_host_state(&mut self, state: TrialState) {
+    pub(crate) fn put_host_state(&mut self, state: TrialSnapshot) {
         self.iteration = state.iteration;
         self.reports = state.reports;
         self.swapped = Some(state);
@@ -351,12 +351,12 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         self.last_report.as_ref()
     }
 
-    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialState> {
+    fn export_state(&mut self, lane: &mut Lane<B>) -> Result<TrialSnapshot> {
         if let Some(st) = &self.swapped {
             return Ok(st.clone());
         }
         let group = self.group.as_ref().ok_or(WorkerError::NotResident)?;
-        Ok(TrialState {
+        Ok(TrialSnapshot {
             fingerprint: self.fingerprint(),
             iteration: self.iteration,
             reports: self.reports,
@@ -364,7 +364,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         })
     }
 
-    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialState) -> Result<()> {
+    fn import_state(&mut self, lane: &mut Lane<B>, state: &TrialSnapshot) -> Result<()> {
         if state.fingerprint != self.fingerprint() {
             return Err(WorkerError::BadState(
                 "the state was taken from a different model or optimizer".into(),

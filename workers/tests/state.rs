@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use kernels::Activation;
-use workers::{Job, Optimizer, Report, StepOutcome, TrainTrial, TrialState, WorkerError};
+use workers::{Job, Optimizer, Report, StepOutcome, TrainTrial, TrialSnapshot, WorkerError};
 
 fn run_iterations(
     trial: &mut TrainTrial<kernels::CpuBackend>,
@@ -80,7 +80,7 @@ fn export_then_import_into_a_fresh_trial_continues_the_same_trajectory() {
 
         let mut second = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
         second
-            .import_state(&mut lane, &TrialState::from_bytes(&bytes).unwrap())
+            .import_state(&mut lane, &TrialSnapshot::from_bytes(&bytes).unwrap())
             .unwrap();
         assert_eq!(second.iterations_done(), cut);
         reports.extend(run_to_end(&mut second, &mut lane));
@@ -129,10 +129,10 @@ fn states_round_trip_through_bytes_and_refuse_other_models() {
     run_iterations(&mut trial, &mut lane, 7);
     let state = trial.export_state(&mut lane).unwrap();
     let bytes = state.to_bytes();
-    assert_eq!(TrialState::from_bytes(&bytes).unwrap(), state);
+    assert_eq!(TrialSnapshot::from_bytes(&bytes).unwrap(), state);
     for cut in [0, 10, 55, bytes.len() - 1] {
         assert!(
-            TrialState::from_bytes(&bytes[..cut]).is_err(),
+            TrialSnapshot::from_bytes(&bytes[..cut]).is_err(),
             "truncated at {cut}"
         );
     }

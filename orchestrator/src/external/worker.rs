@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use kernels::{Activation, Backend};
 use serde_json::Value;
 use workers::group::GroupShape;
-use workers::state::TrialState;
+use workers::state::TrialSnapshot;
 use workers::{
     Footprint, FusionKey, Job, Lane, LossKind, MlpSpec, OptimizerFamily, Report, StepOutcome,
     WorkerError,
@@ -533,13 +533,13 @@ impl<B: Backend> Job<B> for ExternalTrial {
         self.last_report.as_ref()
     }
 
-    fn export_state(&mut self, _lane: &mut Lane<B>) -> workers::Result<TrialState> {
+    fn export_state(&mut self, _lane: &mut Lane<B>) -> workers::Result<TrialSnapshot> {
         Err(WorkerError::BadState(
             "an external worker checkpoints itself (the checkpoint message)".into(),
         ))
     }
 
-    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialState) -> workers::Result<()> {
+    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialSnapshot) -> workers::Result<()> {
         Err(WorkerError::BadState(
             "an external worker resumes itself from its checkpoint".into(),
         ))

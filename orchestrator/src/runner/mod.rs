@@ -74,7 +74,7 @@ struct Pending {
     number: i64,
     params: Params,
     /// The checkpoint it continues from, if it has one.
-    resume: Option<workers::TrialState>,
+    resume: Option<workers::TrialSnapshot>,
 }
 
 /// Decodes stored parameters through the current search space.
@@ -403,7 +403,7 @@ impl Runner<'_> {
         // trial's state, each member's of a fused group, a parked trial's.
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
-        let mut states: BTreeMap<JobId, workers::TrialState> = BTreeMap::new();
+        let mut states: BTreeMap<JobId, workers::TrialSnapshot> = BTreeMap::new();
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
                 let Some(lane) = lane.as_mut() else { break };

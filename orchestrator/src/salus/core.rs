@@ -147,7 +147,7 @@ pub enum CoreEvent {
     /// member, `job` is the member's tag).
     Checkpoint {
         job: JobId,
-        state: workers::TrialState,
+        state: workers::TrialSnapshot,
     },
     /// The device ran out of memory for a job whose footprint was too
     /// small: it went back to waiting with a larger estimate.
@@ -762,7 +762,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     let end = shared.epoch.elapsed().as_secs_f64();
                     // Checkpoints at report points: a lone trial's state, or
                     // every member's of a fused group.
-                    let checkpoints: Vec<(JobId, workers::TrialState)> = match &result {
+                    let checkpoints: Vec<(JobId, workers::TrialSnapshot)> = match &result {
                         Ok(StepOutcome::Report(_)) if shared.checkpoints => job
                             .export_state(lane)
                             .ok()

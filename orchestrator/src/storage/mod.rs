@@ -14,6 +14,7 @@
 
 mod migrate;
 mod read;
+mod study;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -1,12 +1,12 @@
-//! Creating or resuming a study, and reading trials back.
+//! Reading studies and their trials back.
 
 use std::collections::BTreeMap;
 
-use sqlx::{Connection, Row};
+use sqlx::Row;
 
-use super::{Store, now, storage_err};
+use super::{Store, storage_err};
 use crate::error::{Error, Result};
-use crate::study::{Direction, Study};
+use crate::study::Direction;
 
 /// Optuna's trial states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,8 +83,6 @@ fn direction_of(s: &str) -> Direction {
     }
 }
 
-const SPACE_KEY: &str = "salus:search_space";
-
 impl Store {
     pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
         let url = self.url.clone();
@@ -116,23 +114,6 @@ impl Store {
             .collect())
     }
 
-    /// Leaves a command (`pause`, `resume`, `prune`) for the orchestrator
-    /// running the study; it acts at the trial's next iteration boundary.
-    pub async fn push_command(&mut self, study_id: i64, trial_id: i64, action: &str) -> Result<()> {
-        let url = self.url.clone();
-        sqlx::query(
-            "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?)",
-        )
-        .bind(study_id)
-        .bind(trial_id)
-        .bind(action)
-        .bind(now())
-        .execute(self.conn())
-        .await
-        .map_err(|e| storage_err(&url, e))?;
-        Ok(())
-    }
-
     /// The study named `name`, or the only one when `name` is `None`.
     pub async fn pick_study(&mut self, name: Option<&str>) -> Result<StudyInfo> {
         let all = self.studies().await?;
@@ -158,130 +139,6 @@ impl Store {
                 names()
             ))),
         }
-    }
-
-    /// Creates the study, or resumes it after checking that its direction
-    /// and search space are unchanged. Returns whether it already existed.
-    pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, bool)> {
-        let url = self.url.clone();
-        let err = |e: sqlx::Error| storage_err(&url, e);
-        let space =
-            serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
-        let mut tx = self
-            .conn()
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(err)?;
-        let existing = sqlx::query(
-            "SELECT s.study_id, d.direction, a.value_json FROM studies s \
-             LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
-             LEFT JOIN study_system_attributes a ON a.study_id = s.study_id AND a.\"key\" = ? \
-             WHERE s.study_name = ?",
-        )
-        .bind(SPACE_KEY)
-        .bind(&study.name)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(err)?;
-        if let Some(row) = existing {
-            let id: i64 = row.get(0);
-            let direction: Option<String> = row.get(1);
-            let stored: Option<String> = row.get(2);
-            if direction.as_deref() != Some(study.direction.optuna()) {
-                return Err(Error::Input(format!(
-                    "study '{}' in {url} is stored with direction {}, but {} asks for {}; rename the study or use another storage",
-                    study.name,
-                    direction.unwrap_or_else(|| "none".into()),
-                    study.path.display(),
-                    study.direction.optuna()
-                )));
-            }
-            if let Some(stored) = stored {
-                let stored: BTreeMap<String, String> =
-                    serde_json::from_str(&stored).unwrap_or_default();
-                if let Some(diff) = space_diff(&stored, &study.space_json()) {
-                    return Err(Error::Input(format!(
-                        "study '{}' in {url} was created with a different search space ({diff}); rename the study in {} or use another storage",
-                        study.name,
-                        study.path.display()
-                    )));
-                }
-            }
-            tx.commit().await.map_err(err)?;
-            return Ok((
-                StudyInfo {
-                    id,
-                    name: study.name.clone(),
-                    direction: study.direction,
-                },
-                true,
-            ));
-        }
-        let id: i64 =
-            sqlx::query_scalar("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id")
-                .bind(&study.name)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err)?;
-        sqlx::query(
-            "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
-        )
-        .bind(study.direction.optuna())
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        let fixed: BTreeMap<&String, String> = study
-            .fixed
-            .iter()
-            .map(|(k, v)| (k, v.to_string()))
-            .collect();
-        let attrs = [
-            ("study_system_attributes", SPACE_KEY, space),
-            (
-                "study_user_attributes",
-                "metric",
-                serde_json::to_string(&study.metric).unwrap(),
-            ),
-            (
-                "study_user_attributes",
-                "fixed_params",
-                serde_json::to_string(&fixed).unwrap(),
-            ),
-            (
-                "study_user_attributes",
-                "created_by",
-                serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION")))
-                    .unwrap(),
-            ),
-        ];
-        for (table, key, value) in attrs {
-            sqlx::query(&format!(
-                "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?)"
-            ))
-            .bind(id)
-            .bind(key)
-            .bind(value)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
-        }
-        sqlx::query("INSERT INTO salus_events (study_id, time, kind, detail) VALUES (?, ?, 'study_create', ?)")
-            .bind(id)
-            .bind(now())
-            .bind(serde_json::json!({ "file": study.path.display().to_string() }).to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok((
-            StudyInfo {
-                id,
-                name: study.name.clone(),
-                direction: study.direction,
-            },
-            false,
-        ))
     }
 
     /// Every trial of a study, by number, with parameters and intermediate values.
@@ -374,22 +231,4 @@ impl Store {
         }
         Ok(trials)
     }
-}
-
-/// What changed between two search spaces, if anything.
-fn space_diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Option<String> {
-    let mut parts = Vec::new();
-    for (k, v) in new {
-        match old.get(k) {
-            None => parts.push(format!("'{k}' is new")),
-            Some(o) if o != v => parts.push(format!("'{k}' changed from {o} to {v}")),
-            _ => {}
-        }
-    }
-    parts.extend(
-        old.keys()
-            .filter(|k| !new.contains_key(*k))
-            .map(|k| format!("'{k}' was removed")),
-    );
-    (!parts.is_empty()).then(|| parts.join("; "))
 }
