@@ -71,7 +71,7 @@ fn a_plain_objective_stores_exactly_what_it_returns() {
     assert_eq!(rows.len(), 8);
     for t in &rows {
         assert_eq!(t.state, TrialState::Complete, "{t:?}");
-        let p = |n: &str| t.params.iter().find(|(k, _, _)| k == n).unwrap().1;
+        let p = |n: &str| t.params.iter().find(|p| p.name == n).unwrap().internal;
         let (x, y) = (p("x"), p("y"));
         let want = (1.0 - x).powi(2) + 100.0 * (y - x * x).powi(2);
         assert!(
@@ -324,7 +324,7 @@ fn serving_workers_take_trial_after_trial() {
     assert_eq!(rows.len(), 16);
     for t in &rows {
         assert_eq!(t.state, TrialState::Complete, "{t:?}");
-        let x = t.params[0].1;
+        let x = t.params[0].internal;
         assert!((t.value.unwrap() - x * x).abs() < 1e-12);
     }
     let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)

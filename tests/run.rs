@@ -34,12 +34,12 @@ fn a_six_trial_digits_study_completes_and_stores_everything() {
             t.value.unwrap(),
             "the final report is the value"
         );
-        let names: Vec<&str> = t.params.iter().map(|(n, _, _)| n.as_str()).collect();
+        let names: Vec<&str> = t.params.iter().map(|p| p.name.as_str()).collect();
         assert!(names.contains(&"lr") && names.contains(&"width") && names.contains(&"optimizer"));
         let sgd = t
             .params
             .iter()
-            .any(|(n, v, _)| n == "optimizer" && *v == 0.0);
+            .any(|p| p.name == "optimizer" && p.internal == 0.0);
         assert_eq!(
             names.contains(&"sgd.momentum"),
             sgd,

@@ -29,7 +29,7 @@ pub fn external(internal: f64, distribution_json: &str) -> Value {
 fn params_json(t: &TrialRow) -> serde_json::Map<String, Value> {
     t.params
         .iter()
-        .map(|(n, v, d)| (n.clone(), external(*v, d)))
+        .map(|p| (p.name.clone(), external(p.internal, &p.distribution_json)))
         .collect()
 }
 
@@ -109,9 +109,9 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
     }
     let mut names: Vec<String> = Vec::new();
     for t in trials {
-        for (n, _, _) in &t.params {
-            if !names.contains(n) {
-                names.push(n.clone());
+        for p in &t.params {
+            if !names.contains(&p.name) {
+                names.push(p.name.clone());
             }
         }
     }

@@ -47,7 +47,7 @@ use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{Sampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
-use crate::storage::{StudyInfo, TrialRow, Writer};
+use crate::storage::{StoredParam, StudyInfo, TrialRow, Writer};
 use crate::study::{GraphsMode, PrunerKind, Study};
 
 /// What a run was asked to do beyond the study file.
@@ -80,29 +80,32 @@ struct Pending {
 /// Decodes stored parameters through the current search space.
 pub fn decode_params(study: &Study, row: &TrialRow) -> Params {
     let mut params = Params::new();
-    for (name, value, _) in &row.params {
-        let Some(p) = study.space.params().iter().find(|p| &p.name == name) else {
+    for stored in &row.params {
+        let Some(p) = study.space.params().iter().find(|p| p.name == stored.name) else {
             continue;
         };
+        let value = stored.internal;
         let v = match p.dist {
-            Distribution::Float { .. } => ParamValue::Float(*value),
+            Distribution::Float { .. } => ParamValue::Float(value),
             Distribution::Int { .. } => ParamValue::Int(value.round() as i64),
-            Distribution::Categorical { .. } => ParamValue::Choice(*value as usize),
+            Distribution::Categorical { .. } => ParamValue::Choice(value as usize),
         };
-        params.insert(name.clone(), v);
+        params.insert(stored.name.clone(), v);
     }
     params
 }
 
-fn encode_params(study: &Study, params: &Params) -> Vec<(String, f64, String)> {
+fn encode_params(study: &Study, params: &Params) -> Vec<StoredParam> {
     study
         .space
         .params()
         .iter()
         .filter_map(|p| {
-            params
-                .get(&p.name)
-                .map(|v| (p.name.clone(), v.internal(), distribution_json(&p.dist)))
+            params.get(&p.name).map(|v| StoredParam {
+                name: p.name.clone(),
+                internal: v.internal(),
+                distribution_json: distribution_json(&p.dist),
+            })
         })
         .collect()
 }

@@ -24,7 +24,7 @@ use std::time::Duration;
 use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 
-pub use read::{StudyInfo, TrialRow, TrialState};
+pub use read::{StoredParam, StudyInfo, TrialRow, TrialState};
 pub use writer::{Writer, WriterStats};
 
 use crate::error::{Error, Result};

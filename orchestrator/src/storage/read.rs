@@ -8,6 +8,16 @@ use super::{Store, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Direction;
 
+/// One parameter of a trial as Optuna's `trial_params` stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredParam {
+    pub name: String,
+    /// Optuna's internal representation: the value, or a choice's index.
+    pub internal: f64,
+    /// Optuna's `distribution_json`.
+    pub distribution_json: String,
+}
+
 /// Optuna's trial states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TrialState {
@@ -63,8 +73,7 @@ pub struct TrialRow {
     pub value: Option<f64>,
     pub datetime_start: Option<String>,
     pub datetime_complete: Option<String>,
-    /// `(name, internal value, distribution_json)`.
-    pub params: Vec<(String, f64, String)>,
+    pub params: Vec<StoredParam>,
     /// `(step, value)`; NaN where Optuna stored a non-finite value as NULL.
     pub intermediate: Vec<(i64, f64)>,
     pub fail_reason: Option<String>,
@@ -188,7 +197,11 @@ impl Store {
         .map_err(err)?;
         for r in &params {
             if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
-                trials[i].params.push((r.get(1), r.get(2), r.get(3)));
+                trials[i].params.push(StoredParam {
+                    name: r.get(1),
+                    internal: r.get(2),
+                    distribution_json: r.get(3),
+                });
             }
         }
         let values = sqlx::query(

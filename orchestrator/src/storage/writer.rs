@@ -11,7 +11,7 @@
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{TrialState, now};
+use super::{StoredParam, TrialState, now};
 use crate::error::{Error, Result, StorageFailure};
 
 /// Most operations one transaction takes.
@@ -53,10 +53,10 @@ pub struct LaneStats {
 /// One write. See the module docs.
 #[derive(Debug)]
 pub enum WriteOp {
-    /// A new RUNNING trial with its parameters `(name, internal value, distribution_json)`.
+    /// A new RUNNING trial with its parameters.
     CreateTrial {
         study_id: i64,
-        params: Vec<(String, f64, String)>,
+        params: Vec<StoredParam>,
         reply: oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
     },
     /// Takes the dashboard's unapplied commands for the study.
@@ -224,11 +224,7 @@ impl Writer {
     }
 
     /// Creates a RUNNING trial; returns `(trial_id, number)`.
-    pub fn create_trial(
-        &self,
-        study_id: i64,
-        params: Vec<(String, f64, String)>,
-    ) -> Result<(i64, i64)> {
+    pub fn create_trial(&self, study_id: i64, params: Vec<StoredParam>) -> Result<(i64, i64)> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
@@ -348,12 +344,12 @@ async fn apply(
                     .bind(&time)
                     .fetch_one(&mut *tx)
                     .await?;
-                for (name, value, dist) in params.iter() {
+                for p in params.iter() {
                     sqlx::query("INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?)")
                         .bind(trial_id)
-                        .bind(name)
-                        .bind(*value)
-                        .bind(dist)
+                        .bind(&p.name)
+                        .bind(p.internal)
+                        .bind(&p.distribution_json)
                         .execute(&mut *tx)
                         .await?;
                 }
