@@ -9,7 +9,7 @@
 # from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by git and
 # must be carried (the device tool's `carry`); the anchors are never committed.
 #
-# The device half fits one device call: its phases' timeouts add up to 450 s
+# The device half fits one device call: its phases' timeouts add up to 465 s
 # (a call may run 600 s, and a session has 900 s of device time in all).
 # Each phase writes its own file under $OUT as soon as it ends, and a line to
 # $OUT/summary.txt, so a call that times out still returns what finished:
@@ -85,8 +85,10 @@ phase() {
 }
 
 note "start; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; gpu-build/salus-tune devices; } \
-    > "$OUT/01-devices.txt" 2>&1
+{
+    timeout 15 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    timeout 30 gpu-build/salus-tune devices
+} > "$OUT/01-devices.txt" 2>&1
 note "01-devices.txt: $(tr '\n' ';' < "$OUT/01-devices.txt")"
 
 T=(--test-threads 1 --nocapture)
