@@ -319,295 +319,25 @@ async fn run(
     }
 }
 
+/// What an op answers once its transaction has committed.
+enum Answer {
+    /// A created trial's `(trial_id, number)`.
+    Ids(i64, i64),
+    RunId(i64),
+    Commands(Vec<Command>),
+}
+
+/// Applies a batch in one `BEGIN IMMEDIATE` transaction; then saves the
+/// files it covers, and only then answers (see the module docs).
 async fn apply(
     conn: &mut SqliteConnection,
     batch: &mut [WriteOp],
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut replies = Vec::new();
     let time = now();
-    let mut pending: Vec<(usize, (i64, i64))> = Vec::new();
-    let mut taken: Vec<(usize, Vec<Command>)> = Vec::new();
-    for (i, op) in batch.iter_mut().enumerate() {
-        match op {
-            WriteOp::CreateTrial {
-                study_id, params, ..
-            } => {
-                let number: i64 =
-                    sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
-                        .bind(*study_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                let trial_id: i64 = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
-                    .bind(number)
-                    .bind(*study_id)
-                    .bind(&time)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                for p in params.iter() {
-                    sqlx::query("INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?)")
-                        .bind(trial_id)
-                        .bind(&p.name)
-                        .bind(p.internal)
-                        .bind(&p.distribution_json)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                event(
-                    &mut tx,
-                    *study_id,
-                    Some(trial_id),
-                    "trial_start",
-                    &serde_json::json!({ "number": number }).to_string(),
-                    &time,
-                )
-                .await?;
-                pending.push((i, (trial_id, number)));
-            }
-            WriteOp::StartTrial { trial_id } => {
-                sqlx::query("UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL WHERE trial_id = ?").bind(&time).bind(*trial_id).execute(&mut *tx).await?;
-                study_event(&mut tx, *trial_id, "trial_start", "{}", &time).await?;
-            }
-            WriteOp::Resources {
-                trial_id,
-                resources: r,
-            } => {
-                sqlx::query(
-                    "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
-                     ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
-                     ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
-                     iterations = 0, device_seconds = 0, fail_reason = NULL",
-                )
-                .bind(*trial_id)
-                .bind(&r.device)
-                .bind(r.lane)
-                .bind(r.persistent_bytes)
-                .bind(r.ephemeral_bytes)
-                .bind(r.shared_bytes)
-                .bind(r.total_iterations)
-                .execute(&mut *tx)
-                .await?;
-            }
-            WriteOp::Intermediate {
-                trial_id,
-                step,
-                value,
-            } => {
-                let (v, kind) = optuna_value(*value, true);
-                sqlx::query(
-                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
-                     ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",
-                )
-                .bind(*trial_id)
-                .bind(*step)
-                .bind(v)
-                .bind(kind)
-                .execute(&mut *tx)
-                .await?;
-            }
-            WriteOp::Finish {
-                trial_id,
-                state,
-                value,
-                iterations,
-                device_seconds,
-                fail_reason,
-            } => {
-                sqlx::query(
-                    "UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?",
-                )
-                .bind(state.as_str())
-                .bind(&time)
-                .bind(*trial_id)
-                .execute(&mut *tx)
-                .await?;
-                if let Some(value) = value {
-                    let (v, kind) = optuna_value(*value, false);
-                    sqlx::query(
-                        "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?) \
-                         ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
-                    )
-                    .bind(*trial_id)
-                    .bind(v)
-                    .bind(kind)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                if let Some(reason) = fail_reason {
-                    sqlx::query("INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json")
-                        .bind(*trial_id)
-                        .bind(serde_json::to_string(reason).unwrap())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                sqlx::query("UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?")
-                    .bind(*iterations)
-                    .bind(*device_seconds)
-                    .bind(fail_reason.as_deref())
-                    .bind(*trial_id)
-                    .execute(&mut *tx)
-                    .await?;
-                let kind = if *state == TrialState::Complete {
-                    "trial_complete"
-                } else {
-                    "trial_fail"
-                };
-                study_event(&mut tx, *trial_id, kind, &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason }).to_string(), &time).await?;
-            }
-            WriteOp::Requeue {
-                trial_id,
-                keep_steps,
-            } => {
-                sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *tx).await?;
-                sqlx::query(
-                    "DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?",
-                )
-                .bind(*trial_id)
-                .bind(*keep_steps)
-                .execute(&mut *tx)
-                .await?;
-                let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
-                study_event(&mut tx, *trial_id, "trial_requeue", &detail, &time).await?;
-            }
-            WriteOp::Heartbeat { trial_ids } => {
-                for id in trial_ids.iter() {
-                    sqlx::query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat")
-                        .bind(*id)
-                        .bind(&time)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-            }
-            WriteOp::Event {
-                study_id,
-                trial_id,
-                kind,
-                detail,
-            } => event(&mut tx, *study_id, *trial_id, kind, detail, &time).await?,
-            WriteOp::StartRun { study_id, run, .. } => {
-                let run_id: i64 = sqlx::query_scalar(
-                    "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
-                )
-                .bind(*study_id)
-                .bind(&time)
-                .bind(&run.device)
-                .bind(&run.policy)
-                .bind(run.lanes)
-                .bind(run.threads_per_lane)
-                .bind(run.budget_bytes)
-                .fetch_one(&mut *tx)
-                .await?;
-                pending.push((i, (run_id, 0)));
-            }
-            WriteOp::Segment {
-                run_id,
-                lane,
-                trial_id,
-                start_s,
-                end_s,
-                iterations,
-            } => {
-                sqlx::query("INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)")
-                    .bind(*run_id)
-                    .bind(*lane)
-                    .bind(*trial_id)
-                    .bind(*start_s)
-                    .bind(*end_s)
-                    .bind(*iterations)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            WriteOp::Swap {
-                run_id,
-                trial_id,
-                lane,
-                out,
-                bytes,
-                seconds,
-                time_s,
-            } => {
-                sqlx::query("INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)")
-                    .bind(*run_id)
-                    .bind(*trial_id)
-                    .bind(*lane)
-                    .bind(if *out { "out" } else { "in" })
-                    .bind(*bytes)
-                    .bind(*seconds)
-                    .bind(*time_s)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            WriteOp::LaneStats { run_id, stats: s } => {
-                sqlx::query(
-                    "INSERT OR REPLACE INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                )
-                .bind(*run_id)
-                .bind(s.lane)
-                .bind(s.iterations)
-                .bind(s.busy_s)
-                .bind(s.wall_s)
-                .bind(s.switches)
-                .bind(s.switch_mean_us)
-                .bind(s.switch_max_us)
-                .execute(&mut *tx)
-                .await?;
-            }
-            WriteOp::Priority {
-                trial_id,
-                priority,
-                rung,
-                reason,
-            } => {
-                sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
-                    .bind(*trial_id)
-                    .bind(&time)
-                    .bind(*priority)
-                    .bind(*rung)
-                    .bind(*reason)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            WriteOp::TrialAttr {
-                trial_id,
-                key,
-                value_json,
-            } => {
-                sqlx::query(
-                    "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
-                     ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
-                )
-                .bind(*trial_id)
-                .bind(*key)
-                .bind(value_json.as_str())
-                .execute(&mut *tx)
-                .await?;
-            }
-            WriteOp::TakeCommands { study_id, .. } => {
-                let rows = sqlx::query(
-                    "UPDATE salus_commands SET applied = ? WHERE study_id = ? AND applied IS NULL \
-                     RETURNING command_id, trial_id, action",
-                )
-                .bind(&time)
-                .bind(*study_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                let mut cmds: Vec<(i64, Command)> = rows
-                    .iter()
-                    .map(|r| {
-                        (
-                            r.get(0),
-                            Command {
-                                trial_id: r.get(1),
-                                action: r.get(2),
-                            },
-                        )
-                    })
-                    .collect();
-                cmds.sort_by_key(|(id, _)| *id);
-                taken.push((i, cmds.into_iter().map(|(_, c)| c).collect()));
-            }
-            WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
-        }
+    let mut answers = Vec::with_capacity(batch.len());
+    for op in batch.iter() {
+        answers.push(write_op(&mut tx, op, &time).await?);
     }
     tx.commit().await?;
     // Files only now: what they cover is durable.
@@ -619,44 +349,237 @@ async fn apply(
             let _ = std::fs::remove_file(path);
         }
     }
-    // Answers go out only now that their writes are durable.
-    for (i, op) in batch.iter_mut().enumerate() {
-        match op {
-            WriteOp::CreateTrial { reply, .. } => {
-                let ids = pending
-                    .iter()
-                    .find(|(j, _)| *j == i)
-                    .map(|(_, ids)| *ids)
-                    .expect("created above");
-                let (dummy, _) = oneshot::channel();
-                replies.push(Reply::Trial(std::mem::replace(reply, dummy), ids));
+    Ok(replies(batch, answers))
+}
+
+/// An op's reply channel, moved out; the op keeps a closed one.
+fn take<T>(reply: &mut oneshot::Sender<T>) -> oneshot::Sender<T> {
+    std::mem::replace(reply, oneshot::channel().0)
+}
+
+/// The answers, each to its op's reply channel. They go out only now that
+/// their writes are durable.
+fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
+    let mut replies = Vec::new();
+    for (op, answer) in batch.iter_mut().zip(answers) {
+        match (op, answer) {
+            (WriteOp::CreateTrial { reply, .. }, Some(Answer::Ids(id, number))) => {
+                replies.push(Reply::Trial(take(reply), (id, number)))
             }
-            WriteOp::Flush { reply } => {
-                let (dummy, _) = oneshot::channel();
-                replies.push(Reply::Flush(std::mem::replace(reply, dummy)));
+            (WriteOp::StartRun { reply, .. }, Some(Answer::RunId(id))) => {
+                replies.push(Reply::Run(take(reply), id))
             }
-            WriteOp::TakeCommands { reply, .. } => {
-                let cmds = taken
-                    .iter_mut()
-                    .find(|(j, _)| *j == i)
-                    .map(|(_, c)| std::mem::take(c))
-                    .unwrap_or_default();
-                let (dummy, _) = oneshot::channel();
-                replies.push(Reply::Commands(std::mem::replace(reply, dummy), cmds));
+            (WriteOp::TakeCommands { reply, .. }, Some(Answer::Commands(c))) => {
+                replies.push(Reply::Commands(take(reply), c))
             }
-            WriteOp::StartRun { reply, .. } => {
-                let id = pending
-                    .iter()
-                    .find(|(j, _)| *j == i)
-                    .map(|(_, ids)| ids.0)
-                    .expect("inserted above");
-                let (dummy, _) = oneshot::channel();
-                replies.push(Reply::Run(std::mem::replace(reply, dummy), id));
-            }
+            (WriteOp::Flush { reply }, _) => replies.push(Reply::Flush(take(reply))),
             _ => {}
         }
     }
-    Ok(replies)
+    replies
+}
+
+/// One op's statements, inside the batch's transaction.
+async fn write_op(
+    conn: &mut SqliteConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    match op {
+        WriteOp::CreateTrial {
+            study_id, params, ..
+        } => return create_trial(conn, study_id, params, time).await,
+        WriteOp::StartTrial { trial_id } => {
+            sqlx::query("UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL WHERE trial_id = ?").bind(time).bind(*trial_id).execute(&mut *conn).await?;
+            study_event(&mut *conn, *trial_id, "trial_start", "{}", time).await?;
+        }
+        WriteOp::Resources {
+            trial_id,
+            resources: r,
+        } => {
+            sqlx::query(
+                "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
+                 ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
+                 iterations = 0, device_seconds = 0, fail_reason = NULL",
+            )
+            .bind(*trial_id)
+            .bind(&r.device)
+            .bind(r.lane)
+            .bind(r.persistent_bytes)
+            .bind(r.ephemeral_bytes)
+            .bind(r.shared_bytes)
+            .bind(r.total_iterations)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::Intermediate {
+            trial_id,
+            step,
+            value,
+        } => {
+            let (v, kind) = optuna_value(*value, true);
+            sqlx::query(
+                "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",
+            )
+            .bind(*trial_id)
+            .bind(*step)
+            .bind(v)
+            .bind(kind)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::Finish {
+            trial_id,
+            state,
+            value,
+            iterations,
+            device_seconds,
+            fail_reason,
+        } => {
+            return finish_trial(
+                conn,
+                trial_id,
+                state,
+                value,
+                iterations,
+                device_seconds,
+                fail_reason,
+                time,
+            )
+            .await;
+        }
+        WriteOp::Requeue {
+            trial_id,
+            keep_steps,
+        } => {
+            sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?;
+            sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
+                .bind(*trial_id)
+                .bind(*keep_steps)
+                .execute(&mut *conn)
+                .await?;
+            let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
+            study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await?;
+        }
+        WriteOp::Heartbeat { trial_ids } => {
+            for id in trial_ids.iter() {
+                sqlx::query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat")
+                    .bind(*id)
+                    .bind(time)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        WriteOp::Event {
+            study_id,
+            trial_id,
+            kind,
+            detail,
+        } => event(&mut *conn, *study_id, *trial_id, kind, detail, time).await?,
+        WriteOp::StartRun { study_id, run, .. } => {
+            let run_id: i64 = sqlx::query_scalar(
+                "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
+            )
+            .bind(*study_id)
+            .bind(time)
+            .bind(&run.device)
+            .bind(&run.policy)
+            .bind(run.lanes)
+            .bind(run.threads_per_lane)
+            .bind(run.budget_bytes)
+            .fetch_one(&mut *conn)
+            .await?;
+            return Ok(Some(Answer::RunId(run_id)));
+        }
+        WriteOp::Segment {
+            run_id,
+            lane,
+            trial_id,
+            start_s,
+            end_s,
+            iterations,
+        } => {
+            sqlx::query("INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)")
+                .bind(*run_id)
+                .bind(*lane)
+                .bind(*trial_id)
+                .bind(*start_s)
+                .bind(*end_s)
+                .bind(*iterations)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::Swap {
+            run_id,
+            trial_id,
+            lane,
+            out,
+            bytes,
+            seconds,
+            time_s,
+        } => {
+            sqlx::query("INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)")
+                .bind(*run_id)
+                .bind(*trial_id)
+                .bind(*lane)
+                .bind(if *out { "out" } else { "in" })
+                .bind(*bytes)
+                .bind(*seconds)
+                .bind(*time_s)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::LaneStats { run_id, stats: s } => {
+            sqlx::query(
+                "INSERT OR REPLACE INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(*run_id)
+            .bind(s.lane)
+            .bind(s.iterations)
+            .bind(s.busy_s)
+            .bind(s.wall_s)
+            .bind(s.switches)
+            .bind(s.switch_mean_us)
+            .bind(s.switch_max_us)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::Priority {
+            trial_id,
+            priority,
+            rung,
+            reason,
+        } => {
+            sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
+                .bind(*trial_id)
+                .bind(time)
+                .bind(*priority)
+                .bind(*rung)
+                .bind(*reason)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::TrialAttr {
+            trial_id,
+            key,
+            value_json,
+        } => {
+            sqlx::query(
+                "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+                 ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
+            )
+            .bind(*trial_id)
+            .bind(*key)
+            .bind(value_json.as_str())
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::TakeCommands { study_id, .. } => return take_commands(conn, study_id, time).await,
+        WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
+    }
+    Ok(None)
 }
 
 /// A dashboard command for one trial: `pause`, `resume` or `prune`.
@@ -714,4 +637,138 @@ async fn study_event(
         .fetch_one(&mut *conn)
         .await?;
     event(conn, study_id, Some(trial_id), kind, detail, time).await
+}
+
+/// A new RUNNING trial, numbered after the study's others (the write lock
+/// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
+/// parameters; answers `(trial_id, number)`.
+async fn create_trial(
+    conn: &mut SqliteConnection,
+    study_id: &i64,
+    params: &[StoredParam],
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let number: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+        .bind(*study_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let trial_id: i64 = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
+            .bind(number)
+            .bind(*study_id)
+            .bind(time)
+            .fetch_one(&mut *conn)
+            .await?;
+    for p in params.iter() {
+        sqlx::query("INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?)")
+                .bind(trial_id)
+                .bind(&p.name)
+                .bind(p.internal)
+                .bind(&p.distribution_json)
+                .execute(&mut *conn)
+                .await?;
+    }
+    event(
+        &mut *conn,
+        *study_id,
+        Some(trial_id),
+        "trial_start",
+        &serde_json::json!({ "number": number }).to_string(),
+        time,
+    )
+    .await?;
+    Ok(Some(Answer::Ids(trial_id, number)))
+}
+
+/// A trial ends: its state, Optuna value, fail reason and totals.
+#[allow(clippy::too_many_arguments)]
+async fn finish_trial(
+    conn: &mut SqliteConnection,
+    trial_id: &i64,
+    state: &TrialState,
+    value: &Option<f64>,
+    iterations: &i64,
+    device_seconds: &f64,
+    fail_reason: &Option<String>,
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    sqlx::query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?")
+        .bind(state.as_str())
+        .bind(time)
+        .bind(*trial_id)
+        .execute(&mut *conn)
+        .await?;
+    if let Some(value) = value {
+        let (v, kind) = optuna_value(*value, false);
+        sqlx::query(
+                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?) \
+                 ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
+            )
+            .bind(*trial_id)
+            .bind(v)
+            .bind(kind)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some(reason) = fail_reason {
+        sqlx::query("INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json")
+                .bind(*trial_id)
+                .bind(serde_json::to_string(reason).unwrap())
+                .execute(&mut *conn)
+                .await?;
+    }
+    sqlx::query("UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?")
+            .bind(*iterations)
+            .bind(*device_seconds)
+            .bind(fail_reason.as_deref())
+            .bind(*trial_id)
+            .execute(&mut *conn)
+            .await?;
+    let kind = if *state == TrialState::Complete {
+        "trial_complete"
+    } else {
+        "trial_fail"
+    };
+    study_event(
+        &mut *conn,
+        *trial_id,
+        kind,
+        &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason })
+            .to_string(),
+        time,
+    )
+    .await?;
+    Ok(None)
+}
+
+/// The dashboard's unapplied commands for the study, marked applied, in
+/// the order they were given.
+async fn take_commands(
+    conn: &mut SqliteConnection,
+    study_id: &i64,
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let rows = sqlx::query(
+        "UPDATE salus_commands SET applied = ? WHERE study_id = ? AND applied IS NULL \
+             RETURNING command_id, trial_id, action",
+    )
+    .bind(time)
+    .bind(*study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut cmds: Vec<(i64, Command)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                Command {
+                    trial_id: r.get(1),
+                    action: r.get(2),
+                },
+            )
+        })
+        .collect();
+    cmds.sort_by_key(|(id, _)| *id);
+    Ok(Some(Answer::Commands(
+        cmds.into_iter().map(|(_, c)| c).collect(),
+    )))
 }
