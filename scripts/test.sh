@@ -11,7 +11,7 @@
 # Device tests that could not run (no CUDA device here) print `ok` to cargo,
 # so each one records itself (kernels::device_tests) and the last two lines
 # count them apart from the passes:
-#   device tests: 0 run, 24 skipped (no CUDA device: ...)
+#   device tests: 0 run, 24 skipped (backend unavailable: ...)
 #   total: 155 passed, 0 failed, 24 skipped
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,11 +64,14 @@ read -r passed failed < <(awk '/^test result:/ {
 } END { print p + 0, f + 0 }' "$log/cargo-test")
 ran=$(grep -c '^run ' "$SALUS_TUNE_DEVICE_TEST_LOG" || true)
 skipped=$(grep -c '^skip ' "$SALUS_TUNE_DEVICE_TEST_LOG" || true)
-# The most common reason, once (they are all the same on a machine without CUDA).
-why=$(sed -n 's/^skip [^ ]* [^:]*: //p' "$SALUS_TUNE_DEVICE_TEST_LOG" | sort | uniq -c | sort -rn | head -1 | sed 's/^ *[0-9]* //')
+# The most common reason, once (on a machine without CUDA they are all the same).
+reasons=$(sed -n 's/^skip [^ ]* [^:]*: //p' "$SALUS_TUNE_DEVICE_TEST_LOG" | sort | uniq -c | sort -rn)
+why=$(head -1 <<< "$reasons" | sed 's/^ *[0-9]* //')
+others=$(($(grep -c . <<< "$reasons" || true) - 1))
+[[ $others -gt 0 ]] && why="$why; and $others other reason(s)"
 echo
 if [[ $skipped -gt 0 ]]; then
-    echo "device tests: $ran run, $skipped skipped (no CUDA device: $why)"
+    echo "device tests: $ran run, $skipped skipped ($why)"
 else
     echo "device tests: $ran run, 0 skipped"
 fi

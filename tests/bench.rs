@@ -128,7 +128,11 @@ fn bench_policies_replays_a_trace_under_each_policy() {
 #[test]
 fn bench_packing_on_cuda_without_a_device_is_an_input_error() {
     if kernels::cuda::probe().is_ok() && kernels::cuda::CudaBackend::new(0).is_ok() {
-        eprintln!("SKIPPED: a CUDA device is present; gpu-check.sh runs the benchmark on it");
+        kernels::device_tests::skipped_because_present(
+            "bench_packing_on_cuda_without_a_device_is_an_input_error",
+            "no-cuda",
+            "a CUDA device is present; gpu-check.sh runs the benchmark on it",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -9,14 +9,14 @@
 
 use std::io::Write;
 
-/// Records the outcome of device test `test`: run, or skipped for `why`.
-/// Returns whether the test may go on; panics instead of skipping when a
-/// device is required.
-pub fn record(test: &str, device: &str, why_not: Option<&str>) -> bool {
-    let line = match why_not {
-        None => format!("run {device} {test}"),
-        Some(why) => format!("skip {device} {test}: {}", why.replace('\n', " ")),
-    };
+/// Records that `test`, which needs the *absence* of `device`, was skipped
+/// because the device is here. Counted like any skip; never a failure.
+pub fn skipped_because_present(test: &str, device: &str, why: &str) {
+    append(&format!("skip {device} {test}: {}", why.replace('\n', " ")));
+    eprintln!("{test}: SKIPPED (not run): {why}");
+}
+
+fn append(line: &str) {
     if let Some(path) = std::env::var_os("SALUS_TUNE_DEVICE_TEST_LOG") {
         // One short append per line: whole lines even from parallel tests.
         if let Ok(mut f) = std::fs::OpenOptions::new()
@@ -27,6 +27,17 @@ pub fn record(test: &str, device: &str, why_not: Option<&str>) -> bool {
             let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
+}
+
+/// Records the outcome of device test `test`: run, or skipped for `why`.
+/// Returns whether the test may go on; panics instead of skipping when a
+/// device is required.
+pub fn record(test: &str, device: &str, why_not: Option<&str>) -> bool {
+    let line = match why_not {
+        None => format!("run {device} {test}"),
+        Some(why) => format!("skip {device} {test}: {}", why.replace('\n', " ")),
+    };
+    append(&line);
     match why_not {
         None => true,
         Some(why) if std::env::var_os("SALUS_TUNE_REQUIRE_CUDA").is_some() => {
