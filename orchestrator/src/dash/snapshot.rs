@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use crate::error::{Error, Result};
 use crate::storage::{Store, TrialState};
@@ -231,8 +231,108 @@ pub async fn load(
     let rows = store.trials(study_id).await?;
     let url = store.url.clone();
     let store_path = crate::storage::sqlite_path(&url).ok();
-    let e = |err: sqlx::Error| Error::storage(&url, err);
     let conn = store.conn();
+    let RunStatus {
+        metric,
+        run_id,
+        device,
+        policy,
+        budget_bytes,
+        budget_trials,
+        running,
+        elapsed_s,
+    } = run_status(conn, &url, &store_path, study_id).await?;
+    let TrialDetails {
+        mut params,
+        res,
+        reasons,
+        swapped,
+        fused,
+        speed,
+        mut events,
+    } = trial_details(conn, &url, study_id, run_id).await?;
+    let (lanes, swaps) = lane_activity(conn, &url, run_id).await?;
+    let trials = rows
+        .into_iter()
+        .map(|t| {
+            let r = res
+                .get(&t.trial_id)
+                .copied()
+                .unwrap_or((None, 0, 0, 0, 0, 0));
+            let phase = match t.state {
+                TrialState::Complete => Phase::Complete,
+                TrialState::Pruned => Phase::Pruned,
+                TrialState::Fail => Phase::Failed,
+                TrialState::Waiting => Phase::Waiting,
+                TrialState::Running if !running => Phase::Waiting,
+                TrialState::Running => {
+                    if swapped.get(&t.trial_id).is_some_and(|d| d == "out") {
+                        Phase::Swapped
+                    } else if reasons.get(&t.trial_id).is_some_and(|r| r == "paused") {
+                        Phase::Paused
+                    } else {
+                        Phase::Running
+                    }
+                }
+            };
+            TrialInfo {
+                trial_id: t.trial_id,
+                number: t.number,
+                phase,
+                params: params.remove(&t.trial_id).unwrap_or_default(),
+                value: t.value,
+                curve: t.intermediate,
+                rung: t.rung,
+                priority: t.priority,
+                lane: r.0,
+                iterations: r.4,
+                total_iterations: r.5,
+                its_per_s: speed.get(&t.trial_id).copied(),
+                persistent_bytes: r.1,
+                ephemeral_bytes: r.2,
+                shared_bytes: r.3,
+                fused_with: fused.get(&t.trial_id).cloned().unwrap_or_default(),
+                fail_reason: t.fail_reason,
+                events: events.remove(&t.trial_id).unwrap_or_default(),
+            }
+        })
+        .collect();
+    Ok(Snapshot {
+        study: name.to_string(),
+        direction,
+        metric,
+        device,
+        policy,
+        budget_bytes,
+        budget_trials,
+        running,
+        elapsed_s,
+        trials,
+        lanes,
+        swaps,
+    })
+}
+
+/// The study's latest run, and whether it is going on.
+struct RunStatus {
+    metric: String,
+    /// -1 before any run.
+    run_id: i64,
+    device: String,
+    policy: String,
+    budget_bytes: i64,
+    budget_trials: Option<i64>,
+    running: bool,
+    elapsed_s: f64,
+}
+
+async fn run_status(
+    conn: &mut SqliteConnection,
+    url: &str,
+    store_path: &Option<std::path::PathBuf>,
+    study_id: i64,
+) -> Result<RunStatus> {
+    let e = |err: sqlx::Error| Error::storage(url, err);
     let metric: String = sqlx::query_scalar(
         "SELECT value_json FROM study_user_attributes WHERE study_id = ? AND key = 'metric'",
     )
@@ -274,7 +374,7 @@ pub async fn load(
     let running = last
         .as_ref()
         .is_some_and(|r| r.get::<String, _>(0) == "study_start")
-        && run_alive(&store_path);
+        && run_alive(store_path);
     let budget_trials: Option<i64> = sqlx::query_scalar(
         "SELECT json_extract(detail, '$.budget') FROM salus_events WHERE study_id = ? \
          AND kind = 'study_start' ORDER BY event_id DESC LIMIT 1",
@@ -289,7 +389,41 @@ pub async fn load(
         _ => crate::storage::now(),
     };
     let elapsed_s = seconds_between(&started, &end).unwrap_or(0.0).max(0.0);
+    Ok(RunStatus {
+        metric,
+        run_id,
+        device,
+        policy,
+        budget_bytes,
+        budget_trials,
+        running,
+        elapsed_s,
+    })
+}
 
+/// A trial's lane, persistent, ephemeral and shared bytes, iterations and
+/// total iterations (`salus_trials`).
+type Resources = (Option<i64>, i64, i64, i64, i64, i64);
+
+/// Per trial: display values, resources, the latest priority reason and
+/// swap, fusion, speed and events.
+struct TrialDetails {
+    params: BTreeMap<i64, Vec<(String, String)>>,
+    res: BTreeMap<i64, Resources>,
+    reasons: BTreeMap<i64, String>,
+    swapped: BTreeMap<i64, String>,
+    fused: BTreeMap<i64, Vec<i64>>,
+    speed: BTreeMap<i64, f64>,
+    events: BTreeMap<i64, Vec<Event>>,
+}
+
+async fn trial_details(
+    conn: &mut SqliteConnection,
+    url: &str,
+    study_id: i64,
+    run_id: i64,
+) -> Result<TrialDetails> {
+    let e = |err: sqlx::Error| Error::storage(url, err);
     // Display values, resources, phases, fusion, speed and events per trial.
     let mut params: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
     for r in sqlx::query(
@@ -306,8 +440,6 @@ pub async fn load(
             .or_default()
             .push((r.get(1), v.unwrap_or_default()));
     }
-    // lane, persistent, ephemeral, shared, iterations, total iterations
-    type Resources = (Option<i64>, i64, i64, i64, i64, i64);
     let mut res: BTreeMap<i64, Resources> = BTreeMap::new();
     for r in sqlx::query(
         "SELECT st.trial_id, st.lane, st.persistent_bytes, st.ephemeral_bytes, st.shared_bytes, \
@@ -391,7 +523,25 @@ pub async fn load(
         });
     }
     events.values_mut().for_each(|v| v.reverse());
+    Ok(TrialDetails {
+        params,
+        res,
+        reasons,
+        swapped,
+        fused,
+        speed,
+        events,
+    })
+}
 
+/// Each lane's busy fraction per second over the run's last minute, with
+/// its totals, and the run's swap count.
+async fn lane_activity(
+    conn: &mut SqliteConnection,
+    url: &str,
+    run_id: i64,
+) -> Result<(Vec<LaneInfo>, i64)> {
+    let e = |err: sqlx::Error| Error::storage(url, err);
     // Lanes: busy fraction per second over the run's last minute.
     let latest: f64 = sqlx::query_scalar(
         "SELECT COALESCE(MAX(end_s), 0.0) FROM salus_lane_segments WHERE run_id = ?",
@@ -453,64 +603,5 @@ pub async fn load(
         .fetch_one(&mut *conn)
         .await
         .map_err(e)?;
-
-    let trials = rows
-        .into_iter()
-        .map(|t| {
-            let r = res
-                .get(&t.trial_id)
-                .copied()
-                .unwrap_or((None, 0, 0, 0, 0, 0));
-            let phase = match t.state {
-                TrialState::Complete => Phase::Complete,
-                TrialState::Pruned => Phase::Pruned,
-                TrialState::Fail => Phase::Failed,
-                TrialState::Waiting => Phase::Waiting,
-                TrialState::Running if !running => Phase::Waiting,
-                TrialState::Running => {
-                    if swapped.get(&t.trial_id).is_some_and(|d| d == "out") {
-                        Phase::Swapped
-                    } else if reasons.get(&t.trial_id).is_some_and(|r| r == "paused") {
-                        Phase::Paused
-                    } else {
-                        Phase::Running
-                    }
-                }
-            };
-            TrialInfo {
-                trial_id: t.trial_id,
-                number: t.number,
-                phase,
-                params: params.remove(&t.trial_id).unwrap_or_default(),
-                value: t.value,
-                curve: t.intermediate,
-                rung: t.rung,
-                priority: t.priority,
-                lane: r.0,
-                iterations: r.4,
-                total_iterations: r.5,
-                its_per_s: speed.get(&t.trial_id).copied(),
-                persistent_bytes: r.1,
-                ephemeral_bytes: r.2,
-                shared_bytes: r.3,
-                fused_with: fused.get(&t.trial_id).cloned().unwrap_or_default(),
-                fail_reason: t.fail_reason,
-                events: events.remove(&t.trial_id).unwrap_or_default(),
-            }
-        })
-        .collect();
-    Ok(Snapshot {
-        study: name.to_string(),
-        direction,
-        metric,
-        device,
-        policy,
-        budget_bytes,
-        budget_trials,
-        running,
-        elapsed_s,
-        trials,
-        lanes: lanes.into_values().collect(),
-        swaps,
-    })
+    Ok((lanes.into_values().collect(), swaps))
 }
