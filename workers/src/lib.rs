@@ -18,6 +18,12 @@
 //!   exports its whole state to bytes ([`TrialSnapshot`]) for swapping and
 //!   checkpoints, bit-exactly.
 //!
+//! * [`FusedTrials`] is a *fused group* as a [`Job`]: trials of one fusion
+//!   key that the core schedules as one, each a member that can leave and
+//!   join at a boundary. Its buffers are one [`group::MlpGroup`] of K slots.
+//!   "Fused group" is the one word for this idea across the crates; the
+//!   runner's bookkeeping of one is `runner::groups::Group`.
+//!
 //! Everything is generic over [`kernels::Backend`], so the CPU and CUDA run
 //! the same code.
 

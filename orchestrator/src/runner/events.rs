@@ -25,7 +25,7 @@ impl Runner<'_> {
     ) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                let ids = match st.gangs.get_mut(&job) {
+                let ids = match st.groups.get_mut(&job) {
                     Some(g) => {
                         g.lane = Some(lane);
                         g.members.clone()
@@ -51,13 +51,13 @@ impl Runner<'_> {
                 // pruner has decided on all of them.
                 // (Only those still in flight: no decision comes for others.)
                 let mut holding = false;
-                if let Some(gang) = st.gangs.get_mut(&job) {
+                if let Some(group) = st.groups.get_mut(&job) {
                     for m in &steps {
                         if matches!(m.outcome, MemberOutcome::Report(_))
                             && self.study.pruner != PrunerKind::None
                             && st.in_flight.contains_key(&m.tag)
                         {
-                            holding |= gang.held.insert(m.tag);
+                            holding |= group.held.insert(m.tag);
                         }
                     }
                 }
@@ -73,17 +73,17 @@ impl Runner<'_> {
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
                         MemberOutcome::Left => {
-                            if let Some(control) = st.gangs.get(&job).map(|g| g.control.clone()) {
+                            if let Some(control) = st.groups.get(&job).map(|g| g.control.clone()) {
                                 st.take_back(&control);
                             }
                         }
                         MemberOutcome::Finished(r) => {
-                            st.leave_gang(job, m.tag);
+                            st.leave_group(job, m.tag);
                             let iterations = r.iteration;
                             self.on_finished(st, m.tag, r, iterations, share)?
                         }
                         MemberOutcome::Failed(reason) => {
-                            st.leave_gang(job, m.tag);
+                            st.leave_group(job, m.tag);
                             let iterations = st
                                 .in_flight
                                 .get(&m.tag)
@@ -93,7 +93,7 @@ impl Runner<'_> {
                         }
                     }
                 }
-                if shrank && st.gangs.contains_key(&job) {
+                if shrank && st.groups.contains_key(&job) {
                     self.record_group(st, job, &[])?;
                 }
                 // The core holds a group that reported. When members held
@@ -118,7 +118,7 @@ impl Runner<'_> {
             }
             CoreEvent::GroupEnded { job, .. } => {
                 // Joiners it never took wait for another group.
-                st.end_gang(job);
+                st.end_group(job);
                 Ok(())
             }
             CoreEvent::Finished {
@@ -140,8 +140,8 @@ impl Runner<'_> {
                     e => e.to_string(),
                 };
                 // A fused group fails all its members; joiners it never took live on.
-                let jobs = if st.gangs.contains_key(&job) {
-                    st.end_gang(job)
+                let jobs = if st.groups.contains_key(&job) {
+                    st.end_group(job)
                 } else {
                     vec![job]
                 };

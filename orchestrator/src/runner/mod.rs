@@ -12,7 +12,7 @@
 //!   and orphaned trials, checkpoints, the sampler, the run's record);
 //! - `events`: reports, prunes, finishes and failures from the core, and
 //!   promotions;
-//! - `gangs`: fused groups, members that leave and join them, placement;
+//! - `groups`: fused groups (`Group`), members that leave and join them, placement;
 //! - `commands`: the dashboard's commands and the heartbeats;
 //! - `telemetry`: the core's timeline as storage writes;
 //! - this file: the types, the loop, filling slots and the run's end.
@@ -29,10 +29,10 @@ use workers::{DeviceData, Job, Lane, TrainTrial};
 
 mod commands;
 mod events;
-mod gangs;
+mod groups;
 mod resume;
 mod telemetry;
-use gangs::{Gang, Parked};
+use groups::{Group, Parked};
 use telemetry::record_telemetry;
 
 use crate::checkpoint::Checkpoints;
@@ -245,7 +245,7 @@ impl Runner<'_> {
     /// Submits trials (waiting ones first, then new proposals) while slots,
     /// the budget and the time allow. Paused trials hold no slot. With
     /// fusion on, new trials and parked ones that may run again join
-    /// running groups of their fusion key or form new ones (see `gangs`).
+    /// running groups of their fusion key or form new ones (see `groups`).
     fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
@@ -387,7 +387,7 @@ impl Runner<'_> {
             self.on_event(&mut st, event)?;
         }
         // Trials groups handed back (or never took) wait parked like the rest.
-        let controls: Vec<_> = st.gangs.values().map(|g| g.control.clone()).collect();
+        let controls: Vec<_> = st.groups.values().map(|g| g.control.clone()).collect();
         for c in &controls {
             st.take_back(c);
         }
@@ -395,7 +395,7 @@ impl Runner<'_> {
             core,
             events,
             in_flight,
-            gangs,
+            groups,
             parked,
             backend,
             ..
@@ -410,7 +410,7 @@ impl Runner<'_> {
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
                 let Some(lane) = lane.as_mut() else { break };
-                if gangs.contains_key(&job) {
+                if groups.contains_key(&job) {
                     states.extend(boxed.member_states(lane).unwrap_or_default());
                 } else if let Ok(s) = boxed.export_state(lane) {
                     states.insert(job, s);
@@ -534,13 +534,13 @@ struct RunState<B: Backend> {
     lanes_n: usize,
     core_kind: DeviceKind,
     /// Fused jobs, by the core's id.
-    gangs: BTreeMap<JobId, Gang<B>>,
+    groups: BTreeMap<JobId, Group<B>>,
     /// Fused members waiting off the device between groups.
     parked: BTreeMap<JobId, Parked<B>>,
     /// The core's policy, which also seats fused groups.
     policy: Policy,
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
-    member_gang: BTreeMap<JobId, JobId>,
+    member_group: BTreeMap<JobId, JobId>,
     next_member: JobId,
     /// RUNNING trials that another live process runs.
     elsewhere: u64,

@@ -2,7 +2,7 @@
 //! off the device between groups, and where a waiting trial goes.
 //!
 //! With fusion on (`[scheduler] fuse` > 1) every built-in trial runs as a
-//! member of a group ([`Gang`]), even a group of one, so that later trials
+//! member of a group ([`Group`]), even a group of one, so that later trials
 //! of its fusion key can join it at a boundary. A member leaves its group
 //! with its state on the host when it pauses (at an ASHA or Hyperband rung,
 //! or from the dashboard) or when a higher-priority trial takes its seat;
@@ -22,7 +22,7 @@ use crate::salus::fusion::{self, Seat};
 use crate::storage::writer::{TrialResources, WriteOp};
 
 /// A fused job: its members, and those whose report awaits a decision.
-pub(super) struct Gang<B: Backend> {
+pub(super) struct Group<B: Backend> {
     pub control: FusedControl<B>,
     pub key: FusionKey,
     /// Seats the group's footprint reserved.
@@ -50,11 +50,11 @@ impl<B: Backend> RunState<B> {
     /// its members holds it; releasing a member that holds nothing must not
     /// release the group, whose newest report may not be decided yet.
     pub(super) fn release(&mut self, job: JobId) {
-        match self.member_gang.get(&job) {
+        match self.member_group.get(&job) {
             Some(&g) => {
-                if let Some(gang) = self.gangs.get_mut(&g)
-                    && gang.held.remove(&job)
-                    && gang.held.is_empty()
+                if let Some(group) = self.groups.get_mut(&g)
+                    && group.held.remove(&job)
+                    && group.held.is_empty()
                 {
                     self.core.release(g);
                 }
@@ -68,19 +68,19 @@ impl<B: Backend> RunState<B> {
         if let Some(f) = self.in_flight.get_mut(&job) {
             f.priority = p;
         }
-        match self.member_gang.get(&job) {
-            Some(&g) => self.refresh_gang_priority(g),
+        match self.member_group.get(&job) {
+            Some(&g) => self.refresh_group_priority(g),
             None if !self.parked.contains_key(&job) => self.core.set_priority(job, p),
             None => {}
         }
     }
 
-    fn refresh_gang_priority(&mut self, g: JobId) {
-        if let Some(gang) = self.gangs.get(&g) {
-            let best = gang
+    fn refresh_group_priority(&mut self, g: JobId) {
+        if let Some(group) = self.groups.get(&g) {
+            let best = group
                 .members
                 .iter()
-                .filter(|m| !gang.leaving.contains(m))
+                .filter(|m| !group.leaving.contains(m))
                 .filter_map(|m| self.in_flight.get(m).map(|f| f.priority))
                 .fold(f64::NEG_INFINITY, f64::max);
             if best.is_finite() {
@@ -94,13 +94,13 @@ impl<B: Backend> RunState<B> {
     /// record its end now, as no core event will.
     pub(super) fn prune(&mut self, job: JobId) -> bool {
         let parked = self.parked.remove(&job).is_some();
-        match self.member_gang.remove(&job) {
+        match self.member_group.remove(&job) {
             Some(g) => {
-                if let Some(gang) = self.gangs.get_mut(&g) {
-                    gang.control.drop_member(job);
-                    gang.members.retain(|&m| m != job);
-                    gang.leaving.remove(&job);
-                    if gang.held.remove(&job) && gang.held.is_empty() {
+                if let Some(group) = self.groups.get_mut(&g) {
+                    group.control.drop_member(job);
+                    group.members.retain(|&m| m != job);
+                    group.leaving.remove(&job);
+                    if group.held.remove(&job) && group.held.is_empty() {
                         self.core.release(g);
                     }
                 }
@@ -116,17 +116,17 @@ impl<B: Backend> RunState<B> {
 
     /// Whether `job` is a fused member (in a group or parked).
     pub(super) fn is_member(&self, job: JobId) -> bool {
-        self.member_gang.contains_key(&job) || self.parked.contains_key(&job)
+        self.member_group.contains_key(&job) || self.parked.contains_key(&job)
     }
 
     /// Asks member `job` to leave its group at the next boundary and wait
     /// parked; `ready` when it may run again at once (preempted).
     pub(super) fn park(&mut self, job: JobId, ready: bool) {
-        if let Some(&g) = self.member_gang.get(&job)
-            && let Some(gang) = self.gangs.get_mut(&g)
+        if let Some(&g) = self.member_group.get(&job)
+            && let Some(group) = self.groups.get_mut(&g)
         {
-            gang.control.leave(job);
-            gang.leaving.insert(job);
+            group.control.leave(job);
+            group.leaving.insert(job);
             self.parked.insert(job, Parked { trial: None, ready });
             self.release(job);
         } else if let Some(p) = self.parked.get_mut(&job) {
@@ -156,22 +156,22 @@ impl<B: Backend> RunState<B> {
     /// Ends the runner's record of group `g` (it ended or failed): the
     /// trials it handed back or never took wait parked; returns the
     /// members still in it.
-    pub(super) fn end_gang(&mut self, g: JobId) -> Vec<JobId> {
-        let Some(control) = self.gangs.get(&g).map(|gang| gang.control.clone()) else {
+    pub(super) fn end_group(&mut self, g: JobId) -> Vec<JobId> {
+        let Some(control) = self.groups.get(&g).map(|group| group.control.clone()) else {
             return Vec::new();
         };
         self.take_back(&control);
-        let gang = self.gangs.remove(&g).expect("gang");
-        for m in &gang.members {
-            self.member_gang.remove(m);
+        let group = self.groups.remove(&g).expect("group");
+        for m in &group.members {
+            self.member_group.remove(m);
         }
-        gang.members
+        group.members
     }
 
     /// Forgets a member that left, or ended inside, its group.
-    pub(super) fn leave_gang(&mut self, gang: JobId, member: JobId) {
-        self.member_gang.remove(&member);
-        if let Some(g) = self.gangs.get_mut(&gang) {
+    pub(super) fn leave_group(&mut self, group: JobId, member: JobId) {
+        self.member_group.remove(&member);
+        if let Some(g) = self.groups.get_mut(&group) {
             g.members.retain(|&m| m != member);
             g.held.remove(&member);
             g.leaving.remove(&member);
@@ -186,8 +186,8 @@ impl<B: Backend> RunState<B> {
             .into_iter()
             .chain(control.take_unjoined())
         {
-            if let Some(&g) = self.member_gang.get(&tag) {
-                self.leave_gang(g, tag);
+            if let Some(&g) = self.member_group.get(&tag) {
+                self.leave_group(g, tag);
             }
             if !self.in_flight.contains_key(&tag) {
                 continue; // pruned meanwhile
@@ -247,24 +247,24 @@ impl Runner<'_> {
             arrival: st.in_flight.get(&id).map_or(0, |f| f.pending.number),
         };
         // Seats in running groups first.
-        let gang_ids: Vec<JobId> = st.gangs.keys().copied().collect();
-        for g in gang_ids {
-            let gang = &st.gangs[&g];
+        let group_ids: Vec<JobId> = st.groups.keys().copied().collect();
+        for g in group_ids {
+            let group = &st.groups[&g];
             let of_key: Vec<Seat> = waiting
                 .iter()
-                .filter(|(_, t)| t.fusion_key() == gang.key)
+                .filter(|(_, t)| t.fusion_key() == group.key)
                 .map(|(id, _)| seat(st, *id))
                 .collect();
             if of_key.is_empty() {
                 continue;
             }
-            let members: Vec<Seat> = gang
+            let members: Vec<Seat> = group
                 .members
                 .iter()
-                .filter(|m| !gang.leaving.contains(m))
+                .filter(|m| !group.leaving.contains(m))
                 .map(|&m| seat(st, m))
                 .collect();
-            let r = fusion::reseat(st.policy, gang.capacity, &members, &of_key);
+            let r = fusion::reseat(st.policy, group.capacity, &members, &of_key);
             if !r.evict.is_empty() {
                 let joining: Vec<i64> = r
                     .join
@@ -289,13 +289,13 @@ impl Runner<'_> {
             for id in &r.join {
                 let pos = waiting.iter().position(|(w, _)| w == id).expect("waiting");
                 let (tag, trial) = waiting.swap_remove(pos);
-                let gang = st.gangs.get_mut(&g).expect("gang");
-                gang.control.join(tag, trial);
-                gang.members.push(tag);
-                st.member_gang.insert(tag, g);
+                let group = st.groups.get_mut(&g).expect("group");
+                group.control.join(tag, trial);
+                group.members.push(tag);
+                st.member_group.insert(tag, g);
             }
             self.record_group(st, g, &r.join)?;
-            st.refresh_gang_priority(g);
+            st.refresh_group_priority(g);
         }
         // New groups for the rest, by key, best first under `priority`.
         while let Some((_, first)) = waiting.first() {
@@ -340,11 +340,11 @@ impl Runner<'_> {
         // The group's timeline is filed under its first member.
         st.trial_ids.insert(id, st.trial_ids[&tags[0]]);
         for &m in &tags {
-            st.member_gang.insert(m, id);
+            st.member_group.insert(m, id);
         }
-        st.gangs.insert(
+        st.groups.insert(
             id,
-            Gang {
+            Group {
                 control,
                 key,
                 capacity,
@@ -355,7 +355,7 @@ impl Runner<'_> {
             },
         );
         self.record_group(st, id, &[])?;
-        st.refresh_gang_priority(id);
+        st.refresh_group_priority(id);
         Ok(())
     }
 
@@ -367,11 +367,11 @@ impl Runner<'_> {
         g: JobId,
         joined: &[JobId],
     ) -> Result<()> {
-        let gang = &st.gangs[&g];
-        let seated: Vec<JobId> = gang
+        let group = &st.groups[&g];
+        let seated: Vec<JobId> = group
             .members
             .iter()
-            .filter(|m| !gang.leaving.contains(m))
+            .filter(|m| !group.leaving.contains(m))
             .copied()
             .collect();
         let numbers: Vec<i64> = seated
@@ -389,7 +389,7 @@ impl Runner<'_> {
                     value_json: serde_json::json!(numbers).to_string(),
                 })?;
             }
-            if let (true, Some(lane)) = (joined.contains(m), gang.lane) {
+            if let (true, Some(lane)) = (joined.contains(m), group.lane) {
                 self.writer.send(WriteOp::Resources {
                     trial_id: f.pending.trial_id,
                     resources: st.resources(f, lane),
