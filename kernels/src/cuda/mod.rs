@@ -355,6 +355,8 @@ pub struct CudaCtx {
     /// buffer is not rewritten before that copy has been made).
     step: Option<Pinned>,
     step_copied: CudaEvent,
+    /// Pinning failed once here: copies stay pageable.
+    pinning_failed: bool,
 }
 
 fn view_ptr(
@@ -455,6 +457,7 @@ impl Backend for CudaBackend {
             // pins little (a core starts many lanes).
             staging: None,
             step: None,
+            pinning_failed: false,
             stream,
             blas,
             _blas_workspace: workspace,
@@ -527,9 +530,14 @@ impl Backend for CudaBackend {
         let s = view_ptr("download", "src", src, dst.len(), &ctx.stream)?;
         let stream = ctx.stream.cu_stream();
         let want = dst.len().next_power_of_two().clamp(1 << 16, STAGING_ELEMS);
-        if self.no_pinned.is_none() && ctx.staging.as_ref().is_none_or(|p| p.len < want) {
-            // Grows up to STAGING_ELEMS; where pinning fails, pageable copies.
+        if self.no_pinned.is_none()
+            && !ctx.pinning_failed
+            && ctx.staging.as_ref().is_none_or(|p| p.len < want)
+        {
+            // Grows up to STAGING_ELEMS; where pinning fails, pageable copies
+            // from then on (not a failed attempt per download).
             ctx.staging = Pinned::new(&self.cu, want).ok();
+            ctx.pinning_failed = ctx.staging.is_none();
         }
         let Some(staging) = ctx.staging.as_mut() else {
             // Pageable: the driver stages it, and returns when it is done.
@@ -564,11 +572,16 @@ impl Backend for CudaBackend {
         }
         self.bind()?;
         let d = view_mut_ptr("stage_step", "dst", dst, words.len(), &ctx.stream)?;
-        if self.no_pinned.is_none() && ctx.step.as_ref().is_none_or(|p| p.len < words.len()) {
+        if self.no_pinned.is_none()
+            && !ctx.pinning_failed
+            && ctx.step.as_ref().is_none_or(|p| p.len < words.len())
+        {
             // Made once per context at the size a step needs (the old one
             // may still be read by its last copy).
             ctx.step_copied.synchronize().map_err(dev)?;
-            ctx.step = Pinned::new(&self.cu, words.len().next_power_of_two().max(1 << 12)).ok();
+            let len = words.len().next_power_of_two().max(1 << 12);
+            ctx.step = Pinned::new(&self.cu, len).ok();
+            ctx.pinning_failed = ctx.step.is_none();
         }
         let stream = ctx.stream.cu_stream();
         let Some(pinned) = ctx.step.as_mut() else {
