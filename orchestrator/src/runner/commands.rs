@@ -12,10 +12,10 @@ use crate::storage::writer::WriteOp;
 impl Runner<'_> {
     /// Tells the database every [`HEARTBEAT`] that this process's trials live.
     pub(super) fn heartbeat<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
-        if st.last_heartbeat.elapsed() < HEARTBEAT {
+        if st.liveness.last_heartbeat.elapsed() < HEARTBEAT {
             return Ok(());
         }
-        st.last_heartbeat = Instant::now();
+        st.liveness.last_heartbeat = Instant::now();
         let trial_ids: Vec<i64> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
         if !trial_ids.is_empty() {
             self.writer.send(WriteOp::Heartbeat { trial_ids })?;
@@ -26,10 +26,10 @@ impl Runner<'_> {
     /// Applies the dashboard's commands (at most every 250 ms): pause,
     /// resume or prune a trial at its next iteration boundary.
     pub(super) fn take_commands<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
-        if st.last_commands.elapsed() < std::time::Duration::from_millis(250) {
+        if st.liveness.last_commands.elapsed() < std::time::Duration::from_millis(250) {
             return Ok(());
         }
-        st.last_commands = Instant::now();
+        st.liveness.last_commands = Instant::now();
         for cmd in self.writer.take_commands(self.info.id)? {
             let job = st
                 .in_flight
@@ -40,12 +40,12 @@ impl Runner<'_> {
                 (None, _) => "ignored: the trial is not running",
                 (Some(j), "pause") => {
                     st.pause(j);
-                    st.user_paused.insert(j);
+                    st.liveness.user_paused.insert(j);
                     self.command_priority(cmd.trial_id, "paused")?;
                     "applied"
                 }
                 (Some(j), "resume") => {
-                    if st.user_paused.remove(&j) {
+                    if st.liveness.user_paused.remove(&j) {
                         st.resume(j);
                         self.command_priority(cmd.trial_id, "resumed")?;
                         "applied"
@@ -55,7 +55,7 @@ impl Runner<'_> {
                 }
                 (Some(j), "prune") => {
                     st.closing.insert(j);
-                    if st.user_paused.remove(&j) {
+                    if st.liveness.user_paused.remove(&j) {
                         st.resume(j);
                     }
                     self.command_priority(cmd.trial_id, "pruned")?;

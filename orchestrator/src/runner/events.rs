@@ -25,7 +25,7 @@ impl Runner<'_> {
     ) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                let ids = match st.groups.get_mut(&job) {
+                let ids = match st.fusion.groups.get_mut(&job) {
                     Some(g) => {
                         g.lane = Some(lane);
                         g.members.clone()
@@ -51,7 +51,7 @@ impl Runner<'_> {
                 // pruner has decided on all of them.
                 // (Only those still in flight: no decision comes for others.)
                 let mut holding = false;
-                if let Some(group) = st.groups.get_mut(&job) {
+                if let Some(group) = st.fusion.groups.get_mut(&job) {
                     for m in &steps {
                         if matches!(m.outcome, MemberOutcome::Report(_))
                             && self.study.pruner != PrunerKind::None
@@ -73,7 +73,9 @@ impl Runner<'_> {
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
                         MemberOutcome::Left => {
-                            if let Some(control) = st.groups.get(&job).map(|g| g.control.clone()) {
+                            if let Some(control) =
+                                st.fusion.groups.get(&job).map(|g| g.control.clone())
+                            {
                                 st.take_back(&control);
                             }
                         }
@@ -93,7 +95,7 @@ impl Runner<'_> {
                         }
                     }
                 }
-                if shrank && st.groups.contains_key(&job) {
+                if shrank && st.fusion.groups.contains_key(&job) {
                     self.record_group(st, job, &[])?;
                 }
                 // The core holds a group that reported. When members held
@@ -140,7 +142,7 @@ impl Runner<'_> {
                     e => e.to_string(),
                 };
                 // A fused group fails all its members; joiners it never took live on.
-                let jobs = if st.groups.contains_key(&job) {
+                let jobs = if st.fusion.groups.contains_key(&job) {
                     st.end_group(job)
                 } else {
                     vec![job]
@@ -383,7 +385,7 @@ impl Runner<'_> {
             return Ok(());
         };
         st.paused.remove(&job);
-        st.parked.remove(&job);
+        st.fusion.parked.remove(&job);
         st.closing.remove(&job);
         st.finished += 1;
         self.fail(&f.pending, iterations, seconds, reason)?;

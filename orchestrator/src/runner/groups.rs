@@ -50,9 +50,9 @@ impl<B: Backend> RunState<B> {
     /// its members holds it; releasing a member that holds nothing must not
     /// release the group, whose newest report may not be decided yet.
     pub(super) fn release(&mut self, job: JobId) {
-        match self.member_group.get(&job) {
+        match self.fusion.member_group.get(&job) {
             Some(&g) => {
-                if let Some(group) = self.groups.get_mut(&g)
+                if let Some(group) = self.fusion.groups.get_mut(&g)
                     && group.held.remove(&job)
                     && group.held.is_empty()
                 {
@@ -68,15 +68,15 @@ impl<B: Backend> RunState<B> {
         if let Some(f) = self.in_flight.get_mut(&job) {
             f.priority = p;
         }
-        match self.member_group.get(&job) {
+        match self.fusion.member_group.get(&job) {
             Some(&g) => self.refresh_group_priority(g),
-            None if !self.parked.contains_key(&job) => self.core.set_priority(job, p),
+            None if !self.fusion.parked.contains_key(&job) => self.core.set_priority(job, p),
             None => {}
         }
     }
 
     fn refresh_group_priority(&mut self, g: JobId) {
-        if let Some(group) = self.groups.get(&g) {
+        if let Some(group) = self.fusion.groups.get(&g) {
             let best = group
                 .members
                 .iter()
@@ -93,10 +93,10 @@ impl<B: Backend> RunState<B> {
     /// and a parked one is simply forgotten; `true` says the caller must
     /// record its end now, as no core event will.
     pub(super) fn prune(&mut self, job: JobId) -> bool {
-        let parked = self.parked.remove(&job).is_some();
-        match self.member_group.remove(&job) {
+        let parked = self.fusion.parked.remove(&job).is_some();
+        match self.fusion.member_group.remove(&job) {
             Some(g) => {
-                if let Some(group) = self.groups.get_mut(&g) {
+                if let Some(group) = self.fusion.groups.get_mut(&g) {
                     group.control.drop_member(job);
                     group.members.retain(|&m| m != job);
                     group.leaving.remove(&job);
@@ -116,20 +116,22 @@ impl<B: Backend> RunState<B> {
 
     /// Whether `job` is a fused member (in a group or parked).
     pub(super) fn is_member(&self, job: JobId) -> bool {
-        self.member_group.contains_key(&job) || self.parked.contains_key(&job)
+        self.fusion.member_group.contains_key(&job) || self.fusion.parked.contains_key(&job)
     }
 
     /// Asks member `job` to leave its group at the next boundary and wait
     /// parked; `ready` when it may run again at once (preempted).
     pub(super) fn park(&mut self, job: JobId, ready: bool) {
-        if let Some(&g) = self.member_group.get(&job)
-            && let Some(group) = self.groups.get_mut(&g)
+        if let Some(&g) = self.fusion.member_group.get(&job)
+            && let Some(group) = self.fusion.groups.get_mut(&g)
         {
             group.control.leave(job);
             group.leaving.insert(job);
-            self.parked.insert(job, Parked { trial: None, ready });
+            self.fusion
+                .parked
+                .insert(job, Parked { trial: None, ready });
             self.release(job);
-        } else if let Some(p) = self.parked.get_mut(&job) {
+        } else if let Some(p) = self.fusion.parked.get_mut(&job) {
             p.ready = ready;
         }
     }
@@ -147,7 +149,7 @@ impl<B: Backend> RunState<B> {
 
     /// Lets a paused trial run again.
     pub(super) fn resume(&mut self, job: JobId) {
-        match self.parked.get_mut(&job) {
+        match self.fusion.parked.get_mut(&job) {
             Some(p) => p.ready = true,
             None => self.core.resume(job),
         }
@@ -157,21 +159,26 @@ impl<B: Backend> RunState<B> {
     /// trials it handed back or never took wait parked; returns the
     /// members still in it.
     pub(super) fn end_group(&mut self, g: JobId) -> Vec<JobId> {
-        let Some(control) = self.groups.get(&g).map(|group| group.control.clone()) else {
+        let Some(control) = self
+            .fusion
+            .groups
+            .get(&g)
+            .map(|group| group.control.clone())
+        else {
             return Vec::new();
         };
         self.take_back(&control);
-        let group = self.groups.remove(&g).expect("group");
+        let group = self.fusion.groups.remove(&g).expect("group");
         for m in &group.members {
-            self.member_group.remove(m);
+            self.fusion.member_group.remove(m);
         }
         group.members
     }
 
     /// Forgets a member that left, or ended inside, its group.
     pub(super) fn leave_group(&mut self, group: JobId, member: JobId) {
-        self.member_group.remove(&member);
-        if let Some(g) = self.groups.get_mut(&group) {
+        self.fusion.member_group.remove(&member);
+        if let Some(g) = self.fusion.groups.get_mut(&group) {
             g.members.retain(|&m| m != member);
             g.held.remove(&member);
             g.leaving.remove(&member);
@@ -186,13 +193,13 @@ impl<B: Backend> RunState<B> {
             .into_iter()
             .chain(control.take_unjoined())
         {
-            if let Some(&g) = self.member_group.get(&tag) {
+            if let Some(&g) = self.fusion.member_group.get(&tag) {
                 self.leave_group(g, tag);
             }
             if !self.in_flight.contains_key(&tag) {
                 continue; // pruned meanwhile
             }
-            let p = self.parked.entry(tag).or_insert(Parked {
+            let p = self.fusion.parked.entry(tag).or_insert(Parked {
                 trial: None,
                 ready: true,
             });
@@ -211,30 +218,31 @@ impl Runner<'_> {
         st: &mut RunState<B>,
         new: Vec<(TrainTrial<B>, Flight)>,
     ) -> Result<()> {
-        if st.fuse <= 1 {
+        if st.fusion.fuse <= 1 {
             for (trial, flight) in new {
                 let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
-                st.trial_ids.insert(id, flight.pending.trial_id);
+                st.timeline.trial_ids.insert(id, flight.pending.trial_id);
                 st.in_flight.insert(id, flight);
             }
             return Ok(());
         }
         let mut waiting: Vec<(JobId, TrainTrial<B>)> = Vec::new();
         for (trial, flight) in new {
-            let tag = st.next_member;
-            st.next_member += 1;
-            st.trial_ids.insert(tag, flight.pending.trial_id);
+            let tag = st.fusion.next_member;
+            st.fusion.next_member += 1;
+            st.timeline.trial_ids.insert(tag, flight.pending.trial_id);
             st.in_flight.insert(tag, flight);
             waiting.push((tag, trial));
         }
         let ready: Vec<JobId> = st
+            .fusion
             .parked
             .iter()
             .filter(|(_, p)| p.ready && p.trial.is_some())
             .map(|(&j, _)| j)
             .collect();
         for j in ready {
-            if let Some(trial) = st.parked.remove(&j).and_then(|p| p.trial) {
+            if let Some(trial) = st.fusion.parked.remove(&j).and_then(|p| p.trial) {
                 waiting.push((j, trial));
             }
         }
@@ -247,9 +255,9 @@ impl Runner<'_> {
             arrival: st.in_flight.get(&id).map_or(0, |f| f.pending.number),
         };
         // Seats in running groups first.
-        let group_ids: Vec<JobId> = st.groups.keys().copied().collect();
+        let group_ids: Vec<JobId> = st.fusion.groups.keys().copied().collect();
         for g in group_ids {
-            let group = &st.groups[&g];
+            let group = &st.fusion.groups[&g];
             let of_key: Vec<Seat> = waiting
                 .iter()
                 .filter(|(_, t)| t.fusion_key() == group.key)
@@ -264,7 +272,7 @@ impl Runner<'_> {
                 .filter(|m| !group.leaving.contains(m))
                 .map(|&m| seat(st, m))
                 .collect();
-            let r = fusion::reseat(st.policy, group.capacity, &members, &of_key);
+            let r = fusion::reseat(st.fusion.policy, group.capacity, &members, &of_key);
             if !r.evict.is_empty() {
                 let joining: Vec<i64> = r
                     .join
@@ -289,10 +297,10 @@ impl Runner<'_> {
             for id in &r.join {
                 let pos = waiting.iter().position(|(w, _)| w == id).expect("waiting");
                 let (tag, trial) = waiting.swap_remove(pos);
-                let group = st.groups.get_mut(&g).expect("group");
+                let group = st.fusion.groups.get_mut(&g).expect("group");
                 group.control.join(tag, trial);
                 group.members.push(tag);
-                st.member_group.insert(tag, g);
+                st.fusion.member_group.insert(tag, g);
             }
             self.record_group(st, g, &r.join)?;
             st.refresh_group_priority(g);
@@ -312,11 +320,11 @@ impl Runner<'_> {
             });
             let footprint = st.in_flight[&of_key[0].0].footprint;
             let cap = fusion::group_cap(
-                st.core_kind,
-                st.fuse,
-                st.lane_budget,
+                st.fusion.core_kind,
+                st.fusion.fuse,
+                st.fusion.lane_budget,
                 &footprint,
-                st.max_concurrent.div_ceil(st.lanes_n),
+                st.max_concurrent.div_ceil(st.fusion.lanes_n),
             );
             for members in fusion::groups_of(of_key, cap) {
                 self.submit_group(st, members, cap)?;
@@ -338,11 +346,13 @@ impl Runner<'_> {
         let key = fused.fusion_key();
         let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
         // The group's timeline is filed under its first member.
-        st.trial_ids.insert(id, st.trial_ids[&tags[0]]);
+        st.timeline
+            .trial_ids
+            .insert(id, st.timeline.trial_ids[&tags[0]]);
         for &m in &tags {
-            st.member_group.insert(m, id);
+            st.fusion.member_group.insert(m, id);
         }
-        st.groups.insert(
+        st.fusion.groups.insert(
             id,
             Group {
                 control,
@@ -367,7 +377,7 @@ impl Runner<'_> {
         g: JobId,
         joined: &[JobId],
     ) -> Result<()> {
-        let group = &st.groups[&g];
+        let group = &st.fusion.groups[&g];
         let seated: Vec<JobId> = group
             .members
             .iter()

@@ -214,7 +214,9 @@ impl Runner<'_> {
             if self.stop.load(Ordering::SeqCst) {
                 break true;
             }
-            let timed_out = study.timeout.is_some_and(|t| st.started.elapsed() >= t);
+            let timed_out = study
+                .timeout
+                .is_some_and(|t| st.timeline.started.elapsed() >= t);
             self.take_commands(&mut st)?;
             self.heartbeat(&mut st)?;
             self.fill(&mut st, timed_out)?;
@@ -252,7 +254,8 @@ impl Runner<'_> {
         while !st.exhausted
             && !timed_out
             && st.in_flight.len().saturating_sub(st.paused.len()) + batch.len() < st.max_concurrent
-            && st.finished + st.elsewhere + ((st.in_flight.len() + batch.len()) as u64) < st.budget
+            && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
+                < st.budget
         {
             let mut pending = match st.waiting.pop_front() {
                 Some(p) => {
@@ -316,7 +319,7 @@ impl Runner<'_> {
                     priority: 0.0,
                 };
                 let id = st.core.submit(Box::new(trial), 0.0, "external");
-                st.trial_ids.insert(id, flight.pending.trial_id);
+                st.timeline.trial_ids.insert(id, flight.pending.trial_id);
                 st.in_flight.insert(id, flight);
                 continue;
             }
@@ -365,6 +368,7 @@ impl Runner<'_> {
             let paused: Vec<JobId> = st.paused.keys().copied().collect();
             for job in paused {
                 let iterations = st
+                    .fusion
                     .parked
                     .get(&job)
                     .and_then(|p| p.trial.as_ref())
@@ -387,7 +391,12 @@ impl Runner<'_> {
             self.on_event(&mut st, event)?;
         }
         // Trials groups handed back (or never took) wait parked like the rest.
-        let controls: Vec<_> = st.groups.values().map(|g| g.control.clone()).collect();
+        let controls: Vec<_> = st
+            .fusion
+            .groups
+            .values()
+            .map(|g| g.control.clone())
+            .collect();
         for c in &controls {
             st.take_back(c);
         }
@@ -395,12 +404,12 @@ impl Runner<'_> {
             core,
             events,
             in_flight,
-            groups,
-            parked,
+            fusion: Fusion { groups, parked, .. },
             backend,
+            timeline,
             ..
         } = st;
-        let mut st_lanes = st.lanes;
+        let mut st_lanes = timeline.lanes;
         // Whatever has not ended goes back to WAITING and runs first on
         // resume, from a checkpoint taken now where it can be: a lone
         // trial's state, each member's of a fused group, a parked trial's.
@@ -446,14 +455,14 @@ impl Runner<'_> {
         for event in events.try_iter() {
             record_telemetry(
                 &self.writer,
-                st.run_id,
-                &st.trial_ids,
+                timeline.run_id,
+                &timeline.trial_ids,
                 &mut st_lanes,
-                st.started,
+                timeline.started,
                 event,
             )?;
         }
-        let wall_s = st.started.elapsed().as_secs_f64();
+        let wall_s = timeline.started.elapsed().as_secs_f64();
         for (lane, t) in st_lanes {
             let stats = LaneStats {
                 lane: lane as i64,
@@ -465,7 +474,7 @@ impl Runner<'_> {
                 switch_max_us: (t.switches > 0).then_some(1e6 * t.switch_max_s),
             };
             self.writer.send(WriteOp::LaneStats {
-                run_id: st.run_id,
+                run_id: timeline.run_id,
                 stats,
             })?;
         }
@@ -501,9 +510,7 @@ struct RunState<B: Backend> {
     pruner: Box<dyn Pruner>,
     sampler: Box<dyn Sampler>,
     data: Arc<DeviceData<B>>,
-    run_id: i64,
     device: String,
-    started: Instant,
     /// Seeds each trial (with its number).
     seed: u64,
     /// Finished trials the study should reach.
@@ -523,9 +530,14 @@ struct RunState<B: Backend> {
     paused: BTreeMap<JobId, usize>,
     /// Paused trials already asked to stop for good.
     closing: BTreeSet<JobId>,
-    /// Every job of this run, for telemetry that arrives after a trial ended.
-    trial_ids: BTreeMap<JobId, i64>,
-    lanes: BTreeMap<usize, LaneTally>,
+    backend: Arc<B>,
+    fusion: Fusion<B>,
+    timeline: Timeline,
+    liveness: Liveness,
+}
+
+/// How trials run as fused groups (`groups.rs`).
+struct Fusion<B: Backend> {
     /// Most members a fused group may have (1: no fusion).
     fuse: usize,
     /// Device bytes one lane may fill, to bound a group's size.
@@ -542,9 +554,21 @@ struct RunState<B: Backend> {
     /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
     member_group: BTreeMap<JobId, JobId>,
     next_member: JobId,
+}
+
+/// The run's record of the core's timeline (`telemetry.rs`).
+struct Timeline {
+    run_id: i64,
+    started: Instant,
+    /// Every job of this run, for telemetry that arrives after a trial ended.
+    trial_ids: BTreeMap<JobId, i64>,
+    lanes: BTreeMap<usize, LaneTally>,
+}
+
+/// What other processes and the dashboard see of this run (`commands.rs`).
+struct Liveness {
     /// RUNNING trials that another live process runs.
     elsewhere: u64,
-    backend: Arc<B>,
     last_heartbeat: Instant,
     /// Trials paused from the dashboard: they keep their slot.
     user_paused: BTreeSet<JobId>,

@@ -16,7 +16,8 @@ use kernels::Backend;
 use workers::{DeviceData, TrainTrial};
 
 use super::{
-    DEFAULT_FUSE, FIRST_MEMBER, Pending, RunState, Runner, STALE_AFTER_S, decode_params, trial_seed,
+    DEFAULT_FUSE, FIRST_MEMBER, Fusion, Liveness, Pending, RunState, Runner, STALE_AFTER_S,
+    Timeline, decode_params, trial_seed,
 };
 use crate::error::{Error, Result};
 use crate::pruner::{Curve, Curves};
@@ -96,9 +97,7 @@ impl Runner<'_> {
             pruner: study.pruner.build(),
             sampler,
             data,
-            run_id,
             device,
-            started: Instant::now(),
             seed: self.options.seed.unwrap_or(study.seed),
             budget,
             max_concurrent,
@@ -112,22 +111,30 @@ impl Runner<'_> {
             curves,
             paused: BTreeMap::new(),
             closing: BTreeSet::new(),
-            trial_ids: BTreeMap::new(),
-            lanes: BTreeMap::new(),
-            fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
-            policy: config.policy,
-            parked: BTreeMap::new(),
-            lane_budget: config.budget / config.lanes.max(1) as u64,
-            lanes_n: config.lanes.max(1),
-            core_kind: backend.kind(),
-            groups: BTreeMap::new(),
-            member_group: BTreeMap::new(),
-            next_member: FIRST_MEMBER,
-            elsewhere,
             backend: backend.clone(),
-            last_heartbeat: Instant::now(),
-            user_paused: BTreeSet::new(),
-            last_commands: Instant::now(),
+            fusion: Fusion {
+                fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
+                policy: config.policy,
+                parked: BTreeMap::new(),
+                lane_budget: config.budget / config.lanes.max(1) as u64,
+                lanes_n: config.lanes.max(1),
+                core_kind: backend.kind(),
+                groups: BTreeMap::new(),
+                member_group: BTreeMap::new(),
+                next_member: FIRST_MEMBER,
+            },
+            timeline: Timeline {
+                run_id,
+                started: Instant::now(),
+                trial_ids: BTreeMap::new(),
+                lanes: BTreeMap::new(),
+            },
+            liveness: Liveness {
+                elsewhere,
+                last_heartbeat: Instant::now(),
+                user_paused: BTreeSet::new(),
+                last_commands: Instant::now(),
+            },
         })
     }
 

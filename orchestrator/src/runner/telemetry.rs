@@ -22,10 +22,10 @@ impl Runner<'_> {
     ) -> Result<()> {
         record_telemetry(
             &self.writer,
-            st.run_id,
-            &st.trial_ids,
-            &mut st.lanes,
-            st.started,
+            st.timeline.run_id,
+            &st.timeline.trial_ids,
+            &mut st.timeline.lanes,
+            st.timeline.started,
             event,
         )
     }
