@@ -1,0 +1,227 @@
+//! Every message the study parser gives, pinned: one bad file per error
+//! path, and the parsed form of good files. The parser can be rewritten;
+//! what users read must not change.
+
+use std::fmt::Write;
+use std::path::Path;
+
+use salus_tune::study::{load, parse_str};
+
+/// Bad study files, each with one mistake.
+const BAD: &[&str] = &[
+    // syntax and sections
+    "[study]\ntrials = 3\nname = \n",
+    "x = [1,\n",
+    "[studdy]\nname = \"x\"\n",
+    "[zebra]\n",
+    "study = 3\n",
+    "data = \"digits\"\n",
+    "[train]\nlr = 0.1\n[worker]\nkind = \"command\"\ncommand = [\"x\"]\n",
+    "[params]\nx = 1\n",
+    // [study]
+    "[study]\nname = \"x\"\ntrails = 4\n",
+    "[study]\nstudy_name = \"x\"\n",
+    "[study]\nn_trials = 4\n",
+    "[study]\nname = \"  \"\n",
+    "[study]\nname = 3\n",
+    "[study]\nmetric = \"val_rmse\"\n",
+    "[study]\nmetric = \"val_acc\"\n",
+    "[study]\nmetric = \"val_accuracy\"\n[data]\nsource = \"synthetic-regression\"\n",
+    "[study]\nmetric = 3\n",
+    "[study]\ndirection = \"up\"\n",
+    "[study]\ndirection = \"maximise\"\n",
+    "[study]\ndirection = true\n",
+    "[study]\ntrials = 0\n",
+    "[study]\ntrials = \"ten\"\n",
+    "[study]\ntrials = 2.5\n",
+    "[study]\nseed = -1\n",
+    "[study]\nstorage = 5\n",
+    "[study]\ntimeout = \"ten minutes\"\n",
+    "[study]\ntimeout = 0\n",
+    "[study]\ntimeout = -2.5\n",
+    "[study]\ntimeout = [1]\n",
+    "[study]\ntimeout = \"5d\"\n",
+    // [model]
+    "[model]\nkind = \"cnn\"\n",
+    "[model]\nhidden = 3\n",
+    "[model]\nwidth = { float = [1.5, 9.0] }\n",
+    "[model]\nwidth = 0\n",
+    "[model]\ndepth = 2.5\n",
+    "[model]\nactivation = \"relu6\"\n",
+    "[model]\nactivation = 3\n",
+    "[model]\nactivation = { choices = [] }\n",
+    "[model]\nactivation = { choices = \"relu\" }\n",
+    "[model]\nactivation = { choices = [\"relu\", \"relu\"] }\n",
+    "[model]\nactivation = { choices = [\"relu\", 3] }\n",
+    "[model]\nactivation = { choices = [\"relu\", \"tanh\"], log = true }\n",
+    "[model]\nactivation = { int = [1, 2] }\n",
+    "[model]\nwidth = { int = [8, 64], log = \"yes\" }\n",
+    "[model]\nwidth = { int = [8, 64, 128] }\n",
+    "[model]\nwidth = { int = \"8..64\" }\n",
+    "[model]\nwidth = { int = [8, 6.5] }\n",
+    "[model]\nwidth = { int = [8, 64], step = 2.5 }\n",
+    "[model]\nwidth = { int = [0, 64] }\n",
+    "[model]\nwidth = { int = [64, 8] }\n",
+    "[model]\nwidth = { int = [8, 64], step = 0 }\n",
+    "[model]\nwidth = { ints = [8, 64] }\n",
+    "[model]\nwidth = {}\n",
+    // [train]
+    "[study]\ntrials = 3\n[train]\nlerning_rate = 0.1\n",
+    "[train]\nlr = \"fast\"\n",
+    "[train]\nlr = -0.1\n",
+    "[train]\nlr = nan\n",
+    "[train]\nlr = { float = [0.1, 0.001] }\n",
+    "[train]\nlr = { float = [0.0, 0.1], log = true }\n",
+    "[train]\nlr = { float = [0.001, \"a\"] }\n",
+    "[train]\nlr = { float = [0.001, 0.1], step = \"x\" }\n",
+    "[train]\nlr = { float = [0.001, 0.1], log = true, step = 0.01 }\n",
+    "[train]\nlr = { float = [0.001, 0.1], int = [1, 2] }\n",
+    "[train]\nlr = { int = [1, 2] }\n",
+    "[train]\nlr = { choices = [0.1, 0.1] }\n",
+    "[train]\nlr = { choices = [0.1, \"x\"] }\n",
+    "[train]\nweight_decay = { float = [0.0, 0.1], log = true }\n",
+    "[train]\nbatch_size = \"big\"\n",
+    "[train]\nepochs = 0\n",
+    "[train]\ndropout = 1.0\n",
+    "[train]\ndropout = -0.5\n",
+    "[train]\noptimizer = \"adamm\"\n",
+    "[train]\noptimizer = 1\n",
+    "[train]\nreport_every = 0\n",
+    "[train]\nreport_every = \"often\"\n",
+    "[train]\nsgd = 3\n",
+    "[train]\noptimizer = \"adam\"\n[train.sgd]\nmomentum = 0.9\n",
+    "[train.sgd]\nmomentum = 0.9\n",
+    "[train]\noptimizer = { choices = [\"adam\", \"adamw\"] }\n[train.sgd]\nmomentum = 0.9\n",
+    "[train]\noptimizer = \"sgd\"\n[train.sgd]\nmomentm = 0.9\n",
+    "[train]\noptimizer = \"sgd\"\n[train.sgd]\nmomentum = 1.5\n",
+    "[train]\noptimizer = \"sgd\"\n[train.sgd]\nnesterov = 1\n",
+    "[train.adam]\nbeta1 = \"x\"\n",
+    "[train.adam]\nbeta1 = 1.0\n",
+    // [sampler]
+    "[sampler]\nkind = \"grid\"\n[train]\nlr = { float = [0.001, 0.1] }\n",
+    "[sampler]\nkind = \"tpee\"\n",
+    "[sampler]\nkind = \"cmaes\"\n",
+    "[sampler]\nstartup_trials = 3\n",
+    "[sampler]\nmultivariate = false\n",
+    "[sampler]\nkind = \"tpe\"\nmultivariate = \"yes\"\n",
+    "[sampler]\nkind = \"tpe\"\nstartup_trials = -1\n",
+    "[sampler]\nseed = -3\n",
+    "[sampler]\nsed = 3\n",
+    // [pruner]
+    "[pruner]\nkind = \"asha\"\nwarmup_steps = 2\n",
+    "[pruner]\nkind = \"hyperband\"\nmin_resource = 4\nmax_resource = 2\n",
+    "[pruner]\nkind = \"ashaa\"\n",
+    "[pruner]\nmin_resource = 2\n",
+    "[pruner]\nkind = \"asha\"\nreduction_factor = 1\n",
+    "[pruner]\nkind = \"asha\"\nmin_resource = 0\n",
+    "[pruner]\nkind = \"median\"\nstartup_trials = \"x\"\n",
+    "[pruner]\nkind = \"median\"\nwarmup = 3\n",
+    // [scheduler]
+    "[scheduler]\ngraphs = \"on\"\n",
+    "[scheduler]\npolicy = \"srtff\"\n",
+    "[scheduler]\npolicy = 3\n",
+    "[scheduler]\nmemory = \"lots\"\n",
+    "[scheduler]\nmemory = 0\n",
+    "[scheduler]\nmemory = 1.5\n",
+    "[scheduler]\nmemory_bytes = 1024\n",
+    "[scheduler]\nlanes = 0\n",
+    "[scheduler]\nfuse = \"x\"\n",
+    "[scheduler]\nmax_concurrent = 0\n",
+    // [data]
+    "[data]\nsource = \"digits\"\ntarget = \"y\"\n",
+    "[data]\nsource = \"csv\"\npath = \"missing.csv\"\ntarget = \"y\"\n",
+    "[data]\nsource = \"csv\"\ntarget = \"y\"\n",
+    "[data]\nsource = \"csv\"\npath = \"data/regression.csv\"\n",
+    "[data]\nsource = \"npy\"\npath = \"data/regression.csv\"\n",
+    "[data]\nsource = \"parquet\"\n",
+    "[data]\nsource = \"cvs\"\n",
+    "[data]\nsorce = \"digits\"\n",
+    "[data]\nsource = \"synthetic-classification\"\nrows = 2\n",
+    "[data]\nsource = \"synthetic-classification\"\nclasses = 1\n",
+    "[data]\nsource = \"synthetic-classification\"\nnoise = 0.1\n",
+    "[data]\nsource = \"synthetic-regression\"\nnoise = -1\n",
+    "[data]\nsource = \"synthetic-regression\"\nnoise = \"x\"\n",
+    "[data]\nsource = \"csv\"\npath = 3\ntarget = \"y\"\n",
+    "[data]\ntask = \"ranking\"\n",
+    "[data]\nvalidation = 1.5\n",
+    "[data]\nvalidation = \"x\"\n",
+    "[data]\nsplit_seed = -1\n",
+    // [worker] and [params]
+    "[worker]\nkind = \"docker\"\n",
+    "[worker]\nkind = \"mlp\"\ncommand = [\"x\"]\n",
+    "[worker]\ncommand = [\"x\"]\n",
+    "[worker]\nkind = \"command\"\n",
+    "[worker]\nkind = \"command\"\ncommand = []\n",
+    "[worker]\nkind = \"command\"\ncommand = \"python3 t.py\"\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"python3\", 3]\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\ncomand = [\"y\"]\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nenv = 3\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nenv = { A = 1 }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nmemory = \"lots\"\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nmemory = -5\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nheartbeat_timeout = \"soon\"\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nheartbeat_timeout = 0\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nreport_every = 0\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nmax_concurrency = 0\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\niterations = \"x\"\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\ncwd = 3\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { float = [1, 0] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { range = [1, 2] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = [1, 2]\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { choices = [1, 1] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { int = [1, 2.5] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[study]\nmetric = 3\n",
+];
+
+/// Good study files: their parsed form is pinned too.
+const GOOD: &[&str] = &[
+    "",
+    "[study]\nname = \"n\"\ntrials = 7\nseed = 3\ntimeout = \"1.5h\"\nstorage = \"sqlite:///r.db\"\n",
+    "[study]\ntimeout = 90\nstorage = \"out/r.db\"\ndirection = \"minimize\"\nmetric = \"val_loss\"\n",
+    "[data]\nsource = \"synthetic-regression\"\nrows = 300\nnoise = 0.5\nvalidation = 0.25\nsplit_seed = 4\n",
+    "[data]\nsource = \"synthetic-classification\"\nclasses = 3\nfeatures = 8\n[study]\nseed = 5\n",
+    "[model]\nkind = \"mlp\"\ndepth = { int = [1, 3] }\nwidth = { int = [16, 256], log = true }\nactivation = { choices = [\"relu\", \"tanh\"] }\n",
+    "[train]\noptimizer = { choices = [\"sgd\", \"adam\"] }\nlr = { float = [1e-4, 1e-1], log = true }\ndropout = { float = [0.0, 0.5], step = 0.1 }\nepochs = 3\nreport_every = 2\n[train.sgd]\nmomentum = { float = [0.0, 0.99] }\nnesterov = { choices = [true, false] }\n[train.adam]\nbeta1 = 0.8\n",
+    "[train]\noptimizer = \"adamw\"\n[train.adamw]\nbeta2 = 0.99\n",
+    "[sampler]\nkind = \"tpe\"\nstartup_trials = 4\nmultivariate = false\nseed = 11\n",
+    "[sampler]\nkind = \"grid\"\n[train]\nlr = { choices = [0.1, 0.01] }\nbatch_size = { int = [16, 64], step = 16 }\n",
+    "[sampler]\nkind = \"qmc\"\n[pruner]\nkind = \"hyperband\"\nmin_resource = 2\nreduction_factor = 2\n",
+    "[pruner]\nkind = \"median\"\nstartup_trials = 2\nwarmup_steps = 1\n",
+    "[pruner]\nkind = \"asha\"\n[scheduler]\npolicy = \"fifo\"\nlanes = 2\nmax_concurrent = 8\nmemory = \"2GiB\"\nfuse = 4\ngraphs = \"off\"\n",
+    "[scheduler]\nmemory = 1048576\n[worker]\nkind = \"mlp\"\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"python3\", \"t.py\"]\ncwd = \"sub\"\nenv = { A = \"1\" }\nmemory = \"64MiB\"\nreport_every = 2\nmax_concurrency = 3\niterations = 9\nheartbeat_timeout = \"2m\"\n[study]\nmetric = \"loss\"\n[params]\nx = { float = [-1, 1] }\nn = { int = [1, 9], step = 2 }\nc = { choices = [\"a\", 2, true] }\nfixed = 4\nflag = false\n",
+];
+
+#[test]
+fn every_study_error_message_is_unchanged() {
+    let mut out = String::new();
+    for src in BAD {
+        let msg = match parse_str(src, Path::new("studies/s.toml")) {
+            Ok(_) => "PARSED (expected an error)".to_string(),
+            Err(e) => e.to_string(),
+        };
+        writeln!(out, "{src:?}\n  => {msg}").unwrap();
+    }
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn good_study_files_parse_to_the_same_form() {
+    let mut out = String::new();
+    for src in GOOD {
+        let study =
+            parse_str(src, Path::new("studies/s.toml")).unwrap_or_else(|e| panic!("{src:?}: {e}"));
+        writeln!(out, "{src:?}\n  => {study:#?}").unwrap();
+    }
+    let mut examples: Vec<_> = std::fs::read_dir("studies")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    examples.sort();
+    for path in examples {
+        let study = load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        writeln!(out, "{}\n  => {study:#?}", path.display()).unwrap();
+    }
+    insta::assert_snapshot!(out);
+}
