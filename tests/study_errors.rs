@@ -171,6 +171,18 @@ const BAD: &[&str] = &[
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { choices = [1, 1] }\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { int = [1, 2.5] }\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[study]\nmetric = 3\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nparams = 3\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nwhen = 1979-05-27\n",
+    // values of other types
+    "worker = 3\n",
+    "model = [1]\n",
+    "[train]\nadam = \"x\"\n",
+    "[train]\nlr = 1979-05-27\n",
+    "[train]\nlr = { choices = [1979-05-27] }\n",
+    "[study]\nname = 1979-05-27T07:32:00Z\n",
+    "[study]\ntrials = { n = 3 }\n",
+    "[model]\nwidth = { int = { low = 1 } }\n",
+    "[worker]\nkind = \"command\"\ncommand = { a = \"b\" }\n",
 ];
 
 /// Good study files: their parsed form is pinned too.

@@ -260,3 +260,12 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn every_policy_is_read_by_the_name_it_is_stored_under() {
+    use salus_tune::study::Policy;
+    for policy in Policy::ALL {
+        let s = parse(&format!("[scheduler]\npolicy = \"{}\"\n", policy.name())).unwrap();
+        assert_eq!(s.scheduler.policy, Some(policy));
+    }
+}

@@ -7,7 +7,9 @@
 //! Optimizer-specific knobs live in `[train.sgd]`, `[train.adam]` and
 //! `[train.adamw]`, and are active only when `optimizer` takes that value.
 
+mod locate;
 pub mod parse;
+mod raw;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,7 +24,8 @@ pub use parse::{load, parse_str};
 use crate::error::Result;
 use crate::space::{Choice, Distribution, ParamValue, Params, SearchSpace};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Direction {
     Minimize,
     Maximize,
@@ -176,8 +179,10 @@ impl PrunerKind {
     }
 }
 
-/// Scheduling policies of the Salus core.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Scheduling policies of the Salus core. The study file names them as
+/// [`Policy::name`] does (a test holds the two together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Policy {
     Pack,
     Fair,
@@ -224,7 +229,8 @@ pub struct SchedulerConfig {
 
 /// `[scheduler] graphs`: `auto` replays each trial's iterations as a CUDA
 /// graph after the first (on CUDA only); `off` launches every op every time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GraphsMode {
     Auto,
     Off,
