@@ -23,40 +23,52 @@
 //! then the worker waits, keeping its state (it is paused). A worker that
 //! sends nothing for `heartbeat_timeout` is killed.
 
-use serde_json::{Value, json};
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
 
 /// The protocol version this orchestrator speaks.
 pub const VERSION: u64 = 1;
 
 /// A message from a worker.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
 pub enum FromWorker {
     Hello {
+        #[serde(deserialize_with = "version")]
         version: u64,
     },
     Ready,
     Report {
+        #[serde(deserialize_with = "step")]
         step: u64,
+        #[serde(deserialize_with = "value")]
         value: f64,
     },
     Heartbeat,
     Checkpointed {
+        #[serde(deserialize_with = "path")]
         path: String,
     },
     /// `more`: the worker can take another trial (it then waits for `start`).
     Done {
+        #[serde(deserialize_with = "value")]
         value: f64,
+        #[serde(default)]
         more: bool,
     },
     Error {
+        #[serde(default, deserialize_with = "text")]
         message: String,
     },
 }
 
 /// A message to a worker.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
 pub enum ToWorker {
     Start {
+        version: ProtocolVersion,
         trial: i64,
         params: Value,
         report_every: u64,
@@ -70,11 +82,23 @@ pub enum ToWorker {
     },
 }
 
-fn number(v: &Value, key: &str) -> Result<f64, String> {
-    match v.get(key) {
-        Some(Value::Number(n)) => n.as_f64().ok_or_else(|| format!("'{key}' is not a number")),
-        // JSON has no NaN: a worker may send it as a string.
-        Some(Value::String(s))
+/// [`VERSION`], as the `start` message carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProtocolVersion;
+
+impl Serialize for ProtocolVersion {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(VERSION)
+    }
+}
+
+/// A number; JSON has no NaN, so a worker may send it as a string or null.
+fn value<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| de::Error::custom("'value' is not a number")),
+        Value::String(s)
             if matches!(
                 s.as_str(),
                 "NaN" | "nan" | "Infinity" | "-Infinity" | "inf" | "-inf"
@@ -82,53 +106,61 @@ fn number(v: &Value, key: &str) -> Result<f64, String> {
         {
             Ok(s.replace("Infinity", "inf").parse().unwrap_or(f64::NAN))
         }
-        Some(Value::Null) => Ok(f64::NAN),
-        Some(other) => Err(format!("'{key}' must be a number, got {other}")),
-        None => Err(format!("'{key}' is missing")),
+        Value::Null => Ok(f64::NAN),
+        other => Err(de::Error::custom(format!(
+            "'value' must be a number, got {other}"
+        ))),
     }
 }
 
-fn count(v: &Value, key: &str) -> Result<u64, String> {
-    v.get(key)
-        .and_then(Value::as_u64)
-        .ok_or_else(|| format!("'{key}' must be a non-negative integer"))
+fn count<'de, D: Deserializer<'de>>(d: D, key: &str) -> Result<u64, D::Error> {
+    Value::deserialize(d)?
+        .as_u64()
+        .ok_or_else(|| de::Error::custom(format!("'{key}' must be a non-negative integer")))
+}
+
+fn step<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    count(d, "step")
+}
+
+fn version<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    count(d, "version")
+}
+
+fn path<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        _ => Err(de::Error::custom("'path' must be a string")),
+    }
+}
+
+/// Any JSON as text: an error message may arrive as an object.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => s,
+        other => other.to_string(),
+    })
 }
 
 /// Parses one line from a worker. The error says what is wrong with it.
 pub fn parse(line: &str) -> Result<FromWorker, String> {
     let v: Value = serde_json::from_str(line.trim())
         .map_err(|e| format!("not a JSON object ({e}): {}", shorten(line)))?;
-    let Some(kind) = v.get("type").and_then(Value::as_str) else {
+    if !v.get("type").is_some_and(Value::is_string) {
         return Err(format!("no \"type\" in {}", shorten(line)));
-    };
-    Ok(match kind {
-        "hello" => FromWorker::Hello {
-            version: count(&v, "version")?,
-        },
-        "ready" => FromWorker::Ready,
-        "report" => FromWorker::Report {
-            step: count(&v, "step")?,
-            value: number(&v, "value")?,
-        },
-        "heartbeat" => FromWorker::Heartbeat,
-        "checkpointed" => FromWorker::Checkpointed {
-            path: v
-                .get("path")
-                .and_then(Value::as_str)
-                .ok_or("'path' must be a string")?
-                .to_string(),
-        },
-        "done" => FromWorker::Done {
-            value: number(&v, "value")?,
-            more: v.get("more").and_then(Value::as_bool).unwrap_or(false),
-        },
-        "error" => FromWorker::Error {
-            message: v
-                .get("message")
-                .map(|m| m.as_str().map_or(m.to_string(), str::to_string))
-                .unwrap_or_default(),
-        },
-        other => return Err(format!("unknown message type '{other}'")),
+    }
+    FromWorker::deserialize(&v).map_err(|e| {
+        // serde's words for the two mistakes our own field readers do not see.
+        let e = e.to_string();
+        if let Some(rest) = e.strip_prefix("unknown variant `") {
+            let kind = rest.split('`').next().unwrap_or(rest);
+            format!("unknown message type '{kind}'")
+        } else if let Some(rest) = e.strip_prefix("missing field `") {
+            let key = rest.split('`').next().unwrap_or(rest);
+            format!("'{key}' is missing")
+        } else {
+            e
+        }
     })
 }
 
@@ -143,27 +175,14 @@ fn shorten(s: &str) -> String {
 
 /// One line (with its newline) for a worker.
 pub fn encode(m: &ToWorker) -> String {
-    let v = match m {
-        ToWorker::Start {
-            trial,
-            params,
-            report_every,
-            checkpoint_path,
-            resume_from,
-        } => json!({
-            "type": "start", "version": VERSION, "trial": trial, "params": params,
-            "report_every": report_every, "checkpoint_path": checkpoint_path, "resume_from": resume_from,
-        }),
-        ToWorker::Go => json!({ "type": "go" }),
-        ToWorker::Prune => json!({ "type": "prune" }),
-        ToWorker::Checkpoint { path } => json!({ "type": "checkpoint", "path": path }),
-    };
-    format!("{v}\n")
+    let line = serde_json::to_string(m).expect("a message serialises to JSON");
+    format!("{line}\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_worker_message_parses() {
@@ -228,7 +247,7 @@ mod tests {
             ("hello", "not a JSON object"),
             ("{\"kind\":\"ready\"}", "no \"type\""),
             ("{\"type\":\"dance\"}", "unknown message type 'dance'"),
-            ("{\"type\":\"report\",\"value\":1}", "'step' must be"),
+            ("{\"type\":\"report\",\"value\":1}", "'step' is missing"),
             (
                 "{\"type\":\"report\",\"step\":-1,\"value\":1}",
                 "'step' must be",
@@ -238,7 +257,15 @@ mod tests {
                 "'value' must be a number",
             ),
             ("{\"type\":\"done\"}", "'value' is missing"),
-            ("{\"type\":\"checkpointed\"}", "'path' must be a string"),
+            ("{\"type\":\"checkpointed\"}", "'path' is missing"),
+            (
+                "{\"type\":\"checkpointed\",\"path\":3}",
+                "'path' must be a string",
+            ),
+            (
+                "{\"type\":\"hello\",\"version\":\"1\"}",
+                "'version' must be",
+            ),
         ] {
             let e = parse(line).unwrap_err();
             assert!(e.contains(words), "{line}: {e}");
@@ -248,6 +275,7 @@ mod tests {
     #[test]
     fn orchestrator_messages_are_one_json_line_each() {
         let start = encode(&ToWorker::Start {
+            version: ProtocolVersion,
             trial: 7,
             params: json!({"lr": 0.01, "opt": "sgd"}),
             report_every: 2,

@@ -214,14 +214,7 @@ impl ExternalTrial {
         // A serving worker that finished a trial takes this one.
         while let Some(p) = idle_pool(&self.cfg).pop() {
             self.proc = Some(p);
-            let start = ToWorker::Start {
-                trial: self.number,
-                params: self.params.clone(),
-                report_every: self.cfg.report_every,
-                checkpoint_path: self.checkpoint_path.display().to_string(),
-                resume_from: self.resume_from.clone(),
-            };
-            let line = protocol::encode(&start);
+            let line = protocol::encode(&self.start_message());
             if let Some(p) = self.proc.as_mut()
                 && p.writer.write_all(line.as_bytes()).is_ok()
             {
@@ -315,13 +308,19 @@ impl ExternalTrial {
             }
             other => return Err(self.abort(format!("expected hello, got {other:?}"))),
         }
-        self.send(&ToWorker::Start {
+        self.send(&self.start_message())
+    }
+
+    /// The `start` message for this trial.
+    fn start_message(&self) -> ToWorker {
+        ToWorker::Start {
+            version: protocol::ProtocolVersion,
             trial: self.number,
             params: self.params.clone(),
             report_every: self.cfg.report_every,
             checkpoint_path: self.checkpoint_path.display().to_string(),
             resume_from: self.resume_from.clone(),
-        })
+        }
     }
 
     /// Kills the worker and returns an error carrying `msg` and its output.
