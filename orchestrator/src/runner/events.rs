@@ -8,10 +8,9 @@ use std::collections::BTreeMap;
 use kernels::Backend;
 use workers::{MemberOutcome, Report, WorkerError};
 
-use super::{Pending, RunState, Runner};
+use super::{MemberId, Pending, RunId, RunState, Runner};
 use crate::error::Result;
 use crate::pruner::{Curves, Decision, priority, value_at};
-use crate::salus::JobId;
 use crate::salus::core::CoreEvent;
 use crate::storage::TrialState;
 use crate::storage::writer::WriteOp;
@@ -25,12 +24,12 @@ impl Runner<'_> {
     ) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                let ids = match st.fusion.groups.get_mut(&job) {
+                let ids: Vec<RunId> = match st.fusion.groups.get_mut(&job) {
                     Some(g) => {
                         g.lane = Some(lane);
-                        g.members.clone()
+                        g.members.iter().map(|&m| RunId::Member(m)).collect()
                     }
-                    None => vec![job],
+                    None => vec![RunId::Alone(job)],
                 };
                 for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
                     self.writer.send(WriteOp::Resources {
@@ -40,7 +39,7 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
-            CoreEvent::Report { job, report } => self.on_report(st, job, report),
+            CoreEvent::Report { job, report } => self.on_report(st, RunId::Alone(job), report),
             CoreEvent::Members {
                 job,
                 steps,
@@ -53,11 +52,12 @@ impl Runner<'_> {
                 let mut holding = false;
                 if let Some(group) = st.fusion.groups.get_mut(&job) {
                     for m in &steps {
+                        let member = MemberId(m.tag);
                         if matches!(m.outcome, MemberOutcome::Report(_))
                             && self.study.pruner != PrunerKind::None
-                            && st.in_flight.contains_key(&m.tag)
+                            && st.in_flight.contains_key(&RunId::Member(member))
                         {
-                            holding |= group.held.insert(m.tag);
+                            holding |= group.held.insert(member);
                         }
                     }
                 }
@@ -70,8 +70,10 @@ impl Runner<'_> {
                     .iter()
                     .any(|m| matches!(m.outcome, MemberOutcome::Report(_)));
                 for m in steps {
+                    let member = MemberId(m.tag);
+                    let run = RunId::Member(member);
                     match m.outcome {
-                        MemberOutcome::Report(r) => self.on_report(st, m.tag, r)?,
+                        MemberOutcome::Report(r) => self.on_report(st, run, r)?,
                         MemberOutcome::Left => {
                             if let Some(control) =
                                 st.fusion.groups.get(&job).map(|g| g.control.clone())
@@ -80,18 +82,18 @@ impl Runner<'_> {
                             }
                         }
                         MemberOutcome::Finished(r) => {
-                            st.leave_group(job, m.tag);
+                            st.leave_group(job, member);
                             let iterations = r.iteration;
-                            self.on_finished(st, m.tag, r, iterations, share)?
+                            self.on_finished(st, run, r, iterations, share)?
                         }
                         MemberOutcome::Failed(reason) => {
-                            st.leave_group(job, m.tag);
+                            st.leave_group(job, member);
                             let iterations = st
                                 .in_flight
-                                .get(&m.tag)
+                                .get(&run)
                                 .and_then(|f| st.curves.get(&f.pending.number))
                                 .map_or(0, |c| c.values.len() as i64);
-                            self.fail_flight(st, m.tag, iterations, share, reason)?;
+                            self.fail_flight(st, run, iterations, share, reason)?;
                         }
                     }
                 }
@@ -108,9 +110,10 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
-            CoreEvent::Checkpoint { job, state } => {
+            CoreEvent::Checkpoint { job, member, state } => {
+                let run = member.map_or(RunId::Alone(job), |m| RunId::Member(MemberId(m)));
                 // Through the writer: saved once the values it covers are committed.
-                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&job)) {
+                if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&run)) {
                     self.writer.send(WriteOp::SaveFile {
                         path: c.path_of(f.pending.trial_id),
                         bytes: state.to_bytes(),
@@ -128,7 +131,7 @@ impl Runner<'_> {
                 report,
                 iterations,
                 device_seconds,
-            } => self.on_finished(st, job, report, iterations, device_seconds),
+            } => self.on_finished(st, RunId::Alone(job), report, iterations, device_seconds),
             CoreEvent::Failed {
                 job,
                 error,
@@ -142,10 +145,10 @@ impl Runner<'_> {
                     e => e.to_string(),
                 };
                 // A fused group fails all its members; joiners it never took live on.
-                let jobs = if st.fusion.groups.contains_key(&job) {
-                    st.end_group(job)
+                let jobs: Vec<RunId> = if st.fusion.groups.contains_key(&job) {
+                    st.end_group(job).into_iter().map(RunId::Member).collect()
                 } else {
-                    vec![job]
+                    vec![RunId::Alone(job)]
                 };
                 for j in jobs {
                     self.fail_flight(st, j, iterations as i64, device_seconds, reason.clone())?;
@@ -156,7 +159,7 @@ impl Runner<'_> {
                 job,
                 iterations,
                 device_seconds,
-            } => self.on_pruned(st, job, iterations, device_seconds),
+            } => self.on_pruned(st, RunId::Alone(job), iterations, device_seconds),
             telemetry => self.telemetry(st, telemetry),
         }
     }
@@ -166,11 +169,11 @@ impl Runner<'_> {
     pub(super) fn on_report<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        job: JobId,
+        run: RunId,
         report: Report,
     ) -> Result<()> {
         let study = self.study;
-        let Some(f) = st.in_flight.get(&job) else {
+        let Some(f) = st.in_flight.get(&run) else {
             return Ok(());
         };
         let value = report.metric(&study.metric).unwrap_or(f64::NAN);
@@ -196,7 +199,7 @@ impl Runner<'_> {
         {
             Decision::Continue => {
                 if let (Some(k), Some(p)) = (rung, priority) {
-                    st.set_priority(job, p);
+                    st.set_priority(run, p);
                     self.writer.send(WriteOp::Priority {
                         trial_id,
                         priority: p,
@@ -204,14 +207,14 @@ impl Runner<'_> {
                         reason: "rung",
                     })?;
                 }
-                st.release(job);
+                st.release(run);
             }
             Decision::Pause { rung: k } => {
                 let p = priority.unwrap_or(0.0);
-                st.set_priority(job, p);
-                st.pause(job);
-                st.release(job);
-                st.paused.insert(job, k);
+                st.set_priority(run, p);
+                st.pause(run);
+                st.release(run);
+                st.paused.insert(run, k);
                 self.writer.send(WriteOp::Priority {
                     trial_id,
                     priority: p,
@@ -220,8 +223,8 @@ impl Runner<'_> {
                 })?;
             }
             Decision::Prune => {
-                st.closing.insert(job);
-                let member = st.prune(job);
+                st.closing.insert(run);
+                let member = st.prune(run);
                 self.writer.send(WriteOp::Priority {
                     trial_id,
                     priority: priority.unwrap_or(0.0),
@@ -231,7 +234,7 @@ impl Runner<'_> {
                 if member {
                     // It leaves its group at the next boundary; no core event follows.
                     let share = 0.0;
-                    self.on_pruned(st, job, report.iteration, share)?;
+                    self.on_pruned(st, run, report.iteration, share)?;
                 }
             }
         }
@@ -241,13 +244,13 @@ impl Runner<'_> {
     pub(super) fn on_finished<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        job: JobId,
+        run: RunId,
         report: Report,
         iterations: u64,
         device_seconds: f64,
     ) -> Result<()> {
         let study = self.study;
-        let Some(f) = st.in_flight.remove(&job) else {
+        let Some(f) = st.in_flight.remove(&run) else {
             return Ok(());
         };
         st.finished += 1;
@@ -294,16 +297,16 @@ impl Runner<'_> {
     pub(super) fn on_pruned<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        job: JobId,
+        run: RunId,
         iterations: u64,
         device_seconds: f64,
     ) -> Result<()> {
-        let Some(f) = st.in_flight.remove(&job) else {
+        let Some(f) = st.in_flight.remove(&run) else {
             return Ok(());
         };
         st.finished += 1;
         let number = f.pending.number;
-        let rung = st.paused.remove(&job).or_else(|| {
+        let rung = st.paused.remove(&run).or_else(|| {
             st.curves.get(&number).and_then(|c| {
                 c.values
                     .keys()
@@ -339,20 +342,20 @@ impl Runner<'_> {
         let by_number: BTreeMap<i64, usize> = st
             .paused
             .iter()
-            .filter_map(|(job, k)| st.in_flight.get(job).map(|f| (f.pending.number, *k)))
+            .filter_map(|(run, k)| st.in_flight.get(run).map(|f| (f.pending.number, *k)))
             .collect();
         for number in st
             .pruner
             .promotions(&by_number, &st.curves, self.study.direction)
         {
-            let Some((&job, f)) = st
+            let Some((&run, f)) = st
                 .in_flight
                 .iter()
                 .find(|(_, f)| f.pending.number == number)
             else {
                 continue;
             };
-            let k = st.paused.remove(&job).unwrap_or(0);
+            let k = st.paused.remove(&run).unwrap_or(0);
             let step = st
                 .curves
                 .get(&number)
@@ -360,8 +363,8 @@ impl Runner<'_> {
                 .unwrap_or(0);
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
             let trial_id = f.pending.trial_id;
-            st.set_priority(job, p);
-            st.resume(job);
+            st.set_priority(run, p);
+            st.resume(run);
             self.writer.send(WriteOp::Priority {
                 trial_id,
                 priority: p,
@@ -372,21 +375,23 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// Ends in-flight trial `job` as FAIL with `reason`.
+    /// Ends in-flight trial `run` as FAIL with `reason`.
     pub(super) fn fail_flight<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        job: JobId,
+        run: RunId,
         iterations: i64,
         seconds: f64,
         reason: String,
     ) -> Result<()> {
-        let Some(f) = st.in_flight.remove(&job) else {
+        let Some(f) = st.in_flight.remove(&run) else {
             return Ok(());
         };
-        st.paused.remove(&job);
-        st.fusion.parked.remove(&job);
-        st.closing.remove(&job);
+        st.paused.remove(&run);
+        if let RunId::Member(m) = run {
+            st.fusion.parked.remove(&m);
+        }
+        st.closing.remove(&run);
         st.finished += 1;
         self.fail(&f.pending, iterations, seconds, reason)?;
         self.reporter

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use kernels::Backend;
 use workers::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
 
-use super::{Flight, RunState, Runner};
+use super::{Flight, MemberId, RunId, RunState, Runner};
 use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::fusion::{self, Seat};
@@ -28,10 +28,10 @@ pub(super) struct Group<B: Backend> {
     /// Seats the group's footprint reserved.
     pub capacity: usize,
     /// Members, joiners on their way in included, leavers until they left.
-    pub members: Vec<JobId>,
+    pub members: Vec<MemberId>,
     /// Members asked to leave that have not left yet.
-    pub leaving: BTreeSet<JobId>,
-    pub held: BTreeSet<JobId>,
+    pub leaving: BTreeSet<MemberId>,
+    pub held: BTreeSet<MemberId>,
     /// The lane the core admitted the group to.
     pub lane: Option<usize>,
 }
@@ -46,32 +46,36 @@ pub(super) struct Parked<B: Backend> {
 
 /// The core's per-trial controls, routed to a fused group for its members.
 impl<B: Backend> RunState<B> {
-    /// Ends `job`'s hold after its report. A group goes on once none of
+    /// Ends `run`'s hold after its report. A group goes on once none of
     /// its members holds it; releasing a member that holds nothing must not
     /// release the group, whose newest report may not be decided yet.
-    pub(super) fn release(&mut self, job: JobId) {
-        match self.fusion.member_group.get(&job) {
-            Some(&g) => {
-                if let Some(group) = self.fusion.groups.get_mut(&g)
-                    && group.held.remove(&job)
+    pub(super) fn release(&mut self, run: RunId) {
+        match run {
+            RunId::Alone(job) => self.core.release(job),
+            RunId::Member(m) => {
+                if let Some(&g) = self.fusion.member_group.get(&m)
+                    && let Some(group) = self.fusion.groups.get_mut(&g)
+                    && group.held.remove(&m)
                     && group.held.is_empty()
                 {
                     self.core.release(g);
                 }
             }
-            None => self.core.release(job),
         }
     }
 
     /// A group runs at its best member's priority.
-    pub(super) fn set_priority(&mut self, job: JobId, p: f64) {
-        if let Some(f) = self.in_flight.get_mut(&job) {
+    pub(super) fn set_priority(&mut self, run: RunId, p: f64) {
+        if let Some(f) = self.in_flight.get_mut(&run) {
             f.priority = p;
         }
-        match self.fusion.member_group.get(&job) {
-            Some(&g) => self.refresh_group_priority(g),
-            None if !self.fusion.parked.contains_key(&job) => self.core.set_priority(job, p),
-            None => {}
+        match run {
+            RunId::Alone(job) => self.core.set_priority(job, p),
+            RunId::Member(m) => {
+                if let Some(&g) = self.fusion.member_group.get(&m) {
+                    self.refresh_group_priority(g);
+                }
+            }
         }
     }
 
@@ -81,7 +85,7 @@ impl<B: Backend> RunState<B> {
                 .members
                 .iter()
                 .filter(|m| !group.leaving.contains(m))
-                .filter_map(|m| self.in_flight.get(m).map(|f| f.priority))
+                .filter_map(|&m| self.in_flight.get(&RunId::Member(m)).map(|f| f.priority))
                 .fold(f64::NEG_INFINITY, f64::max);
             if best.is_finite() {
                 self.core.set_priority(g, best);
@@ -92,73 +96,72 @@ impl<B: Backend> RunState<B> {
     /// Prunes at the next boundary. A fused member leaves its group there,
     /// and a parked one is simply forgotten; `true` says the caller must
     /// record its end now, as no core event will.
-    pub(super) fn prune(&mut self, job: JobId) -> bool {
-        let parked = self.fusion.parked.remove(&job).is_some();
-        match self.fusion.member_group.remove(&job) {
+    pub(super) fn prune(&mut self, run: RunId) -> bool {
+        let m = match run {
+            RunId::Alone(job) => {
+                self.core.prune(job);
+                return false;
+            }
+            RunId::Member(m) => m,
+        };
+        let parked = self.fusion.parked.remove(&m).is_some();
+        match self.fusion.member_group.remove(&m) {
             Some(g) => {
                 if let Some(group) = self.fusion.groups.get_mut(&g) {
-                    group.control.drop_member(job);
-                    group.members.retain(|&m| m != job);
-                    group.leaving.remove(&job);
-                    if group.held.remove(&job) && group.held.is_empty() {
+                    group.control.drop_member(m.0);
+                    group.members.retain(|&x| x != m);
+                    group.leaving.remove(&m);
+                    if group.held.remove(&m) && group.held.is_empty() {
                         self.core.release(g);
                     }
                 }
                 true
             }
-            None if parked => true,
-            None => {
-                self.core.prune(job);
-                false
-            }
+            None => parked,
         }
     }
 
-    /// Whether `job` is a fused member (in a group or parked).
-    pub(super) fn is_member(&self, job: JobId) -> bool {
-        self.fusion.member_group.contains_key(&job) || self.fusion.parked.contains_key(&job)
-    }
-
-    /// Asks member `job` to leave its group at the next boundary and wait
+    /// Asks member `m` to leave its group at the next boundary and wait
     /// parked; `ready` when it may run again at once (preempted).
-    pub(super) fn park(&mut self, job: JobId, ready: bool) {
-        if let Some(&g) = self.fusion.member_group.get(&job)
+    pub(super) fn park(&mut self, m: MemberId, ready: bool) {
+        if let Some(&g) = self.fusion.member_group.get(&m)
             && let Some(group) = self.fusion.groups.get_mut(&g)
         {
-            group.control.leave(job);
-            group.leaving.insert(job);
-            self.fusion
-                .parked
-                .insert(job, Parked { trial: None, ready });
-            self.release(job);
-        } else if let Some(p) = self.fusion.parked.get_mut(&job) {
+            group.control.leave(m.0);
+            group.leaving.insert(m);
+            self.fusion.parked.insert(m, Parked { trial: None, ready });
+            self.release(RunId::Member(m));
+        } else if let Some(p) = self.fusion.parked.get_mut(&m) {
             p.ready = ready;
         }
     }
 
-    /// Stops `job` at its next boundary: a lone trial stays in the core
+    /// Stops `run` at its next boundary: a lone trial stays in the core
     /// (resident until memory is needed), a member leaves its group and
     /// waits parked.
-    pub(super) fn pause(&mut self, job: JobId) {
-        if self.is_member(job) {
-            self.park(job, false);
-        } else {
-            self.core.pause(job);
+    pub(super) fn pause(&mut self, run: RunId) {
+        match run {
+            RunId::Alone(job) => self.core.pause(job),
+            RunId::Member(m) => self.park(m, false),
         }
     }
 
     /// Lets a paused trial run again.
-    pub(super) fn resume(&mut self, job: JobId) {
-        match self.fusion.parked.get_mut(&job) {
-            Some(p) => p.ready = true,
-            None => self.core.resume(job),
+    pub(super) fn resume(&mut self, run: RunId) {
+        match run {
+            RunId::Alone(job) => self.core.resume(job),
+            RunId::Member(m) => {
+                if let Some(p) = self.fusion.parked.get_mut(&m) {
+                    p.ready = true;
+                }
+            }
         }
     }
 
     /// Ends the runner's record of group `g` (it ended or failed): the
     /// trials it handed back or never took wait parked; returns the
     /// members still in it.
-    pub(super) fn end_group(&mut self, g: JobId) -> Vec<JobId> {
+    pub(super) fn end_group(&mut self, g: JobId) -> Vec<MemberId> {
         let Some(control) = self
             .fusion
             .groups
@@ -176,7 +179,7 @@ impl<B: Backend> RunState<B> {
     }
 
     /// Forgets a member that left, or ended inside, its group.
-    pub(super) fn leave_group(&mut self, group: JobId, member: JobId) {
+    pub(super) fn leave_group(&mut self, group: JobId, member: MemberId) {
         self.fusion.member_group.remove(&member);
         if let Some(g) = self.fusion.groups.get_mut(&group) {
             g.members.retain(|&m| m != member);
@@ -193,13 +196,14 @@ impl<B: Backend> RunState<B> {
             .into_iter()
             .chain(control.take_unjoined())
         {
-            if let Some(&g) = self.fusion.member_group.get(&tag) {
-                self.leave_group(g, tag);
+            let m = MemberId(tag);
+            if let Some(&g) = self.fusion.member_group.get(&m) {
+                self.leave_group(g, m);
             }
-            if !self.in_flight.contains_key(&tag) {
+            if !self.in_flight.contains_key(&RunId::Member(m)) {
                 continue; // pruned meanwhile
             }
-            let p = self.fusion.parked.entry(tag).or_insert(Parked {
+            let p = self.fusion.parked.entry(m).or_insert(Parked {
                 trial: None,
                 ready: true,
             });
@@ -222,19 +226,18 @@ impl Runner<'_> {
             for (trial, flight) in new {
                 let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
                 st.timeline.trial_ids.insert(id, flight.pending.trial_id);
-                st.in_flight.insert(id, flight);
+                st.in_flight.insert(RunId::Alone(id), flight);
             }
             return Ok(());
         }
-        let mut waiting: Vec<(JobId, TrainTrial<B>)> = Vec::new();
+        let mut waiting: Vec<(MemberId, TrainTrial<B>)> = Vec::new();
         for (trial, flight) in new {
-            let tag = st.fusion.next_member;
-            st.fusion.next_member += 1;
-            st.timeline.trial_ids.insert(tag, flight.pending.trial_id);
-            st.in_flight.insert(tag, flight);
-            waiting.push((tag, trial));
+            let m = st.fusion.next_member;
+            st.fusion.next_member.0 += 1;
+            st.in_flight.insert(RunId::Member(m), flight);
+            waiting.push((m, trial));
         }
-        let ready: Vec<JobId> = st
+        let ready: Vec<MemberId> = st
             .fusion
             .parked
             .iter()
@@ -249,10 +252,13 @@ impl Runner<'_> {
         if waiting.is_empty() {
             return Ok(());
         }
-        let seat = |st: &RunState<B>, id: JobId| Seat {
-            id,
-            priority: st.in_flight.get(&id).map_or(0.0, |f| f.priority),
-            arrival: st.in_flight.get(&id).map_or(0, |f| f.pending.number),
+        let seat = |st: &RunState<B>, m: MemberId| {
+            let flight = st.in_flight.get(&RunId::Member(m));
+            Seat {
+                id: m.0,
+                priority: flight.map_or(0.0, |f| f.priority),
+                arrival: flight.map_or(0, |f| f.pending.number),
+            }
         };
         // Seats in running groups first.
         let group_ids: Vec<JobId> = st.fusion.groups.keys().copied().collect();
@@ -273,15 +279,19 @@ impl Runner<'_> {
                 .map(|&m| seat(st, m))
                 .collect();
             let r = fusion::reseat(st.fusion.policy, group.capacity, &members, &of_key);
+            let join: Vec<MemberId> = r.join.iter().map(|&j| MemberId(j)).collect();
             if !r.evict.is_empty() {
-                let joining: Vec<i64> = r
-                    .join
+                let joining: Vec<i64> = join
                     .iter()
-                    .filter_map(|j| st.in_flight.get(j).map(|f| f.pending.number))
+                    .filter_map(|&j| {
+                        st.in_flight
+                            .get(&RunId::Member(j))
+                            .map(|f| f.pending.number)
+                    })
                     .collect();
-                for &m in &r.evict {
+                for m in r.evict.iter().map(|&m| MemberId(m)) {
                     st.park(m, true);
-                    if let Some(f) = st.in_flight.get(&m) {
+                    if let Some(f) = st.in_flight.get(&RunId::Member(m)) {
                         self.writer.send(WriteOp::Event {
                             study_id: self.info.id,
                             trial_id: Some(f.pending.trial_id),
@@ -291,18 +301,18 @@ impl Runner<'_> {
                     }
                 }
             }
-            if r.join.is_empty() {
+            if join.is_empty() {
                 continue;
             }
-            for id in &r.join {
+            for id in &join {
                 let pos = waiting.iter().position(|(w, _)| w == id).expect("waiting");
-                let (tag, trial) = waiting.swap_remove(pos);
+                let (m, trial) = waiting.swap_remove(pos);
                 let group = st.fusion.groups.get_mut(&g).expect("group");
-                group.control.join(tag, trial);
-                group.members.push(tag);
-                st.fusion.member_group.insert(tag, g);
+                group.control.join(m.0, trial);
+                group.members.push(m);
+                st.fusion.member_group.insert(m, g);
             }
-            self.record_group(st, g, &r.join)?;
+            self.record_group(st, g, &join)?;
             st.refresh_group_priority(g);
         }
         // New groups for the rest, by key, best first under `priority`.
@@ -318,7 +328,7 @@ impl Runner<'_> {
                     .total_cmp(&a.priority)
                     .then(a.arrival.cmp(&b.arrival))
             });
-            let footprint = st.in_flight[&of_key[0].0].footprint;
+            let footprint = st.in_flight[&RunId::Member(of_key[0].0)].footprint;
             let cap = fusion::group_cap(
                 st.fusion.core_kind,
                 st.fusion.fuse,
@@ -337,18 +347,18 @@ impl Runner<'_> {
     fn submit_group<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        members: Vec<(JobId, TrainTrial<B>)>,
+        members: Vec<(MemberId, TrainTrial<B>)>,
         capacity: usize,
     ) -> Result<()> {
-        let tags: Vec<JobId> = members.iter().map(|(t, _)| *t).collect();
+        let tags: Vec<MemberId> = members.iter().map(|(m, _)| *m).collect();
+        let members = members.into_iter().map(|(m, t)| (m.0, t)).collect();
         let fused = FusedTrials::with_capacity(members, capacity)?;
         let control = fused.control();
         let key = fused.fusion_key();
         let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
         // The group's timeline is filed under its first member.
-        st.timeline
-            .trial_ids
-            .insert(id, st.timeline.trial_ids[&tags[0]]);
+        let first = st.in_flight[&RunId::Member(tags[0])].pending.trial_id;
+        st.timeline.trial_ids.insert(id, first);
         for &m in &tags {
             st.fusion.member_group.insert(m, id);
         }
@@ -375,10 +385,10 @@ impl Runner<'_> {
         &mut self,
         st: &RunState<B>,
         g: JobId,
-        joined: &[JobId],
+        joined: &[MemberId],
     ) -> Result<()> {
         let group = &st.fusion.groups[&g];
-        let seated: Vec<JobId> = group
+        let seated: Vec<MemberId> = group
             .members
             .iter()
             .filter(|m| !group.leaving.contains(m))
@@ -386,10 +396,14 @@ impl Runner<'_> {
             .collect();
         let numbers: Vec<i64> = seated
             .iter()
-            .filter_map(|m| st.in_flight.get(m).map(|f| f.pending.number))
+            .filter_map(|&m| {
+                st.in_flight
+                    .get(&RunId::Member(m))
+                    .map(|f| f.pending.number)
+            })
             .collect();
         for m in &seated {
-            let Some(f) = st.in_flight.get(m) else {
+            let Some(f) = st.in_flight.get(&RunId::Member(*m)) else {
                 continue;
             };
             if numbers.len() > 1 {

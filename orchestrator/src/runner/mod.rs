@@ -320,7 +320,7 @@ impl Runner<'_> {
                 };
                 let id = st.core.submit(Box::new(trial), 0.0, "external");
                 st.timeline.trial_ids.insert(id, flight.pending.trial_id);
-                st.in_flight.insert(id, flight);
+                st.in_flight.insert(RunId::Alone(id), flight);
                 continue;
             }
             let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
@@ -365,12 +365,13 @@ impl Runner<'_> {
         let can_start =
             !st.exhausted && !timed_out && st.finished + (st.in_flight.len() as u64) < st.budget;
         if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
-            let paused: Vec<JobId> = st.paused.keys().copied().collect();
+            let paused: Vec<RunId> = st.paused.keys().copied().collect();
             for job in paused {
-                let iterations = st
-                    .fusion
-                    .parked
-                    .get(&job)
+                let parked = match job {
+                    RunId::Member(m) => st.fusion.parked.get(&m),
+                    RunId::Alone(_) => None,
+                };
+                let iterations = parked
                     .and_then(|p| p.trial.as_ref())
                     .map_or(0, |t| t.iterations_done());
                 // A parked member has no core job to end: it ends here.
@@ -415,19 +416,24 @@ impl Runner<'_> {
         // trial's state, each member's of a fused group, a parked trial's.
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
-        let mut states: BTreeMap<JobId, workers::TrialSnapshot> = BTreeMap::new();
+        let mut states: BTreeMap<RunId, workers::TrialSnapshot> = BTreeMap::new();
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
                 let Some(lane) = lane.as_mut() else { break };
                 if groups.contains_key(&job) {
-                    states.extend(boxed.member_states(lane).unwrap_or_default());
+                    let members = boxed.member_states(lane).unwrap_or_default();
+                    states.extend(
+                        members
+                            .into_iter()
+                            .map(|(tag, s)| (RunId::Member(MemberId(tag)), s)),
+                    );
                 } else if let Ok(s) = boxed.export_state(lane) {
-                    states.insert(job, s);
+                    states.insert(RunId::Alone(job), s);
                 }
             }
-            for (job, p) in parked {
+            for (m, p) in parked {
                 if let Some(s) = p.trial.as_ref().and_then(|t| t.host_state()) {
-                    states.insert(job, s.clone());
+                    states.insert(RunId::Member(m), s.clone());
                 }
             }
         }
@@ -524,12 +530,12 @@ struct RunState<B: Backend> {
     best: Option<(i64, f64)>,
     /// The sampler has nothing left (an exhausted grid).
     exhausted: bool,
-    in_flight: BTreeMap<JobId, Flight>,
+    in_flight: BTreeMap<RunId, Flight>,
     curves: Curves,
     /// Trials paused below a promotion cut, with their rung.
-    paused: BTreeMap<JobId, usize>,
+    paused: BTreeMap<RunId, usize>,
     /// Paused trials already asked to stop for good.
-    closing: BTreeSet<JobId>,
+    closing: BTreeSet<RunId>,
     backend: Arc<B>,
     fusion: Fusion<B>,
     timeline: Timeline,
@@ -548,19 +554,20 @@ struct Fusion<B: Backend> {
     /// Fused jobs, by the core's id.
     groups: BTreeMap<JobId, Group<B>>,
     /// Fused members waiting off the device between groups.
-    parked: BTreeMap<JobId, Parked<B>>,
+    parked: BTreeMap<MemberId, Parked<B>>,
     /// The core's policy, which also seats fused groups.
     policy: Policy,
-    /// Each fused member's id (the runner's own, from `FIRST_MEMBER`) and its job.
-    member_group: BTreeMap<JobId, JobId>,
-    next_member: JobId,
+    /// Each fused member's group.
+    member_group: BTreeMap<MemberId, JobId>,
+    next_member: MemberId,
 }
 
 /// The run's record of the core's timeline (`telemetry.rs`).
 struct Timeline {
     run_id: i64,
     started: Instant,
-    /// Every job of this run, for telemetry that arrives after a trial ended.
+    /// Every core job of this run, for telemetry that arrives after a
+    /// trial ended; a fused group's is its first member's.
     trial_ids: BTreeMap<JobId, i64>,
     lanes: BTreeMap<usize, LaneTally>,
 }
@@ -571,15 +578,25 @@ struct Liveness {
     elsewhere: u64,
     last_heartbeat: Instant,
     /// Trials paused from the dashboard: they keep their slot.
-    user_paused: BTreeSet<JobId>,
+    user_paused: BTreeSet<RunId>,
     last_commands: Instant,
 }
 
 /// Group size when `[scheduler] fuse` is not set.
 pub const DEFAULT_FUSE: usize = 8;
 
-/// Fused members get ids of their own, far from the core's.
-const FIRST_MEMBER: JobId = 1 << 48;
+/// A fused member: the runner numbers them, and the workers crate's fused
+/// job knows each by this number (its `tag`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct MemberId(u64);
+
+/// A running trial as the runner knows it: the core's job when it runs
+/// alone, or its seat in a fused group (whose job is the group's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum RunId {
+    Alone(JobId),
+    Member(MemberId),
+}
 
 /// `name=value` pairs of a trial's sampled parameters.
 pub fn describe(study: &Study, params: &Params) -> String {

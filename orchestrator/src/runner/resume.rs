@@ -16,8 +16,8 @@ use kernels::Backend;
 use workers::{DeviceData, TrainTrial};
 
 use super::{
-    DEFAULT_FUSE, FIRST_MEMBER, Fusion, Liveness, Pending, RunState, Runner, STALE_AFTER_S,
-    Timeline, decode_params, trial_seed,
+    DEFAULT_FUSE, Fusion, Liveness, MemberId, Pending, RunState, Runner, STALE_AFTER_S, Timeline,
+    decode_params, trial_seed,
 };
 use crate::error::{Error, Result};
 use crate::pruner::{Curve, Curves};
@@ -121,7 +121,7 @@ impl Runner<'_> {
                 core_kind: backend.kind(),
                 groups: BTreeMap::new(),
                 member_group: BTreeMap::new(),
-                next_member: FIRST_MEMBER,
+                next_member: MemberId(0),
             },
             timeline: Timeline {
                 run_id,

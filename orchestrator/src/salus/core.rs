@@ -143,10 +143,11 @@ pub enum CoreEvent {
         device_seconds: f64,
         members: usize,
     },
-    /// A trial's state at its latest report point (for a fused group's
-    /// member, `job` is the member's tag).
+    /// A trial's state at its latest report point; `member` is the tag
+    /// of a fused group's member (whose group is `job`).
     Checkpoint {
         job: JobId,
+        member: Option<u64>,
         state: workers::TrialSnapshot,
     },
     /// The device ran out of memory for a job whose footprint was too
@@ -260,7 +261,7 @@ impl<B: Backend> SalusCore<B> {
                 max_lanes: config.lanes,
                 ledger: MemoryLedger::new(config.budget),
                 jobs: BTreeMap::new(),
-                next_id: 0,
+                next_id: JobId(0),
                 boundary: 0,
                 stop: false,
                 events,
@@ -292,10 +293,10 @@ impl<B: Backend> SalusCore<B> {
     pub fn submit(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
         let mut st = self.lock();
         let id = st.next_id;
-        st.next_id += 1;
+        st.next_id.0 += 1;
         let sched = JobState {
             id,
-            arrival: id,
+            arrival: id.0,
             remaining_iterations: job.total_iterations() - job.iterations_done(),
             device_time: 0.0,
             priority,
@@ -762,17 +763,18 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     let end = shared.epoch.elapsed().as_secs_f64();
                     // Checkpoints at report points: a lone trial's state, or
                     // every member's of a fused group.
-                    let checkpoints: Vec<(JobId, workers::TrialSnapshot)> = match &result {
+                    let checkpoints: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
                         Ok(StepOutcome::Report(_)) if shared.checkpoints => job
                             .export_state(lane)
                             .ok()
-                            .map(|s| (job_id, s))
+                            .map(|s| (None, s))
                             .into_iter()
                             .collect(),
                         Ok(StepOutcome::Members(steps))
                             if shared.checkpoints && !steps.is_empty() =>
                         {
-                            job.member_states(lane).unwrap_or_default()
+                            let states = job.member_states(lane).unwrap_or_default();
+                            states.into_iter().map(|(tag, s)| (Some(tag), s)).collect()
                         }
                         _ => Vec::new(),
                     };
@@ -821,8 +823,12 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     let left = st.return_step(id, job_id, job, result, end - t0);
                     // After the report it covers, so that the runner stores
                     // the report's value before the checkpoint.
-                    for (job, state) in checkpoints {
-                        st.emit(CoreEvent::Checkpoint { job, state });
+                    for (member, state) in checkpoints {
+                        st.emit(CoreEvent::Checkpoint {
+                            job: job_id,
+                            member,
+                            state,
+                        });
                     }
                     if left {
                         st.admit_waiting();

@@ -238,18 +238,23 @@ mod tests {
     #[test]
     fn admission_keeps_the_rule_and_accounts_exactly() {
         let mut l = MemoryLedger::new(1000);
-        l.admit(1, &fp(100, 50, 200), "digits", 0, 50).unwrap();
-        l.admit(2, &fp(100, 50, 200), "digits", 0, 0).unwrap();
+        l.admit(JobId(1), &fp(100, 50, 200), "digits", 0, 50)
+            .unwrap();
+        l.admit(JobId(2), &fp(100, 50, 200), "digits", 0, 0)
+            .unwrap();
         let s = l.snapshot();
         assert_eq!(
             (s.persistent, s.arenas, s.shared, s.used(), s.free()),
             (200, 50, 200, 450, 550)
         );
         // Another shape on the same lane grows its arena; the data set is counted once.
-        l.admit(3, &fp(100, 80, 200), "digits", 0, 80).unwrap();
+        l.admit(JobId(3), &fp(100, 80, 200), "digits", 0, 80)
+            .unwrap();
         assert_eq!(l.snapshot().used(), 300 + 130 + 200);
         // 370 bytes are free: 370 persistent plus a 10-byte arena do not fit.
-        let err = l.admit(4, &fp(370, 10, 0), "other", 1, 10).unwrap_err();
+        let err = l
+            .admit(JobId(4), &fp(370, 10, 0), "other", 1, 10)
+            .unwrap_err();
         assert_eq!(
             err,
             NoRoom {
@@ -257,10 +262,10 @@ mod tests {
                 free: 370
             }
         );
-        assert!(!l.is_resident(4));
-        l.release(1, "digits");
-        l.release(2, "digits");
-        l.release(3, "digits");
+        assert!(!l.is_resident(JobId(4)));
+        l.release(JobId(1), "digits");
+        l.release(JobId(2), "digits");
+        l.release(JobId(3), "digits");
         assert_eq!(
             l.snapshot().shared,
             0,

@@ -26,7 +26,15 @@ pub mod fusion;
 pub mod ledger;
 pub mod policy;
 
-/// Identifies a job inside the core.
-pub type JobId = u64;
+/// Identifies a job inside the core: a trial running alone, or a fused
+/// group. The core numbers jobs from 0 in submission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobId(pub u64);
+
+impl std::fmt::Display for JobId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "job {}", self.0)
+    }
+}
 /// Identifies a lane.
 pub type LaneId = usize;

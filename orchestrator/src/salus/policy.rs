@@ -113,12 +113,12 @@ mod tests {
         policy: Policy,
         jobs: &[SimJob],
         horizon: f64,
-    ) -> (Vec<(f64, JobId)>, Vec<Option<f64>>) {
+    ) -> (Vec<(f64, usize)>, Vec<Option<f64>>) {
         let mut state: Vec<JobState> = jobs
             .iter()
             .enumerate()
             .map(|(i, j)| JobState {
-                id: i as JobId,
+                id: JobId(i as u64),
                 arrival: i as u64,
                 remaining_iterations: j.iterations,
                 device_time: 0.0,
@@ -132,10 +132,10 @@ mod tests {
         while t < horizon {
             let runnable: Vec<JobState> = state
                 .iter()
-                .filter(|s| s.remaining_iterations > 0 && jobs[s.id as usize].arrival_time <= t)
+                .filter(|s| s.remaining_iterations > 0 && jobs[s.id.0 as usize].arrival_time <= t)
                 .copied()
                 .collect();
-            let Some(id) = next(policy, &runnable) else {
+            let Some(JobId(id)) = next(policy, &runnable) else {
                 match jobs
                     .iter()
                     .map(|j| j.arrival_time)
@@ -150,14 +150,15 @@ mod tests {
                 }
             };
             boundary += 1;
-            let s = &mut state[id as usize];
+            let id = id as usize;
+            let s = &mut state[id];
             trace.push((t, id));
-            t += jobs[id as usize].cost;
-            s.device_time += jobs[id as usize].cost;
+            t += jobs[id].cost;
+            s.device_time += jobs[id].cost;
             s.remaining_iterations -= 1;
             s.last_run = boundary;
             if s.remaining_iterations == 0 {
-                finish[id as usize] = Some(t);
+                finish[id] = Some(t);
             }
         }
         (trace, finish)
@@ -182,7 +183,7 @@ mod tests {
         // Over the window, each job's device time is within 10% of the mean.
         let mut used = [0.0; 5];
         for (_, id) in &trace {
-            used[*id as usize] += jobs[*id as usize].cost;
+            used[*id] += jobs[*id].cost;
         }
         let mean = used.iter().sum::<f64>() / 5.0;
         for (i, u) in used.iter().enumerate() {
@@ -210,7 +211,7 @@ mod tests {
             job(15.5, 3, 1.0),
         ];
         let (trace, finish) = simulate(Policy::Srtf, &jobs, 1e9);
-        let order: Vec<JobId> = trace.iter().map(|(_, id)| *id).collect();
+        let order: Vec<usize> = trace.iter().map(|(_, id)| *id).collect();
         assert!(
             order[..10].iter().all(|&id| id == 1),
             "the 10-iteration job first"
@@ -236,7 +237,7 @@ mod tests {
     fn fifo_runs_each_job_to_completion_in_arrival_order() {
         let jobs = [job(0.0, 5, 1.0), job(0.0, 2, 1.0), job(1.0, 1, 1.0)];
         let (trace, _) = simulate(Policy::Fifo, &jobs, 1e9);
-        let order: Vec<JobId> = trace.iter().map(|(_, id)| *id).collect();
+        let order: Vec<usize> = trace.iter().map(|(_, id)| *id).collect();
         assert_eq!(order, vec![0, 0, 0, 0, 0, 1, 1, 2]);
     }
 
@@ -252,7 +253,7 @@ mod tests {
             "it keeps the lane while it outranks the rest"
         );
         // Equal priorities share the lane round-robin.
-        let before: Vec<JobId> = trace[..10].iter().map(|(_, id)| *id).collect();
+        let before: Vec<usize> = trace[..10].iter().map(|(_, id)| *id).collect();
         assert_eq!(before, vec![0, 1, 0, 1, 0, 1, 0, 1, 0, 1]);
     }
 
@@ -265,7 +266,7 @@ mod tests {
         // After every job has arrived, each runs within any 6 consecutive boundaries.
         let start = trace.iter().position(|(t, _)| *t >= 2.5).unwrap();
         for w in trace[start..].windows(6) {
-            let mut seen: Vec<JobId> = w.iter().map(|(_, id)| *id).collect();
+            let mut seen: Vec<usize> = w.iter().map(|(_, id)| *id).collect();
             seen.sort();
             seen.dedup();
             assert_eq!(seen.len(), 6, "{w:?}");
@@ -275,7 +276,7 @@ mod tests {
     #[test]
     fn pack_and_fair_keep_the_current_job_for_a_slice() {
         let s = |id, device_time, last_run, slice_s| JobState {
-            id,
+            id: JobId(id),
             arrival: id,
             remaining_iterations: 10,
             device_time,
@@ -286,8 +287,8 @@ mod tests {
         let mid_slice = [s(0, 0.0, 1, 0.0), s(1, 0.004, 2, SLICE_S / 2.0)];
         let spent = [s(0, 0.0, 1, 0.0), s(1, 0.006, 2, SLICE_S * 1.2)];
         for p in [Policy::Pack, Policy::Fair] {
-            assert_eq!(next(p, &mid_slice), Some(1), "{p:?} keeps its slice");
-            assert_eq!(next(p, &spent), Some(0), "{p:?} switches after it");
+            assert_eq!(next(p, &mid_slice), Some(JobId(1)), "{p:?} keeps its slice");
+            assert_eq!(next(p, &spent), Some(JobId(0)), "{p:?} switches after it");
         }
         // SRTF and priority decide at every boundary.
         let short = [
@@ -297,7 +298,7 @@ mod tests {
             },
             s(1, 0.0, 2, SLICE_S / 2.0),
         ];
-        assert_eq!(next(Policy::Srtf, &short), Some(0));
+        assert_eq!(next(Policy::Srtf, &short), Some(JobId(0)));
         let urgent = [
             JobState {
                 priority: 9.0,
@@ -305,13 +306,13 @@ mod tests {
             },
             s(1, 0.0, 2, SLICE_S / 2.0),
         ];
-        assert_eq!(next(Policy::Priority, &urgent), Some(0));
+        assert_eq!(next(Policy::Priority, &urgent), Some(JobId(0)));
     }
 
     #[test]
     fn admission_follows_the_policy() {
         let s = |id, arrival, remaining, priority| JobState {
-            id,
+            id: JobId(id),
             arrival,
             remaining_iterations: remaining,
             device_time: 0.0,
@@ -320,10 +321,22 @@ mod tests {
             slice_s: 0.0,
         };
         let waiting = [s(0, 0, 50, 1.0), s(1, 1, 10, 3.0), s(2, 2, 30, 2.0)];
-        assert_eq!(admission_order(Policy::Fifo, &waiting), vec![0, 1, 2]);
-        assert_eq!(admission_order(Policy::Pack, &waiting), vec![0, 1, 2]);
-        assert_eq!(admission_order(Policy::Srtf, &waiting), vec![1, 2, 0]);
-        assert_eq!(admission_order(Policy::Priority, &waiting), vec![1, 2, 0]);
+        assert_eq!(
+            admission_order(Policy::Fifo, &waiting),
+            [0, 1, 2].map(JobId)
+        );
+        assert_eq!(
+            admission_order(Policy::Pack, &waiting),
+            [0, 1, 2].map(JobId)
+        );
+        assert_eq!(
+            admission_order(Policy::Srtf, &waiting),
+            [1, 2, 0].map(JobId)
+        );
+        assert_eq!(
+            admission_order(Policy::Priority, &waiting),
+            [1, 2, 0].map(JobId)
+        );
         assert_eq!(default_policy(true), Policy::Priority);
         assert_eq!(default_policy(false), Policy::Pack);
         assert_eq!(next(Policy::Fair, &[]), None);
