@@ -13,13 +13,13 @@ use ratatui::backend::TestBackend;
 use salus_tune::dash::snapshot::{Event, LaneInfo, Phase, SPARK_SECONDS, Snapshot, TrialInfo};
 use salus_tune::dash::state::{self, Action, Key, SortKey, ViewState};
 use salus_tune::dash::view;
-use salus_tune::storage::TrialState;
+use salus_tune::storage::{TrialId, TrialNumber, TrialState};
 use salus_tune::study::Direction;
 
 fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialInfo {
     TrialInfo {
-        trial_id: number + 1,
-        number,
+        trial_id: TrialId(number + 1),
+        number: TrialNumber(number),
         phase,
         params: vec![
             ("lr".into(), format!("{}", 0.001 * (number + 1) as f64)),
@@ -45,7 +45,7 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
         ephemeral_bytes: 1 << 20,
         shared_bytes: 512 << 10,
         fused_with: if number == 4 || number == 6 {
-            vec![4, 6]
+            vec![TrialNumber(4), TrialNumber(6)]
         } else {
             vec![]
         },
@@ -144,7 +144,7 @@ fn the_detail_pane_and_the_help() {
 #[test]
 fn header_counts_best_and_memory() {
     let snap = fixture();
-    assert_eq!(snap.best(), Some((2, 0.95)));
+    assert_eq!(snap.best(), Some((TrialNumber(2), 0.95)));
     assert_eq!(snap.finished(), 4);
     assert_eq!(snap.count(Phase::Running), 1);
     // Resident: running and paused (the swapped trial's state is on the host).
@@ -163,7 +163,7 @@ fn keys_sort_filter_search_and_select() {
         let a = state::action(v, k);
         v.apply(&snap, a)
     };
-    let numbers = |v: &ViewState| v.rows(&snap).iter().map(|t| t.number).collect::<Vec<_>>();
+    let numbers = |v: &ViewState| v.rows(&snap).iter().map(|t| t.number.0).collect::<Vec<_>>();
     assert_eq!(numbers(&v), (0..8).collect::<Vec<_>>());
     press(&mut v, Key::Char('s')); // state
     press(&mut v, Key::Char('s')); // metric
@@ -188,9 +188,9 @@ fn keys_sort_filter_search_and_select() {
         "live trials whose optimizer is sgd"
     );
     press(&mut v, Key::Char('j'));
-    assert_eq!(v.current(&snap).unwrap().number, 7);
+    assert_eq!(v.current(&snap).unwrap().number, TrialNumber(7));
     press(&mut v, Key::Char('k'));
-    assert_eq!(v.current(&snap).unwrap().number, 5);
+    assert_eq!(v.current(&snap).unwrap().number, TrialNumber(5));
     press(&mut v, Key::Esc);
     assert_eq!(state::action(&v, Key::Char('q')), Action::Quit);
     assert_eq!(state::action(&v, Key::Ctrl('c')), Action::Quit);
@@ -203,10 +203,10 @@ fn commands_go_only_to_live_trials_of_a_running_study() {
     // Trial 0 is complete: nothing is sent.
     assert_eq!(v.apply(&snap, Action::Command("prune")), None);
     assert!(v.message.contains("cannot be pruned"), "{}", v.message);
-    v.selected = Some(5);
+    v.selected = Some(TrialNumber(5));
     assert_eq!(
         v.apply(&snap, Action::Command("resume")),
-        Some((6, "resume"))
+        Some((TrialId(6), "resume"))
     );
     assert!(v.message.contains("next iteration boundary"));
     snap.running = false;
@@ -330,7 +330,7 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
     wait_until("trial 0 pruned", Duration::from_secs(20), || {
         trials(&db, None)
             .iter()
-            .any(|t| t.number == 0 && t.state == TrialState::Pruned)
+            .any(|t| t.number.0 == 0 && t.state == TrialState::Pruned)
     });
     wait_until("the dashboard to show it", Duration::from_secs(10), || {
         screen().contains("PRUNED")
@@ -364,7 +364,7 @@ fn the_binary_in_tmux_prunes_pauses_and_resumes_running_trials() {
     tmux(&["kill-server"]);
     study.kill();
     let pruned = trials(&db, None);
-    let t0 = pruned.iter().find(|t| t.number == 0).unwrap();
+    let t0 = pruned.iter().find(|t| t.number.0 == 0).unwrap();
     assert_eq!(t0.state, TrialState::Pruned);
     assert_eq!(
         scalar(

@@ -172,7 +172,7 @@ fn run_misbehaving(
 fn assert_only_trial_1_failed(rows: &[salus_tune::storage::TrialRow], words: &str) {
     assert_eq!(rows.len(), 8);
     for t in rows {
-        if t.number == 1 {
+        if t.number.0 == 1 {
             assert_eq!(t.state, TrialState::Fail, "{t:?}");
             let r = t.fail_reason.as_deref().unwrap_or("");
             assert!(r.contains(words), "reason: {r}");

@@ -47,7 +47,7 @@ fn finished(db: &Path) -> BTreeMap<i64, Stored> {
                 .iter()
                 .map(|&(s, v)| (s, v.to_bits()))
                 .collect();
-            (t.number, (t.state, t.value.map(f64::to_bits), curve))
+            (t.number.0, (t.state, t.value.map(f64::to_bits), curve))
         })
         .collect()
 }
@@ -117,7 +117,7 @@ fn ten_kills_at_random_moments_lose_nothing() {
     let all = trials(&db, None);
     assert_eq!(all.len(), 8, "exactly the budget, no duplicates");
     assert_eq!(
-        all.iter().map(|t| t.number).collect::<Vec<_>>(),
+        all.iter().map(|t| t.number.0).collect::<Vec<_>>(),
         (0..8).collect::<Vec<_>>()
     );
     for t in &all {
@@ -145,7 +145,7 @@ fn ten_kills_at_random_moments_lose_nothing() {
 
 fn values(rows: &[TrialRow]) -> Vec<(i64, Vec<(i64, f64)>)> {
     rows.iter()
-        .map(|t| (t.number, t.intermediate.clone()))
+        .map(|t| (t.number.0, t.intermediate.clone()))
         .collect()
 }
 

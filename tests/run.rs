@@ -47,7 +47,7 @@ fn a_six_trial_digits_study_completes_and_stores_everything() {
         );
     }
     assert_eq!(
-        trials.iter().map(|t| t.number).collect::<Vec<_>>(),
+        trials.iter().map(|t| t.number.0).collect::<Vec<_>>(),
         vec![0, 1, 2, 3, 4, 5]
     );
     assert_eq!(

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 
 use workers::TrialSnapshot;
 
+use crate::storage::TrialId;
+
 /// The checkpoint folder of one database. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
@@ -37,12 +39,12 @@ impl Checkpoints {
         &self.dir
     }
 
-    fn path(&self, trial_id: i64) -> PathBuf {
+    fn path(&self, trial_id: TrialId) -> PathBuf {
         self.dir.join(format!("trial-{trial_id}.state"))
     }
 
     /// Writes `trial_id`'s checkpoint atomically; returns its size in bytes.
-    pub fn save(&self, trial_id: i64, state: &TrialSnapshot) -> std::io::Result<usize> {
+    pub fn save(&self, trial_id: TrialId, state: &TrialSnapshot) -> std::io::Result<usize> {
         let bytes = state.to_bytes();
         write_atomic(&self.path(trial_id), &bytes)?;
         Ok(bytes.len())
@@ -50,24 +52,24 @@ impl Checkpoints {
 
     /// Where `trial_id`'s checkpoint goes (for the writer, which saves it
     /// once the values it covers are committed: see `WriteOp::SaveFile`).
-    pub fn path_of(&self, trial_id: i64) -> PathBuf {
+    pub fn path_of(&self, trial_id: TrialId) -> PathBuf {
         self.path(trial_id)
     }
 
     /// The checkpoint of `trial_id`, if there is a readable one.
-    pub fn load(&self, trial_id: i64) -> Option<TrialSnapshot> {
+    pub fn load(&self, trial_id: TrialId) -> Option<TrialSnapshot> {
         let bytes = std::fs::read(self.path(trial_id)).ok()?;
         TrialSnapshot::from_bytes(&bytes).ok()
     }
 
     /// Where an external worker of `trial_id` saves its own checkpoint.
-    pub fn external_path(&self, trial_id: i64) -> PathBuf {
+    pub fn external_path(&self, trial_id: TrialId) -> PathBuf {
         let _ = std::fs::create_dir_all(&self.dir);
         self.dir.join(format!("trial-{trial_id}.external"))
     }
 
     /// Every file a trial's checkpoints may use.
-    pub fn paths_of(&self, trial_id: i64) -> Vec<PathBuf> {
+    pub fn paths_of(&self, trial_id: TrialId) -> Vec<PathBuf> {
         vec![
             self.path(trial_id),
             self.dir.join(format!("trial-{trial_id}.external")),
@@ -75,7 +77,7 @@ impl Checkpoints {
     }
 
     /// Deletes every file but the checkpoints of `live` trials.
-    pub fn sweep(&self, live: &[i64]) {
+    pub fn sweep(&self, live: &[TrialId]) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
@@ -135,19 +137,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let c = Checkpoints::beside(&dir.path().join("s.db"));
         assert_eq!(c.dir(), dir.path().join("s.db.checkpoints"));
-        assert!(c.load(1).is_none());
-        c.save(1, &state(10)).unwrap();
-        c.save(1, &state(20)).unwrap();
-        c.save(2, &state(30)).unwrap();
+        assert!(c.load(TrialId(1)).is_none());
+        c.save(TrialId(1), &state(10)).unwrap();
+        c.save(TrialId(1), &state(20)).unwrap();
+        c.save(TrialId(2), &state(30)).unwrap();
         assert_eq!(
-            c.load(1),
+            c.load(TrialId(1)),
             Some(state(20)),
             "the newer one replaces the older"
         );
         std::fs::write(c.dir().join("trial-3.state"), b"garbage").unwrap();
-        assert!(c.load(3).is_none(), "a broken file is no checkpoint");
-        c.sweep(&[2]);
-        assert!(c.load(1).is_none() && c.load(2).is_some());
+        assert!(
+            c.load(TrialId(3)).is_none(),
+            "a broken file is no checkpoint"
+        );
+        c.sweep(&[TrialId(2)]);
+        assert!(c.load(TrialId(1)).is_none() && c.load(TrialId(2)).is_some());
         assert_eq!(
             std::fs::read_dir(c.dir()).unwrap().count(),
             1,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::runner::RunSummary;
+use crate::storage::TrialNumber;
 use crate::study::Study;
 
 pub enum Reporter {
@@ -14,7 +15,7 @@ pub enum Reporter {
     Bars {
         multi: MultiProgress,
         overall: ProgressBar,
-        trials: std::collections::BTreeMap<i64, ProgressBar>,
+        trials: std::collections::BTreeMap<TrialNumber, ProgressBar>,
         metric: String,
     },
     /// One line per event, to standard error.
@@ -23,7 +24,7 @@ pub enum Reporter {
     Quiet,
 }
 
-fn best_text(metric: &str, best: Option<(i64, f64)>) -> String {
+fn best_text(metric: &str, best: Option<(TrialNumber, f64)>) -> String {
     best.map_or("no complete trial yet".into(), |(n, v)| {
         format!("best {metric}={v:.4} (trial {n})")
     })
@@ -56,7 +57,7 @@ impl Reporter {
         study: &Study,
         budget: u64,
         finished: u64,
-        best: Option<(i64, f64)>,
+        best: Option<(TrialNumber, f64)>,
     ) {
         let resumed = if finished > 0 {
             format!(", resuming with {finished} finished")
@@ -95,7 +96,7 @@ impl Reporter {
         }
     }
 
-    pub fn trial_start(&mut self, number: i64, params: &str, reports: u64) {
+    pub fn trial_start(&mut self, number: TrialNumber, params: &str, reports: u64) {
         match self {
             Reporter::Bars { multi, trials, .. } => {
                 let bar = multi.add(ProgressBar::new(reports));
@@ -115,7 +116,7 @@ impl Reporter {
         }
     }
 
-    pub fn trial_report(&mut self, number: i64, step: u64, metric: &str, value: f64) {
+    pub fn trial_report(&mut self, number: TrialNumber, step: u64, metric: &str, value: f64) {
         if let Reporter::Bars { trials, .. } = self
             && let Some(bar) = trials.get(&number)
         {
@@ -124,7 +125,7 @@ impl Reporter {
         }
     }
 
-    fn finish_bar(&mut self, number: i64) {
+    fn finish_bar(&mut self, number: TrialNumber) {
         if let Reporter::Bars { trials, multi, .. } = self
             && let Some(bar) = trials.remove(&number)
         {
@@ -135,9 +136,9 @@ impl Reporter {
 
     pub fn trial_end(
         &mut self,
-        number: i64,
+        number: TrialNumber,
         value: Option<f64>,
-        best: Option<(i64, f64)>,
+        best: Option<(TrialNumber, f64)>,
         finished: u64,
     ) {
         self.finish_bar(number);
@@ -167,12 +168,12 @@ impl Reporter {
         }
     }
 
-    pub fn trial_failed(&mut self, number: i64, reason: &str) {
+    pub fn trial_failed(&mut self, number: TrialNumber, reason: &str) {
         self.finish_bar(number);
         self.note(&format!("trial {number} FAIL: {reason}"));
     }
 
-    pub fn trial_interrupted(&mut self, number: i64) {
+    pub fn trial_interrupted(&mut self, number: TrialNumber) {
         self.finish_bar(number);
         self.note(&format!(
             "trial {number} interrupted; it is WAITING and will run first when the study resumes"

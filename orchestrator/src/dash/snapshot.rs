@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use sqlx::{Row, SqliteConnection};
 
 use crate::error::{Error, Result};
-use crate::storage::{Store, TrialState};
+use crate::storage::{Store, TrialId, TrialNumber, TrialState};
 use crate::study::Direction;
 
 /// A trial's phase, finer than Optuna's state: a RUNNING trial may be
@@ -57,8 +57,8 @@ pub struct Event {
 /// One trial, as the table and the detail pane show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialInfo {
-    pub trial_id: i64,
-    pub number: i64,
+    pub trial_id: TrialId,
+    pub number: TrialNumber,
     pub phase: Phase,
     /// `(name, value as the user wrote it)`, in the study's order.
     pub params: Vec<(String, String)>,
@@ -76,7 +76,7 @@ pub struct TrialInfo {
     pub ephemeral_bytes: i64,
     pub shared_bytes: i64,
     /// Numbers of the trials it was fused with (itself included).
-    pub fused_with: Vec<i64>,
+    pub fused_with: Vec<TrialNumber>,
     pub fail_reason: Option<String>,
     pub events: Vec<Event>,
 }
@@ -124,7 +124,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The best finished trial: `(number, value)`.
-    pub fn best(&self) -> Option<(i64, f64)> {
+    pub fn best(&self) -> Option<(TrialNumber, f64)> {
         self.trials
             .iter()
             .filter(|t| t.phase == Phase::Complete)
@@ -184,7 +184,7 @@ impl Snapshot {
 
     /// Sizes of the fused groups that are still running.
     pub fn fused_groups(&self) -> Vec<usize> {
-        let mut groups: BTreeMap<Vec<i64>, usize> = BTreeMap::new();
+        let mut groups: BTreeMap<Vec<TrialNumber>, usize> = BTreeMap::new();
         // A paused member waits outside its group.
         for t in self
             .trials
@@ -408,13 +408,13 @@ type Resources = (Option<i64>, i64, i64, i64, i64, i64);
 /// Per trial: display values, resources, the latest priority reason and
 /// swap, fusion, speed and events.
 struct TrialDetails {
-    params: BTreeMap<i64, Vec<(String, String)>>,
-    res: BTreeMap<i64, Resources>,
-    reasons: BTreeMap<i64, String>,
-    swapped: BTreeMap<i64, String>,
-    fused: BTreeMap<i64, Vec<i64>>,
-    speed: BTreeMap<i64, f64>,
-    events: BTreeMap<i64, Vec<Event>>,
+    params: BTreeMap<TrialId, Vec<(String, String)>>,
+    res: BTreeMap<TrialId, Resources>,
+    reasons: BTreeMap<TrialId, String>,
+    swapped: BTreeMap<TrialId, String>,
+    fused: BTreeMap<TrialId, Vec<TrialNumber>>,
+    speed: BTreeMap<TrialId, f64>,
+    events: BTreeMap<TrialId, Vec<Event>>,
 }
 
 async fn trial_details(
@@ -425,7 +425,7 @@ async fn trial_details(
 ) -> Result<TrialDetails> {
     let e = |err: sqlx::Error| Error::storage(url, err);
     // Display values, resources, phases, fusion, speed and events per trial.
-    let mut params: BTreeMap<i64, Vec<(String, String)>> = BTreeMap::new();
+    let mut params: BTreeMap<TrialId, Vec<(String, String)>> = BTreeMap::new();
     for r in sqlx::query(
         "SELECT trial_id, param_name, CAST(value AS TEXT) FROM salus_params WHERE study_id = ? ORDER BY trial_id",
     )
@@ -440,7 +440,7 @@ async fn trial_details(
             .or_default()
             .push((r.get(1), v.unwrap_or_default()));
     }
-    let mut res: BTreeMap<i64, Resources> = BTreeMap::new();
+    let mut res: BTreeMap<TrialId, Resources> = BTreeMap::new();
     for r in sqlx::query(
         "SELECT st.trial_id, st.lane, st.persistent_bytes, st.ephemeral_bytes, st.shared_bytes, \
          st.iterations, st.total_iterations FROM salus_trials st JOIN trials t ON t.trial_id = st.trial_id \
@@ -456,7 +456,7 @@ async fn trial_details(
             (r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6)),
         );
     }
-    let reasons: BTreeMap<i64, String> = sqlx::query(
+    let reasons: BTreeMap<TrialId, String> = sqlx::query(
         "SELECT p.trial_id, p.reason FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
          WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",
     )
@@ -467,7 +467,7 @@ async fn trial_details(
     .iter()
     .map(|r| (r.get(0), r.get(1)))
     .collect();
-    let swapped: BTreeMap<i64, String> = sqlx::query(
+    let swapped: BTreeMap<TrialId, String> = sqlx::query(
         "SELECT s.trial_id, s.direction FROM salus_swaps s WHERE s.run_id = ? \
          AND s.swap_id = (SELECT MAX(swap_id) FROM salus_swaps q WHERE q.trial_id = s.trial_id AND q.run_id = s.run_id)",
     )
@@ -478,7 +478,7 @@ async fn trial_details(
     .iter()
     .map(|r| (r.get(0), r.get(1)))
     .collect();
-    let fused: BTreeMap<i64, Vec<i64>> = sqlx::query(
+    let fused: BTreeMap<TrialId, Vec<TrialNumber>> = sqlx::query(
         "SELECT a.trial_id, a.value_json FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
          WHERE t.study_id = ? AND a.key = 'salus:fused_with'",
     )
@@ -492,7 +492,7 @@ async fn trial_details(
         (r.get(0), serde_json::from_str(&j).unwrap_or_default())
     })
     .collect();
-    let speed: BTreeMap<i64, f64> = sqlx::query(
+    let speed: BTreeMap<TrialId, f64> = sqlx::query(
         "SELECT trial_id, SUM(iterations), SUM(end_s - start_s) FROM salus_lane_segments \
          WHERE run_id = ? AND trial_id IS NOT NULL GROUP BY trial_id",
     )
@@ -506,7 +506,7 @@ async fn trial_details(
         (s > 0.0).then(|| (r.get(0), it as f64 / s))
     })
     .collect();
-    let mut events: BTreeMap<i64, Vec<Event>> = BTreeMap::new();
+    let mut events: BTreeMap<TrialId, Vec<Event>> = BTreeMap::new();
     for r in sqlx::query(
         "SELECT trial_id, time, kind, COALESCE(detail, '') FROM salus_events \
          WHERE study_id = ? AND trial_id IS NOT NULL ORDER BY event_id DESC LIMIT 5000",

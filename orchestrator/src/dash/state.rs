@@ -2,6 +2,7 @@
 //! change it: pure functions, tested without a terminal.
 
 use super::snapshot::{Phase, Snapshot, TrialInfo};
+use crate::storage::{TrialId, TrialNumber};
 
 /// The panes Tab moves between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +148,7 @@ pub enum Key {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ViewState {
     /// The selected trial, by number (stable across refreshes).
-    pub selected: Option<i64>,
+    pub selected: Option<TrialNumber>,
     pub focus: Pane,
     pub sort: SortKey,
     pub descending: bool,
@@ -291,7 +292,7 @@ impl ViewState {
 
     /// Applies an action; returns a command for the running study, if any:
     /// `(trial_id, action)`.
-    pub fn apply(&mut self, snap: &Snapshot, action: Action) -> Option<(i64, &'static str)> {
+    pub fn apply(&mut self, snap: &Snapshot, action: Action) -> Option<(TrialId, &'static str)> {
         match action {
             Action::Quit | Action::None => {}
             Action::Help => self.help = !self.help,

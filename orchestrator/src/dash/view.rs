@@ -346,7 +346,7 @@ fn charts(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
     done.sort_by_key(|t| t.number);
     let points: Vec<(f64, f64)> = done
         .iter()
-        .map(|t| (t.number as f64, t.value.unwrap_or(0.0)))
+        .map(|t| (t.number.0 as f64, t.value.unwrap_or(0.0)))
         .collect();
     let mut best_line = Vec::with_capacity(points.len());
     let mut best: Option<f64> = None;

@@ -27,6 +27,8 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::storage::TrialNumber;
+
 /// The protocol version this orchestrator speaks.
 pub const VERSION: u64 = 1;
 
@@ -69,7 +71,7 @@ pub enum FromWorker {
 pub enum ToWorker {
     Start {
         version: ProtocolVersion,
-        trial: i64,
+        trial: TrialNumber,
         params: Value,
         report_every: u64,
         checkpoint_path: String,
@@ -276,7 +278,7 @@ mod tests {
     fn orchestrator_messages_are_one_json_line_each() {
         let start = encode(&ToWorker::Start {
             version: ProtocolVersion,
-            trial: 7,
+            trial: TrialNumber(7),
             params: json!({"lr": 0.01, "opt": "sgd"}),
             report_every: 2,
             checkpoint_path: "/c/7".into(),

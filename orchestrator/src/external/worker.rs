@@ -33,6 +33,7 @@ use workers::{
 };
 
 use super::protocol::{self, FromWorker, ToWorker};
+use crate::storage::TrialNumber;
 use crate::study::WorkerConfig;
 
 /// Lines of the script's output kept for a failure's reason.
@@ -56,7 +57,7 @@ struct Process {
 /// A user's script running one trial. See the module docs.
 pub struct ExternalTrial {
     cfg: Arc<WorkerConfig>,
-    number: i64,
+    number: TrialNumber,
     params: Value,
     checkpoint_path: PathBuf,
     resume_from: Option<String>,
@@ -100,7 +101,7 @@ pub fn shut_down_workers() {
     let _ = std::fs::remove_dir(socket_dir());
 }
 
-fn socket_path(number: i64) -> PathBuf {
+fn socket_path(number: TrialNumber) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = socket_dir();
     let _ = std::fs::create_dir_all(&dir);
@@ -180,7 +181,7 @@ impl ExternalTrial {
     /// `checkpoint_path`. Nothing starts until the core admits it.
     pub fn new(
         cfg: Arc<WorkerConfig>,
-        number: i64,
+        number: TrialNumber,
         params: Value,
         checkpoint_path: PathBuf,
     ) -> Self {

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{Curves, Decision, Pruner, at_least, best_first, value_at};
+use crate::storage::TrialNumber;
 use crate::study::Direction;
 
 /// ASHA with rungs at `min_resource * eta^k` report steps.
@@ -11,7 +12,7 @@ pub struct Asha {
     pub min_resource: u64,
     pub reduction_factor: u64,
     /// Trials that compete (all trials when `None`): Hyperband's brackets.
-    members: Option<Vec<i64>>,
+    members: Option<Vec<TrialNumber>>,
 }
 
 impl Asha {
@@ -38,7 +39,7 @@ impl Asha {
             .map(|(k, _)| k)
     }
 
-    fn competes(&self, trial: i64) -> bool {
+    fn competes(&self, trial: TrialNumber) -> bool {
         self.members.as_ref().is_none_or(|m| m.contains(&trial))
     }
 
@@ -69,7 +70,13 @@ impl Pruner for Asha {
         "asha"
     }
 
-    fn decide(&self, trial: i64, step: u64, curves: &Curves, direction: Direction) -> Decision {
+    fn decide(
+        &self,
+        trial: TrialNumber,
+        step: u64,
+        curves: &Curves,
+        direction: Direction,
+    ) -> Decision {
         let Some(k) = self.rung_at(step) else {
             return Decision::Continue;
         };
@@ -88,10 +95,10 @@ impl Pruner for Asha {
 
     fn promotions(
         &self,
-        paused: &BTreeMap<i64, usize>,
+        paused: &BTreeMap<TrialNumber, usize>,
         curves: &Curves,
         direction: Direction,
-    ) -> Vec<i64> {
+    ) -> Vec<TrialNumber> {
         paused
             .iter()
             .filter(|(t, _)| self.competes(**t))
@@ -103,7 +110,7 @@ impl Pruner for Asha {
             .collect()
     }
 
-    fn rung(&self, _trial: i64, step: u64) -> Option<usize> {
+    fn rung(&self, _trial: TrialNumber, step: u64) -> Option<usize> {
         self.rung_at(step)
     }
 }
@@ -131,11 +138,11 @@ impl Hyperband {
         (ratio.ln() / (self.reduction_factor as f64).ln()).floor() as usize + 1
     }
 
-    pub fn bracket_of(&self, trial: i64) -> usize {
-        trial.rem_euclid(self.brackets() as i64) as usize
+    pub fn bracket_of(&self, trial: TrialNumber) -> usize {
+        trial.0.rem_euclid(self.brackets() as i64) as usize
     }
 
-    fn asha_for(&self, trial: i64, curves: &Curves) -> Asha {
+    fn asha_for(&self, trial: TrialNumber, curves: &Curves) -> Asha {
         let s = self.bracket_of(trial);
         let members = curves
             .keys()
@@ -156,18 +163,24 @@ impl Pruner for Hyperband {
         "hyperband"
     }
 
-    fn decide(&self, trial: i64, step: u64, curves: &Curves, direction: Direction) -> Decision {
+    fn decide(
+        &self,
+        trial: TrialNumber,
+        step: u64,
+        curves: &Curves,
+        direction: Direction,
+    ) -> Decision {
         self.asha_for(trial, curves)
             .decide(trial, step, curves, direction)
     }
 
     fn promotions(
         &self,
-        paused: &BTreeMap<i64, usize>,
+        paused: &BTreeMap<TrialNumber, usize>,
         curves: &Curves,
         direction: Direction,
-    ) -> Vec<i64> {
-        let mut out: Vec<i64> = paused
+    ) -> Vec<TrialNumber> {
+        let mut out: Vec<TrialNumber> = paused
             .keys()
             .filter(|t| {
                 self.asha_for(**t, curves)
@@ -180,7 +193,7 @@ impl Pruner for Hyperband {
         out
     }
 
-    fn rung(&self, trial: i64, step: u64) -> Option<usize> {
+    fn rung(&self, trial: TrialNumber, step: u64) -> Option<usize> {
         self.asha_for(trial, &Curves::new()).rung_at(step)
     }
 }
@@ -188,13 +201,17 @@ impl Pruner for Hyperband {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn n(number: i64) -> TrialNumber {
+        TrialNumber(number)
+    }
     use crate::pruner::Curve;
 
     fn curves(rows: &[(i64, &[(u64, f64)])]) -> Curves {
         rows.iter()
             .map(|(t, pts)| {
                 (
-                    *t,
+                    n(*t),
                     Curve {
                         values: pts.iter().copied().collect(),
                         finished: false,
@@ -226,21 +243,24 @@ mod tests {
                 .collect::<Vec<_>>(),
         );
         let continuing: Vec<i64> = (0..9)
-            .filter(|&t| a.decide(t, 1, &c, Direction::Maximize) == Decision::Continue)
+            .filter(|&t| a.decide(n(t), 1, &c, Direction::Maximize) == Decision::Continue)
             .collect();
         assert_eq!(continuing, vec![6, 7, 8]);
         assert_eq!(
-            a.decide(2, 1, &c, Direction::Maximize),
+            a.decide(n(2), 1, &c, Direction::Maximize),
             Decision::Pause { rung: 0 }
         );
         // Minimising reverses it.
         let continuing: Vec<i64> = (0..9)
-            .filter(|&t| a.decide(t, 1, &c, Direction::Minimize) == Decision::Continue)
+            .filter(|&t| a.decide(n(t), 1, &c, Direction::Minimize) == Decision::Continue)
             .collect();
         assert_eq!(continuing, vec![0, 1, 2]);
         // Steps between rungs always continue.
         let c2 = curves(&[(0, &[(2, 0.0)])]);
-        assert_eq!(a.decide(0, 2, &c2, Direction::Maximize), Decision::Continue);
+        assert_eq!(
+            a.decide(n(0), 2, &c2, Direction::Maximize),
+            Decision::Continue
+        );
     }
 
     #[test]
@@ -248,11 +268,14 @@ mod tests {
         let a = Asha::new(2, 2);
         // The first trial at a rung is the best of one: it continues.
         let c = curves(&[(0, &[(2, 0.5)])]);
-        assert_eq!(a.decide(0, 2, &c, Direction::Maximize), Decision::Continue);
+        assert_eq!(
+            a.decide(n(0), 2, &c, Direction::Maximize),
+            Decision::Continue
+        );
         // A worse second trial pauses at rung 0 (top 2/2 = 1 continues).
         let c = curves(&[(0, &[(2, 0.5)]), (1, &[(2, 0.3)])]);
         assert_eq!(
-            a.decide(1, 2, &c, Direction::Maximize),
+            a.decide(n(1), 2, &c, Direction::Maximize),
             Decision::Pause { rung: 0 }
         );
         // Two more, weaker still: now the top 4/2 = 2 includes trial 1, which is promoted.
@@ -262,11 +285,11 @@ mod tests {
             (2, &[(2, 0.1)]),
             (3, &[(2, 0.2)]),
         ]);
-        let paused = BTreeMap::from([(1, 0), (2, 0), (3, 0)]);
-        assert_eq!(a.promotions(&paused, &c, Direction::Maximize), vec![1]);
+        let paused = BTreeMap::from([(n(1), 0), (n(2), 0), (n(3), 0)]);
+        assert_eq!(a.promotions(&paused, &c, Direction::Maximize), vec![n(1)]);
         // A NaN at a rung is pruned.
         let c = curves(&[(0, &[(2, f64::NAN)])]);
-        assert_eq!(a.decide(0, 2, &c, Direction::Maximize), Decision::Prune);
+        assert_eq!(a.decide(n(0), 2, &c, Direction::Maximize), Decision::Prune);
     }
 
     #[test]
@@ -274,12 +297,17 @@ mod tests {
         let h = Hyperband::new(1, 9, 3);
         assert_eq!(h.brackets(), 3);
         assert_eq!(
-            (h.bracket_of(0), h.bracket_of(1), h.bracket_of(5)),
+            (h.bracket_of(n(0)), h.bracket_of(n(1)), h.bracket_of(n(5))),
             (0, 1, 2)
         );
         // Bracket 0 has rungs at 1, 3, 9; bracket 1 at 3, 9; bracket 2 at 9.
         assert_eq!(
-            (h.rung(0, 1), h.rung(1, 1), h.rung(1, 3), h.rung(2, 9)),
+            (
+                h.rung(n(0), 1),
+                h.rung(n(1), 1),
+                h.rung(n(1), 3),
+                h.rung(n(2), 9)
+            ),
             (Some(0), None, Some(0), Some(0))
         );
         // Trial 3 (bracket 0) is compared with 0 and 6 only, not with the better trial 1.
@@ -290,12 +318,12 @@ mod tests {
             (6, &[(1, 0.2)]),
         ]);
         assert_eq!(
-            h.decide(3, 1, &c, Direction::Maximize),
+            h.decide(n(3), 1, &c, Direction::Maximize),
             Decision::Continue,
             "the top 3/3 = 1 of bracket 0 is trial 3"
         );
         assert_eq!(
-            h.decide(0, 1, &c, Direction::Maximize),
+            h.decide(n(0), 1, &c, Direction::Maximize),
             Decision::Pause { rung: 0 }
         );
     }

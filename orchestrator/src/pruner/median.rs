@@ -1,6 +1,7 @@
 //! The median stopping rule.
 
 use super::{Curves, Decision, Pruner, at_least, value_at};
+use crate::storage::TrialNumber;
 use crate::study::Direction;
 
 /// Prunes a trial whose value at a step is worse than the median of the
@@ -17,7 +18,13 @@ impl Pruner for Median {
         "median"
     }
 
-    fn decide(&self, trial: i64, step: u64, curves: &Curves, direction: Direction) -> Decision {
+    fn decide(
+        &self,
+        trial: TrialNumber,
+        step: u64,
+        curves: &Curves,
+        direction: Direction,
+    ) -> Decision {
         if step <= self.warmup_steps
             || curves.values().filter(|c| c.finished).count() < self.startup_trials
         {
@@ -56,6 +63,10 @@ impl Pruner for Median {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn n(number: i64) -> TrialNumber {
+        TrialNumber(number)
+    }
     use crate::pruner::Curve;
 
     fn curve(points: &[(u64, f64)], finished: bool) -> Curve {
@@ -72,22 +83,28 @@ mod tests {
             warmup_steps: 1,
         };
         let mut c = Curves::new();
-        c.insert(0, curve(&[(1, 0.5), (2, 0.6), (3, 0.7)], true));
-        c.insert(1, curve(&[(1, 0.4), (2, 0.8), (3, 0.9)], true));
-        c.insert(2, curve(&[(1, 0.1), (2, 0.65)], false));
+        c.insert(n(0), curve(&[(1, 0.5), (2, 0.6), (3, 0.7)], true));
+        c.insert(n(1), curve(&[(1, 0.4), (2, 0.8), (3, 0.9)], true));
+        c.insert(n(2), curve(&[(1, 0.1), (2, 0.65)], false));
         // Step 1 is warm-up.
-        assert_eq!(m.decide(2, 1, &c, Direction::Maximize), Decision::Continue);
+        assert_eq!(
+            m.decide(n(2), 1, &c, Direction::Maximize),
+            Decision::Continue
+        );
         // Step 2: median of 0.6 and 0.8 is 0.7; 0.65 is below.
-        assert_eq!(m.decide(2, 2, &c, Direction::Maximize), Decision::Prune);
+        assert_eq!(m.decide(n(2), 2, &c, Direction::Maximize), Decision::Prune);
         // Minimising, the same value is better than the median.
-        assert_eq!(m.decide(2, 2, &c, Direction::Minimize), Decision::Continue);
+        assert_eq!(
+            m.decide(n(2), 2, &c, Direction::Minimize),
+            Decision::Continue
+        );
         // Too few finished trials: no pruning yet.
         let strict = Median {
             startup_trials: 3,
             warmup_steps: 0,
         };
         assert_eq!(
-            strict.decide(2, 2, &c, Direction::Maximize),
+            strict.decide(n(2), 2, &c, Direction::Maximize),
             Decision::Continue
         );
     }

@@ -23,6 +23,7 @@ pub use median::Median;
 
 use std::collections::BTreeMap;
 
+use crate::storage::TrialNumber;
 use crate::study::Direction;
 
 /// A trial's intermediate values, by report step.
@@ -34,10 +35,10 @@ pub struct Curve {
 }
 
 /// Every trial's curve, by trial number.
-pub type Curves = BTreeMap<i64, Curve>;
+pub type Curves = BTreeMap<TrialNumber, Curve>;
 
 /// What `trial` reported at `step`, if it did.
-pub fn value_at(curves: &Curves, trial: i64, step: u64) -> Option<f64> {
+pub fn value_at(curves: &Curves, trial: TrialNumber, step: u64) -> Option<f64> {
     curves
         .get(&trial)
         .and_then(|c| c.values.get(&step).copied())
@@ -58,19 +59,25 @@ pub enum Decision {
 pub trait Pruner: Send {
     fn name(&self) -> &'static str;
     /// The decision for `trial` after it reported at `step`.
-    fn decide(&self, trial: i64, step: u64, curves: &Curves, direction: Direction) -> Decision;
+    fn decide(
+        &self,
+        trial: TrialNumber,
+        step: u64,
+        curves: &Curves,
+        direction: Direction,
+    ) -> Decision;
     /// Paused trials (with their rung) that may now continue.
     fn promotions(
         &self,
-        paused: &BTreeMap<i64, usize>,
+        paused: &BTreeMap<TrialNumber, usize>,
         curves: &Curves,
         direction: Direction,
-    ) -> Vec<i64> {
+    ) -> Vec<TrialNumber> {
         let _ = (paused, curves, direction);
         Vec::new()
     }
     /// The rung a trial that reported at `step` has reached, if rungs apply.
-    fn rung(&self, trial: i64, step: u64) -> Option<usize> {
+    fn rung(&self, trial: TrialNumber, step: u64) -> Option<usize> {
         let _ = (trial, step);
         None
     }
@@ -83,7 +90,7 @@ impl Pruner for NoPruner {
     fn name(&self) -> &'static str {
         "none"
     }
-    fn decide(&self, _: i64, _: u64, _: &Curves, _: Direction) -> Decision {
+    fn decide(&self, _: TrialNumber, _: u64, _: &Curves, _: Direction) -> Decision {
         Decision::Continue
     }
 }

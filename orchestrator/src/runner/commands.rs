@@ -7,6 +7,7 @@ use kernels::Backend;
 
 use super::{HEARTBEAT, RunState, Runner};
 use crate::error::Result;
+use crate::storage::TrialId;
 use crate::storage::writer::WriteOp;
 
 impl Runner<'_> {
@@ -16,7 +17,7 @@ impl Runner<'_> {
             return Ok(());
         }
         st.liveness.last_heartbeat = Instant::now();
-        let trial_ids: Vec<i64> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
+        let trial_ids: Vec<TrialId> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
         if !trial_ids.is_empty() {
             self.writer.send(WriteOp::Heartbeat { trial_ids })?;
         }
@@ -77,7 +78,7 @@ impl Runner<'_> {
     }
 
     /// Records a dashboard command's effect in `salus_priority`.
-    pub(super) fn command_priority(&self, trial_id: i64, reason: &'static str) -> Result<()> {
+    pub(super) fn command_priority(&self, trial_id: TrialId, reason: &'static str) -> Result<()> {
         self.writer.send(WriteOp::Priority {
             trial_id,
             priority: 0.0,

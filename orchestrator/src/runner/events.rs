@@ -14,6 +14,7 @@ use crate::pruner::{Curves, Decision, priority, value_at};
 use crate::salus::core::CoreEvent;
 use crate::storage::TrialState;
 use crate::storage::writer::WriteOp;
+use crate::storage::{TrialId, TrialNumber};
 use crate::study::PrunerKind;
 
 impl Runner<'_> {
@@ -339,7 +340,7 @@ impl Runner<'_> {
 
     /// Resumes the paused trials the pruner now promotes.
     pub(super) fn promote<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
-        let by_number: BTreeMap<i64, usize> = st
+        let by_number: BTreeMap<TrialNumber, usize> = st
             .paused
             .iter()
             .filter_map(|(run, k)| st.in_flight.get(run).map(|f| (f.pending.number, *k)))
@@ -419,7 +420,7 @@ impl Runner<'_> {
         self.writer.flush()
     }
     /// Deletes a trial's checkpoints, in order after any save still queued.
-    pub(super) fn forget_checkpoint(&self, trial_id: i64) {
+    pub(super) fn forget_checkpoint(&self, trial_id: TrialId) {
         if let Some(c) = &self.checkpoints {
             for path in c.paths_of(trial_id) {
                 let _ = self.writer.send(WriteOp::RemoveFile { path });
@@ -432,7 +433,7 @@ impl Runner<'_> {
 /// `step` by every trial.
 pub(super) fn rank_priority(
     k: usize,
-    number: i64,
+    number: TrialNumber,
     step: u64,
     curves: &Curves,
     direction: crate::study::Direction,

@@ -19,6 +19,7 @@ use super::{Flight, MemberId, RunId, RunState, Runner};
 use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::fusion::{self, Seat};
+use crate::storage::TrialNumber;
 use crate::storage::writer::{TrialResources, WriteOp};
 
 /// A fused job: its members, and those whose report awaits a decision.
@@ -257,7 +258,7 @@ impl Runner<'_> {
             Seat {
                 id: m.0,
                 priority: flight.map_or(0.0, |f| f.priority),
-                arrival: flight.map_or(0, |f| f.pending.number),
+                arrival: flight.map_or(0, |f| f.pending.number.0),
             }
         };
         // Seats in running groups first.
@@ -281,7 +282,7 @@ impl Runner<'_> {
             let r = fusion::reseat(st.fusion.policy, group.capacity, &members, &of_key);
             let join: Vec<MemberId> = r.join.iter().map(|&j| MemberId(j)).collect();
             if !r.evict.is_empty() {
-                let joining: Vec<i64> = join
+                let joining: Vec<TrialNumber> = join
                     .iter()
                     .filter_map(|&j| {
                         st.in_flight
@@ -394,7 +395,7 @@ impl Runner<'_> {
             .filter(|m| !group.leaving.contains(m))
             .copied()
             .collect();
-        let numbers: Vec<i64> = seated
+        let numbers: Vec<TrialNumber> = seated
             .iter()
             .filter_map(|&m| {
                 st.in_flight

@@ -48,6 +48,7 @@ use crate::sampler::{Sampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
 use crate::storage::{StoredParam, StudyInfo, TrialRow, Writer};
+use crate::storage::{TrialId, TrialNumber};
 use crate::study::{GraphsMode, PrunerKind, Study};
 
 /// What a run was asked to do beyond the study file.
@@ -65,13 +66,13 @@ pub struct RunSummary {
     pub finished: u64,
     pub ran: u64,
     pub interrupted: bool,
-    pub best: Option<(i64, f64)>,
+    pub best: Option<(TrialNumber, f64)>,
 }
 
 /// A trial the runner is about to run.
 struct Pending {
-    trial_id: i64,
-    number: i64,
+    trial_id: TrialId,
+    number: TrialNumber,
     params: Params,
     /// The checkpoint it continues from, if it has one.
     resume: Option<workers::TrialSnapshot>,
@@ -111,8 +112,8 @@ fn encode_params(study: &Study, params: &Params) -> Vec<StoredParam> {
 }
 
 /// A trial's seed: a pure function of the study seed and the trial number.
-pub fn trial_seed(study_seed: u64, number: i64) -> u64 {
-    kernels::rng::mix64(study_seed ^ (number as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+pub fn trial_seed(study_seed: u64, number: TrialNumber) -> u64 {
+    kernels::rng::mix64(study_seed ^ (number.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 pub struct Runner<'a> {
@@ -527,7 +528,7 @@ struct RunState<B: Backend> {
     waiting: VecDeque<Pending>,
     finished: u64,
     ran: u64,
-    best: Option<(i64, f64)>,
+    best: Option<(TrialNumber, f64)>,
     /// The sampler has nothing left (an exhausted grid).
     exhausted: bool,
     in_flight: BTreeMap<RunId, Flight>,
@@ -568,7 +569,7 @@ struct Timeline {
     started: Instant,
     /// Every core job of this run, for telemetry that arrives after a
     /// trial ended; a fused group's is its first member's.
-    trial_ids: BTreeMap<JobId, i64>,
+    trial_ids: BTreeMap<JobId, TrialId>,
     lanes: BTreeMap<usize, LaneTally>,
 }
 

@@ -24,6 +24,7 @@ use crate::pruner::{Curve, Curves};
 use crate::salus::core::SalusCore;
 use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::storage::writer::{RunInfo, WriteOp};
+use crate::storage::{TrialId, TrialNumber};
 use crate::storage::{TrialRow, TrialState};
 use crate::study::SamplerKind;
 
@@ -32,11 +33,11 @@ struct Stock {
     history: Vec<TrialRecord>,
     waiting: VecDeque<Pending>,
     finished: u64,
-    best: Option<(i64, f64)>,
+    best: Option<(TrialNumber, f64)>,
     /// RUNNING trials with a fresh heartbeat: another live process runs them.
     elsewhere: u64,
     /// Steps each requeued trial keeps (those its checkpoint covers).
-    kept_steps: BTreeMap<i64, i64>,
+    kept_steps: BTreeMap<TrialNumber, i64>,
 }
 
 impl Runner<'_> {
@@ -88,7 +89,7 @@ impl Runner<'_> {
         let core = SalusCore::start(backend.clone(), config, tx)?;
         let curves = Self::stored_curves(existing, &kept_steps);
         if let Some(c) = &self.checkpoints {
-            let live: Vec<i64> = waiting.iter().map(|p| p.trial_id).collect();
+            let live: Vec<TrialId> = waiting.iter().map(|p| p.trial_id).collect();
             c.sweep(&live);
         }
         Ok(RunState {
@@ -150,9 +151,9 @@ impl Runner<'_> {
         let mut history: Vec<TrialRecord> = Vec::new();
         let mut waiting = VecDeque::new();
         let mut finished = 0u64;
-        let mut best: Option<(i64, f64)> = None;
+        let mut best: Option<(TrialNumber, f64)> = None;
         let mut elsewhere = 0u64;
-        let mut kept_steps: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut kept_steps: BTreeMap<TrialNumber, i64> = BTreeMap::new();
         let now = chrono::Local::now().naive_local();
         for row in existing {
             let params = decode_params(study, row);
@@ -251,7 +252,7 @@ impl Runner<'_> {
 
     /// The stored curves the pruner compares against; a requeued trial
     /// keeps only the values its checkpoint covers.
-    fn stored_curves(existing: &[TrialRow], kept_steps: &BTreeMap<i64, i64>) -> Curves {
+    fn stored_curves(existing: &[TrialRow], kept_steps: &BTreeMap<TrialNumber, i64>) -> Curves {
         existing
             .iter()
             .map(|r| {

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::core::CoreEvent;
 use crate::space::{Distribution, Params};
+use crate::storage::TrialId;
 use crate::storage::Writer;
 use crate::storage::writer::WriteOp;
 
@@ -63,7 +64,7 @@ impl Runner<'_> {
 pub(super) fn record_telemetry(
     writer: &Writer,
     run_id: i64,
-    trial_ids: &BTreeMap<JobId, i64>,
+    trial_ids: &BTreeMap<JobId, TrialId>,
     lanes: &mut BTreeMap<usize, LaneTally>,
     started: Instant,
     event: CoreEvent,

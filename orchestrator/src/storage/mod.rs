@@ -12,6 +12,7 @@
 //! them (`YYYY-MM-DD HH:MM:SS.ffffff`, local time), states as Optuna names
 //! them.
 
+mod ids;
 mod migrate;
 mod read;
 mod study;
@@ -24,6 +25,7 @@ use std::time::Duration;
 use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 
+pub use ids::{TrialId, TrialNumber};
 pub use read::{StoredParam, StudyInfo, TrialRow, TrialState};
 pub use writer::{Writer, WriterStats};
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sqlx::Row;
 
-use super::{Store, storage_err};
+use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Direction;
 
@@ -67,8 +67,8 @@ pub struct StudyInfo {
 /// One trial as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialRow {
-    pub trial_id: i64,
-    pub number: i64,
+    pub trial_id: TrialId,
+    pub number: TrialNumber,
     pub state: TrialState,
     pub value: Option<f64>,
     pub datetime_start: Option<String>,
@@ -182,7 +182,7 @@ impl Store {
                 heartbeat: r.get(7),
             })
             .collect();
-        let index: BTreeMap<i64, usize> = trials
+        let index: BTreeMap<TrialId, usize> = trials
             .iter()
             .enumerate()
             .map(|(i, t)| (t.trial_id, i))
@@ -196,7 +196,7 @@ impl Store {
         .await
         .map_err(err)?;
         for r in &params {
-            if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
                 trials[i].params.push(StoredParam {
                     name: r.get(1),
                     internal: r.get(2),
@@ -213,7 +213,7 @@ impl Store {
         .await
         .map_err(err)?;
         for r in &values {
-            if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
                 trials[i]
                     .intermediate
                     .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
@@ -236,7 +236,7 @@ impl Store {
             .await
             .map_err(err)?;
             for r in &latest {
-                if let Some(&i) = index.get(&r.get::<i64, _>(0)) {
+                if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
                     trials[i].priority = r.get(1);
                     trials[i].rung = r.get(2);
                 }

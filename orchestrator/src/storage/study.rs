@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Connection, Row};
 
-use super::{Store, StudyInfo, now, storage_err};
+use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Study;
 
@@ -15,7 +15,12 @@ const SPACE_KEY: &str = "salus:search_space";
 impl Store {
     /// Leaves a command (`pause`, `resume`, `prune`) for the orchestrator
     /// running the study; it acts at the trial's next iteration boundary.
-    pub async fn push_command(&mut self, study_id: i64, trial_id: i64, action: &str) -> Result<()> {
+    pub async fn push_command(
+        &mut self,
+        study_id: i64,
+        trial_id: TrialId,
+        action: &str,
+    ) -> Result<()> {
         let url = self.url.clone();
         sqlx::query(
             "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?)",

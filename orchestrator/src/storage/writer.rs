@@ -11,7 +11,7 @@
 use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{StoredParam, TrialState, now};
+use super::{StoredParam, TrialId, TrialNumber, TrialState, now};
 use crate::error::{Error, Result, StorageFailure};
 
 /// Most operations one transaction takes.
@@ -57,7 +57,7 @@ pub enum WriteOp {
     CreateTrial {
         study_id: i64,
         params: Vec<StoredParam>,
-        reply: oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<(TrialId, TrialNumber), StorageFailure>>,
     },
     /// Takes the dashboard's unapplied commands for the study.
     TakeCommands {
@@ -66,22 +66,22 @@ pub enum WriteOp {
     },
     /// A WAITING trial starts (again).
     StartTrial {
-        trial_id: i64,
+        trial_id: TrialId,
     },
     /// What the trial needs and where it runs.
     Resources {
-        trial_id: i64,
+        trial_id: TrialId,
         resources: TrialResources,
     },
     /// An intermediate value; a repeated step replaces the earlier value.
     Intermediate {
-        trial_id: i64,
+        trial_id: TrialId,
         step: i64,
         value: f64,
     },
     /// The trial ends in `state`, with its objective value when COMPLETE.
     Finish {
-        trial_id: i64,
+        trial_id: TrialId,
         state: TrialState,
         value: Option<f64>,
         iterations: i64,
@@ -91,7 +91,7 @@ pub enum WriteOp {
     /// A RUNNING trial goes back to WAITING (interrupted or orphaned), its
     /// intermediate values cleared so that its rerun starts clean.
     Requeue {
-        trial_id: i64,
+        trial_id: TrialId,
         /// Intermediate values up to this step stay (the checkpoint's).
         keep_steps: i64,
     },
@@ -107,11 +107,11 @@ pub enum WriteOp {
     },
     /// The trials this process runs are alive (Optuna's `trial_heartbeats`).
     Heartbeat {
-        trial_ids: Vec<i64>,
+        trial_ids: Vec<TrialId>,
     },
     Event {
         study_id: i64,
-        trial_id: Option<i64>,
+        trial_id: Option<TrialId>,
         kind: &'static str,
         detail: String,
     },
@@ -125,14 +125,14 @@ pub enum WriteOp {
     Segment {
         run_id: i64,
         lane: i64,
-        trial_id: Option<i64>,
+        trial_id: Option<TrialId>,
         start_s: f64,
         end_s: f64,
         iterations: i64,
     },
     Swap {
         run_id: i64,
-        trial_id: Option<i64>,
+        trial_id: Option<TrialId>,
         lane: i64,
         out: bool,
         bytes: i64,
@@ -145,14 +145,14 @@ pub enum WriteOp {
     },
     /// A trial's scheduling priority changed.
     Priority {
-        trial_id: i64,
+        trial_id: TrialId,
         priority: f64,
         rung: Option<i64>,
         reason: &'static str,
     },
     /// A trial system attribute (JSON value), replacing an earlier one.
     TrialAttr {
-        trial_id: i64,
+        trial_id: TrialId,
         key: &'static str,
         value_json: String,
     },
@@ -224,7 +224,11 @@ impl Writer {
     }
 
     /// Creates a RUNNING trial; returns `(trial_id, number)`.
-    pub fn create_trial(&self, study_id: i64, params: Vec<StoredParam>) -> Result<(i64, i64)> {
+    pub fn create_trial(
+        &self,
+        study_id: i64,
+        params: Vec<StoredParam>,
+    ) -> Result<(TrialId, TrialNumber)> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
@@ -255,8 +259,8 @@ impl Writer {
 
 enum Reply {
     Trial(
-        oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
-        (i64, i64),
+        oneshot::Sender<std::result::Result<(TrialId, TrialNumber), StorageFailure>>,
+        (TrialId, TrialNumber),
     ),
     Run(
         oneshot::Sender<std::result::Result<i64, StorageFailure>>,
@@ -322,7 +326,7 @@ async fn run(
 /// What an op answers once its transaction has committed.
 enum Answer {
     /// A created trial's `(trial_id, number)`.
-    Ids(i64, i64),
+    Ids(TrialId, TrialNumber),
     RunId(i64),
     Commands(Vec<Command>),
 }
@@ -585,7 +589,7 @@ async fn write_op(
 /// A dashboard command for one trial: `pause`, `resume` or `prune`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Command {
-    pub trial_id: i64,
+    pub trial_id: TrialId,
     pub action: String,
 }
 
@@ -606,7 +610,7 @@ fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
 async fn event(
     conn: &mut SqliteConnection,
     study_id: i64,
-    trial_id: Option<i64>,
+    trial_id: Option<TrialId>,
     kind: &str,
     detail: &str,
     time: &str,
@@ -627,7 +631,7 @@ async fn event(
 /// An event for a trial, its study looked up.
 async fn study_event(
     conn: &mut SqliteConnection,
-    trial_id: i64,
+    trial_id: TrialId,
     kind: &str,
     detail: &str,
     time: &str,
@@ -648,11 +652,11 @@ async fn create_trial(
     params: &[StoredParam],
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let number: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+    let number: TrialNumber = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
         .bind(*study_id)
         .fetch_one(&mut *conn)
         .await?;
-    let trial_id: i64 = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
+    let trial_id: TrialId = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
             .bind(number)
             .bind(*study_id)
             .bind(time)
@@ -683,7 +687,7 @@ async fn create_trial(
 #[allow(clippy::too_many_arguments)]
 async fn finish_trial(
     conn: &mut SqliteConnection,
-    trial_id: &i64,
+    trial_id: &TrialId,
     state: &TrialState,
     value: &Option<f64>,
     iterations: &i64,
