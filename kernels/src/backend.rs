@@ -7,7 +7,7 @@
 //! order; `sync` waits for them.
 
 use crate::error::Result;
-use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, SgdSlot};
+use crate::ops::{ActivationOp, AdamSlot, Batched, DropoutSlot, Gemm, Loss, SgdSlot, Slots};
 
 /// What kind of device a backend drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,6 +42,12 @@ impl<T> Copy for View<'_, T> {}
 pub struct ViewMut<'a, T> {
     pub buf: &'a mut T,
     pub off: usize,
+}
+
+/// Adam's two moment buffers, updated in place.
+pub struct Moments<'a, T> {
+    pub m: ViewMut<'a, T>,
+    pub v: ViewMut<'a, T>,
 }
 
 /// `buf` from element `off` on.
@@ -197,86 +203,72 @@ pub trait Backend: Send + Sync + 'static {
         db: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 
-    /// `y = act(x)` over `n` elements.
+    /// `y = act(x)` over `op.n` elements.
     fn activation(
         &self,
         ctx: &mut Self::Ctx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, Self::Buf>,
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
     /// `dx = act'(x) * dy`, given the forward input `x` and output `y`.
-    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut Self::Ctx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, Self::Buf>,
         y: View<'_, Self::Buf>,
         dy: View<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 
-    /// Inverted dropout over `slots.len()` slots of `per_slot` elements.
-    /// `steps` holds each slot's step ([`crate::DROPOUT_STEP_WORDS`] words
-    /// per slot, from a step block).
-    #[allow(clippy::too_many_arguments)]
+    /// Inverted dropout over `slots`. `steps` holds each slot's step
+    /// ([`crate::DROPOUT_STEP_WORDS`] words per slot, from a step block).
     fn dropout(
         &self,
         ctx: &mut Self::Ctx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, Self::Buf>,
         x: View<'_, Self::Buf>,
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
     /// The backward pass of [`Backend::dropout`] with the same slots and
     /// steps: the mask is recomputed.
-    #[allow(clippy::too_many_arguments)]
     fn dropout_backward(
         &self,
         ctx: &mut Self::Ctx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, Self::Buf>,
         dy: View<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 
-    /// Softmax cross-entropy of `logits` (`cols` = classes) against class
-    /// indices stored as `f32` (`label_stride` apart per slot; 0 shares them).
-    /// Writes the gradient of the mean loss into `dlogits` when given, and
-    /// adds (or writes, unless `accumulate`) `[loss_sum, correct, rows,
-    /// bad_labels]` per slot into `stats` (see [`crate::STATS_LEN`]). Needs
-    /// at least one class.
-    #[allow(clippy::too_many_arguments)]
+    /// Softmax cross-entropy of `logits` against class indices stored as
+    /// `f32` (see [`Loss`]). Writes the gradient of the mean loss into
+    /// `dlogits` when given; the statistics per slot are `[loss_sum,
+    /// correct, rows, bad_labels]` (see [`crate::STATS_LEN`]). Needs at
+    /// least one class.
     fn softmax_xent(
         &self,
         ctx: &mut Self::Ctx,
-        shape: Batched,
-        label_stride: usize,
+        loss: &Loss,
         logits: View<'_, Self::Buf>,
         labels: View<'_, Self::Buf>,
         dlogits: Option<ViewMut<'_, Self::Buf>>,
         stats: ViewMut<'_, Self::Buf>,
-        accumulate: bool,
     ) -> Result<()>;
 
-    /// Mean squared error, `loss = mean over rows and cols of (pred - target)^2`.
-    /// Stats per slot: `[loss_sum over rows, squared error sum, rows, 0]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Mean squared error, `loss = mean over rows and cols of (pred - target)^2`
+    /// (see [`Loss`]). Stats per slot: `[loss_sum over rows, squared error
+    /// sum, rows, 0]`.
     fn mse(
         &self,
         ctx: &mut Self::Ctx,
-        shape: Batched,
-        target_stride: usize,
+        loss: &Loss,
         pred: View<'_, Self::Buf>,
         target: View<'_, Self::Buf>,
         dpred: Option<ViewMut<'_, Self::Buf>>,
         stats: ViewMut<'_, Self::Buf>,
-        accumulate: bool,
     ) -> Result<()>;
 
     /// One SGD step over `slots.len()` slots of `n` parameters.
@@ -291,19 +283,16 @@ pub trait Backend: Send + Sync + 'static {
         velocity: Option<ViewMut<'_, Self::Buf>>,
     ) -> Result<()>;
 
-    /// One Adam or AdamW step over `slots.len()` slots of `n` parameters.
-    /// `scalars` holds each slot's [`AdamSlot::step_scalars`]
-    /// ([`crate::ADAM_STEP_WORDS`] words per slot, from a step block).
-    #[allow(clippy::too_many_arguments)]
+    /// One Adam or AdamW step over `slots`. `scalars` holds each slot's
+    /// [`AdamSlot::step_scalars`] ([`crate::ADAM_STEP_WORDS`] words per
+    /// slot, from a step block).
     fn adam_step(
         &self,
         ctx: &mut Self::Ctx,
-        n: usize,
-        slots: &[AdamSlot],
+        slots: Slots<'_, AdamSlot>,
         scalars: View<'_, Self::Buf>,
         params: ViewMut<'_, Self::Buf>,
         grads: View<'_, Self::Buf>,
-        m: ViewMut<'_, Self::Buf>,
-        v: ViewMut<'_, Self::Buf>,
+        moments: Moments<'_, Self::Buf>,
     ) -> Result<()>;
 }

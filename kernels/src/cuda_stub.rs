@@ -1,9 +1,9 @@
 //! The CUDA backend when salus-tune is built without the `cuda` feature:
 //! the same names, but no device can be opened.
 
-use crate::backend::{Backend, DeviceKind, View, ViewMut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{KernelError, Result};
-use crate::ops::{Activation, AdamSlot, Batched, DropoutSlot, Gemm, SgdSlot};
+use crate::ops::{ActivationOp, AdamSlot, Batched, DropoutSlot, Gemm, Loss, SgdSlot, Slots};
 
 /// Says why CUDA cannot be used: this build has no CUDA backend.
 pub fn probe() -> std::result::Result<usize, String> {
@@ -169,20 +169,17 @@ impl Backend for CudaBackend {
     fn activation(
         &self,
         ctx: &mut CudaCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
         match *self {}
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut CudaCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CudaBuf>,
         y: View<'_, CudaBuf>,
         dy: View<'_, CudaBuf>,
@@ -194,8 +191,7 @@ impl Backend for CudaBackend {
     fn dropout(
         &self,
         ctx: &mut CudaCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CudaBuf>,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
@@ -206,8 +202,7 @@ impl Backend for CudaBackend {
     fn dropout_backward(
         &self,
         ctx: &mut CudaCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CudaBuf>,
         dy: View<'_, CudaBuf>,
         dx: ViewMut<'_, CudaBuf>,
@@ -215,32 +210,26 @@ impl Backend for CudaBackend {
         match *self {}
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn softmax_xent(
         &self,
         ctx: &mut CudaCtx,
-        shape: Batched,
-        label_stride: usize,
+        loss: &Loss,
         logits: View<'_, CudaBuf>,
         labels: View<'_, CudaBuf>,
         dlogits: Option<ViewMut<'_, CudaBuf>>,
         stats: ViewMut<'_, CudaBuf>,
-        accumulate: bool,
     ) -> Result<()> {
         match *self {}
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn mse(
         &self,
         ctx: &mut CudaCtx,
-        shape: Batched,
-        target_stride: usize,
+        loss: &Loss,
         pred: View<'_, CudaBuf>,
         target: View<'_, CudaBuf>,
         dpred: Option<ViewMut<'_, CudaBuf>>,
         stats: ViewMut<'_, CudaBuf>,
-        accumulate: bool,
     ) -> Result<()> {
         match *self {}
     }
@@ -257,17 +246,14 @@ impl Backend for CudaBackend {
         match *self {}
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn adam_step(
         &self,
         ctx: &mut CudaCtx,
-        n: usize,
-        slots: &[AdamSlot],
+        slots: Slots<'_, AdamSlot>,
         scalars: View<'_, CudaBuf>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
-        m: ViewMut<'_, CudaBuf>,
-        v: ViewMut<'_, CudaBuf>,
+        moments: Moments<'_, CudaBuf>,
     ) -> Result<()> {
         match *self {}
     }

@@ -38,10 +38,10 @@ pub mod error;
 pub mod ops;
 pub mod rng;
 
-pub use backend::{Backend, DeviceKind, View, ViewMut, at, at_mut};
+pub use backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut};
 pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
 pub use error::{KernelError, Result};
 pub use ops::{
-    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
-    STATS_LEN, SgdSlot, StepWords,
+    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot,
+    Gemm, Loss, STATS_LEN, SgdSlot, Slots, StepWords,
 };

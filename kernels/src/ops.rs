@@ -91,6 +91,39 @@ impl Gemm {
     }
 }
 
+/// A loss over `shape` (`cols` = classes or outputs): predictions against
+/// targets that lie `target_stride` apart per slot (0 shares one set), the
+/// per-slot statistics ([`STATS_LEN`]) added into the output unless
+/// `accumulate` is false, when they overwrite it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loss {
+    pub shape: Batched,
+    pub target_stride: usize,
+    pub accumulate: bool,
+}
+
+/// An element-wise activation over `n` elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActivationOp {
+    pub activation: Activation,
+    pub n: usize,
+}
+
+/// The slots a per-slot op serves: `n` elements in each slot, and each
+/// slot's own settings (dropout `p`, Adam's hyper-parameters, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slots<'a, S> {
+    pub n: usize,
+    pub settings: &'a [S],
+}
+
+impl<S> Slots<'_, S> {
+    /// Elements over all slots.
+    pub fn total(&self) -> usize {
+        self.n * self.settings.len()
+    }
+}
+
 /// `slots` matrices of `rows x cols`, stored back to back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batched {

@@ -176,8 +176,13 @@ fn activations_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
     for act in Activation::ALL {
         let xb = d.put(&x);
         let mut yb = d.zeros(n);
-        d.b.activation(&mut d.ctx, act, n, at(&xb, 0), at_mut(&mut yb, 0))
-            .unwrap();
+        d.b.activation(
+            &mut d.ctx,
+            ActivationOp { activation: act, n },
+            at(&xb, 0),
+            at_mut(&mut yb, 0),
+        )
+        .unwrap();
         let want: Vec<f64> = x.iter().map(|&v| act_ref(act, v as f64)).collect();
         assert_close(act.name(), &d.get(&yb), &want, 1e-6);
 
@@ -185,8 +190,7 @@ fn activations_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
         let mut dx = d.zeros(n);
         d.b.activation_backward(
             &mut d.ctx,
-            act,
-            n,
+            ActivationOp { activation: act, n },
             at(&xb, 0),
             at(&yb, 0),
             at(&wb, 0),
@@ -216,8 +220,10 @@ fn activation_large_input_splits_consistently<B: Backend>(d: &mut D<B>) {
     let mut yb = d.zeros(n);
     d.b.activation(
         &mut d.ctx,
-        Activation::Tanh,
-        n,
+        ActivationOp {
+            activation: Activation::Tanh,
+            n,
+        },
         at(&xb, 0),
         at_mut(&mut yb, 0),
     )
@@ -239,8 +245,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let mut y = d.zeros(per * 3);
     d.b.dropout(
         &mut d.ctx,
-        per,
-        &slots,
+        Slots {
+            n: per,
+            settings: &slots,
+        },
         at(&steps, 0),
         at(&xb, 0),
         at_mut(&mut y, 0),
@@ -261,8 +269,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     // a step past 2^32 (both words of the step are read).
     d.b.dropout(
         &mut d.ctx,
-        per,
-        &slots,
+        Slots {
+            n: per,
+            settings: &slots,
+        },
         at(&steps, 0),
         at(&xb, 0),
         at_mut(&mut y, 0),
@@ -273,8 +283,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
         let later = d.dropout_steps(&later);
         d.b.dropout(
             &mut d.ctx,
-            per,
-            &slots,
+            Slots {
+                n: per,
+                settings: &slots,
+            },
             at(&later, 0),
             at(&xb, 0),
             at_mut(&mut y, 0),
@@ -287,8 +299,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let mut y7 = d.zeros(per);
     d.b.dropout(
         &mut d.ctx,
-        per,
-        &slots[..1],
+        Slots {
+            n: per,
+            settings: &slots[..1],
+        },
         at(&big, 0),
         at(&xb, 0),
         at_mut(&mut y7, 0),
@@ -314,8 +328,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let mut ys = d.zeros(small);
     d.b.dropout(
         &mut d.ctx,
-        small,
-        &one,
+        Slots {
+            n: small,
+            settings: &one,
+        },
         at(&step4, 0),
         at(&xb, 0),
         at_mut(&mut ys, 0),
@@ -330,8 +346,10 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let mut dx = d.zeros(small);
     d.b.dropout_backward(
         &mut d.ctx,
-        small,
-        &one,
+        Slots {
+            n: small,
+            settings: &one,
+        },
         at(&step4, 0),
         at(&wb, 0),
         at_mut(&mut dx, 0),
@@ -356,13 +374,15 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     let mut stats = d.put(&[1.0; 2 * STATS_LEN]);
     d.b.softmax_xent(
         &mut d.ctx,
-        shape,
-        rows,
+        &Loss {
+            shape,
+            target_stride: rows,
+            accumulate: false,
+        },
         at(&zb, 0),
         at(&lb, 0),
         Some(at_mut(&mut dz, 0)),
         at_mut(&mut stats, 0),
-        false,
     )
     .unwrap();
     let (grad, st) = (d.get(&dz), d.get(&stats));
@@ -396,13 +416,15 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     // Accumulating adds to the statistics; shared labels (stride 0) work.
     d.b.softmax_xent(
         &mut d.ctx,
-        shape,
-        0,
+        &Loss {
+            shape,
+            target_stride: 0,
+            accumulate: true,
+        },
         at(&zb, 0),
         at(&lb, 0),
         None,
         at_mut(&mut stats, 0),
-        true,
     )
     .unwrap();
     let st2 = d.get(&stats);
@@ -426,13 +448,15 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     let mut dz = d.put(&vec![9.0; shape.len()]);
     d.b.softmax_xent(
         &mut d.ctx,
-        shape,
-        rows,
+        &Loss {
+            shape,
+            target_stride: rows,
+            accumulate: false,
+        },
         at(&zb, 0),
         at(&lb, 0),
         Some(at_mut(&mut dz, 0)),
         at_mut(&mut stats, 0),
-        false,
     )
     .unwrap();
     let st = d.get(&stats);
@@ -463,13 +487,15 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     // Accumulating adds the counts.
     d.b.softmax_xent(
         &mut d.ctx,
-        shape,
-        rows,
+        &Loss {
+            shape,
+            target_stride: rows,
+            accumulate: true,
+        },
         at(&zb, 0),
         at(&lb, 0),
         None,
         at_mut(&mut stats, 0),
-        true,
     )
     .unwrap();
     assert_eq!(d.get(&stats)[3], 4.0);
@@ -477,13 +503,15 @@ fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
     let e =
         d.b.softmax_xent(
             &mut d.ctx,
-            Batched::new(2, rows, 0),
-            rows,
+            &Loss {
+                shape: Batched::new(2, rows, 0),
+                target_stride: rows,
+                accumulate: false,
+            },
             at(&zb, 0),
             at(&lb, 0),
             None,
             at_mut(&mut stats, 0),
-            false,
         )
         .unwrap_err();
     assert!(e.to_string().contains("at least one class"), "{e}");
@@ -517,13 +545,15 @@ fn mse_loss_and_gradient<B: Backend>(d: &mut D<B>) {
     let mut stats = d.zeros(2 * STATS_LEN);
     d.b.mse(
         &mut d.ctx,
-        shape,
-        18,
+        &Loss {
+            shape,
+            target_stride: 18,
+            accumulate: false,
+        },
         at(&pb, 0),
         at(&tb, 0),
         Some(at_mut(&mut dp, 0)),
         at_mut(&mut stats, 0),
-        false,
     )
     .unwrap();
     let (grad, st) = (d.get(&dp), d.get(&stats));
@@ -629,13 +659,17 @@ fn adam_hand_computed<B: Backend>(d: &mut D<B>) {
     let step1 = d.adam_scalars(&slots, &[1, 1, 1]);
     d.b.adam_step(
         &mut d.ctx,
-        1,
-        &slots,
+        Slots {
+            n: 1,
+            settings: &slots,
+        },
         at(&step1, 0),
         at_mut(&mut p, 0),
         at(&g1, 0),
-        at_mut(&mut m, 0),
-        at_mut(&mut v, 0),
+        Moments {
+            m: at_mut(&mut m, 0),
+            v: at_mut(&mut v, 0),
+        },
     )
     .unwrap();
     // Step 1: m-hat / sqrt(v-hat) = 1, so p = 1 - 0.1 = 0.9; AdamW first decays: 0.99 - 0.1 = 0.89.
@@ -645,13 +679,17 @@ fn adam_hand_computed<B: Backend>(d: &mut D<B>) {
     let step2 = d.adam_scalars(&slots[..1], &[2]);
     d.b.adam_step(
         &mut d.ctx,
-        1,
-        &slots[..1],
+        Slots {
+            n: 1,
+            settings: &slots[..1],
+        },
         at(&step2, 0),
         at_mut(&mut p, 0),
         at(&g2, 0),
-        at_mut(&mut m, 0),
-        at_mut(&mut v, 0),
+        Moments {
+            m: at_mut(&mut m, 0),
+            v: at_mut(&mut v, 0),
+        },
     )
     .unwrap();
     // m = 0.02, v = 0.00031225, m-hat = 0.02 / 0.19, v-hat = 0.00031225 / 0.001999.
@@ -683,8 +721,10 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let mut y = d.zeros(k * n);
     d.b.dropout(
         &mut d.ctx,
-        n,
-        &drops,
+        Slots {
+            n,
+            settings: &drops,
+        },
         at(&steps, 0),
         at(&xb, 0),
         at_mut(&mut y, 0),
@@ -695,8 +735,10 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         let mut y1 = d.zeros(n);
         d.b.dropout(
             &mut d.ctx,
-            n,
-            &drops[s..s + 1],
+            Slots {
+                n,
+                settings: &drops[s..s + 1],
+            },
             at(&steps, s * DROPOUT_STEP_WORDS),
             at(&xb, s * n),
             at_mut(&mut y1, 0),
@@ -743,13 +785,17 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (mut pa, mut ma, mut va) = (d.put(&x), d.put(&g), d.put(&vec![0.1; k * n]));
     d.b.adam_step(
         &mut d.ctx,
-        n,
-        &adams,
+        Slots {
+            n,
+            settings: &adams,
+        },
         at(&scalars, 0),
         at_mut(&mut pa, 0),
         at(&gb, 0),
-        at_mut(&mut ma, 0),
-        at_mut(&mut va, 0),
+        Moments {
+            m: at_mut(&mut ma, 0),
+            v: at_mut(&mut va, 0),
+        },
     )
     .unwrap();
     let (bp, bv, bpa) = (d.get(&p), d.get(&v), d.get(&pa));
@@ -774,13 +820,17 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         );
         d.b.adam_step(
             &mut d.ctx,
-            n,
-            &adams[s..s + 1],
+            Slots {
+                n,
+                settings: &adams[s..s + 1],
+            },
             at(&scalars, s * ADAM_STEP_WORDS),
             at_mut(&mut p1, 0),
             at(&gb, s * n),
-            at_mut(&mut m1, 0),
-            at_mut(&mut v1, 0),
+            Moments {
+                m: at_mut(&mut m1, 0),
+                v: at_mut(&mut v1, 0),
+            },
         )
         .unwrap();
         assert_rel("adam slot", &bpa[r.clone()], &d.get(&p1), 1e-6);
@@ -794,13 +844,15 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let mut dz = d.zeros(shape.len());
     d.b.softmax_xent(
         &mut d.ctx,
-        shape,
-        4,
+        &Loss {
+            shape,
+            target_stride: 4,
+            accumulate: false,
+        },
         at(&zb, 0),
         at(&lb, 0),
         Some(at_mut(&mut dz, 0)),
         at_mut(&mut st, 0),
-        false,
     )
     .unwrap();
     let (bst, bdz) = (d.get(&st), d.get(&dz));
@@ -810,13 +862,15 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         let mut dz1 = d.zeros(40);
         d.b.softmax_xent(
             &mut d.ctx,
-            one,
-            4,
+            &Loss {
+                shape: one,
+                target_stride: 4,
+                accumulate: false,
+            },
             at(&zb, s * 40),
             at(&lb, s * 4),
             Some(at_mut(&mut dz1, 0)),
             at_mut(&mut st1, 0),
-            false,
         )
         .unwrap();
         assert_rel(
@@ -853,13 +907,15 @@ fn batched_bias_colsum_mse_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let mut dp = d.zeros(shape.len());
     d.b.mse(
         &mut d.ctx,
-        shape,
-        rows * cols,
+        &Loss {
+            shape,
+            target_stride: rows * cols,
+            accumulate: false,
+        },
         at(&xb, 0),
         at(&tb, 0),
         Some(at_mut(&mut dp, 0)),
         at_mut(&mut st, 0),
-        false,
     )
     .unwrap();
     let (bx, bdb, bst, bdp) = (d.get(&xb), d.get(&db), d.get(&st), d.get(&dp));
@@ -882,13 +938,15 @@ fn batched_bias_colsum_mse_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         let (mut st1, mut dp1) = (d.zeros(STATS_LEN), d.zeros(n));
         d.b.mse(
             &mut d.ctx,
-            one,
-            0,
+            &Loss {
+                shape: one,
+                target_stride: 0,
+                accumulate: false,
+            },
             at(&x1, 0),
             at(&tb, s * n),
             Some(at_mut(&mut dp1, 0)),
             at_mut(&mut st1, 0),
-            false,
         )
         .unwrap();
         assert_rel(
@@ -922,8 +980,10 @@ fn out_of_bounds_views_are_errors<B: Backend>(d: &mut D<B>) {
     assert!(
         d.b.activation(
             &mut d.ctx,
-            Activation::Relu,
-            5,
+            ActivationOp {
+                activation: Activation::Relu,
+                n: 5
+            },
             at(&a, 8),
             at_mut(&mut c, 0)
         )

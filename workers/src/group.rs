@@ -20,8 +20,8 @@
 //! captures a new one.
 
 use kernels::{
-    ADAM_STEP_WORDS, Backend, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, STATS_LEN, StepWords,
-    View, ViewMut, at, at_mut,
+    ADAM_STEP_WORDS, ActivationOp, Backend, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss,
+    Moments, STATS_LEN, Slots, StepWords, View, ViewMut, at, at_mut,
 };
 
 use crate::device_data::DeviceData;
@@ -516,18 +516,20 @@ impl<B: Backend> MlpGroup<B> {
         let shape = Batched::new(k, rows, out);
         let stats = at_mut(&mut self.train_stats, 0);
         let dlogits = Some(at_mut(&mut ws.dlogits, 0));
-        let target_stride = rows * data.target_cols;
+        let loss = Loss {
+            shape,
+            target_stride: rows * data.target_cols,
+            accumulate: true,
+        };
+        let (logits, targets) = (at(&ws.logits, 0), at(&ws.y, 0));
         Self::loss(
             self.shape.spec.loss,
             b,
             ctx,
-            shape,
-            target_stride,
-            at(&ws.logits, 0),
-            at(&ws.y, 0),
+            &loss,
+            [logits, targets],
             dlogits,
             stats,
-            true,
         )?;
         self.backward(b, ctx, ws, rows, offsets)
     }
@@ -580,19 +582,20 @@ impl<B: Backend> MlpGroup<B> {
             )?;
             if l < last {
                 let len = k * rows * layer.fan_out;
-                b.activation(
-                    ctx,
-                    self.shape.spec.activation,
-                    len,
-                    at(&ws.z[l], 0),
-                    at_mut(&mut ws.a[l], 0),
-                )?;
+                let op = ActivationOp {
+                    activation: self.shape.spec.activation,
+                    n: len,
+                };
+                b.activation(ctx, op, at(&ws.z[l], 0), at_mut(&mut ws.a[l], 0))?;
                 if let (true, Some(offsets)) = (dropout, train) {
-                    let slots = self.dropout_slots(l);
+                    let settings = self.dropout_slots(l);
+                    let slots = Slots {
+                        n: rows * layer.fan_out,
+                        settings: &settings,
+                    };
                     b.dropout(
                         ctx,
-                        rows * layer.fan_out,
-                        &slots,
+                        slots,
                         at(&ws.step, offsets.dropout),
                         at(&ws.a[l], 0),
                         at_mut(&mut ws.d[l], 0),
@@ -603,41 +606,19 @@ impl<B: Backend> MlpGroup<B> {
         Ok(())
     }
 
-    /// The task's loss over `shape`; targets are `target_stride` apart per slot.
-    #[allow(clippy::too_many_arguments)]
+    /// The task's loss of `logits` against `targets`.
     fn loss(
         kind: LossKind,
         b: &B,
         ctx: &mut B::Ctx,
-        shape: Batched,
-        target_stride: usize,
-        logits: View<'_, B::Buf>,
-        targets: View<'_, B::Buf>,
+        loss: &Loss,
+        [logits, targets]: [View<'_, B::Buf>; 2],
         dlogits: Option<ViewMut<'_, B::Buf>>,
         stats: ViewMut<'_, B::Buf>,
-        accumulate: bool,
     ) -> Result<()> {
         match kind {
-            LossKind::CrossEntropy => b.softmax_xent(
-                ctx,
-                shape,
-                target_stride,
-                logits,
-                targets,
-                dlogits,
-                stats,
-                accumulate,
-            )?,
-            LossKind::Mse => b.mse(
-                ctx,
-                shape,
-                target_stride,
-                logits,
-                targets,
-                dlogits,
-                stats,
-                accumulate,
-            )?,
+            LossKind::CrossEntropy => b.softmax_xent(ctx, loss, logits, targets, dlogits, stats)?,
+            LossKind::Mse => b.mse(ctx, loss, logits, targets, dlogits, stats)?,
         }
         Ok(())
     }
@@ -693,24 +674,23 @@ impl<B: Backend> MlpGroup<B> {
             let len = k * rows * fi;
             let da = match ws.dtmp.as_mut() {
                 Some(dtmp) => {
-                    let slots = self.dropout_slots(l - 1);
+                    let settings = self.dropout_slots(l - 1);
+                    let slots = Slots {
+                        n: rows * fi,
+                        settings: &settings,
+                    };
                     let steps = at(&ws.step, offsets.dropout);
-                    b.dropout_backward(
-                        ctx,
-                        rows * fi,
-                        &slots,
-                        steps,
-                        at(&ws.dh, 0),
-                        at_mut(dtmp, 0),
-                    )?;
+                    b.dropout_backward(ctx, slots, steps, at(&ws.dh, 0), at_mut(dtmp, 0))?;
                     at(&*dtmp, 0)
                 }
                 None => at(&ws.dh, 0),
             };
             b.activation_backward(
                 ctx,
-                act,
-                len,
+                ActivationOp {
+                    activation: act,
+                    n: len,
+                },
                 at(&ws.z[l - 1], 0),
                 at(&ws.a[l - 1], 0),
                 da,
@@ -742,16 +722,22 @@ impl<B: Backend> MlpGroup<B> {
                 )?;
             }
             (OptimizerFamily::Adam, [m, v]) => {
-                let slots: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
+                let settings: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
+                let slots = Slots {
+                    n,
+                    settings: &settings,
+                };
+                let moments = Moments {
+                    m: at_mut(m, 0),
+                    v: at_mut(v, 0),
+                };
                 b.adam_step(
                     ctx,
-                    n,
-                    &slots,
+                    slots,
                     at(&ws.step, offsets.adam),
                     at_mut(&mut self.params, 0),
                     at(&ws.grads, 0),
-                    at_mut(m, 0),
-                    at_mut(v, 0),
+                    moments,
                 )?;
             }
             _ => unreachable!("state vectors match the family"),
@@ -771,18 +757,20 @@ impl<B: Backend> MlpGroup<B> {
             let shape = Batched::new(k, rows, out);
             let targets = at(&data.val_y, row * data.target_cols);
             let stats = at_mut(&mut ws.eval_stats, 0);
-            let accumulate = row > 0;
+            let loss = Loss {
+                shape,
+                target_stride: 0,
+                accumulate: row > 0,
+            };
+            let logits = at(&ws.logits, 0);
             Self::loss(
                 self.shape.spec.loss,
                 b,
                 ctx,
-                shape,
-                0,
-                at(&ws.logits, 0),
-                targets,
+                &loss,
+                [logits, targets],
                 None,
                 stats,
-                accumulate,
             )?;
             row += rows;
         }

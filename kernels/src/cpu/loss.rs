@@ -2,7 +2,7 @@
 
 use super::CpuCtx;
 use super::par::{self, split_ranges};
-use crate::ops::{Batched, STATS_LEN};
+use crate::ops::{Batched, Loss, STATS_LEN};
 
 /// One task per slot: the slot, its gradient rows (when wanted) and its
 /// statistics, each owned by the task.
@@ -25,17 +25,19 @@ fn slot_tasks<'a>(
         .map(|((s, g), st)| (s, g, st))
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn softmax_xent(
     ctx: &CpuCtx,
-    shape: Batched,
-    label_stride: usize,
+    loss: &Loss,
     logits: &[f32],
     labels: &[f32],
     dlogits: Option<&mut [f32]>,
     stats: &mut [f32],
-    accumulate: bool,
 ) {
+    let Loss {
+        shape,
+        target_stride: label_stride,
+        accumulate,
+    } = *loss;
     let c = shape.cols;
     let inv_rows = 1.0 / shape.rows.max(1) as f32;
     par::run(
@@ -81,17 +83,19 @@ pub(crate) fn softmax_xent(
     );
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn mse(
     ctx: &CpuCtx,
-    shape: Batched,
-    target_stride: usize,
+    loss: &Loss,
     pred: &[f32],
     target: &[f32],
     dpred: Option<&mut [f32]>,
     stats: &mut [f32],
-    accumulate: bool,
 ) {
+    let Loss {
+        shape,
+        target_stride,
+        accumulate,
+    } = *loss;
     let c = shape.cols;
     let scale = 2.0 / (shape.rows * c).max(1) as f32;
     par::run(ctx, slot_tasks(shape, dpred, stats), |(s, mut grad, st)| {

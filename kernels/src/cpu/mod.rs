@@ -8,13 +8,13 @@ mod par;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, DeviceKind, View, ViewMut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{
     KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
-    STATS_LEN, SgdSlot,
+    ADAM_STEP_WORDS, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss,
+    STATS_LEN, SgdSlot, Slots,
 };
 
 /// The CPU device.
@@ -288,77 +288,73 @@ impl Backend for CpuBackend {
     fn activation(
         &self,
         ctx: &mut CpuCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CpuBuf>,
         y: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
         elementwise::activation(
             ctx,
-            act,
-            src("activation", "x", x, n)?,
-            dst("activation", "y", y, n)?,
+            op.activation,
+            src("activation", "x", x, op.n)?,
+            dst("activation", "y", y, op.n)?,
         );
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut CpuCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CpuBuf>,
         y: View<'_, CpuBuf>,
         dy: View<'_, CpuBuf>,
         dx: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
         const OP: &str = "activation_backward";
+        let n = op.n;
         let (x, y, dy) = (
             src(OP, "x", x, n)?,
             src(OP, "y", y, n)?,
             src(OP, "dy", dy, n)?,
         );
-        elementwise::activation_backward(ctx, act, x, y, dy, dst(OP, "dx", dx, n)?);
+        let dx = dst(OP, "dx", dx, n)?;
+        elementwise::activation_backward(ctx, op.activation, x, y, dy, dx);
         Ok(())
     }
 
     fn dropout(
         &self,
         ctx: &mut CpuCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CpuBuf>,
         x: View<'_, CpuBuf>,
         y: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout", ctx, per_slot, slots, steps, x, y)
+        self.dropout_like("dropout", ctx, slots, steps, x, y)
     }
 
     fn dropout_backward(
         &self,
         ctx: &mut CpuCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CpuBuf>,
         dy: View<'_, CpuBuf>,
         dx: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout_backward", ctx, per_slot, slots, steps, dy, dx)
+        self.dropout_like("dropout_backward", ctx, slots, steps, dy, dx)
     }
 
     fn softmax_xent(
         &self,
         ctx: &mut CpuCtx,
-        shape: Batched,
-        label_stride: usize,
+        loss: &Loss,
         logits: View<'_, CpuBuf>,
         labels: View<'_, CpuBuf>,
         dlogits: Option<ViewMut<'_, CpuBuf>>,
         stats: ViewMut<'_, CpuBuf>,
-        accumulate: bool,
     ) -> Result<()> {
         const OP: &str = "softmax_xent";
+        let shape = loss.shape;
         check_classes(shape)?;
         if shape.slots == 0 {
             return Ok(());
@@ -368,37 +364,27 @@ impl Backend for CpuBackend {
             OP,
             "labels",
             labels,
-            (shape.slots - 1) * label_stride + shape.rows,
+            (shape.slots - 1) * loss.target_stride + shape.rows,
         )?;
         let dlogits = dlogits
             .map(|d| dst(OP, "dlogits", d, shape.len()))
             .transpose()?;
         let stats = dst(OP, "stats", stats, shape.slots * STATS_LEN)?;
-        loss::softmax_xent(
-            ctx,
-            shape,
-            label_stride,
-            logits,
-            labels,
-            dlogits,
-            stats,
-            accumulate,
-        );
+        loss::softmax_xent(ctx, loss, logits, labels, dlogits, stats);
         Ok(())
     }
 
     fn mse(
         &self,
         ctx: &mut CpuCtx,
-        shape: Batched,
-        target_stride: usize,
+        loss: &Loss,
         pred: View<'_, CpuBuf>,
         target: View<'_, CpuBuf>,
         dpred: Option<ViewMut<'_, CpuBuf>>,
         stats: ViewMut<'_, CpuBuf>,
-        accumulate: bool,
     ) -> Result<()> {
         const OP: &str = "mse";
+        let shape = loss.shape;
         if shape.slots == 0 {
             return Ok(());
         }
@@ -407,22 +393,13 @@ impl Backend for CpuBackend {
             OP,
             "target",
             target,
-            (shape.slots - 1) * target_stride + shape.per_slot(),
+            (shape.slots - 1) * loss.target_stride + shape.per_slot(),
         )?;
         let dpred = dpred
             .map(|d| dst(OP, "dpred", d, shape.len()))
             .transpose()?;
         let stats = dst(OP, "stats", stats, shape.slots * STATS_LEN)?;
-        loss::mse(
-            ctx,
-            shape,
-            target_stride,
-            pred,
-            target,
-            dpred,
-            stats,
-            accumulate,
-        );
+        loss::mse(ctx, loss, pred, target, dpred, stats);
         Ok(())
     }
 
@@ -460,55 +437,48 @@ impl Backend for CpuBackend {
     fn adam_step(
         &self,
         ctx: &mut CpuCtx,
-        n: usize,
-        slots: &[AdamSlot],
+        slots: Slots<'_, AdamSlot>,
         scalars: View<'_, CpuBuf>,
         params: ViewMut<'_, CpuBuf>,
         grads: View<'_, CpuBuf>,
-        m: ViewMut<'_, CpuBuf>,
-        v: ViewMut<'_, CpuBuf>,
+        moments: Moments<'_, CpuBuf>,
     ) -> Result<()> {
         const OP: &str = "adam_step";
-        let total = n * slots.len();
-        let scalars = src(OP, "scalars", scalars, slots.len() * ADAM_STEP_WORDS)?;
+        let total = slots.total();
+        let words = slots.settings.len() * ADAM_STEP_WORDS;
+        let scalars = src(OP, "scalars", scalars, words)?;
         let (p, g) = (
             dst(OP, "params", params, total)?,
             src(OP, "grads", grads, total)?,
         );
-        optim::adam(
-            ctx,
-            n,
-            slots,
-            scalars,
-            p,
-            g,
-            dst(OP, "m", m, total)?,
-            dst(OP, "v", v, total)?,
+        let (m, v) = (
+            dst(OP, "m", moments.m, total)?,
+            dst(OP, "v", moments.v, total)?,
         );
+        optim::adam(ctx, slots, scalars, p, g, m, v);
         Ok(())
     }
 }
 
 impl CpuBackend {
     /// Dropout forward and backward: the same op, the mask recomputed.
-    #[allow(clippy::too_many_arguments)]
     fn dropout_like(
         &self,
         op: &'static str,
         ctx: &mut CpuCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CpuBuf>,
         x: View<'_, CpuBuf>,
         y: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        check_dropout(op, slots)?;
-        let n = per_slot * slots.len();
-        let steps = src(op, "steps", steps, slots.len() * DROPOUT_STEP_WORDS)?;
+        let (per_slot, settings) = (slots.n, slots.settings);
+        check_dropout(op, settings)?;
+        let n = slots.total();
+        let steps = src(op, "steps", steps, settings.len() * DROPOUT_STEP_WORDS)?;
         elementwise::dropout(
             ctx,
             per_slot,
-            slots,
+            settings,
             steps,
             src(op, "x", x, n)?,
             dst(op, "y", y, n)?,

@@ -2,7 +2,7 @@
 
 use super::CpuCtx;
 use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
-use crate::ops::{ADAM_STEP_WORDS, AdamSlot, SgdSlot};
+use crate::ops::{ADAM_STEP_WORDS, AdamSlot, SgdSlot, Slots};
 
 pub(crate) fn sgd(
     ctx: &CpuCtx,
@@ -48,17 +48,16 @@ pub(crate) fn sgd(
     });
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn adam(
     ctx: &CpuCtx,
-    n: usize,
-    slots: &[AdamSlot],
+    slots: Slots<'_, AdamSlot>,
     scalars: &[f32],
     params: &mut [f32],
     grads: &[f32],
     m: &mut [f32],
     v: &mut [f32],
 ) {
+    let (n, slots) = (slots.n, slots.settings);
     let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
     let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
     let (ps, ms, vs) = (

@@ -47,13 +47,13 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
-use crate::backend::{Backend, DeviceKind, View, ViewMut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{
     KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, Activation, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm,
-    STATS_LEN, SgdSlot,
+    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot,
+    Gemm, Loss, STATS_LEN, SgdSlot, Slots,
 };
 use module::KernelSet;
 pub use module::{MAX_SLOTS, OPS_CU, Target};
@@ -863,11 +863,11 @@ impl Backend for CudaBackend {
     fn activation(
         &self,
         ctx: &mut CudaCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
+        let (act, n) = (op.activation, op.n);
         if n == 0 {
             return Ok(());
         }
@@ -887,18 +887,17 @@ impl Backend for CudaBackend {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn activation_backward(
         &self,
         ctx: &mut CudaCtx,
-        act: Activation,
-        n: usize,
+        op: ActivationOp,
         x: View<'_, CudaBuf>,
         y: View<'_, CudaBuf>,
         dy: View<'_, CudaBuf>,
         dx: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
         const OP: &str = "activation_backward";
+        let (act, n) = (op.activation, op.n);
         if n == 0 {
             return Ok(());
         }
@@ -927,78 +926,60 @@ impl Backend for CudaBackend {
     fn dropout(
         &self,
         ctx: &mut CudaCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CudaBuf>,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout", ctx, per_slot, slots, steps, x, y)
+        self.dropout_like("dropout", ctx, slots, steps, x, y)
     }
 
     fn dropout_backward(
         &self,
         ctx: &mut CudaCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CudaBuf>,
         dy: View<'_, CudaBuf>,
         dx: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        self.dropout_like("dropout_backward", ctx, per_slot, slots, steps, dy, dx)
+        self.dropout_like("dropout_backward", ctx, slots, steps, dy, dx)
     }
 
     fn softmax_xent(
         &self,
         ctx: &mut CudaCtx,
-        shape: Batched,
-        label_stride: usize,
+        loss: &Loss,
         logits: View<'_, CudaBuf>,
         labels: View<'_, CudaBuf>,
         dlogits: Option<ViewMut<'_, CudaBuf>>,
         stats: ViewMut<'_, CudaBuf>,
-        accumulate: bool,
     ) -> Result<()> {
-        check_classes(shape)?;
+        check_classes(loss.shape)?;
         let k = self.kernels.clone();
-        self.loss(
-            "softmax_xent",
-            &k.softmax_xent,
-            ctx,
-            shape,
-            label_stride,
-            shape.rows,
-            [logits, labels],
-            dlogits,
-            stats,
-            accumulate,
-        )
+        let kernel = LossKernel {
+            name: "softmax_xent",
+            f: &k.softmax_xent,
+            target_len: loss.shape.rows,
+        };
+        self.loss(kernel, ctx, loss, [logits, labels], dlogits, stats)
     }
 
     fn mse(
         &self,
         ctx: &mut CudaCtx,
-        shape: Batched,
-        target_stride: usize,
+        loss: &Loss,
         pred: View<'_, CudaBuf>,
         target: View<'_, CudaBuf>,
         dpred: Option<ViewMut<'_, CudaBuf>>,
         stats: ViewMut<'_, CudaBuf>,
-        accumulate: bool,
     ) -> Result<()> {
         let k = self.kernels.clone();
-        self.loss(
-            "mse",
-            &k.mse,
-            ctx,
-            shape,
-            target_stride,
-            shape.per_slot(),
-            [pred, target],
-            dpred,
-            stats,
-            accumulate,
-        )
+        let kernel = LossKernel {
+            name: "mse",
+            f: &k.mse,
+            target_len: loss.shape.per_slot(),
+        };
+        self.loss(kernel, ctx, loss, [pred, target], dpred, stats)
     }
 
     fn sgd_step(
@@ -1050,16 +1031,15 @@ impl Backend for CudaBackend {
     fn adam_step(
         &self,
         ctx: &mut CudaCtx,
-        n: usize,
-        slots: &[AdamSlot],
+        slots: Slots<'_, AdamSlot>,
         scalars: View<'_, CudaBuf>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
-        m: ViewMut<'_, CudaBuf>,
-        v: ViewMut<'_, CudaBuf>,
+        moments: Moments<'_, CudaBuf>,
     ) -> Result<()> {
         const OP: &str = "adam_step";
-        let total = n * slots.len();
+        let total = slots.total();
+        let (n, slots) = (slots.n, slots.settings);
         if total == 0 {
             return Ok(());
         }
@@ -1068,8 +1048,8 @@ impl Backend for CudaBackend {
         let psc = view_ptr(OP, "scalars", scalars, slots.len() * ADAM_STEP_WORDS, s)?;
         let pp = view_mut_ptr(OP, "params", params, total, s)?;
         let pg = view_ptr(OP, "grads", grads, total, s)?;
-        let pm = view_mut_ptr(OP, "m", m, total, s)?;
-        let pv = view_mut_ptr(OP, "v", v, total, s)?;
+        let pm = view_mut_ptr(OP, "m", moments.m, total, s)?;
+        let pv = view_mut_ptr(OP, "v", moments.v, total, s)?;
         let n64 = n as u64;
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
             let off = (c * MAX_SLOTS * n * 4) as u64;
@@ -1093,21 +1073,28 @@ impl Backend for CudaBackend {
     }
 }
 
+/// A loss kernel, and the per-slot length of its targets: the labels
+/// (cross-entropy) or the target values (MSE).
+struct LossKernel<'a> {
+    name: &'static str,
+    f: &'a CudaFunction,
+    target_len: usize,
+}
+
 impl CudaBackend {
     /// Dropout forward and backward: the same kernel, the mask recomputed.
-    #[allow(clippy::too_many_arguments)]
     fn dropout_like(
         &self,
         op: &'static str,
         ctx: &mut CudaCtx,
-        per_slot: usize,
-        slots: &[DropoutSlot],
+        slots: Slots<'_, DropoutSlot>,
         steps: View<'_, CudaBuf>,
         x: View<'_, CudaBuf>,
         y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
+        let n = slots.total();
+        let (per_slot, slots) = (slots.n, slots.settings);
         check_dropout(op, slots)?;
-        let n = per_slot * slots.len();
         if n == 0 {
             return Ok(());
         }
@@ -1136,22 +1123,22 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The losses: one block per slot. `target_len` is the per-slot length
-    /// of the labels (cross-entropy) or targets (MSE).
-    #[allow(clippy::too_many_arguments)]
+    /// The losses: one block per slot.
     fn loss(
         &self,
-        op: &'static str,
-        f: &CudaFunction,
+        kernel: LossKernel<'_>,
         ctx: &mut CudaCtx,
-        shape: Batched,
-        target_stride: usize,
-        target_len: usize,
+        loss: &Loss,
         [pred, target]: [View<'_, CudaBuf>; 2],
         grad: Option<ViewMut<'_, CudaBuf>>,
         stats: ViewMut<'_, CudaBuf>,
-        accumulate: bool,
     ) -> Result<()> {
+        let (op, f, target_len) = (kernel.name, kernel.f, kernel.target_len);
+        let Loss {
+            shape,
+            target_stride,
+            accumulate,
+        } = *loss;
         if shape.slots == 0 {
             return Ok(());
         }

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::pruner::{Curves, Decision, priority, value_at};
 use crate::salus::core::CoreEvent;
 use crate::storage::TrialState;
-use crate::storage::writer::WriteOp;
+use crate::storage::writer::{TrialEnd, WriteOp};
 use crate::storage::{TrialId, TrialNumber};
 use crate::study::PrunerKind;
 
@@ -274,14 +274,14 @@ impl Runner<'_> {
             );
         }
         self.forget_checkpoint(f.pending.trial_id);
-        self.writer.send(WriteOp::Finish {
+        self.writer.send(WriteOp::Finish(TrialEnd {
             trial_id: f.pending.trial_id,
             state: TrialState::Complete,
             value: Some(value),
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
-        })?;
+        }))?;
         self.writer.flush()?;
         if st
             .best
@@ -326,14 +326,14 @@ impl Runner<'_> {
             c.finished = true;
         }
         self.forget_checkpoint(f.pending.trial_id);
-        self.writer.send(WriteOp::Finish {
+        self.writer.send(WriteOp::Finish(TrialEnd {
             trial_id: f.pending.trial_id,
             state: TrialState::Pruned,
             value: None,
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
-        })?;
+        }))?;
         self.reporter.trial_end(number, None, st.best, st.finished);
         Ok(())
     }
@@ -409,14 +409,14 @@ impl Runner<'_> {
     ) -> Result<()> {
         self.forget_checkpoint(p.trial_id);
         self.reporter.trial_failed(p.number, &reason);
-        self.writer.send(WriteOp::Finish {
+        self.writer.send(WriteOp::Finish(TrialEnd {
             trial_id: p.trial_id,
             state: TrialState::Fail,
             value: None,
             iterations,
             device_seconds: seconds,
             fail_reason: Some(reason),
-        })?;
+        }))?;
         self.writer.flush()
     }
     /// Deletes a trial's checkpoints, in order after any save still queued.

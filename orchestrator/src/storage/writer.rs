@@ -50,6 +50,18 @@ pub struct LaneStats {
     pub switch_max_us: Option<f64>,
 }
 
+/// A trial ends in `state`, with its objective value when COMPLETE, its
+/// totals, and the reason when it failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialEnd {
+    pub trial_id: TrialId,
+    pub state: TrialState,
+    pub value: Option<f64>,
+    pub iterations: i64,
+    pub device_seconds: f64,
+    pub fail_reason: Option<String>,
+}
+
 /// One write. See the module docs.
 #[derive(Debug)]
 pub enum WriteOp {
@@ -79,15 +91,8 @@ pub enum WriteOp {
         step: i64,
         value: f64,
     },
-    /// The trial ends in `state`, with its objective value when COMPLETE.
-    Finish {
-        trial_id: TrialId,
-        state: TrialState,
-        value: Option<f64>,
-        iterations: i64,
-        device_seconds: f64,
-        fail_reason: Option<String>,
-    },
+    /// The trial ends (see [`TrialEnd`]).
+    Finish(TrialEnd),
     /// A RUNNING trial goes back to WAITING (interrupted or orphaned), its
     /// intermediate values cleared so that its rerun starts clean.
     Requeue {
@@ -434,26 +439,7 @@ async fn write_op(
             .execute(&mut *conn)
             .await?;
         }
-        WriteOp::Finish {
-            trial_id,
-            state,
-            value,
-            iterations,
-            device_seconds,
-            fail_reason,
-        } => {
-            return finish_trial(
-                conn,
-                trial_id,
-                state,
-                value,
-                iterations,
-                device_seconds,
-                fail_reason,
-                time,
-            )
-            .await;
-        }
+        WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
         WriteOp::Requeue {
             trial_id,
             keep_steps,
@@ -684,17 +670,19 @@ async fn create_trial(
 }
 
 /// A trial ends: its state, Optuna value, fail reason and totals.
-#[allow(clippy::too_many_arguments)]
 async fn finish_trial(
     conn: &mut SqliteConnection,
-    trial_id: &TrialId,
-    state: &TrialState,
-    value: &Option<f64>,
-    iterations: &i64,
-    device_seconds: &f64,
-    fail_reason: &Option<String>,
+    end: &TrialEnd,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let TrialEnd {
+        trial_id,
+        state,
+        value,
+        iterations,
+        device_seconds,
+        fail_reason,
+    } = end;
     sqlx::query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?")
         .bind(state.as_str())
         .bind(time)
