@@ -398,10 +398,68 @@ async fn write_op(
         WriteOp::CreateTrial {
             study_id, params, ..
         } => return create_trial(conn, study_id, params, time).await,
+        WriteOp::StartTrial { .. } | WriteOp::Requeue { .. } => {
+            trial_state(conn, op, time).await?;
+        }
+        WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
+        WriteOp::Resources { .. }
+        | WriteOp::Intermediate { .. }
+        | WriteOp::Priority { .. }
+        | WriteOp::TrialAttr { .. }
+        | WriteOp::Heartbeat { .. } => trial_progress(conn, op, time).await?,
+        WriteOp::StartRun { .. }
+        | WriteOp::Segment { .. }
+        | WriteOp::Swap { .. }
+        | WriteOp::LaneStats { .. } => return run_telemetry(conn, op, time).await,
+        WriteOp::Event {
+            study_id,
+            trial_id,
+            kind,
+            detail,
+        } => event(&mut *conn, *study_id, *trial_id, kind, detail, time).await?,
+        WriteOp::TakeCommands { study_id, .. } => return take_commands(conn, study_id, time).await,
+        WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
+    }
+    Ok(None)
+}
+
+/// A trial starts (again) or goes back to WAITING.
+async fn trial_state(
+    conn: &mut SqliteConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    match op {
         WriteOp::StartTrial { trial_id } => {
             sqlx::query("UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL WHERE trial_id = ?").bind(time).bind(*trial_id).execute(&mut *conn).await?;
             study_event(&mut *conn, *trial_id, "trial_start", "{}", time).await?;
         }
+        WriteOp::Requeue {
+            trial_id,
+            keep_steps,
+        } => {
+            sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?;
+            sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
+                .bind(*trial_id)
+                .bind(*keep_steps)
+                .execute(&mut *conn)
+                .await?;
+            let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
+            study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await?;
+        }
+        _ => unreachable!("write_op routes only trial state changes here"),
+    }
+    Ok(())
+}
+
+/// What a running trial records: resources, values, priorities,
+/// attributes and heartbeats.
+async fn trial_progress(
+    conn: &mut SqliteConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    match op {
         WriteOp::Resources {
             trial_id,
             resources: r,
@@ -439,19 +497,35 @@ async fn write_op(
             .execute(&mut *conn)
             .await?;
         }
-        WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
-        WriteOp::Requeue {
+        WriteOp::Priority {
             trial_id,
-            keep_steps,
+            priority,
+            rung,
+            reason,
         } => {
-            sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?;
-            sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
+            sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
                 .bind(*trial_id)
-                .bind(*keep_steps)
+                .bind(time)
+                .bind(*priority)
+                .bind(*rung)
+                .bind(*reason)
                 .execute(&mut *conn)
                 .await?;
-            let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
-            study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await?;
+        }
+        WriteOp::TrialAttr {
+            trial_id,
+            key,
+            value_json,
+        } => {
+            sqlx::query(
+                "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+                 ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
+            )
+            .bind(*trial_id)
+            .bind(*key)
+            .bind(value_json.as_str())
+            .execute(&mut *conn)
+            .await?;
         }
         WriteOp::Heartbeat { trial_ids } => {
             for id in trial_ids.iter() {
@@ -462,12 +536,18 @@ async fn write_op(
                     .await?;
             }
         }
-        WriteOp::Event {
-            study_id,
-            trial_id,
-            kind,
-            detail,
-        } => event(&mut *conn, *study_id, *trial_id, kind, detail, time).await?,
+        _ => unreachable!("write_op routes only trial progress here"),
+    }
+    Ok(())
+}
+
+/// The core's runs, lane segments, swaps and lane totals.
+async fn run_telemetry(
+    conn: &mut SqliteConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    match op {
         WriteOp::StartRun { study_id, run, .. } => {
             let run_id: i64 = sqlx::query_scalar(
                 "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
@@ -536,38 +616,7 @@ async fn write_op(
             .execute(&mut *conn)
             .await?;
         }
-        WriteOp::Priority {
-            trial_id,
-            priority,
-            rung,
-            reason,
-        } => {
-            sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
-                .bind(*trial_id)
-                .bind(time)
-                .bind(*priority)
-                .bind(*rung)
-                .bind(*reason)
-                .execute(&mut *conn)
-                .await?;
-        }
-        WriteOp::TrialAttr {
-            trial_id,
-            key,
-            value_json,
-        } => {
-            sqlx::query(
-                "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
-                 ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
-            )
-            .bind(*trial_id)
-            .bind(*key)
-            .bind(value_json.as_str())
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::TakeCommands { study_id, .. } => return take_commands(conn, study_id, time).await,
-        WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
+        _ => unreachable!("write_op routes only telemetry here"),
     }
     Ok(None)
 }
