@@ -192,11 +192,7 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         }
         None => out += &format!("data       {data}, validation {}\n", s.data.validation),
     }
-    out += &format!(
-        "sampler    {:?} (seed {})\n",
-        s.sampler.kind, s.sampler.seed
-    )
-    .to_lowercase();
+    out += &format!("sampler    {} (seed {})\n", s.sampler.kind, s.sampler.seed);
     out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
     out += &format!("search space ({} parameters):\n", s.space.params().len());
     for p in s.space.params() {

@@ -120,6 +120,23 @@ pub enum SamplerKind {
     Qmc,
 }
 
+impl std::fmt::Display for SamplerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SamplerKind::Random => write!(f, "random"),
+            SamplerKind::Grid => write!(f, "grid"),
+            SamplerKind::Tpe {
+                startup_trials,
+                multivariate,
+            } => write!(
+                f,
+                "tpe (startup_trials {startup_trials}, multivariate {multivariate})"
+            ),
+            SamplerKind::Qmc => write!(f, "qmc"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
     pub kind: SamplerKind,
