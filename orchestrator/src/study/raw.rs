@@ -251,6 +251,28 @@ impl WorkerSection {
     }
 }
 
+/// The scalar `visit_*` methods of a visitor that takes no scalar: each
+/// refuses what it found through the visitor's own `refuse(&self, Scalar)`.
+macro_rules! refuse_scalars {
+    ($value:ty) => {
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<$value, E> {
+            Err(self.refuse(Scalar::Bool(v)))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<$value, E> {
+            Err(self.refuse(Scalar::Int(v)))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<$value, E> {
+            Err(self.refuse(Scalar::Int(0)))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<$value, E> {
+            Err(self.refuse(Scalar::Float(v)))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<$value, E> {
+            Err(self.refuse(Scalar::Str(String::new())))
+        }
+    };
+}
+
 /// A table read into `T`. Serde's derived structs also accept an array,
 /// field by field; a section never does.
 pub struct Table<T>(pub T);
@@ -267,27 +289,14 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
                 T::deserialize(de::value::MapAccessDeserializer::new(map))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
-                Err(Self::refuse(ScalarVisitor.visit_seq(seq)?))
+                let found = ScalarVisitor.visit_seq(seq)?;
+                Err(self.refuse(found))
             }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<T, E> {
-                Err(Self::refuse(Scalar::Bool(v)))
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
-                Err(Self::refuse(Scalar::Int(v)))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<T, E> {
-                Err(Self::refuse(Scalar::Int(0)))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
-                Err(Self::refuse(Scalar::Float(v)))
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<T, E> {
-                Err(Self::refuse(Scalar::Str(String::new())))
-            }
+            refuse_scalars!(T);
         }
         impl<T> Only<T> {
             /// `locate.rs` adds the section's name.
-            fn refuse<E: de::Error>(found: Scalar) -> E {
+            fn refuse<E: de::Error>(&self, found: Scalar) -> E {
                 E::custom(format!("{NOT_A_TABLE}{}", found.type_name()))
             }
         }
@@ -579,21 +588,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for ArrayVisitor<T> {
         }
         Ok(items)
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Vec<T>, E> {
-        Err(self.refuse(Scalar::Bool(v)))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Vec<T>, E> {
-        Err(self.refuse(Scalar::Int(v)))
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Vec<T>, E> {
-        Err(self.refuse(Scalar::Int(0)))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Vec<T>, E> {
-        Err(self.refuse(Scalar::Float(v)))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Vec<T>, E> {
-        Err(self.refuse(Scalar::Str(String::new())))
-    }
+    refuse_scalars!(Vec<T>);
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Vec<T>, A::Error> {
         let found = ScalarVisitor.visit_map(map)?;
         Err(self.refuse(found))
@@ -653,21 +648,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
         ScalarVisitor.visit_seq(seq)?;
         Err(self.refuse(Scalar::Array))
     }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
-        Err(self.refuse(Scalar::Bool(v)))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Err(self.refuse(Scalar::Int(v)))
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Err(self.refuse(Scalar::Int(0)))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-        Err(self.refuse(Scalar::Float(v)))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-        Err(self.refuse(Scalar::Str(String::new())))
-    }
+    refuse_scalars!(Vec<(String, T)>);
 }
 
 impl<T> TableVisitor<T> {
