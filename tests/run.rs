@@ -181,6 +181,22 @@ fn a_diverging_trial_fails_and_the_study_goes_on() {
 }
 
 #[test]
+fn a_run_that_completes_no_trial_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = "[study]\nname = \"allnan\"\ntrials = 2\n[model]\ndepth = 1\nwidth = 16\n\
+                 [train]\noptimizer = \"sgd\"\nlr = 1e30\nbatch_size = 64\nepochs = 1\n";
+    write(dir.path(), "s.toml", study);
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("no trial completed"), "{}", text(&out));
+    let trials = trials(&dir.path().join("allnan.db"), None);
+    assert!(
+        trials.len() == 2 && trials.iter().all(|t| t.state == TrialState::Fail),
+        "{trials:?}"
+    );
+}
+
+#[test]
 fn an_orphaned_running_trial_is_run_again_first() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "s.toml", &small_study("orphan", 2));
@@ -399,12 +415,25 @@ fn asha_pauses_promotes_and_prunes_at_rungs_with_tpe() {
         .count();
     assert_eq!(pruned.len() + complete, 12, "every trial finished");
     assert!(!pruned.is_empty() && complete >= 1);
+    let log = text(&out);
     for t in &pruned {
         // A pruned trial stopped at a rung (steps 1, 3 or 9) and kept its curve.
         let last = t.intermediate.last().unwrap().0;
         assert!([1, 3].contains(&last), "pruned after step {last}");
         assert!(t.value.is_none());
+        // The progress log says so, with its step and rung.
+        let rung = if last == 1 { 0 } else { 1 };
+        let line = format!("trial {} PRUNED at step {last} (rung {rung})", t.number);
+        assert!(log.contains(&line), "no '{line}' in:\n{log}");
     }
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_pruned'"
+        ),
+        pruned.len() as i64,
+        "prunes are events of their own kind"
+    );
     assert_eq!(
         scalar(
             &db,

@@ -11,12 +11,14 @@ use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
 use crate::runner::{RunOptions, RunSummary, Runner};
-use crate::storage::TrialRow;
 use crate::storage::{self, Store, Writer};
+use crate::storage::{TrialRow, TrialState};
 use crate::study::{self, DataSource};
 
 /// Exit status of a run stopped by Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
+/// A run that ends with no COMPLETE trial in its study failed.
+pub const EXIT_NO_COMPLETE_TRIAL: i32 = 1;
 
 pub struct RunArgs {
     pub study: PathBuf,
@@ -122,8 +124,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         None => println!("no trial completed"),
     }
     println!("results: {url}");
+    let completed = trials.iter().any(|t| t.state == TrialState::Complete);
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED
+    } else if !completed {
+        EXIT_NO_COMPLETE_TRIAL
     } else {
         0
     })

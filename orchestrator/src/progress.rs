@@ -168,6 +168,23 @@ impl Reporter {
         }
     }
 
+    /// A trial the pruner stopped, at its last reported step and rung.
+    pub fn trial_pruned(
+        &mut self,
+        number: TrialNumber,
+        at: Option<(u64, Option<usize>)>,
+        best: Option<(TrialNumber, f64)>,
+        finished: u64,
+    ) {
+        self.trial_end(number, None, best, finished);
+        let at = match at {
+            Some((step, Some(rung))) => format!(" at step {step} (rung {rung})"),
+            Some((step, None)) => format!(" at step {step}"),
+            None => String::new(),
+        };
+        self.note(&format!("trial {number} PRUNED{at}"));
+    }
+
     pub fn trial_failed(&mut self, number: TrialNumber, reason: &str) {
         self.finish_bar(number);
         self.note(&format!("trial {number} FAIL: {reason}"));

@@ -334,7 +334,12 @@ impl Runner<'_> {
             device_seconds,
             fail_reason: None,
         }))?;
-        self.reporter.trial_end(number, None, st.best, st.finished);
+        let step = st
+            .curves
+            .get(&number)
+            .and_then(|c| c.values.keys().next_back().copied());
+        let at = step.map(|s| (s, rung));
+        self.reporter.trial_pruned(number, at, st.best, st.finished);
         Ok(())
     }
 

@@ -764,10 +764,10 @@ async fn finish_trial(
             .bind(*trial_id)
             .execute(&mut *conn)
             .await?;
-    let kind = if *state == TrialState::Complete {
-        "trial_complete"
-    } else {
-        "trial_fail"
+    let kind = match state {
+        TrialState::Complete => "trial_complete",
+        TrialState::Pruned => "trial_pruned",
+        _ => "trial_fail",
     };
     study_event(
         &mut *conn,
