@@ -99,6 +99,20 @@ fn a_six_trial_digits_study_completes_and_stores_everything() {
     ));
     assert_eq!(csv.lines().count(), 7, "{csv}");
     assert!(csv.starts_with("number,state,value,duration_s,"), "{csv}");
+    // CSV is for programs: values and float parameters with every digit.
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    for line in csv.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let number: i64 = cells[0].parse().unwrap();
+        let t = trials.iter().find(|t| t.number.0 == number).unwrap();
+        assert_eq!(
+            cells[col("value")].parse::<f64>().unwrap(),
+            t.value.unwrap()
+        );
+        let lr = t.params.iter().find(|p| p.name == "lr").unwrap().internal;
+        assert_eq!(cells[col("lr")].parse::<f64>().unwrap(), lr, "{line}");
+    }
 }
 
 #[test]

@@ -80,12 +80,16 @@ pub fn fmt_float(v: f64) -> String {
     }
 }
 
-fn cell(v: &Value) -> String {
+/// A value as a cell: floats rounded for people (`fmt_float`), or with
+/// every digit (the shortest text that reads back to the same `f64`) where
+/// `exact`, as CSV is for programs.
+fn cell(v: &Value, exact: bool) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
         Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => fmt_float(f),
+            Some(f) if n.is_f64() && !exact => fmt_float(f),
+            Some(f) if n.is_f64() => f.to_string(),
             _ => n.to_string(),
         },
         other => other.to_string(),
@@ -127,24 +131,29 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
         header.extend(["rung".to_string(), "priority".to_string()]);
     }
     header.extend(names.iter().cloned());
+    let exact = format == Format::Csv;
     let rows: Vec<Vec<String>> = trials
         .iter()
         .map(|t| {
             let params = params_json(t);
+            let rounded = |v: f64, places: usize| match exact {
+                true => v.to_string(),
+                false => format!("{v:.places$}"),
+            };
             let mut row = vec![
                 t.number.to_string(),
                 t.state.as_str().to_string(),
-                t.value.map_or(String::new(), |v| cell(&json!(v))),
-                duration_s(t).map_or(String::new(), |d| format!("{d:.2}")),
+                t.value.map_or(String::new(), |v| cell(&json!(v), exact)),
+                duration_s(t).map_or(String::new(), |d| rounded(d, 2)),
             ];
             if staged {
                 row.push(t.rung.map_or(String::new(), |r| r.to_string()));
-                row.push(t.priority.map_or(String::new(), |p| format!("{p:.3}")));
+                row.push(t.priority.map_or(String::new(), |p| rounded(p, 3)));
             }
             row.extend(
                 names
                     .iter()
-                    .map(|n| params.get(n).map_or(String::new(), cell)),
+                    .map(|n| params.get(n).map_or(String::new(), |v| cell(v, exact))),
             );
             row
         })
@@ -202,7 +211,7 @@ pub fn render_best(t: &TrialRow, metric: Option<&str>, format: Format) -> String
                 t.value.map_or(String::new(), |v| v.to_string())
             );
             for (n, v) in params_json(t) {
-                out += &format!("    {n}: {}\n", cell(&v));
+                out += &format!("    {n}: {}\n", cell(&v, false));
             }
             out
         }
