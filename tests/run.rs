@@ -211,6 +211,30 @@ fn a_run_that_completes_no_trial_exits_1() {
 }
 
 #[test]
+fn a_trial_that_can_never_fit_the_memory_budget_fails_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, fuse) in [("tiny", 1), ("tinyfused", 8)] {
+        let study = format!(
+            "[study]\nname = \"{name}\"\ntrials = 2\n[model]\ndepth = 1\nwidth = 16\n\
+             [train]\nbatch_size = 64\nepochs = 1\n[scheduler]\nmemory = \"1KiB\"\nfuse = {fuse}\n"
+        );
+        write(dir.path(), "s.toml", &study);
+        let out = run_in(dir.path(), &["s.toml"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let trials = trials(&dir.path().join(format!("{name}.db")), None);
+        assert_eq!(trials.len(), 2, "{trials:?}");
+        for t in &trials {
+            assert_eq!(t.state, TrialState::Fail);
+            let reason = t.fail_reason.as_deref().unwrap_or("");
+            assert!(
+                reason.contains("more than the whole budget of 1024 bytes"),
+                "{reason}"
+            );
+        }
+    }
+}
+
+#[test]
 fn an_orphaned_running_trial_is_run_again_first() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "s.toml", &small_study("orphan", 2));

@@ -31,6 +31,12 @@ pub enum WorkerError {
     /// `step` on a trial whose state is swapped out.
     #[error("trial is not resident: swap it in first")]
     NotResident,
+    /// A trial that needs more device memory on its own than the budget
+    /// holds, so it could never be admitted.
+    #[error(
+        "needs {needed} bytes of device memory on its own (weights and optimizer state, one iteration's workspace, the data set), more than the whole budget of {budget} bytes"
+    )]
+    TooLarge { needed: u64, budget: u64 },
     /// Bytes that are not a trial state of this shape.
     #[error("bad trial state: {0}")]
     BadState(String),

@@ -458,8 +458,21 @@ impl<B: Backend> State<B> {
         loads.into_values().collect()
     }
 
-    /// Admits waiting jobs in the policy's order while memory and lanes allow.
+    /// Admits waiting jobs in the policy's order while memory and lanes
+    /// allow. A job that could not fit even on an empty device fails now:
+    /// waiting would never end.
     fn admit_waiting(&mut self) {
+        let budget = self.ledger.budget();
+        let too_large: Vec<(JobId, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.lane.is_none() && !e.running())
+            .map(|(&id, e)| (id, MemoryLedger::alone_cost(&e.footprint)))
+            .filter(|&(_, needed)| needed > budget)
+            .collect();
+        for (id, needed) in too_large {
+            self.remove(id, Ending::Failed(WorkerError::TooLarge { needed, budget }));
+        }
         let waiting: Vec<JobState> = self
             .jobs
             .values()

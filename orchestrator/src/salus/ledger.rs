@@ -89,6 +89,17 @@ impl MemoryLedger {
         }
     }
 
+    /// Bytes `fp` needs on an empty device: its persistent part, one
+    /// iteration's workspace and its shared data. More than the budget
+    /// means it can never be admitted.
+    pub fn alone_cost(fp: &Footprint) -> u64 {
+        (fp.persistent_bytes + fp.ephemeral_bytes + fp.shared_bytes) as u64
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
     /// Bytes admitting `fp` would add (its persistent part and, the first
     /// time, its shared data), not counting any arena growth.
     pub fn admission_cost(&self, fp: &Footprint, shared_key: &str) -> u64 {
@@ -342,6 +353,16 @@ mod tests {
                 arena_growth: 0
             }
         );
+    }
+
+    #[test]
+    fn a_job_larger_than_the_whole_budget_is_told_apart() {
+        let l = MemoryLedger::new(1000);
+        let fits = fp(600, 200, 200);
+        let never = fp(600, 200, 201);
+        assert_eq!(MemoryLedger::alone_cost(&fits), 1000);
+        assert!(MemoryLedger::alone_cost(&fits) <= l.budget());
+        assert!(MemoryLedger::alone_cost(&never) > l.budget());
     }
 
     #[test]

@@ -155,9 +155,13 @@ impl Store {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let rows = sqlx::query(
-            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, st.fail_reason, h.heartbeat \
+            // The reason is in salus_trials once the trial held memory, and
+            // always in Optuna's `fail_reason` attribute.
+            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, \
+             COALESCE(st.fail_reason, json_extract(a.value_json, '$')), h.heartbeat \
              FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              LEFT JOIN salus_trials st ON st.trial_id = t.trial_id \
+             LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.\"key\" = 'fail_reason' \
              LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
         )
         .bind(study_id)
