@@ -211,6 +211,28 @@ fn a_run_that_completes_no_trial_exits_1() {
 }
 
 #[test]
+fn more_adds_trials_and_a_met_target_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("more", 2));
+    assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
+    // The target is met: the rerun says so instead of doing nothing silently.
+    let again = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert!(
+        text(&again).contains("already has 2 finished trials (the target is 2)"),
+        "{}",
+        text(&again)
+    );
+    let more = run_in(dir.path(), &["s.toml", "--more", "2"]);
+    assert_eq!(more.status.code(), Some(0), "{}", text(&more));
+    let stored = trials(&dir.path().join("more.db"), None);
+    assert_eq!(stored.len(), 4, "2 more than the 2 finished");
+    assert!(stored.iter().all(|t| t.state == TrialState::Complete));
+    let both = run_in(dir.path(), &["s.toml", "--more", "1", "--trials", "9"]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both));
+}
+
+#[test]
 fn a_trial_that_can_never_fit_the_memory_budget_fails_instead_of_waiting() {
     let dir = tempfile::tempdir().unwrap();
     for (name, fuse) in [("tiny", 1), ("tinyfused", 8)] {

@@ -159,8 +159,11 @@ struct RunFlags {
     #[arg(long, default_value = "auto")]
     device: String,
     /// Total number of finished trials to reach (overrides [study] trials).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "more")]
     trials: Option<u64>,
+    /// Run N more trials than the study has finished (Optuna's n_trials).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    more: Option<u64>,
     /// Seed for sampling and training (overrides [study] seed).
     #[arg(long)]
     seed: Option<u64>,
@@ -380,6 +383,7 @@ fn main() {
             Command::Run { study, run } => {
                 let options = RunOptions {
                     trials: run.trials,
+                    more: run.more,
                     seed: run.seed,
                 };
                 commands::run(RunArgs {

@@ -56,6 +56,8 @@ use crate::study::{GraphsMode, PrunerKind, Study};
 pub struct RunOptions {
     /// Overrides `[study] trials`.
     pub trials: Option<u64>,
+    /// Finished trials to add to those stored (instead of a total).
+    pub more: Option<u64>,
     /// Overrides `[study] seed` (and the sampler's seed).
     pub seed: Option<u64>,
 }

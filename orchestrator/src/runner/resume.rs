@@ -49,7 +49,6 @@ impl Runner<'_> {
         existing: &[TrialRow],
     ) -> Result<RunState<B>> {
         let study = self.study;
-        let budget = self.options.trials.unwrap_or(study.trials);
         let Stock {
             history,
             waiting,
@@ -58,6 +57,16 @@ impl Runner<'_> {
             elsewhere,
             kept_steps,
         } = self.take_stock(&data, existing)?;
+        let budget = match self.options.more {
+            Some(n) => finished + n,
+            None => self.options.trials.unwrap_or(study.trials),
+        };
+        if finished >= budget {
+            self.reporter.note(&format!(
+                "study '{}' already has {finished} finished trials (the target is {budget}): nothing to run; --more N runs N more",
+                study.name
+            ));
+        }
         let sampler = self.build_sampler()?;
         let config = self.core_config(backend.as_ref());
         let max_concurrent = study
