@@ -233,6 +233,31 @@ fn more_adds_trials_and_a_met_target_says_so() {
 }
 
 #[test]
+fn the_database_is_one_file_when_the_run_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &small_study("onefile", 2));
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("onefile.db");
+    let wal = dir.path().join("onefile.db-wal");
+    assert!(
+        std::fs::metadata(&wal).map_or(true, |m| m.len() == 0),
+        "the write-ahead log is folded in"
+    );
+    assert!(
+        !dir.path().join("onefile.db.checkpoints").exists(),
+        "no empty checkpoints folder is left"
+    );
+    // A copy of the .db alone is the whole study.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let copy = elsewhere.path().join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    let stored = trials(&copy, None);
+    assert_eq!(stored.len(), 2);
+    assert!(stored.iter().all(|t| t.state == TrialState::Complete));
+}
+
+#[test]
 fn a_trial_that_can_never_fit_the_memory_budget_fails_instead_of_waiting() {
     let dir = tempfile::tempdir().unwrap();
     for (name, fuse) in [("tiny", 1), ("tinyfused", 8)] {

@@ -125,6 +125,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     }
     println!("results: {url}");
     let completed = trials.iter().any(|t| t.state == TrialState::Complete);
+    store.close().await?;
+    // Nothing waits for a checkpoint any more when none is left.
+    let _ = std::fs::remove_dir(Checkpoints::beside(&db_path).dir());
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED
     } else if !completed {

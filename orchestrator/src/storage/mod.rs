@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::ConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 
 pub use ids::{TrialId, TrialNumber};
 pub use read::{StoredParam, StudyInfo, TrialRow, TrialState};
@@ -153,5 +153,19 @@ impl Store {
 
     pub fn conn(&mut self) -> &mut SqliteConnection {
         &mut self.conn
+    }
+
+    /// Folds the write-ahead log into the database file and closes the
+    /// connection: when it is the last one, SQLite removes the `-wal` and
+    /// `-shm` files, and a copy of the `.db` alone is the whole study.
+    /// Readers still open (a dashboard) keep the log; it is folded as far
+    /// as they allow.
+    pub async fn close(mut self) -> Result<()> {
+        let url = self.url.clone();
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(&mut self.conn)
+            .await
+            .map_err(|e| storage_err(&url, e))?;
+        self.conn.close().await.map_err(|e| storage_err(&url, e))
     }
 }
