@@ -22,6 +22,10 @@ pub enum WorkerError {
         #[source]
         source: std::io::Error,
     },
+    /// A user's worker process failed: it crashed, hung, broke the protocol
+    /// or reported an error. The message says which, with its output.
+    #[error("{0}")]
+    External(String),
     /// A configuration that cannot describe a trial.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -69,7 +69,7 @@ pub struct ExternalTrial {
 }
 
 fn fail(msg: impl Into<String>) -> WorkerError {
-    WorkerError::Config(msg.into())
+    WorkerError::External(msg.into())
 }
 
 /// This process's folder for worker sockets.
