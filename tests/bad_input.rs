@@ -212,4 +212,27 @@ fn check_prints_the_resolved_search_space() {
         s.contains("optimizer      choices [\"sgd\", \"adam\"]"),
         "{s}"
     );
+    assert!(s.contains("pruner     none\n"), "{s}");
+    assert!(
+        s.contains("scheduler  policy pack (default), lanes auto"),
+        "{s}"
+    );
+    // The pruner's settings, the default policy it brings, and a grid's size.
+    let asha = text(&run_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &["check", "studies/digits_asha.toml"],
+    ));
+    assert!(
+        asha.contains("pruner     asha (min_resource 3, reduction_factor 3)"),
+        "{asha}"
+    );
+    assert!(
+        asha.contains("policy priority (default with a pruner)"),
+        "{asha}"
+    );
+    let grid = text(&run_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &["check", "studies/grid.toml"],
+    ));
+    assert!(grid.contains("grid       12 points\n"), "{grid}");
 }

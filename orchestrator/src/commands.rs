@@ -11,9 +11,10 @@ use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
 use crate::runner::{RunOptions, RunSummary, Runner};
+use crate::sampler::GridSampler;
 use crate::storage::{self, Store, Writer};
 use crate::storage::{TrialRow, TrialState};
-use crate::study::{self, DataSource};
+use crate::study::{self, DataSource, GraphsMode, PrunerKind, SamplerKind, Study};
 
 /// Exit status of a run stopped by Ctrl-C.
 pub const EXIT_INTERRUPTED: i32 = 130;
@@ -201,6 +202,19 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         None => out += &format!("data       {data}, validation {}\n", s.data.validation),
     }
     out += &format!("sampler    {} (seed {})\n", s.sampler.kind, s.sampler.seed);
+    if s.sampler.kind == SamplerKind::Grid {
+        let points = GridSampler::points(&s.space).len();
+        let note = match points.cmp(&(s.trials as usize)) {
+            std::cmp::Ordering::Less => format!("; the study stops after {points} trials"),
+            std::cmp::Ordering::Equal => String::new(),
+            std::cmp::Ordering::Greater => {
+                format!("; {} trials cover part of it", s.trials)
+            }
+        };
+        out += &format!("grid       {points} points{note}\n");
+    }
+    out += &format!("pruner     {}\n", s.pruner);
+    out += &format!("scheduler  {}\n", scheduler_text(&s));
     out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
     out += &format!("search space ({} parameters):\n", s.space.params().len());
     for p in s.space.params() {
@@ -225,6 +239,30 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// `[scheduler]` as `check` prints it: the values set, the defaults named.
+fn scheduler_text(s: &Study) -> String {
+    let c = &s.scheduler;
+    let policy = match c.policy {
+        Some(p) => p.name().to_string(),
+        None if s.pruner != PrunerKind::None => "priority (default with a pruner)".into(),
+        None => "pack (default)".into(),
+    };
+    let or_auto = |v: Option<usize>| v.map_or("auto".to_string(), |n| n.to_string());
+    let memory = c
+        .memory_bytes
+        .map_or("auto".to_string(), |b| crate::dash::view::bytes(b as i64));
+    let graphs = match c.graphs {
+        Some(GraphsMode::Off) => "off",
+        _ => "auto",
+    };
+    format!(
+        "policy {policy}, lanes {}, max_concurrent {}, memory {memory}, fuse {}, graphs {graphs}",
+        or_auto(c.lanes),
+        or_auto(c.max_concurrent),
+        c.fuse.unwrap_or(crate::runner::DEFAULT_FUSE),
+    )
 }
 
 /// Where `trials` and `best` read from: a study file, or `--storage` and `--study`.

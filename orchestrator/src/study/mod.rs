@@ -143,6 +143,36 @@ pub struct SamplerConfig {
     pub seed: u64,
 }
 
+impl std::fmt::Display for PrunerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            PrunerKind::None => write!(f, "none"),
+            PrunerKind::Asha {
+                min_resource,
+                reduction_factor,
+            } => write!(
+                f,
+                "asha (min_resource {min_resource}, reduction_factor {reduction_factor})"
+            ),
+            PrunerKind::Hyperband {
+                min_resource,
+                max_resource,
+                reduction_factor,
+            } => write!(
+                f,
+                "hyperband (min_resource {min_resource}, max_resource {max_resource}, reduction_factor {reduction_factor})"
+            ),
+            PrunerKind::Median {
+                startup_trials,
+                warmup_steps,
+            } => write!(
+                f,
+                "median (startup_trials {startup_trials}, warmup_steps {warmup_steps})"
+            ),
+        }
+    }
+}
+
 /// `[pruner]`; resources count report steps (epochs by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrunerKind {
