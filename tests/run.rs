@@ -258,6 +258,27 @@ fn the_database_is_one_file_when_the_run_ends() {
 }
 
 #[test]
+fn the_run_stops_after_max_consecutive_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = "[study]\nname = \"streak\"\ntrials = 10\nmax_consecutive_failures = 3\n\
+                 [model]\ndepth = 1\nwidth = 16\n[train]\noptimizer = \"sgd\"\nlr = 1e30\n\
+                 batch_size = 64\nepochs = 1\n[scheduler]\nmax_concurrent = 1\n";
+    write(dir.path(), "s.toml", study);
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "stopping: 3 trials failed in a row (max_consecutive_failures); the last: diverged"
+        ),
+        "{}",
+        text(&out)
+    );
+    let stored = trials(&dir.path().join("streak.db"), None);
+    assert_eq!(stored.len(), 3, "no trial starts after the third failure");
+    assert!(stored.iter().all(|t| t.state == TrialState::Fail));
+}
+
+#[test]
 fn a_trial_that_can_never_fit_the_memory_budget_fails_instead_of_waiting() {
     let dir = tempfile::tempdir().unwrap();
     for (name, fuse) in [("tiny", 1), ("tinyfused", 8)] {

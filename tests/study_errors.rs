@@ -41,6 +41,7 @@ const BAD: &[&str] = &[
     "[study]\ntimeout = -2.5\n",
     "[study]\ntimeout = [1]\n",
     "[study]\ntimeout = \"5d\"\n",
+    "[study]\nmax_consecutive_failures = 0\n",
     // [model]
     "[model]\nkind = \"cnn\"\n",
     "[model]\nhidden = 3\n",

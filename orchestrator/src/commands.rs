@@ -131,7 +131,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let _ = std::fs::remove_dir(Checkpoints::beside(&db_path).dir());
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED
-    } else if !completed {
+    } else if !completed || summary.halted.is_some() {
         EXIT_NO_COMPLETE_TRIAL
     } else {
         0

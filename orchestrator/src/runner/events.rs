@@ -267,12 +267,14 @@ impl Runner<'_> {
         })?;
         if !value.is_finite() {
             return self.fail(
+                st,
                 &f.pending,
                 iterations as i64,
                 device_seconds,
                 format!("{} is {value}", study.metric),
             );
         }
+        st.failures = (0, None);
         self.forget_checkpoint(f.pending.trial_id);
         self.writer.send(WriteOp::Finish(TrialEnd {
             trial_id: f.pending.trial_id,
@@ -325,6 +327,7 @@ impl Runner<'_> {
         if let Some(c) = st.curves.get_mut(&number) {
             c.finished = true;
         }
+        st.failures = (0, None);
         self.forget_checkpoint(f.pending.trial_id);
         self.writer.send(WriteOp::Finish(TrialEnd {
             trial_id: f.pending.trial_id,
@@ -399,19 +402,23 @@ impl Runner<'_> {
         }
         st.closing.remove(&run);
         st.finished += 1;
-        self.fail(&f.pending, iterations, seconds, reason)?;
+        self.fail(st, &f.pending, iterations, seconds, reason)?;
         self.reporter
             .trial_end(f.pending.number, None, st.best, st.finished);
         Ok(())
     }
 
-    pub(super) fn fail(
+    /// Ends a trial as FAIL with `reason`, and counts it toward the
+    /// failures in a row that stop the run.
+    pub(super) fn fail<B: Backend>(
         &mut self,
+        st: &mut RunState<B>,
         p: &Pending,
         iterations: i64,
         seconds: f64,
         reason: String,
     ) -> Result<()> {
+        st.failures = (st.failures.0 + 1, Some(reason.clone()));
         self.forget_checkpoint(p.trial_id);
         self.reporter.trial_failed(p.number, &reason);
         self.writer.send(WriteOp::Finish(TrialEnd {

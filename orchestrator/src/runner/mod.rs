@@ -69,6 +69,9 @@ pub struct RunSummary {
     pub ran: u64,
     pub interrupted: bool,
     pub best: Option<(TrialNumber, f64)>,
+    /// Set when the run stopped after too many failed trials in a row: the
+    /// last one's reason.
+    pub halted: Option<String>,
 }
 
 /// A trial the runner is about to run.
@@ -220,12 +223,19 @@ impl Runner<'_> {
             let timed_out = study
                 .timeout
                 .is_some_and(|t| st.timeline.started.elapsed() >= t);
+            let halted = st.failures.0 >= study.max_consecutive_failures;
             self.take_commands(&mut st)?;
             self.heartbeat(&mut st)?;
-            self.fill(&mut st, timed_out)?;
-            self.close_paused(&mut st, timed_out)?;
+            self.fill(&mut st, timed_out || halted)?;
+            self.close_paused(&mut st, timed_out || halted)?;
             if st.in_flight.is_empty() {
-                if timed_out {
+                if halted {
+                    self.reporter.note(&format!(
+                        "stopping: {} trials failed in a row (max_consecutive_failures); the last: {}",
+                        st.failures.0,
+                        st.failures.1.as_deref().unwrap_or("")
+                    ));
+                } else if timed_out {
                     self.reporter.note(&format!(
                         "timeout of {:?} reached; no new trials",
                         study.timeout.unwrap_or_default()
@@ -355,7 +365,8 @@ impl Runner<'_> {
                 }
                 Err(e) => {
                     st.finished += 1;
-                    self.fail(&pending, 0, 0.0, format!("could not build the trial: {e}"))?;
+                    let reason = format!("could not build the trial: {e}");
+                    self.fail(st, &pending, 0, 0.0, reason)?;
                 }
             }
         }
@@ -506,6 +517,8 @@ impl Runner<'_> {
             ran: st.ran,
             interrupted,
             best: st.best,
+            halted: (st.failures.0 >= self.study.max_consecutive_failures)
+                .then(|| st.failures.1.clone().unwrap_or_default()),
         };
         self.reporter.study_end(self.study, &summary);
         Ok(summary)
@@ -539,6 +552,8 @@ struct RunState<B: Backend> {
     paused: BTreeMap<RunId, usize>,
     /// Paused trials already asked to stop for good.
     closing: BTreeSet<RunId>,
+    /// Trials that failed in a row, and the last one's reason.
+    failures: (u64, Option<String>),
     backend: Arc<B>,
     fusion: Fusion<B>,
     timeline: Timeline,

@@ -121,6 +121,7 @@ impl Runner<'_> {
             curves,
             paused: BTreeMap::new(),
             closing: BTreeSet::new(),
+            failures: (0, None),
             backend: backend.clone(),
             fusion: Fusion {
                 fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),

@@ -590,6 +590,8 @@ pub struct Study {
     /// As written in the file, resolved against the file's folder.
     pub storage: Option<String>,
     pub timeout: Option<Duration>,
+    /// The run stops starting trials after this many FAIL in a row.
+    pub max_consecutive_failures: u64,
     pub data: DataConfig,
     pub space: SearchSpace,
     /// Knobs given a fixed value, by parameter name.

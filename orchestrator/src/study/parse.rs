@@ -232,6 +232,14 @@ impl Checker<'_> {
             "expected a positive number of seconds or a duration such as \"90s\", \"30m\" or \"2h\"",
         )?;
 
+        let max_consecutive_failures = self
+            .at_least(
+                &study.max_consecutive_failures,
+                "study.max_consecutive_failures",
+                1,
+            )?
+            .map_or(5, |n| n as u64);
+
         let (_, model) = inner(root.model);
         self.one_of(&model.kind, "model.kind", &["mlp"])?;
         let (_, train) = inner(root.train);
@@ -260,6 +268,7 @@ impl Checker<'_> {
             seed,
             storage,
             timeout,
+            max_consecutive_failures,
             data,
             space,
             fixed: knobs.fixed,

@@ -45,6 +45,7 @@ pub struct StudySection {
     pub seed: Field<Int>,
     pub storage: Field<Str>,
     pub timeout: Field<Scalar>,
+    pub max_consecutive_failures: Field<Int>,
 }
 
 #[derive(Deserialize, Default)]
