@@ -228,6 +228,14 @@ fn more_adds_trials_and_a_met_target_says_so() {
     let stored = trials(&dir.path().join("more.db"), None);
     assert_eq!(stored.len(), 4, "2 more than the 2 finished");
     assert!(stored.iter().all(|t| t.state == TrialState::Complete));
+    // A seed given on resume is not silently mixed in.
+    let seeded = run_in(dir.path(), &["s.toml", "--more", "1", "--seed", "7"]);
+    assert_eq!(seeded.status.code(), Some(0), "{}", text(&seeded));
+    assert!(
+        text(&seeded).contains("warning: --seed 7 on a resumed study"),
+        "{}",
+        text(&seeded)
+    );
     let both = run_in(dir.path(), &["s.toml", "--more", "1", "--trials", "9"]);
     assert_eq!(both.status.code(), Some(2), "{}", text(&both));
 }

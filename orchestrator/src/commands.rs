@@ -47,6 +47,13 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             study.name,
             existing.len()
         );
+        if let (Some(seed), false) = (args.options.seed, existing.is_empty()) {
+            eprintln!(
+                "warning: --seed {seed} on a resumed study: its new trials and the sampler use seed {seed}, \
+                 the {} stored trials keep the seed they ran with",
+                existing.len()
+            );
+        }
     }
     let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
 
