@@ -198,6 +198,46 @@ fn a_crashing_worker_fails_its_trial_with_its_stderr() {
 }
 
 #[test]
+fn a_second_report_in_one_iteration_fails_the_trial_saying_how_to_fix_it() {
+    // Only one report per iteration can be stored: a second is refused,
+    // never silently dropped.
+    let (rows, _d) = run_misbehaving("t.report(99, 0.5)", "heartbeat_timeout = \"20s\"");
+    assert_only_trial_1_failed(&rows, "reported twice in one iteration");
+}
+
+#[test]
+fn a_script_that_runs_past_its_declared_iterations_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    // The script loops over 6 iterations; the study declares 3.
+    let script = misbehaving(dir.path(), "pass");
+    let study = worker_study("over", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("iterations = 6", "iterations = 3");
+    write(dir.path(), "o.toml", &study);
+    let out = run_in(dir.path(), &["o.toml", "--no-progress"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no trial completed: {}",
+        text(&out)
+    );
+    let rows = trials(&dir.path().join("over.db"), None);
+    assert!(!rows.is_empty());
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Fail, "{t:?}");
+        let r = t.fail_reason.as_deref().unwrap_or("");
+        assert!(
+            r.contains("asked for iteration 4 but [worker] iterations = 3"),
+            "{r}"
+        );
+        assert_eq!(
+            t.intermediate.len(),
+            3,
+            "the declared iterations' reports stay"
+        );
+    }
+}
+
+#[test]
 fn a_hanging_worker_is_killed_after_the_heartbeat_timeout() {
     let (rows, _d) = run_misbehaving("time.sleep(600)", "heartbeat_timeout = \"1s\"");
     assert_only_trial_1_failed(&rows, "sent nothing for 1s");

@@ -393,10 +393,13 @@ impl ExternalTrial {
         Ok(r)
     }
 
-    /// Reads up to the worker's next `ready` (or its end), keeping reports.
-    /// The end is `(value, more)`: `more` when the worker takes another trial.
-    fn until_ready(&mut self) -> workers::Result<(Option<Report>, Option<End>)> {
-        let mut last = None;
+    /// Reads up to the worker's next `ready` (or its end), keeping its
+    /// report. The end is `(value, more)`: `more` when the worker takes
+    /// another trial. A report belongs to a granted iteration (`granted`:
+    /// a `go` was sent), one per iteration: any other would be lost, so it
+    /// fails the trial instead, saying how to fix the script.
+    fn until_ready(&mut self, granted: bool) -> workers::Result<(Option<Report>, Option<End>)> {
+        let mut last: Option<Report> = None;
         loop {
             match self.recv()? {
                 FromWorker::Ready => {
@@ -404,6 +407,19 @@ impl ExternalTrial {
                         p.ready = true;
                     }
                     return Ok((last, None));
+                }
+                FromWorker::Report { step, .. } if !granted => {
+                    return Err(self.abort(format!(
+                        "the script reported step {step} outside an iteration: call trial.report() \
+                         inside `for i in trial.iterations(n)`, once per iteration"
+                    )));
+                }
+                FromWorker::Report { step, .. } if last.is_some() => {
+                    return Err(self.abort(format!(
+                        "the script reported twice in one iteration (step {step} after step {}): \
+                         report once per iteration of trial.iterations(n)",
+                        self.last_step
+                    )));
                 }
                 FromWorker::Report { step, value } => last = Some(self.report(step, value)?),
                 FromWorker::Heartbeat => {}
@@ -509,16 +525,25 @@ impl<B: Backend> Job<B> for ExternalTrial {
             return Err(WorkerError::NotResident);
         }
         if !self.proc.as_ref().is_some_and(|p| p.ready) {
-            let (early, done) = self.until_ready()?;
+            let (early, done) = self.until_ready(false)?;
             if let Some((value, more)) = done {
                 return self.finish(early, value, more);
             }
+        }
+        // SRTF and the pruners plan with the declared iterations.
+        let declared = self.cfg.iterations;
+        if self.iteration >= declared {
+            return Err(self.abort(format!(
+                "the script asked for iteration {} but [worker] iterations = {declared}: \
+                 raise iterations, or loop over trial.iterations({declared})",
+                self.iteration + 1
+            )));
         }
         self.send(&ToWorker::Go)?;
         if let Some(p) = self.proc.as_mut() {
             p.ready = false;
         }
-        let (report, done) = self.until_ready()?;
+        let (report, done) = self.until_ready(true)?;
         self.iteration += 1;
         if let Some((value, more)) = done {
             return self.finish(report, value, more);
@@ -551,7 +576,7 @@ impl<B: Backend> Job<B> for ExternalTrial {
             return Ok(0);
         }
         if !self.proc.as_ref().is_some_and(|p| p.ready) {
-            let (_, done) = self.until_ready()?;
+            let (_, done) = self.until_ready(false)?;
             if done.is_some() {
                 return Err(fail("the worker finished while being swapped out"));
             }
