@@ -244,6 +244,27 @@ mod tests {
     }
 
     #[test]
+    fn values_arrive_to_the_last_bit() {
+        // serde_json's default float parser can be a unit in the last place
+        // off; the workspace turns on its exact one (`float_roundtrip`).
+        let mut bits = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![0.9926287033046013, 1e-300, 123456.789e10];
+        for _ in 0..2000 {
+            bits = bits.wrapping_mul(6364136223846793005).wrapping_add(1);
+            values.push(f64::from_bits(bits >> 2)); // finite, positive
+        }
+        for v in values.into_iter().filter(|v| v.is_finite()) {
+            let line = format!(r#"{{"type":"done","value":{v}}}"#);
+            match parse(&line).unwrap() {
+                FromWorker::Done { value, .. } => {
+                    assert_eq!(value.to_bits(), v.to_bits(), "{line}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
     fn malformed_messages_say_what_is_wrong() {
         for (line, words) in [
             ("hello", "not a JSON object"),
