@@ -238,6 +238,52 @@ fn a_script_that_runs_past_its_declared_iterations_fails() {
 }
 
 #[test]
+fn retry_failed_runs_failed_trials_again_with_their_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("obj.py");
+    let study = worker_study("retry", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("iterations = 6", "iterations = 1")
+        .replace("trials = 8", "trials = 3");
+    write(dir.path(), "r.toml", &study);
+    // The script is not there yet: every trial fails.
+    let out = run_in(dir.path(), &["r.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let db = dir.path().join("retry.db");
+    let failed = trials(&db, None);
+    assert_eq!(failed.len(), 3);
+    assert!(failed.iter().all(|t| t.state == TrialState::Fail));
+    std::fs::write(
+        &script,
+        "import salus_worker\nsalus_worker.serve(lambda p: p['x'])\n",
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["r.toml", "--no-progress", "--retry-failed"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("requeued 3 failed trials"),
+        "{}",
+        text(&out)
+    );
+    let retried = trials(&db, None);
+    assert_eq!(retried.len(), 3, "the same trials, no new ones");
+    for (before, after) in failed.iter().zip(&retried) {
+        assert_eq!(after.state, TrialState::Complete, "{after:?}");
+        assert_eq!(
+            (after.trial_id, &after.params),
+            (before.trial_id, &before.params)
+        );
+        assert_eq!(after.value, Some(before.params[0].internal));
+    }
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_retry'"
+        ),
+        3
+    );
+}
+
+#[test]
 fn a_hanging_worker_is_killed_after_the_heartbeat_timeout() {
     let (rows, _d) = run_misbehaving("time.sleep(600)", "heartbeat_timeout = \"1s\"");
     assert_only_trial_1_failed(&rows, "sent nothing for 1s");

@@ -30,6 +30,8 @@ pub struct RunArgs {
     pub progress: Option<bool>,
     /// Show the live dashboard in this terminal while the study runs.
     pub dashboard: bool,
+    /// Put FAIL trials back to WAITING first (`--retry-failed`).
+    pub retry_failed: bool,
 }
 
 /// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
@@ -40,6 +42,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let url = storage::resolve(args.storage.as_deref(), &study);
     let mut store = Store::open(&url).await?;
     let (info, resumed) = store.create_or_resume(&study).await?;
+    if args.retry_failed {
+        let n = store.retry_failed(info.id).await?;
+        eprintln!("requeued {n} failed trials: they run first, with their parameters");
+    }
     let existing = store.trials(info.id).await?;
     if resumed {
         eprintln!(

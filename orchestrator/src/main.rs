@@ -164,6 +164,9 @@ struct RunFlags {
     /// Run N more trials than the study has finished (Optuna's n_trials).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     more: Option<u64>,
+    /// Run the study's FAIL trials again first, with their parameters.
+    #[arg(long)]
+    retry_failed: bool,
     /// Seed for sampling and training (overrides [study] seed).
     #[arg(long)]
     seed: Option<u64>,
@@ -393,6 +396,7 @@ fn main() {
                     options,
                     progress: Some(!run.no_progress),
                     dashboard: run.dashboard,
+                    retry_failed: run.retry_failed,
                 })
                 .await
             }

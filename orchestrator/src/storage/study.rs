@@ -1,6 +1,7 @@
 //! The writes a command makes on its own connection, outside the writer:
-//! creating or resuming a study (before any writer exists), and leaving a
-//! command for the process that runs a study.
+//! creating or resuming a study and requeueing its failed trials (before
+//! any writer exists), and leaving a command for the process that runs a
+//! study.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +34,57 @@ impl Store {
         .await
         .map_err(|e| storage_err(&url, e))?;
         Ok(())
+    }
+
+    /// Puts the study's FAIL trials back to WAITING with their parameters,
+    /// to run first (Optuna's `RetryFailedCallback` runs them again too).
+    /// Each keeps its old reason as `salus:previous_fail_reason` and starts
+    /// from scratch. Returns how many were requeued.
+    pub async fn retry_failed(&mut self, study_id: i64) -> Result<u64> {
+        let url = self.url.clone();
+        let err = |e: sqlx::Error| storage_err(&url, e);
+        let time = now();
+        let mut tx = self
+            .conn()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err)?;
+        let failed: Vec<TrialId> =
+            sqlx::query_scalar("SELECT trial_id FROM trials WHERE study_id = ? AND state = 'FAIL'")
+                .bind(study_id)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(err)?;
+        for id in &failed {
+            for statement in [
+                "DELETE FROM trial_system_attributes \
+                 WHERE trial_id = ? AND \"key\" = 'salus:previous_fail_reason'",
+                "UPDATE trial_system_attributes SET \"key\" = 'salus:previous_fail_reason' \
+                 WHERE trial_id = ? AND \"key\" = 'fail_reason'",
+                "DELETE FROM trial_intermediate_values WHERE trial_id = ?",
+                "UPDATE salus_trials SET fail_reason = NULL, iterations = 0 WHERE trial_id = ?",
+                "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
+                 WHERE trial_id = ?",
+            ] {
+                sqlx::query(statement)
+                    .bind(*id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(err)?;
+            }
+            sqlx::query(
+                "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) \
+                 VALUES (?, ?, ?, 'trial_retry', '{}')",
+            )
+            .bind(study_id)
+            .bind(*id)
+            .bind(&time)
+            .execute(&mut *tx)
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        Ok(failed.len() as u64)
     }
 
     /// Creates the study, or resumes it after checking that its direction
