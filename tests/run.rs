@@ -287,6 +287,41 @@ fn the_run_stops_after_max_consecutive_failures() {
 }
 
 #[test]
+fn a_study_whose_first_run_failed_before_any_trial_can_be_redefined() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |metric: &str, batch: u32| {
+        format!(
+            "[study]\nname = \"redef\"\ntrials = 2\nmetric = \"{metric}\"\n[model]\ndepth = 1\n\
+             width = {{ choices = [16, 32] }}\n[train]\nbatch_size = {batch}\nepochs = 1\n"
+        )
+    };
+    // The first run stops before any trial (the batch is larger than the data).
+    write(dir.path(), "s.toml", &file("val_accuracy", 5000));
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // Fixed, and with another objective (direction MINIMIZE): it runs.
+    write(dir.path(), "s.toml", &file("val_loss", 64));
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("it has no trial yet, so the file redefines it"),
+        "{}",
+        text(&out)
+    );
+    let db = dir.path().join("redef.db");
+    assert_eq!(trials(&db, None).len(), 2);
+    assert_eq!(
+        scalar_text(&db, "SELECT direction FROM study_directions").as_deref(),
+        Some("MINIMIZE")
+    );
+    // With trials stored, a changed definition is refused as before.
+    write(dir.path(), "s.toml", &file("val_accuracy", 64));
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("rename the study"), "{}", text(&out));
+}
+
+#[test]
 fn a_trial_that_can_never_fit_the_memory_budget_fails_instead_of_waiting() {
     let dir = tempfile::tempdir().unwrap();
     for (name, fuse) in [("tiny", 1), ("tinyfused", 8)] {

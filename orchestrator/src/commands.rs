@@ -41,7 +41,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let backend = device::open(request)?;
     let url = storage::resolve(args.storage.as_deref(), &study);
     let mut store = Store::open(&url).await?;
-    let (info, resumed) = store.create_or_resume(&study).await?;
+    let (info, opened) = store.create_or_resume(&study).await?;
+    if let storage::Opened::Redefined(why) = &opened {
+        eprintln!("{why}; it has no trial yet, so the file redefines it");
+    }
+    let resumed = opened != storage::Opened::Created;
     if args.retry_failed {
         let n = store.retry_failed(info.id).await?;
         eprintln!("requeued {n} failed trials: they run first, with their parameters");

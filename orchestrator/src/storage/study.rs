@@ -88,12 +88,11 @@ impl Store {
     }
 
     /// Creates the study, or resumes it after checking that its direction
-    /// and search space are unchanged. Returns whether it already existed.
-    pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, bool)> {
+    /// and search space are unchanged (a study with no trial yet takes the
+    /// file's definition instead). Says which it did.
+    pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, Opened)> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
-        let space =
-            serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
         let mut tx = self
             .conn()
             .begin_with("BEGIN IMMEDIATE")
@@ -114,35 +113,52 @@ impl Store {
             let id: i64 = row.get(0);
             let direction: Option<String> = row.get(1);
             let stored: Option<String> = row.get(2);
-            if direction.as_deref() != Some(study.direction.optuna()) {
-                return Err(Error::Input(format!(
-                    "study '{}' in {url} is stored with direction {}, but {} asks for {}; rename the study or use another storage",
+            let changed = if direction.as_deref() != Some(study.direction.optuna()) {
+                Some(format!(
+                    "study '{}' in {url} is stored with direction {}, but {} asks for {}",
                     study.name,
                     direction.unwrap_or_else(|| "none".into()),
                     study.path.display(),
                     study.direction.optuna()
-                )));
-            }
-            if let Some(stored) = stored {
-                let stored: BTreeMap<String, String> =
-                    serde_json::from_str(&stored).unwrap_or_default();
-                if let Some(diff) = space_diff(&stored, &study.space_json()) {
+                ))
+            } else {
+                stored.and_then(|stored| {
+                    let stored: BTreeMap<String, String> =
+                        serde_json::from_str(&stored).unwrap_or_default();
+                    space_diff(&stored, &study.space_json()).map(|diff| {
+                        format!(
+                            "study '{}' in {url} was created with a different search space ({diff})",
+                            study.name
+                        )
+                    })
+                })
+            };
+            if let Some(why) = &changed {
+                let trials: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+                        .bind(id)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(err)?;
+                if trials > 0 {
                     return Err(Error::Input(format!(
-                        "study '{}' in {url} was created with a different search space ({diff}); rename the study in {} or use another storage",
-                        study.name,
+                        "{why}; rename the study in {} or use another storage",
                         study.path.display()
                     )));
                 }
+                // Nothing ran under the old definition (a first run that
+                // failed before any trial): the file's definition replaces it.
+                define(&mut tx, id, study, "study_redefine")
+                    .await
+                    .map_err(err)?;
             }
             tx.commit().await.map_err(err)?;
-            return Ok((
-                StudyInfo {
-                    id,
-                    name: study.name.clone(),
-                    direction: study.direction,
-                },
-                true,
-            ));
+            let info = StudyInfo {
+                id,
+                name: study.name.clone(),
+                direction: study.direction,
+            };
+            return Ok((info, changed.map_or(Opened::Resumed, Opened::Redefined)));
         }
         let id: i64 =
             sqlx::query_scalar("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id")
@@ -150,54 +166,7 @@ impl Store {
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(err)?;
-        sqlx::query(
-            "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0)",
-        )
-        .bind(study.direction.optuna())
-        .bind(id)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
-        let fixed: BTreeMap<&String, String> = study
-            .fixed
-            .iter()
-            .map(|(k, v)| (k, v.to_string()))
-            .collect();
-        let attrs = [
-            ("study_system_attributes", SPACE_KEY, space),
-            (
-                "study_user_attributes",
-                "metric",
-                serde_json::to_string(&study.metric).unwrap(),
-            ),
-            (
-                "study_user_attributes",
-                "fixed_params",
-                serde_json::to_string(&fixed).unwrap(),
-            ),
-            (
-                "study_user_attributes",
-                "created_by",
-                serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION")))
-                    .unwrap(),
-            ),
-        ];
-        for (table, key, value) in attrs {
-            sqlx::query(&format!(
-                "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?)"
-            ))
-            .bind(id)
-            .bind(key)
-            .bind(value)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
-        }
-        sqlx::query("INSERT INTO salus_events (study_id, time, kind, detail) VALUES (?, ?, 'study_create', ?)")
-            .bind(id)
-            .bind(now())
-            .bind(serde_json::json!({ "file": study.path.display().to_string() }).to_string())
-            .execute(&mut *tx)
+        define(&mut tx, id, study, "study_create")
             .await
             .map_err(err)?;
         tx.commit().await.map_err(err)?;
@@ -207,9 +176,80 @@ impl Store {
                 name: study.name.clone(),
                 direction: study.direction,
             },
-            false,
+            Opened::Created,
         ))
     }
+}
+
+/// What [`Store::create_or_resume`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Opened {
+    Created,
+    Resumed,
+    /// The study had no trial, and its stored definition differed from the
+    /// file's (the reason); the file's replaced it.
+    Redefined(String),
+}
+
+/// Writes a study's definition (direction, search space, metric, fixed
+/// values), replacing an earlier one, and records `event`.
+async fn define(
+    conn: &mut sqlx::SqliteConnection,
+    id: i64,
+    study: &Study,
+    event: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0) \
+         ON CONFLICT (study_id, objective) DO UPDATE SET direction = excluded.direction",
+    )
+    .bind(study.direction.optuna())
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    let space = serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
+    let fixed: BTreeMap<&String, String> = study
+        .fixed
+        .iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    let attrs = [
+        ("study_system_attributes", SPACE_KEY, space),
+        (
+            "study_user_attributes",
+            "metric",
+            serde_json::to_string(&study.metric).unwrap(),
+        ),
+        (
+            "study_user_attributes",
+            "fixed_params",
+            serde_json::to_string(&fixed).unwrap(),
+        ),
+        (
+            "study_user_attributes",
+            "created_by",
+            serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION"))).unwrap(),
+        ),
+    ];
+    for (table, key, value) in attrs {
+        sqlx::query(&format!(
+            "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?) \
+             ON CONFLICT (study_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
+        ))
+        .bind(id)
+        .bind(key)
+        .bind(value)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query("INSERT INTO salus_events (study_id, time, kind, detail) VALUES (?, ?, ?, ?)")
+        .bind(id)
+        .bind(now())
+        .bind(event)
+        .bind(serde_json::json!({ "file": study.path.display().to_string() }).to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }
 
 /// What changed between two search spaces, if anything.
