@@ -287,20 +287,35 @@ fn the_run_stops_after_max_consecutive_failures() {
 }
 
 #[test]
-fn a_study_whose_first_run_failed_before_any_trial_can_be_redefined() {
+fn a_data_mistake_leaves_no_study_and_an_empty_study_can_be_redefined() {
     let dir = tempfile::tempdir().unwrap();
-    let file = |metric: &str, batch: u32| {
+    let file = |metric: &str, batch: u32, extra: &str| {
         format!(
-            "[study]\nname = \"redef\"\ntrials = 2\nmetric = \"{metric}\"\n[model]\ndepth = 1\n\
+            "[study]\nname = \"redef\"\ntrials = 2\nmetric = \"{metric}\"\n{extra}\n[model]\ndepth = 1\n\
              width = {{ choices = [16, 32] }}\n[train]\nbatch_size = {batch}\nepochs = 1\n"
         )
     };
-    // The first run stops before any trial (the batch is larger than the data).
-    write(dir.path(), "s.toml", &file("val_accuracy", 5000));
+    let db = dir.path().join("redef.db");
+    // A data mistake is found before the study is created.
+    write(dir.path(), "s.toml", &file("val_accuracy", 5000, ""));
     let out = run_in(dir.path(), &["s.toml"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    // Fixed, and with another objective (direction MINIMIZE): it runs.
-    write(dir.path(), "s.toml", &file("val_loss", 64));
+    assert!(
+        text(&out).contains("training split has only"),
+        "{}",
+        text(&out)
+    );
+    assert!(!db.exists() || scalar(&db, "SELECT COUNT(*) FROM studies") == 0);
+    // An empty study of that name, as `optuna.create_study` makes one
+    // (MINIMIZE by default), or a first run that stopped before any trial.
+    execute(&db, "INSERT INTO studies (study_name) VALUES ('redef')");
+    execute(
+        &db,
+        "INSERT INTO study_directions (direction, study_id, objective) \
+         SELECT 'MINIMIZE', study_id, 0 FROM studies WHERE study_name = 'redef'",
+    );
+    // The file maximises val_accuracy: the empty study takes its definition.
+    write(dir.path(), "s.toml", &file("val_accuracy", 64, ""));
     let out = run_in(dir.path(), &["s.toml"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
@@ -308,14 +323,13 @@ fn a_study_whose_first_run_failed_before_any_trial_can_be_redefined() {
         "{}",
         text(&out)
     );
-    let db = dir.path().join("redef.db");
     assert_eq!(trials(&db, None).len(), 2);
     assert_eq!(
         scalar_text(&db, "SELECT direction FROM study_directions").as_deref(),
-        Some("MINIMIZE")
+        Some("MAXIMIZE")
     );
     // With trials stored, a changed definition is refused as before.
-    write(dir.path(), "s.toml", &file("val_accuracy", 64));
+    write(dir.path(), "s.toml", &file("val_loss", 64, ""));
     let out = run_in(dir.path(), &["s.toml"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("rename the study"), "{}", text(&out));

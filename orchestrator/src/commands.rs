@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use workers::data::SplitData;
+
 use crate::checkpoint::Checkpoints;
 use crate::device::{self, OnBackend};
 use crate::error::{Error, Result};
@@ -41,6 +43,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let backend = device::open(request)?;
     let url = storage::resolve(args.storage.as_deref(), &study);
     let mut store = Store::open(&url).await?;
+    // The data is loaded and checked before the study exists: a data
+    // mistake leaves no study behind.
+    let data = study.load_data()?;
     let (info, opened) = store.create_or_resume(&study).await?;
     if let storage::Opened::Redefined(why) = &opened {
         eprintln!("{why}; it has no trial yet, so the file redefines it");
@@ -117,6 +122,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
                 sole,
             },
             existing,
+            data,
         })
     });
     if args.dashboard {
@@ -342,11 +348,12 @@ pub async fn dash(args: ReadArgs) -> Result<i32> {
 struct RunOnDevice<'a> {
     runner: Runner<'a>,
     existing: Vec<TrialRow>,
+    data: SplitData,
 }
 
 impl OnBackend for RunOnDevice<'_> {
     type Output = RunSummary;
     fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<RunSummary> {
-        self.runner.run(backend, self.existing)
+        self.runner.run(backend, self.existing, self.data)
     }
 }

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::Receiver;
 
 use kernels::{Backend, DeviceKind};
+use workers::data::SplitData;
 use workers::{DeviceData, Job, Lane, TrainTrial};
 
 mod commands;
@@ -192,28 +193,14 @@ impl Runner<'_> {
     }
 
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
+    /// `data` is the study's, loaded and checked ([`Study::load_data`]).
     pub fn run<B: Backend>(
         mut self,
         backend: Arc<B>,
         existing: Vec<TrialRow>,
+        data: SplitData,
     ) -> Result<RunSummary> {
         let study = self.study;
-        let data = study.data.load()?;
-        if let Some(max) = self.max_batch()
-            && max as usize > data.n_train
-        {
-            let (line, col) = study.positions.get("batch_size").copied().unwrap_or((0, 0));
-            return Err(Error::Study {
-                path: study.path.display().to_string(),
-                line,
-                col,
-                key: "train.batch_size".into(),
-                msg: format!(
-                    "batch_size can be {max}, but the training split has only {} rows",
-                    data.n_train
-                ),
-            });
-        }
         let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
         let mut st = self.start(&backend, device_data, &existing)?;
         let interrupted = loop {

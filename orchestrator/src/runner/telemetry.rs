@@ -10,7 +10,6 @@ use super::{LaneTally, RunState, Runner};
 use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::core::CoreEvent;
-use crate::space::{Distribution, Params};
 use crate::storage::TrialId;
 use crate::storage::Writer;
 use crate::storage::writer::WriteOp;
@@ -29,34 +28,6 @@ impl Runner<'_> {
             st.timeline.started,
             event,
         )
-    }
-
-    /// The largest batch size the space allows.
-    pub(super) fn max_batch(&self) -> Option<i64> {
-        let study = self.study;
-        match study
-            .space
-            .params()
-            .iter()
-            .find(|p| p.name == "batch_size")
-            .map(|p| &p.dist)
-        {
-            Some(Distribution::Int { high, .. }) => Some(*high),
-            Some(Distribution::Categorical { choices }) => choices
-                .iter()
-                .filter_map(|c| {
-                    if let crate::space::Choice::Int(i) = c {
-                        Some(*i)
-                    } else {
-                        None
-                    }
-                })
-                .max(),
-            _ => Some(match study.value(&Params::new(), "batch_size") {
-                crate::study::KnobValue::Int(i) => i,
-                _ => 0,
-            }),
-        }
     }
 }
 

@@ -607,6 +607,53 @@ pub struct Study {
 }
 
 impl Study {
+    /// Loads and splits the study's data, and checks that every batch size
+    /// the space allows fits the training split; before a study is created,
+    /// so that a data mistake does not leave a study behind.
+    pub fn load_data(&self) -> crate::error::Result<SplitData> {
+        let data = self.data.load()?;
+        if let Some(max) = self.max_batch_size()
+            && max as usize > data.n_train
+        {
+            let (line, col) = self.positions.get("batch_size").copied().unwrap_or((0, 0));
+            return Err(crate::error::Error::Study {
+                path: self.path.display().to_string(),
+                line,
+                col,
+                key: "train.batch_size".into(),
+                msg: format!(
+                    "batch_size can be {max}, but the training split has only {} rows",
+                    data.n_train
+                ),
+            });
+        }
+        Ok(data)
+    }
+
+    /// The largest batch size the space allows.
+    fn max_batch_size(&self) -> Option<i64> {
+        match self
+            .space
+            .params()
+            .iter()
+            .find(|p| p.name == "batch_size")
+            .map(|p| &p.dist)
+        {
+            Some(Distribution::Int { high, .. }) => Some(*high),
+            Some(Distribution::Categorical { choices }) => choices
+                .iter()
+                .filter_map(|c| match c {
+                    Choice::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .max(),
+            _ => Some(match self.value(&Params::new(), "batch_size") {
+                KnobValue::Int(i) => i,
+                _ => 0,
+            }),
+        }
+    }
+
     /// A knob's value in a trial: sampled, else fixed, else its default.
     pub fn value(&self, params: &Params, name: &str) -> KnobValue {
         if let Some(v) = params.get(name) {
