@@ -42,6 +42,8 @@ const BAD: &[&str] = &[
     "[study]\ntimeout = [1]\n",
     "[study]\ntimeout = \"5d\"\n",
     "[study]\nmax_consecutive_failures = 0\n",
+    "[study]\ndirection = \"maximize\"\nmetric = \"val_loss\"\n",
+    "[study]\nmetric = \"val_rmse\"\ndirection = \"maximize\"\n[data]\nsource = \"synthetic-regression\"\n",
     // [model]
     "[model]\nkind = \"cnn\"\n",
     "[model]\nhidden = 3\n",

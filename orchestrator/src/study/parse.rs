@@ -214,10 +214,31 @@ impl Checker<'_> {
                 .map_or("study".into(), |s| s.to_string_lossy().into_owned()),
         };
         let metric = self.metric(&study.metric, worker.is_some(), data.task)?;
-        let direction = match &study.direction {
-            Some(d) => d.get_ref().0,
-            None if matches!(metric.as_str(), "val_accuracy" | "val_r2") => Direction::Maximize,
-            None => Direction::Minimize,
+        // The built-in metrics have a right direction; a command worker's
+        // own metric takes the one given.
+        let natural = match metric.as_str() {
+            _ if worker.is_some() => None,
+            "val_accuracy" | "val_r2" => Some(Direction::Maximize),
+            _ => Some(Direction::Minimize),
+        };
+        let direction = match (&study.direction, natural) {
+            (Some(d), Some(n)) if d.get_ref().0 != n => {
+                let word = |d: Direction| d.optuna().to_lowercase();
+                return Err(self.err(
+                    d.span(),
+                    "study.direction",
+                    format!(
+                        "{metric} is to {}, so direction = \"{}\" would search for the worst trials; \
+                         remove direction or set it to \"{}\"",
+                        word(n),
+                        word(d.get_ref().0),
+                        word(n)
+                    ),
+                ));
+            }
+            (Some(d), _) => d.get_ref().0,
+            (None, Some(n)) => n,
+            (None, None) => Direction::Minimize,
         };
         let trials = self
             .at_least(&study.trials, "study.trials", 1)?
