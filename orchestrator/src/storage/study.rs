@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Connection, Row};
 
+use super::writer::event;
 use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Study;
@@ -72,16 +73,9 @@ impl Store {
                     .await
                     .map_err(err)?;
             }
-            sqlx::query(
-                "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) \
-                 VALUES (?, ?, ?, 'trial_retry', '{}')",
-            )
-            .bind(study_id)
-            .bind(*id)
-            .bind(&time)
-            .execute(&mut *tx)
-            .await
-            .map_err(err)?;
+            event(&mut tx, study_id, Some(*id), "trial_retry", "{}", &time)
+                .await
+                .map_err(err)?;
         }
         tx.commit().await.map_err(err)?;
         Ok(failed.len() as u64)
@@ -192,12 +186,12 @@ pub enum Opened {
 }
 
 /// Writes a study's definition (direction, search space, metric, fixed
-/// values), replacing an earlier one, and records `event`.
+/// values), replacing an earlier one, and records an event of `kind`.
 async fn define(
     conn: &mut sqlx::SqliteConnection,
     id: i64,
     study: &Study,
-    event: &str,
+    kind: &str,
 ) -> std::result::Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0) \
@@ -242,14 +236,8 @@ async fn define(
         .execute(&mut *conn)
         .await?;
     }
-    sqlx::query("INSERT INTO salus_events (study_id, time, kind, detail) VALUES (?, ?, ?, ?)")
-        .bind(id)
-        .bind(now())
-        .bind(event)
-        .bind(serde_json::json!({ "file": study.path.display().to_string() }).to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
+    let detail = serde_json::json!({ "file": study.path.display().to_string() }).to_string();
+    event(conn, id, None, kind, &detail, &now()).await
 }
 
 /// What changed between two search spaces, if anything.

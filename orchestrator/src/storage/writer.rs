@@ -642,7 +642,8 @@ fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
     }
 }
 
-async fn event(
+/// Records an event in `salus_events`.
+pub(super) async fn event(
     conn: &mut SqliteConnection,
     study_id: i64,
     trial_id: Option<TrialId>,
