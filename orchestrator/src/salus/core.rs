@@ -317,6 +317,7 @@ impl<B: Backend> SalusCore<B> {
             prune: false,
         };
         st.jobs.insert(id, entry);
+        st.fail_if_never_fits(id);
         st.admit_waiting();
         drop(st);
         self.shared.wake.notify_all();
@@ -458,21 +459,19 @@ impl<B: Backend> State<B> {
         loads.into_values().collect()
     }
 
-    /// Admits waiting jobs in the policy's order while memory and lanes
-    /// allow. A job that could not fit even on an empty device fails now:
-    /// waiting would never end.
-    fn admit_waiting(&mut self) {
+    /// Fails waiting job `id` when it could not fit even on an empty
+    /// device: waiting would never end. Checked where a footprint is set
+    /// (on submission, and when an out-of-memory requeue enlarges it).
+    fn fail_if_never_fits(&mut self, id: JobId) {
         let budget = self.ledger.budget();
-        let too_large: Vec<(JobId, u64)> = self
-            .jobs
-            .iter()
-            .filter(|(_, e)| e.lane.is_none() && !e.running())
-            .map(|(&id, e)| (id, MemoryLedger::alone_cost(&e.footprint)))
-            .filter(|&(_, needed)| needed > budget)
-            .collect();
-        for (id, needed) in too_large {
+        let needed = MemoryLedger::alone_cost(&self.jobs[&id].footprint);
+        if needed > budget {
             self.remove(id, Ending::Failed(WorkerError::TooLarge { needed, budget }));
         }
+    }
+
+    /// Admits waiting jobs in the policy's order while memory and lanes allow.
+    fn admit_waiting(&mut self) {
         let waiting: Vec<JobState> = self
             .jobs
             .values()
@@ -629,6 +628,7 @@ impl<B: Backend> State<B> {
             persistent_bytes,
             ephemeral_bytes,
         });
+        self.fail_if_never_fits(id);
     }
 
     /// Hands job `id` to a lane: the table keeps its entry, not the job.
