@@ -305,7 +305,14 @@ fn a_data_mistake_leaves_no_study_and_an_empty_study_can_be_redefined() {
         "{}",
         text(&out)
     );
-    assert!(!db.exists() || scalar(&db, "SELECT COUNT(*) FROM studies") == 0);
+    assert!(!db.exists(), "a data mistake creates no database");
+    // Another study makes the database (its tables) in the same file.
+    write(
+        dir.path(),
+        "o.toml",
+        &small_study("other", 1).replace("seed = 3", "seed = 3\nstorage = \"redef.db\""),
+    );
+    assert_eq!(run_in(dir.path(), &["o.toml"]).status.code(), Some(0));
     // An empty study of that name, as `optuna.create_study` makes one
     // (MINIMIZE by default), or a first run that stopped before any trial.
     execute(&db, "INSERT INTO studies (study_name) VALUES ('redef')");
@@ -323,9 +330,14 @@ fn a_data_mistake_leaves_no_study_and_an_empty_study_can_be_redefined() {
         "{}",
         text(&out)
     );
-    assert_eq!(trials(&db, None).len(), 2);
+    assert_eq!(trials(&db, Some("redef")).len(), 2);
     assert_eq!(
-        scalar_text(&db, "SELECT direction FROM study_directions").as_deref(),
+        scalar_text(
+            &db,
+            "SELECT d.direction FROM study_directions d JOIN studies s USING (study_id) \
+             WHERE s.study_name = 'redef'"
+        )
+        .as_deref(),
         Some("MAXIMIZE")
     );
     // With trials stored, a changed definition is refused as before.

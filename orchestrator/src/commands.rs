@@ -42,10 +42,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let study = study::load(&args.study)?;
     let backend = device::open(request)?;
     let url = storage::resolve(args.storage.as_deref(), &study);
-    let mut store = Store::open(&url).await?;
-    // The data is loaded and checked before the study exists: a data
-    // mistake leaves no study behind.
+    // The data is loaded and checked before the database is opened: a data
+    // mistake leaves no study behind, and a new database gets its study
+    // right after its tables.
     let data = study.load_data()?;
+    let mut store = Store::open(&url).await?;
     let (info, opened) = store.create_or_resume(&study).await?;
     if let storage::Opened::Redefined(why) = &opened {
         eprintln!("{why}; it has no trial yet, so the file redefines it");
