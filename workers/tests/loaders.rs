@@ -131,6 +131,13 @@ fn bad_csv_files_name_line_and_column() {
             TaskKind::Classification,
             "no feature columns",
         ),
+        (
+            b"a,price\n1,2.5\n2,3\n",
+            "price",
+            TaskKind::Classification,
+            "bad.csv:1:2: 'price' looks like a continuous target for classification \
+             (it has fractional values such as 2.5); for a numeric target set task = \"regression\"",
+        ),
     ];
     for (bytes, target, kind, want) in cases {
         let p = write(dir.path(), "bad.csv", bytes);
@@ -141,6 +148,25 @@ fn bad_csv_files_name_line_and_column() {
             String::from_utf8_lossy(bytes)
         );
     }
+    // Integer targets with a distinct value every few rows are prices, not classes.
+    let many: String = (0..200)
+        .map(|i| format!("{i},{}\n", 1000 + i * 7))
+        .collect();
+    let p = write(dir.path(), "many.csv", format!("a,y\n{many}").as_bytes());
+    let err = load_csv(&p, "y", TaskKind::Classification)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("200 distinct values in 200 rows"), "{err}");
+    assert!(load_csv(&p, "y", TaskKind::Regression).is_ok());
+    // Many rows per class stay a classification.
+    let labelled: String = (0..400).map(|i| format!("{i},{}\n", i % 60)).collect();
+    let p = write(
+        dir.path(),
+        "labelled.csv",
+        format!("a,y\n{labelled}").as_bytes(),
+    );
+    let d = load_csv(&p, "y", TaskKind::Classification).unwrap();
+    assert_eq!(d.task, Task::Classification { classes: 60 });
     let err = load_csv(&dir.path().join("missing.csv"), "y", TaskKind::Regression)
         .unwrap_err()
         .to_string();

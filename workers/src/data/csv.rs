@@ -142,6 +142,16 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
                 ));
             }
             let classes = class_names(raw_targets.iter().map(|(_, t)| t.as_str()));
+            if let Some(why) = looks_continuous(&classes, rows) {
+                return Err(err(
+                    1,
+                    tcol,
+                    format!(
+                        "'{target}' looks like a continuous target for classification ({why}); \
+                         for a numeric target set task = \"regression\" in [data]"
+                    ),
+                ));
+            }
             if classes.len() < 2 {
                 return Err(err(
                     1,
@@ -179,6 +189,26 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
 fn parse_number(s: &str) -> Option<f32> {
     s.parse::<f32>().ok().filter(|v| v.is_finite())
 }
+
+/// Why numeric class labels look like a regression target, if they do:
+/// a fractional label, or so many distinct values that most classes would
+/// have a row or two (the split then cannot hold out any of them).
+fn looks_continuous(classes: &[String], rows: usize) -> Option<String> {
+    let numbers: Vec<f64> = classes.iter().map_while(|c| c.parse().ok()).collect();
+    if numbers.len() != classes.len() {
+        return None;
+    }
+    if let Some(f) = numbers.iter().find(|v| v.fract() != 0.0) {
+        return Some(format!("it has fractional values such as {f}"));
+    }
+    let many =
+        classes.len() > MAX_CLASSES_PER_ROWS.0 && classes.len() * MAX_CLASSES_PER_ROWS.1 > rows;
+    many.then(|| format!("{} distinct values in {rows} rows", classes.len()))
+}
+
+/// More numeric classes than `.0` and than one per `.1` rows is a regression
+/// target (digits has 10 classes in 1797 rows; a price column has hundreds).
+const MAX_CLASSES_PER_ROWS: (usize, usize) = (50, 4);
 
 /// Distinct labels, in numeric order when all are numbers, else sorted text.
 fn class_names<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<String> {

@@ -178,7 +178,10 @@ pub fn load_npy_pair(x_path: &Path, y_path: &Path, kind: TaskKind) -> Result<Dat
             {
                 return Err(err(
                     y_path,
-                    format!("class labels must be integers 0..n, found {bad}"),
+                    format!(
+                        "class labels must be integers 0..n, found {bad}; \
+                         for a continuous target set task = \"regression\" in [data]"
+                    ),
                 ));
             }
             let n = y.data.iter().fold(0.0f32, |m, &v| m.max(v)) as usize + 1;
