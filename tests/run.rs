@@ -344,7 +344,118 @@ fn a_data_mistake_leaves_no_study_and_an_empty_study_can_be_redefined() {
     write(dir.path(), "s.toml", &file("val_loss", 64, ""));
     let out = run_in(dir.path(), &["s.toml"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(text(&out).contains("rename the study"), "{}", text(&out));
+    assert!(
+        text(&out).contains("start a new study from this file with --fork NEW_NAME"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_continuous_target_is_caught_by_check_and_before_the_study_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows: String = (0..120)
+        .map(|i| format!("{i},{}\n", 100.0 + i as f64 * 1.37))
+        .collect();
+    write(dir.path(), "houses.csv", &format!("rooms,price\n{rows}"));
+    let study = |task: &str| {
+        format!(
+            "[study]\nname = \"houses\"\ntrials = 1\n{}\n[data]\nsource = \"csv\"\npath = \"houses.csv\"\n\
+             target = \"price\"\n{task}\n[model]\ndepth = 1\nwidth = 8\n[train]\nbatch_size = 16\nepochs = 1\n",
+            if task.is_empty() {
+                ""
+            } else {
+                "metric = \"val_rmse\""
+            }
+        )
+    };
+    write(dir.path(), "s.toml", &study(""));
+    for args in [&["check", "s.toml"][..], &["s.toml"][..]] {
+        let out = run_in(dir.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(
+            text(&out).contains(
+                "'price' looks like a continuous target for classification \
+                 (it has fractional values such as 101.37); for a numeric target set task = \"regression\" in [data]"
+            ),
+            "{}",
+            text(&out)
+        );
+    }
+    assert!(!dir.path().join("houses.db").exists());
+    // Fixed as the message says, the same study runs; check shows the split.
+    write(dir.path(), "s.toml", &study("task = \"regression\""));
+    let out = run_in(dir.path(), &["check", "s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("1 features, regression; 96 training rows, 24 validation rows (0.2)"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
+}
+
+#[test]
+fn a_changed_fixed_value_is_refused_and_fork_starts_a_new_study() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("fixed.db");
+    write(dir.path(), "s.toml", &small_study("fixed", 2));
+    assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
+    // Each trial records the fixed values it ran with, typed.
+    assert_eq!(
+        scalar_text(
+            &db,
+            "SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) \
+             WHERE a.\"key\" = 'fixed_params' AND t.number = 1"
+        )
+        .as_deref(),
+        Some(r#"{"batch_size":64,"depth":1,"epochs":3}"#)
+    );
+    // epochs 3 -> 5 would mix two settings in one study.
+    write(
+        dir.path(),
+        "s.toml",
+        &small_study("fixed", 4).replace("epochs = 3", "epochs = 5"),
+    );
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "study 'fixed' in fixed.db ran its trials with other fixed values ('epochs' changed from 3 to 5); \
+             start a new study from this file with --fork NEW_NAME"
+        ),
+        "{}",
+        text(&out)
+    );
+    // --fork runs the changed file as a new study and leaves the old one be.
+    let out = run_in(dir.path(), &["s.toml", "--fork", "fixed-5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("study 'fixed' stays as it is"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(trials(&db, Some("fixed")).len(), 2);
+    assert_eq!(trials(&db, Some("fixed-5")).len(), 4);
+    assert_eq!(
+        scalar_text(
+            &db,
+            "SELECT a.value_json FROM study_user_attributes a JOIN studies s USING (study_id) \
+             WHERE a.\"key\" = 'forked_from' AND s.study_name = 'fixed-5'"
+        )
+        .as_deref(),
+        Some("\"fixed\"")
+    );
+    // The same command again resumes the fork.
+    let out = run_in(dir.path(), &["s.toml", "--fork", "fixed-5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("resuming study 'fixed-5'"),
+        "{}",
+        text(&out)
+    );
+    let out = run_in(dir.path(), &["s.toml", "--fork", "fixed"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }
 
 #[test]

@@ -34,14 +34,20 @@ pub struct RunArgs {
     pub dashboard: bool,
     /// Put FAIL trials back to WAITING first (`--retry-failed`).
     pub retry_failed: bool,
+    /// Run the file as a new study of this name (`--fork`).
+    pub fork: Option<String>,
 }
 
 /// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
 pub async fn run(args: RunArgs) -> Result<i32> {
     let request = device::parse(&args.device)?;
-    let study = study::load(&args.study)?;
-    let backend = device::open(request)?;
+    let mut study = study::load(&args.study)?;
+    // A fork lives in the storage of the study it starts from.
     let url = storage::resolve(args.storage.as_deref(), &study);
+    if let Some(name) = args.fork {
+        fork(&mut study, name)?;
+    }
+    let backend = device::open(request)?;
     // The data is loaded and checked before the database is opened: a data
     // mistake leaves no study behind, and a new database gets its study
     // right after its tables.
@@ -162,6 +168,26 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     })
 }
 
+/// `--fork NEW_NAME`: the file's definition under a new study name, so the
+/// study stored under the file's name stays as it is. Rerunning the same
+/// command resumes the fork.
+fn fork(study: &mut Study, name: String) -> Result<()> {
+    if name.trim().is_empty() || name == study.name {
+        return Err(Error::Input(format!(
+            "--fork needs a study name other than '{}', the one in {}",
+            study.name,
+            study.path.display()
+        )));
+    }
+    eprintln!(
+        "forking: this run is study '{name}', started from {}; study '{}' stays as it is",
+        study.path.display(),
+        study.name
+    );
+    study.forked_from = Some(std::mem::replace(&mut study.name, name));
+    Ok(())
+}
+
 /// Waits for Ctrl-C or SIGTERM; `false` if signals cannot be watched.
 async fn stop_signal() -> bool {
     #[cfg(unix)]
@@ -223,7 +249,24 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
                 w.heartbeat_timeout
             );
         }
-        None => out += &format!("data       {data}, validation {}\n", s.data.validation),
+        None => {
+            // The same load and checks a run makes before it creates the study.
+            let split = s.load_data()?;
+            let task = match split.task {
+                workers::data::Task::Classification { classes } => {
+                    format!("classification, {classes} classes")
+                }
+                workers::data::Task::Regression { targets: 1 } => "regression".to_string(),
+                workers::data::Task::Regression { targets } => {
+                    format!("regression, {targets} targets")
+                }
+            };
+            out += &format!("data       {data}\n");
+            out += &format!(
+                "           {} features, {task}; {} training rows, {} validation rows ({})\n",
+                split.features, split.n_train, split.n_val, s.data.validation
+            );
+        }
     }
     out += &format!("sampler    {} (seed {})\n", s.sampler.kind, s.sampler.seed);
     if s.sampler.kind == SamplerKind::Grid {

@@ -167,6 +167,11 @@ struct RunFlags {
     /// Run the study's FAIL trials again first, with their parameters.
     #[arg(long)]
     retry_failed: bool,
+    /// Run the file as a new study named NEW_NAME in the same storage, and
+    /// leave the stored study as it is (after changing a fixed value or the
+    /// space of a study that has trials). Rerun with it to resume the fork.
+    #[arg(long, value_name = "NEW_NAME")]
+    fork: Option<String>,
     /// Seed for sampling and training (overrides [study] seed).
     #[arg(long)]
     seed: Option<u64>,
@@ -397,6 +402,7 @@ fn main() {
                     progress: Some(!run.no_progress),
                     dashboard: run.dashboard,
                     retry_failed: run.retry_failed,
+                    fork: run.fork,
                 })
                 .await
             }

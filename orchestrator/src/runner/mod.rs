@@ -271,9 +271,11 @@ impl Runner<'_> {
                         break;
                     }
                     Some(params) => {
-                        let (trial_id, number) = self
-                            .writer
-                            .create_trial(self.info.id, encode_params(study, &params))?;
+                        let (trial_id, number) = self.writer.create_trial(
+                            self.info.id,
+                            encode_params(study, &params),
+                            study.fixed_json().to_string(),
+                        )?;
                         st.history.push(TrialRecord {
                             params: params.clone(),
                             value: None,

@@ -13,6 +13,8 @@ use crate::error::{Error, Result};
 use crate::study::Study;
 
 const SPACE_KEY: &str = "salus:search_space";
+/// The fixed knobs, typed, in the study's and in each trial's user attributes.
+pub const FIXED_KEY: &str = "fixed_params";
 
 impl Store {
     /// Leaves a command (`pause`, `resume`, `prune`) for the orchestrator
@@ -93,12 +95,14 @@ impl Store {
             .await
             .map_err(err)?;
         let existing = sqlx::query(
-            "SELECT s.study_id, d.direction, a.value_json FROM studies s \
+            "SELECT s.study_id, d.direction, a.value_json, f.value_json FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
              LEFT JOIN study_system_attributes a ON a.study_id = s.study_id AND a.\"key\" = ? \
+             LEFT JOIN study_user_attributes f ON f.study_id = s.study_id AND f.\"key\" = ? \
              WHERE s.study_name = ?",
         )
         .bind(SPACE_KEY)
+        .bind(FIXED_KEY)
         .bind(&study.name)
         .fetch_optional(&mut *tx)
         .await
@@ -107,6 +111,7 @@ impl Store {
             let id: i64 = row.get(0);
             let direction: Option<String> = row.get(1);
             let stored: Option<String> = row.get(2);
+            let fixed: Option<String> = row.get(3);
             let changed = if direction.as_deref() != Some(study.direction.optuna()) {
                 Some(format!(
                     "study '{}' in {url} is stored with direction {}, but {} asks for {}",
@@ -126,6 +131,14 @@ impl Store {
                         )
                     })
                 })
+                .or_else(|| {
+                    fixed_diff(fixed.as_deref(), study).map(|diff| {
+                        format!(
+                            "study '{}' in {url} ran its trials with other fixed values ({diff})",
+                            study.name
+                        )
+                    })
+                })
             };
             if let Some(why) = &changed {
                 let trials: i64 =
@@ -136,7 +149,8 @@ impl Store {
                         .map_err(err)?;
                 if trials > 0 {
                     return Err(Error::Input(format!(
-                        "{why}; rename the study in {} or use another storage",
+                        "{why}; start a new study from this file with --fork NEW_NAME \
+                         (the old one stays as it is), or rename the study in {}",
                         study.path.display()
                     )));
                 }
@@ -202,12 +216,7 @@ async fn define(
     .execute(&mut *conn)
     .await?;
     let space = serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
-    let fixed: BTreeMap<&String, String> = study
-        .fixed
-        .iter()
-        .map(|(k, v)| (k, v.to_string()))
-        .collect();
-    let attrs = [
+    let mut attrs = vec![
         ("study_system_attributes", SPACE_KEY, space),
         (
             "study_user_attributes",
@@ -216,8 +225,8 @@ async fn define(
         ),
         (
             "study_user_attributes",
-            "fixed_params",
-            serde_json::to_string(&fixed).unwrap(),
+            FIXED_KEY,
+            study.fixed_json().to_string(),
         ),
         (
             "study_user_attributes",
@@ -225,6 +234,13 @@ async fn define(
             serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION"))).unwrap(),
         ),
     ];
+    if let Some(parent) = &study.forked_from {
+        attrs.push((
+            "study_user_attributes",
+            "forked_from",
+            serde_json::to_string(parent).unwrap(),
+        ));
+    }
     for (table, key, value) in attrs {
         sqlx::query(&format!(
             "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?) \
@@ -238,6 +254,39 @@ async fn define(
     }
     let detail = serde_json::json!({ "file": study.path.display().to_string() }).to_string();
     event(conn, id, None, kind, &detail, &now()).await
+}
+
+/// What changed between the stored fixed values and the file's, if anything.
+/// Studies made before fixed values were typed stored them as text; those
+/// compare as the text they were written as.
+fn fixed_diff(stored: Option<&str>, study: &Study) -> Option<String> {
+    let stored: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(stored?).unwrap_or_default();
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut parts = Vec::new();
+    for (k, v) in &study.fixed {
+        let new = v.to_json();
+        match stored.get(k) {
+            None => parts.push(format!("'{k}' is now fixed at {new}")),
+            Some(serde_json::Value::String(old)) if !new.is_string() && *old == v.to_string() => {}
+            Some(old) if *old != new => parts.push(format!(
+                "'{k}' changed from {} to {}",
+                text(old),
+                text(&new)
+            )),
+            _ => {}
+        }
+    }
+    parts.extend(
+        stored
+            .keys()
+            .filter(|k| !study.fixed.contains_key(*k))
+            .map(|k| format!("'{k}' is no longer fixed")),
+    );
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// What changed between two search spaces, if anything.

@@ -69,6 +69,8 @@ pub enum WriteOp {
     CreateTrial {
         study_id: i64,
         params: Vec<StoredParam>,
+        /// The fixed knobs it runs with, a typed JSON object.
+        fixed: String,
         reply: oneshot::Sender<std::result::Result<(TrialId, TrialNumber), StorageFailure>>,
     },
     /// Takes the dashboard's unapplied commands for the study.
@@ -233,10 +235,12 @@ impl Writer {
         &self,
         study_id: i64,
         params: Vec<StoredParam>,
+        fixed: String,
     ) -> Result<(TrialId, TrialNumber)> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
+            fixed,
             reply,
         })
     }
@@ -396,8 +400,11 @@ async fn write_op(
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     match op {
         WriteOp::CreateTrial {
-            study_id, params, ..
-        } => return create_trial(conn, study_id, params, time).await,
+            study_id,
+            params,
+            fixed,
+            ..
+        } => return create_trial(conn, study_id, params, fixed, time).await,
         WriteOp::StartTrial { .. } | WriteOp::Requeue { .. } => {
             trial_state(conn, op, time).await?;
         }
@@ -686,6 +693,7 @@ async fn create_trial(
     conn: &mut SqliteConnection,
     study_id: &i64,
     params: &[StoredParam],
+    fixed: &str,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     let number: TrialNumber = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
@@ -707,6 +715,14 @@ async fn create_trial(
                 .execute(&mut *conn)
                 .await?;
     }
+    sqlx::query(
+        "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?)",
+    )
+    .bind(trial_id)
+    .bind(super::study::FIXED_KEY)
+    .bind(fixed)
+    .execute(&mut *conn)
+    .await?;
     event(
         &mut *conn,
         *study_id,

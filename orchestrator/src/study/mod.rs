@@ -602,6 +602,8 @@ pub struct Study {
     pub scheduler: SchedulerConfig,
     /// The user's own training script; `None` trains the built-in MLP.
     pub worker: Option<WorkerConfig>,
+    /// Set by `run --fork`: the study this one was started from.
+    pub forked_from: Option<String>,
     /// `(line, column)` of each knob given in the file, for later errors.
     pub positions: BTreeMap<String, (usize, usize)>,
 }
@@ -727,6 +729,16 @@ impl Study {
             },
             report_every: self.report_every,
         }
+    }
+
+    /// The fixed knobs as a typed JSON object (integers stay integers):
+    /// stored with the study and with each trial, and compared on resume.
+    pub fn fixed_json(&self) -> serde_json::Value {
+        self.fixed
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_json()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
     }
 
     /// The search space in Optuna's `distribution_json` form, by name: what

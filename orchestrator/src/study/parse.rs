@@ -298,6 +298,7 @@ impl Checker<'_> {
             pruner,
             scheduler,
             worker,
+            forked_from: None,
             positions: std::mem::take(&mut self.positions),
         })
     }
