@@ -113,6 +113,33 @@ fn a_six_trial_digits_study_completes_and_stores_everything() {
         let lr = t.params.iter().find(|p| p.name == "lr").unwrap().internal;
         assert_eq!(cells[col("lr")].parse::<f64>().unwrap(), lr, "{line}");
     }
+    // The views' params are typed JSON: an int stays an int, a boolean a
+    // boolean (a categorical of booleans, as Optuna stores one, added here).
+    execute(
+        &db,
+        "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) \
+         SELECT trial_id, 'flag', 1.0, '{\"name\": \"CategoricalDistribution\", \"attributes\": {\"choices\": [false, true]}}' \
+         FROM trials WHERE number = 0",
+    );
+    let params: serde_json::Value = serde_json::from_str(
+        &scalar_text(
+            &db,
+            "SELECT params FROM salus_trial_summary WHERE number = 0",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(params["width"].is_i64(), "{params}");
+    assert!(params["lr"].is_f64(), "{params}");
+    assert!(params["optimizer"].is_string(), "{params}");
+    assert_eq!(params["flag"], serde_json::Value::Bool(true), "{params}");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT typeof(value) = 'integer' FROM salus_params WHERE param_name = 'width' LIMIT 1"
+        ),
+        1
+    );
 }
 
 #[test]

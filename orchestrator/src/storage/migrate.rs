@@ -29,6 +29,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_commands",
         include_str!("../../../migrations/sqlite/0005_salus_commands.sql"),
     ),
+    (
+        6,
+        "salus_typed_params",
+        include_str!("../../../migrations/sqlite/0006_salus_typed_params.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.
