@@ -283,6 +283,10 @@ fn the_database_is_one_file_when_the_run_ends() {
         !dir.path().join("onefile.db.checkpoints").exists(),
         "no empty checkpoints folder is left"
     );
+    assert!(
+        !dir.path().join("onefile.db.lock").exists(),
+        "no lock file is left"
+    );
     // A copy of the .db alone is the whole study.
     let elsewhere = tempfile::tempdir().unwrap();
     let copy = elsewhere.path().join("copy.db");

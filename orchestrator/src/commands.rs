@@ -12,6 +12,7 @@ use crate::device::{self, OnBackend};
 use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
+use crate::run_lock::RunLock;
 use crate::runner::{RunOptions, RunSummary, Runner};
 use crate::sampler::GridSampler;
 use crate::storage::{self, Store, Writer};
@@ -81,17 +82,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
 
     let db_path = storage::sqlite_path(&url)?;
     let checkpoints = Some(Checkpoints::beside(&db_path));
-    // Held while this process runs studies on the database: the OS drops
-    // it when the process dies, so holding it proves no other run is alive.
-    let mut lock_name = db_path.file_name().unwrap_or_default().to_os_string();
-    lock_name.push(".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(db_path.with_file_name(lock_name))
-        .ok();
-    let sole = lock.as_ref().is_some_and(|f| f.try_lock().is_ok());
+    // Held while this process runs studies on the database, and removed
+    // when it ends (see `run_lock`).
+    let lock = RunLock::take(&db_path);
+    let sole = lock.sole();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
@@ -159,6 +153,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     store.close().await?;
     // Nothing waits for a checkpoint any more when none is left.
     let _ = std::fs::remove_dir(Checkpoints::beside(&db_path).dir());
+    drop(lock);
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED
     } else if !completed || summary.halted.is_some() {

@@ -24,6 +24,7 @@ pub mod external;
 pub mod output;
 pub mod progress;
 pub mod pruner;
+pub mod run_lock;
 pub mod runner;
 pub mod salus;
 pub mod sampler;

@@ -208,17 +208,11 @@ fn seconds_between(a: &str, b: &str) -> Option<f64> {
     Some((p(b)? - p(a)?).num_milliseconds() as f64 / 1e3)
 }
 
-/// Whether a process holds the lock of the database at `db` (see
-/// `commands::run`). Unknown counts as alive.
+/// Whether a run holds the lock of the database at `db` (see `run_lock`).
+/// Unknown counts as alive.
 fn run_alive(db: &Option<std::path::PathBuf>) -> bool {
-    let Some(db) = db else { return true };
-    let mut name = db.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    match std::fs::File::open(db.with_file_name(name)) {
-        // Taking it for an instant: it is released when `f` drops.
-        Ok(f) => f.try_lock().is_err(),
-        Err(_) => false,
-    }
+    db.as_deref()
+        .is_none_or(crate::run_lock::RunLock::held_elsewhere)
 }
 
 /// Reads the study `study_id` (named `name`) as it is now.
