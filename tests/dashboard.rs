@@ -28,6 +28,14 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
                 if number % 2 == 0 { "adam" } else { "sgd" }.into(),
             ),
             ("width".into(), format!("{}", 32 << (number % 3))),
+            if number % 2 == 0 {
+                ("adam.beta2".into(), "0.9990000000000001".into())
+            } else {
+                (
+                    "sgd.momentum".into(),
+                    format!("{}", 0.5 + 0.0625 * number as f64),
+                )
+            },
         ],
         value,
         curve: curve
@@ -108,7 +116,23 @@ fn render(w: u16, h: u16, snap: &Snapshot, v: &ViewState) -> String {
 
 #[test]
 fn the_dashboard_at_80x24() {
-    insta::assert_snapshot!(render(80, 24, &fixture(), &ViewState::default()));
+    let screen = render(80, 24, &fixture(), &ViewState::default());
+    let lines: Vec<&str> = screen.lines().collect();
+    // Header and footer end inside the 80 columns: what does not fit is
+    // left out whole (the device, later keys), never cut mid-word.
+    assert!(lines[0].ends_with("ETA 3m10s       \""), "{}", lines[0]);
+    assert!(lines[1].ends_with("1 fail \""), "{}", lines[1]);
+    assert!(
+        lines[23].contains("?: help") && lines[23].contains("p/r/x: pause/resume/prune"),
+        "{}",
+        lines[23]
+    );
+    // Searched parameters keep their full names, as many as fit.
+    assert!(
+        screen.contains("lr=0.001 optimizer=adam width=32 adam.beta2=0.999"),
+        "{screen}"
+    );
+    insta::assert_snapshot!(screen);
 }
 
 #[test]

@@ -35,10 +35,21 @@ pub fn draw(frame: &mut Frame, snap: &Snapshot, view: &ViewState) {
     ])
     .areas(area);
     header_widget(frame, header, snap);
-    let side = if area.width >= 120 { 44 } else { 32 };
-    let [table, device] =
-        Layout::horizontal([Constraint::Min(40), Constraint::Length(side)]).areas(middle);
-    trials_table(frame, table, snap, view);
+    let side = if area.width >= 120 { 36 } else { 32 };
+    // Below 100 columns the table takes the whole width, for its
+    // parameters, and the device panel moves down beside the charts.
+    let (table, device, bottom) = if area.width >= 100 {
+        let [table, device] =
+            Layout::horizontal([Constraint::Min(40), Constraint::Length(side)]).areas(middle);
+        (table, device, bottom)
+    } else {
+        let [device, charts] =
+            Layout::horizontal([Constraint::Length(30), Constraint::Min(20)]).areas(bottom);
+        (middle, device, charts)
+    };
+    // Priority, lane and speed columns from 120 columns, where the
+    // parameters keep their room.
+    trials_table(frame, table, snap, view, area.width >= 120);
     device_panel(frame, device, snap, view.focus == Pane::Device);
     if view.detail {
         detail_pane(frame, bottom, snap, view);
@@ -87,7 +98,31 @@ pub fn bytes(b: i64) -> String {
     }
 }
 
+/// The items that fit in `width` columns joined by `sep`, in their order;
+/// when not all fit, the ones with the lowest `keep` rank go first.
+fn fit(items: &[(u8, String)], sep: &str, width: usize) -> Vec<usize> {
+    let mut shown: Vec<usize> = (0..items.len()).collect();
+    let len = |shown: &[usize]| {
+        shown
+            .iter()
+            .map(|&i| items[i].1.chars().count())
+            .sum::<usize>()
+            + sep.chars().count() * shown.len().saturating_sub(1)
+    };
+    while len(&shown) > width && shown.len() > 1 {
+        let drop = shown
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, i)| items[**i].0)
+            .map(|(at, _)| at)
+            .expect("more than one item");
+        shown.remove(drop);
+    }
+    shown
+}
+
 fn header_widget(frame: &mut Frame, area: Rect, snap: &Snapshot) {
+    let width = area.width as usize;
     let dir = match snap.direction {
         Direction::Maximize => "maximize",
         Direction::Minimize => "minimize",
@@ -96,53 +131,110 @@ fn header_widget(frame: &mut Frame, area: Rect, snap: &Snapshot) {
         format!("best {} (#{n})", fmt_float(v))
     });
     let status = if snap.running { "running" } else { "stopped" };
-    let eta = snap
-        .eta_s()
-        .map_or(String::new(), |s| format!(" · ETA {}", duration(s)));
+    // Ranked by what to keep: the study, its best and its state first; the
+    // device (also in the device pane) and the ETA go first at 80 columns.
+    let mut items = vec![
+        (9, snap.study.clone()),
+        (5, format!("{dir} {}", snap.metric)),
+        (8, best),
+        (7, format!("{status} {}", duration(snap.elapsed_s))),
+    ];
+    if let Some(s) = snap.eta_s() {
+        items.push((2, format!("ETA {}", duration(s))));
+    }
+    items.push((1, snap.device.clone()));
+    let spans: Vec<Span> = fit(&items, " · ", width)
+        .into_iter()
+        .enumerate()
+        .flat_map(|(at, i)| {
+            let sep = (at > 0).then(|| Span::raw(" · "));
+            let bold = matches!(i, 0 | 2);
+            let style = if bold {
+                Style::default().add_modifier(Modifier::BOLD)
+            } else {
+                Style::default()
+            };
+            sep.into_iter()
+                .chain(std::iter::once(Span::styled(items[i].1.clone(), style)))
+        })
+        .collect();
     let budget = snap
         .budget_trials
         .map_or(String::new(), |b| format!("/{b}"));
-    let line1 = Line::from(vec![
-        Span::styled(
-            snap.study.clone(),
-            Style::default().add_modifier(Modifier::BOLD),
-        ),
-        Span::raw(format!(" · {dir} {} · ", snap.metric)),
-        Span::styled(best, Style::default().add_modifier(Modifier::BOLD)),
-        Span::raw(format!(
-            " · {status} {}{eta} · {}",
-            duration(snap.elapsed_s),
-            snap.device
-        )),
-    ]);
-    let counts = [
-        Phase::Running,
-        Phase::Paused,
-        Phase::Swapped,
-        Phase::Waiting,
-        Phase::Complete,
-        Phase::Pruned,
-        Phase::Failed,
-    ]
-    .iter()
-    .map(|&p| format!("{} {}", snap.count(p), p.label().to_lowercase()))
-    .collect::<Vec<_>>()
-    .join(" · ");
-    let line2 = Line::from(format!("{}{budget} finished · {counts}", snap.finished()));
-    frame.render_widget(Paragraph::new(vec![line1, line2]), area);
+    let phases = [
+        (Phase::Running, "run"),
+        (Phase::Paused, "paused"),
+        (Phase::Swapped, "swap"),
+        (Phase::Waiting, "wait"),
+        (Phase::Complete, "done"),
+        (Phase::Pruned, "pruned"),
+        (Phase::Failed, "fail"),
+    ];
+    let counts = |short: bool| {
+        phases
+            .iter()
+            .map(|&(p, s)| {
+                let label = if short {
+                    s.to_string()
+                } else {
+                    p.label().to_lowercase()
+                };
+                format!("{} {label}", snap.count(p))
+            })
+            .collect::<Vec<_>>()
+            .join(" · ")
+    };
+    let mut line2 = format!("{}{budget} finished · {}", snap.finished(), counts(false));
+    if line2.chars().count() > width {
+        line2 = format!("{}{budget} finished · {}", snap.finished(), counts(true));
+    }
+    frame.render_widget(
+        Paragraph::new(vec![Line::from(spans), Line::from(line2)]),
+        area,
+    );
 }
 
-/// The parameters a narrow table shows: the first ones, shortened.
+/// A parameter value in few characters: 4 significant digits.
+fn compact_value(v: &str) -> String {
+    let Ok(f) = v.parse::<f64>() else {
+        return v.to_string();
+    };
+    if f.fract() == 0.0 && f.abs() < 1e6 {
+        return format!("{f:.0}");
+    }
+    if f != 0.0 && (f.abs() < 1e-3 || f.abs() >= 1e5) {
+        let s = format!("{f:.2e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        return format!("{m}e{e}");
+    }
+    let digits = (3 - f.abs().log10().floor() as i32).clamp(0, 7) as usize;
+    let s = format!("{f:.digits$}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// The trial's searched parameters, full names and compact values, as many
+/// as fit in `width`; `…` says that more are in the detail pane (Enter).
 fn key_params(t: &TrialInfo, width: usize) -> String {
     let mut out = String::new();
-    for (n, v) in &t.params {
-        let v = v.parse::<f64>().map_or(v.clone(), fmt_float);
-        let short = n.rsplit('.').next().unwrap_or(n);
-        let item = format!("{short}={v}");
-        if out.len() + item.len() + 1 > width {
-            break;
+    for (i, (n, v)) in t.params.iter().enumerate() {
+        let item = format!("{n}={}", compact_value(v));
+        let last = i + 1 == t.params.len();
+        let room = width.saturating_sub(if last { 0 } else { 2 });
+        let sep = usize::from(!out.is_empty());
+        if out.chars().count() + sep + item.chars().count() > room {
+            if !out.is_empty() || width == 0 {
+                out.push_str(" …");
+            } else {
+                out = item
+                    .chars()
+                    .take(width.saturating_sub(1))
+                    .collect::<String>()
+                    + "…";
+            }
+            return out;
         }
-        if !out.is_empty() {
+        if sep == 1 {
             out.push(' ');
         }
         out += &item;
@@ -150,18 +242,25 @@ fn key_params(t: &TrialInfo, width: usize) -> String {
     out
 }
 
-fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
+fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState, wide: bool) {
     let rows = view.rows(snap);
-    let wide = area.width >= 72;
+    // A narrow table keeps the rung column only for a study with rungs.
+    let rungs = wide || snap.trials.iter().any(|t| t.rung.is_some());
     // What the other columns, their gaps, the borders and the marker take.
-    let param_w = area.width.saturating_sub(if wide { 52 } else { 32 }) as usize;
-    let header = if wide {
+    let others = match (wide, rungs) {
+        (true, _) => 50,
+        (false, true) => 30,
+        (false, false) => 25,
+    };
+    let param_w = area.width.saturating_sub(others) as usize;
+    let mut header = if wide {
         vec![
             "#", "state", "params", "metric", "rung", "prio", "lane", "it/s",
         ]
     } else {
         vec!["#", "state", "params", "metric", "rung"]
     };
+    header.truncate(if rungs { header.len() } else { 4 });
     let table_rows: Vec<Row> = rows
         .iter()
         .map(|t| {
@@ -169,9 +268,14 @@ fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState
                 Cell::from(t.number.to_string()),
                 Cell::from(t.phase.label()),
                 Cell::from(key_params(t, param_w)),
-                Cell::from(t.last_metric().map_or("-".into(), fmt_float)),
-                Cell::from(t.rung.map_or("-".into(), |r| r.to_string())),
+                Cell::from(
+                    t.last_metric()
+                        .map_or("-".into(), |m| compact_value(&m.to_string())),
+                ),
             ];
+            if rungs {
+                cells.push(Cell::from(t.rung.map_or("-".into(), |r| r.to_string())));
+            }
             if wide {
                 cells.push(Cell::from(
                     t.priority.map_or("-".into(), |p| format!("{p:.2}")),
@@ -195,20 +299,22 @@ fn trials_table(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState
             Constraint::Length(4),
             Constraint::Length(8),
             Constraint::Min(10),
-            Constraint::Length(10),
+            Constraint::Length(8),
             Constraint::Length(4),
             Constraint::Length(6),
             Constraint::Length(4),
             Constraint::Length(6),
         ]
     } else {
-        vec![
+        let mut w = vec![
             Constraint::Length(4),
             Constraint::Length(8),
             Constraint::Min(10),
-            Constraint::Length(9),
+            Constraint::Length(7),
             Constraint::Length(4),
-        ]
+        ];
+        w.truncate(if rungs { 5 } else { 4 });
+        w
     };
     let title = format!(
         "Trials ({} shown · sort {}{} · filter {}{})",
@@ -469,9 +575,9 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
     if let Some(r) = &t.fail_reason {
         lines.push(Line::from(format!("failed: {r}")));
     }
-    for (n, v) in &t.params {
-        lines.push(Line::from(format!("  {n} = {v}")));
-    }
+    // Every parameter at full precision, wrapped: the table shows a part.
+    let params: Vec<String> = t.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    lines.insert(1, Line::from(params.join("  ")));
     frame.render_widget(
         Paragraph::new(lines)
             .wrap(Wrap { trim: false })
@@ -503,7 +609,24 @@ fn status_line(frame: &mut Frame, area: Rect, view: &ViewState) {
     } else if !view.message.is_empty() {
         view.message.clone()
     } else {
-        "?: help  q: quit  j/k: select  Tab: pane  s: sort  f: filter  /: search  Enter: detail  p/r/x: pause/resume/prune".into()
+        // At 80 columns the least needed keys give way; `?` lists them all.
+        let keys = [
+            (9, "?: help"),
+            (8, "q: quit"),
+            (7, "j/k: select"),
+            (4, "Tab: pane"),
+            (3, "s: sort"),
+            (3, "f: filter"),
+            (2, "/: search"),
+            (6, "Enter: detail"),
+            (5, "p/r/x: pause/resume/prune"),
+        ]
+        .map(|(k, t)| (k, t.to_string()));
+        fit(&keys, "  ", area.width as usize)
+            .into_iter()
+            .map(|i| keys[i].1.as_str())
+            .collect::<Vec<_>>()
+            .join("  ")
     };
     frame.render_widget(
         Paragraph::new(text).style(Style::default().add_modifier(Modifier::REVERSED)),
