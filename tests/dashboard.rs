@@ -58,6 +58,14 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
             vec![]
         },
         fail_reason: (phase == Phase::Failed).then(|| "diverged at iteration 12".into()),
+        user_attrs: if number == 2 {
+            vec![
+                ("arch".into(), r#"{"layers":[64,32]}"#.into()),
+                ("train_loss".into(), "0.125".into()),
+            ]
+        } else {
+            vec![]
+        },
         events: vec![
             Event {
                 time: "2026-11-29 10:00:01.000000".into(),
@@ -156,7 +164,10 @@ fn the_detail_pane_and_the_help() {
     }
     let detail = render(100, 30, &snap, &v);
     assert!(
-        detail.contains("Trial #2") && detail.contains("footprint"),
+        detail.contains("Trial #2")
+            && detail.contains("footprint")
+            && detail.contains("adam.beta2=0.9990000000000001")
+            && detail.contains(r#"attrs: arch={"layers":[64,32]}"#),
         "{detail}"
     );
     insta::assert_snapshot!("detail", detail);

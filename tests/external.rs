@@ -429,3 +429,108 @@ fn serving_workers_take_trial_after_trial() {
         assert!(!alive, "serving worker {pid} outlived the study");
     }
 }
+
+#[test]
+fn user_attributes_and_auxiliary_metrics_reach_the_database_and_optuna() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "aux.py",
+        "import salus_worker\n\
+         t = salus_worker.connect()\n\
+         t.set_user_attr('arch', {'layers': [t.params['w'], 3], 'relu': True})\n\
+         x = t.params['x']\n\
+         for i in t.iterations(3):\n\
+         \x20   t.report(i + 1, x * (i + 1), train_loss=1.0 / (i + 1), acc=float('nan') if i == 1 else 0.5)\n\
+         t.set_user_attr('note', 'after the last report')\n\
+         t.done(x * 3)\n",
+    );
+    let study = worker_study(
+        "aux",
+        &script,
+        "x = { float = [0.0, 1.0] }\nw = { int = [8, 64] }",
+        "",
+    )
+    .replace("trials = 8", "trials = 3")
+    .replace("iterations = 6", "iterations = 3");
+    write(dir.path(), "a.toml", &study);
+    let out = run_in(dir.path(), &["a.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("aux.db");
+    let attr = |key: &str| {
+        scalar_text(
+            &db,
+            &format!(
+                "SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) \
+                 WHERE t.number = 0 AND a.\"key\" = '{key}'"
+            ),
+        )
+    };
+    let arch: serde_json::Value = serde_json::from_str(&attr("arch").unwrap()).unwrap();
+    assert_eq!(arch["relu"], serde_json::Value::Bool(true));
+    assert!(arch["layers"][0].is_i64(), "{arch}");
+    assert_eq!(attr("note").as_deref(), Some("\"after the last report\""));
+    // The latest value of each curve, as a user attribute.
+    assert_eq!(
+        attr("train_loss").unwrap().parse::<f64>().unwrap(),
+        1.0 / 3.0
+    );
+    assert_eq!(attr("acc").as_deref(), Some("0.5"));
+    // Every point of every curve, NaN as NULL.
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM salus_metrics"), 18);
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_metrics WHERE name = 'acc' AND step = 2 AND value IS NULL"
+        ),
+        3
+    );
+    // Optuna sees them as user_attrs.
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let check = "import optuna, sys\n\
+                 s = optuna.load_study(study_name='aux', storage='sqlite:///aux.db')\n\
+                 t = s.trials[0]\n\
+                 assert t.user_attrs['note'] == 'after the last report', t.user_attrs\n\
+                 assert t.user_attrs['arch']['relu'] is True, t.user_attrs\n\
+                 assert abs(t.user_attrs['train_loss'] - 1/3) < 1e-15, t.user_attrs\n";
+    match std::process::Command::new(&venv)
+        .current_dir(dir.path())
+        .args(["-c", check])
+        .output()
+    {
+        Ok(o) => assert!(o.status.success(), "{}", text(&o)),
+        Err(e) if std::env::var_os("SALUS_TUNE_REQUIRE_OPTUNA").is_some() => {
+            panic!("{}: {e}", venv.display())
+        }
+        Err(e) => eprintln!("the Optuna check skipped: {}: {e}", venv.display()),
+    }
+}
+
+#[test]
+fn a_reserved_user_attribute_fails_the_trial_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "bad.py",
+        "import salus_worker\n\
+         t = salus_worker.connect()\n\
+         t.set_user_attr('fixed_params', 1)\n\
+         for i in t.iterations(1):\n\
+         \x20   t.report(1, 0.0)\n\
+         t.done(0.0)\n",
+    );
+    let study = worker_study("reserved", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 1")
+        .replace("iterations = 6", "iterations = 1");
+    write(dir.path(), "r.toml", &study);
+    let out = run_in(dir.path(), &["r.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let t = &trials(&dir.path().join("reserved.db"), None)[0];
+    assert_eq!(t.state, TrialState::Fail);
+    assert!(
+        t.fail_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("the user attribute 'fixed_params' is salus-tune's own")),
+        "{t:?}"
+    );
+}

@@ -130,9 +130,22 @@ class Trial:
             self.wait_turn()
             yield i
 
-    def report(self, step, value):
-        """An intermediate value; steps must strictly increase."""
-        self._send({"type": "report", "step": int(step), "value": self._number(value)})
+    def report(self, step, value, **metrics):
+        """An intermediate value; steps must strictly increase. Keyword
+        arguments are auxiliary curves at the same step (say
+        `train_loss=0.3`): stored in the `salus_metrics` table, their latest
+        values as user attributes."""
+        message = {"type": "report", "step": int(step), "value": self._number(value)}
+        if metrics:
+            message["metrics"] = {str(k): self._number(v) for k, v in metrics.items()}
+        self._send(message)
+
+    def set_user_attr(self, key, value):
+        """A user attribute of this trial (any JSON value), as Optuna's
+        `trial.set_user_attr`; it reaches the database with the next report
+        or with `done`."""
+        json.dumps(value, allow_nan=False)  # fails here, not in salus-tune
+        self._send({"type": "attr", "key": str(key), "value": value})
 
     def heartbeat(self):
         """Keeps a long iteration from hitting salus-tune's heartbeat timeout."""

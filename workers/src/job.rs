@@ -50,6 +50,24 @@ pub struct Report {
     pub val_r2: Option<f64>,
     /// What an external worker reported: the study's metric, whatever its name.
     pub external: Option<f64>,
+    /// What an external worker said besides its metric; empty otherwise.
+    pub extras: ReportExtras,
+}
+
+/// An external worker's auxiliary metrics at this report's step, and the
+/// user attributes it set since its previous report.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReportExtras {
+    /// `report(step, value, **metrics)`: name and value.
+    pub metrics: Vec<(String, f64)>,
+    /// `set_user_attr(key, value)`: the key and the value as JSON text.
+    pub attrs: Vec<(String, String)>,
+}
+
+impl ReportExtras {
+    pub fn is_empty(&self) -> bool {
+        self.metrics.is_empty() && self.attrs.is_empty()
+    }
 }
 
 impl Report {

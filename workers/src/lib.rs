@@ -43,7 +43,9 @@ pub use device_data::DeviceData;
 pub use error::{Result, WorkerError};
 pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
-pub use job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
+pub use job::{
+    Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras, StepOutcome,
+};
 pub use lane::Lane;
 pub use model::{LossKind, MlpSpec};
 pub use state::TrialSnapshot;

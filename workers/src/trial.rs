@@ -279,6 +279,7 @@ fn report_from<B: Backend>(
         val_rmse: None,
         val_r2: None,
         external: None,
+        extras: Default::default(),
     };
     match data.task {
         Task::Classification { .. } => r.val_accuracy = Some(val.metric_sum / val.rows.max(1.0)),

@@ -78,6 +78,9 @@ pub struct TrialInfo {
     /// Numbers of the trials it was fused with (itself included).
     pub fused_with: Vec<TrialNumber>,
     pub fail_reason: Option<String>,
+    /// User attributes `(key, JSON text)` but the fixed values: what an
+    /// external worker set, and its auxiliary metrics' latest values.
+    pub user_attrs: Vec<(String, String)>,
     pub events: Vec<Event>,
 }
 
@@ -244,6 +247,7 @@ pub async fn load(
         fused,
         speed,
         mut events,
+        mut user_attrs,
     } = trial_details(conn, &url, study_id, run_id).await?;
     let (lanes, swaps) = lane_activity(conn, &url, run_id).await?;
     let trials = rows
@@ -287,6 +291,7 @@ pub async fn load(
                 shared_bytes: r.3,
                 fused_with: fused.get(&t.trial_id).cloned().unwrap_or_default(),
                 fail_reason: t.fail_reason,
+                user_attrs: user_attrs.remove(&t.trial_id).unwrap_or_default(),
                 events: events.remove(&t.trial_id).unwrap_or_default(),
             }
         })
@@ -409,6 +414,7 @@ struct TrialDetails {
     fused: BTreeMap<TrialId, Vec<TrialNumber>>,
     speed: BTreeMap<TrialId, f64>,
     events: BTreeMap<TrialId, Vec<Event>>,
+    user_attrs: BTreeMap<TrialId, Vec<(String, String)>>,
 }
 
 async fn trial_details(
@@ -517,7 +523,25 @@ async fn trial_details(
         });
     }
     events.values_mut().for_each(|v| v.reverse());
+    let mut user_attrs: BTreeMap<TrialId, Vec<(String, String)>> = BTreeMap::new();
+    for r in sqlx::query(
+        "SELECT a.trial_id, a.\"key\", a.value_json FROM trial_user_attributes a \
+         JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.\"key\" <> ? \
+         ORDER BY a.trial_id, a.\"key\"",
+    )
+    .bind(study_id)
+    .bind(crate::storage::FIXED_KEY)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(e)?
+    {
+        user_attrs
+            .entry(r.get(0))
+            .or_default()
+            .push((r.get(1), r.get(2)));
+    }
     Ok(TrialDetails {
+        user_attrs,
         params,
         res,
         reasons,

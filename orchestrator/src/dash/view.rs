@@ -578,6 +578,14 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
     // Every parameter at full precision, wrapped: the table shows a part.
     let params: Vec<String> = t.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
     lines.insert(1, Line::from(params.join("  ")));
+    if !t.user_attrs.is_empty() {
+        let attrs: Vec<String> = t
+            .user_attrs
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        lines.insert(2, Line::from(format!("attrs: {}", attrs.join("  "))));
+    }
     frame.render_widget(
         Paragraph::new(lines)
             .wrap(Wrap { trim: false })

@@ -14,7 +14,8 @@
 //! | orchestrator | `prune` | | exit now, cleanly |
 //! | orchestrator | `checkpoint` | `path` | save your state to `path`, answer `checkpointed`, exit; you are restarted later with `resume_from` = `path` |
 //! | worker | `checkpointed` | `path` | the state is saved |
-//! | worker | `report` | `step`, `value` | an intermediate value (steps strictly increase) |
+//! | worker | `report` | `step`, `value`, optional `metrics` | an intermediate value (steps strictly increase); `metrics`, an object of auxiliary numbers at that step |
+//! | worker | `attr` | `key`, `value` | a user attribute of the trial (any JSON value) |
 //! | worker | `heartbeat` | | alive, during a long iteration |
 //! | worker | `done` | `value`, `more` | the final value; the worker then exits, or with `more: true` waits for another `start` |
 //! | worker | `error` | `message` | the trial failed; the worker then exits |
@@ -46,6 +47,15 @@ pub enum FromWorker {
         step: u64,
         #[serde(deserialize_with = "value")]
         value: f64,
+        /// Auxiliary metrics at this step, by name.
+        #[serde(default, deserialize_with = "metrics")]
+        metrics: Vec<(String, f64)>,
+    },
+    /// `set_user_attr(key, value)`: any JSON value.
+    Attr {
+        #[serde(deserialize_with = "attr_key")]
+        key: String,
+        value: Value,
     },
     Heartbeat,
     Checkpointed {
@@ -112,6 +122,35 @@ fn value<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         other => Err(de::Error::custom(format!(
             "'value' must be a number, got {other}"
         ))),
+    }
+}
+
+/// `{"name": number, ...}`, each number read as `value` reads one.
+fn metrics<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, f64)>, D::Error> {
+    let Value::Object(map) = Value::deserialize(d)? else {
+        return Err(de::Error::custom(
+            "'metrics' must be an object of names and numbers",
+        ));
+    };
+    map.into_iter()
+        .map(|(name, v)| {
+            value(v)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| de::Error::custom(format!("metric '{name}': {e}")))
+        })
+        .collect()
+}
+
+/// Keys the orchestrator writes itself.
+pub const RESERVED_ATTRS: &[&str] = &[crate::storage::FIXED_KEY];
+
+fn attr_key<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(k) if RESERVED_ATTRS.contains(&k.as_str()) => Err(de::Error::custom(
+            format!("the user attribute '{k}' is salus-tune's own; choose another key"),
+        )),
+        Value::String(k) if !k.is_empty() => Ok(k),
+        _ => Err(de::Error::custom("'key' must be a non-empty string")),
     }
 }
 
@@ -197,7 +236,30 @@ mod tests {
             parse(r#"{"type":"report","step":3,"value":0.25}"#),
             Ok(FromWorker::Report {
                 step: 3,
-                value: 0.25
+                value: 0.25,
+                metrics: vec![],
+            })
+        );
+        assert_eq!(
+            parse(
+                r#"{"type":"report","step":3,"value":0.25,"metrics":{"train_loss":1.5,"lr":"NaN"}}"#
+            )
+            .map(|m| match m {
+                FromWorker::Report { metrics, .. } => {
+                    metrics
+                        .iter()
+                        .map(|(n, v)| format!("{n}={v}"))
+                        .collect::<Vec<_>>()
+                }
+                other => panic!("{other:?}"),
+            }),
+            Ok(vec!["lr=NaN".to_string(), "train_loss=1.5".to_string()])
+        );
+        assert_eq!(
+            parse(r#"{"type":"attr","key":"arch","value":{"layers":[64,32]}}"#),
+            Ok(FromWorker::Attr {
+                key: "arch".into(),
+                value: json!({"layers": [64, 32]})
             })
         );
         assert_eq!(parse(r#"{"type":"heartbeat"}"#), Ok(FromWorker::Heartbeat));
@@ -288,6 +350,22 @@ mod tests {
             (
                 "{\"type\":\"hello\",\"version\":\"1\"}",
                 "'version' must be",
+            ),
+            (
+                "{\"type\":\"report\",\"step\":1,\"value\":1,\"metrics\":[1]}",
+                "'metrics' must be an object",
+            ),
+            (
+                "{\"type\":\"report\",\"step\":1,\"value\":1,\"metrics\":{\"a\":\"x\"}}",
+                "metric 'a': 'value' must be a number",
+            ),
+            (
+                "{\"type\":\"attr\",\"key\":\"fixed_params\",\"value\":1}",
+                "the user attribute 'fixed_params' is salus-tune's own",
+            ),
+            (
+                "{\"type\":\"attr\",\"key\":\"\",\"value\":1}",
+                "'key' must be",
             ),
         ] {
             let e = parse(line).unwrap_err();

@@ -65,6 +65,9 @@ pub struct ExternalTrial {
     iteration: u64,
     last_step: u64,
     last_report: Option<Report>,
+    /// User attributes set since the last report: stored with the next
+    /// report, or with the end.
+    attrs: Vec<(String, String)>,
     finished: bool,
 }
 
@@ -198,6 +201,7 @@ impl ExternalTrial {
             iteration: 0,
             last_step: 0,
             last_report: None,
+            attrs: Vec::new(),
             finished: false,
         }
     }
@@ -371,7 +375,12 @@ impl ExternalTrial {
         }
     }
 
-    fn report(&mut self, step: u64, value: f64) -> workers::Result<Report> {
+    fn report(
+        &mut self,
+        step: u64,
+        value: f64,
+        metrics: Vec<(String, f64)>,
+    ) -> workers::Result<Report> {
         if step <= self.last_step {
             return Err(self.abort(format!(
                 "report steps must increase: step {step} after step {}",
@@ -388,6 +397,10 @@ impl ExternalTrial {
             val_rmse: None,
             val_r2: None,
             external: Some(value),
+            extras: workers::ReportExtras {
+                metrics,
+                attrs: std::mem::take(&mut self.attrs),
+            },
         };
         self.last_report = Some(r.clone());
         Ok(r)
@@ -421,7 +434,12 @@ impl ExternalTrial {
                         self.last_step
                     )));
                 }
-                FromWorker::Report { step, value } => last = Some(self.report(step, value)?),
+                FromWorker::Report {
+                    step,
+                    value,
+                    metrics,
+                } => last = Some(self.report(step, value, metrics)?),
+                FromWorker::Attr { key, value } => self.attrs.push((key, value.to_string())),
                 FromWorker::Heartbeat => {}
                 FromWorker::Done { value, more } => return Ok((last, Some((value, more)))),
                 FromWorker::Error { message } => {
@@ -622,6 +640,10 @@ impl ExternalTrial {
         }
         let _ = std::fs::remove_file(&self.checkpoint_path);
         let step = report.as_ref().map_or(self.last_step.max(1), |r| r.step);
+        // What the last report carried is stored with it; what came after
+        // is stored with the end.
+        let mut extras = report.map(|r| r.extras).unwrap_or_default();
+        extras.attrs.append(&mut self.attrs);
         let mut r = Report {
             step,
             iteration: self.iteration,
@@ -631,6 +653,7 @@ impl ExternalTrial {
             val_rmse: None,
             val_r2: None,
             external: Some(value),
+            extras,
         };
         if !value.is_finite() {
             r.external = Some(value);

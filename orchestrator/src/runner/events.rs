@@ -165,6 +165,18 @@ impl Runner<'_> {
         }
     }
 
+    /// An external worker's auxiliary metrics and user attributes.
+    fn store_extras(&self, trial_id: TrialId, report: &Report) -> Result<()> {
+        if report.extras.is_empty() {
+            return Ok(());
+        }
+        self.writer.send(WriteOp::Extras {
+            trial_id,
+            step: report.step as i64,
+            extras: report.extras.clone(),
+        })
+    }
+
     /// Stores a report, lets the pruner decide (the core holds the trial
     /// meanwhile when a pruner is set), and updates priorities.
     pub(super) fn on_report<B: Backend>(
@@ -184,6 +196,7 @@ impl Runner<'_> {
             step: report.step as i64,
             value,
         })?;
+        self.store_extras(trial_id, &report)?;
         self.reporter
             .trial_report(number, report.step, &study.metric, value);
         st.curves
@@ -265,6 +278,7 @@ impl Runner<'_> {
             step: report.step as i64,
             value,
         })?;
+        self.store_extras(f.pending.trial_id, &report)?;
         if !value.is_finite() {
             return self.fail(
                 st,

@@ -34,6 +34,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_typed_params",
         include_str!("../../../migrations/sqlite/0006_salus_typed_params.sql"),
     ),
+    (
+        7,
+        "salus_metrics",
+        include_str!("../../../migrations/sqlite/0007_salus_metrics.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

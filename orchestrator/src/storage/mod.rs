@@ -27,7 +27,7 @@ use sqlx::{ConnectOptions, Connection};
 
 pub use ids::{TrialId, TrialNumber};
 pub use read::{StoredParam, StudyInfo, TrialRow, TrialState};
-pub use study::Opened;
+pub use study::{FIXED_KEY, Opened};
 pub use writer::{Writer, WriterStats};
 
 use crate::error::{Error, Result};

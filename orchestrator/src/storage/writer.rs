@@ -157,6 +157,13 @@ pub enum WriteOp {
         rung: Option<i64>,
         reason: &'static str,
     },
+    /// An external worker's auxiliary metrics at `step` and the user
+    /// attributes it set.
+    Extras {
+        trial_id: TrialId,
+        step: i64,
+        extras: workers::ReportExtras,
+    },
     /// A trial system attribute (JSON value), replacing an earlier one.
     TrialAttr {
         trial_id: TrialId,
@@ -409,6 +416,11 @@ async fn write_op(
             trial_state(conn, op, time).await?;
         }
         WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
+        WriteOp::Extras {
+            trial_id,
+            step,
+            extras,
+        } => trial_extras(conn, *trial_id, *step, extras).await?,
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }
@@ -544,6 +556,45 @@ async fn trial_progress(
             }
         }
         _ => unreachable!("write_op routes only trial progress here"),
+    }
+    Ok(())
+}
+
+/// Auxiliary metrics (a curve row each, and the latest value as the user
+/// attribute of that name) and user attributes, each replacing an earlier
+/// one of its key.
+async fn trial_extras(
+    conn: &mut SqliteConnection,
+    trial_id: TrialId,
+    step: i64,
+    extras: &workers::ReportExtras,
+) -> std::result::Result<(), sqlx::Error> {
+    let metrics = extras.metrics.iter().map(|(name, v)| {
+        let json = serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into);
+        (name, json.to_string())
+    });
+    for (name, v) in &extras.metrics {
+        sqlx::query(
+            "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, ?)              ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
+        )
+        .bind(trial_id)
+        .bind(name)
+        .bind(step)
+        .bind(v.is_finite().then_some(*v))
+        .execute(&mut *conn)
+        .await?;
+    }
+    let attrs = extras.attrs.iter().map(|(k, v)| (k, v.clone()));
+    for (key, value_json) in metrics.chain(attrs) {
+        sqlx::query(
+            "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+             ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
+        )
+        .bind(trial_id)
+        .bind(key)
+        .bind(value_json)
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }
