@@ -534,3 +534,52 @@ fn a_reserved_user_attribute_fails_the_trial_with_the_reason() {
         "{t:?}"
     );
 }
+
+#[test]
+fn conditional_parameters_reach_the_worker_only_when_they_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "cond.py",
+        "import salus_worker\n\
+         def objective(p):\n\
+         \x20   if p['opt'] == 'sgd':\n\
+         \x20       assert 'adam.beta2' not in p, p\n\
+         \x20       return p['sgd.momentum']\n\
+         \x20   assert 'sgd.momentum' not in p, p\n\
+         \x20   return p['adam.beta2']\n\
+         salus_worker.run_objective(objective)\n",
+    );
+    let study = worker_study(
+        "cond",
+        &script,
+        "opt = { choices = [\"sgd\", \"adam\"] }\n\
+         [params.when.opt.sgd]\nmomentum = { float = [0.5, 0.99] }\n\
+         [params.when.opt.adam]\nbeta2 = { float = [0.9, 0.999] }",
+        "",
+    )
+    .replace("iterations = 6", "iterations = 1")
+    .replace("trials = 8", "trials = 10");
+    write(dir.path(), "c.toml", &study);
+    let out = run_in(dir.path(), &["c.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("cond.db"), None);
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        let names: Vec<&str> = t.params.iter().map(|p| p.name.as_str()).collect();
+        // choices = ["sgd", "adam"]: the internal value is the index.
+        let opt = t.params.iter().find(|p| p.name == "opt").unwrap();
+        let want = if opt.internal == 0.0 {
+            "sgd.momentum"
+        } else {
+            "adam.beta2"
+        };
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.contains(&want), "{names:?}");
+        let v = t.params.iter().find(|p| p.name == want).unwrap().internal;
+        assert_eq!(t.value, Some(v));
+        seen.insert(want);
+    }
+    assert_eq!(seen.len(), 2, "both branches ran");
+}

@@ -176,6 +176,14 @@ const BAD: &[&str] = &[
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[study]\nmetric = 3\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nparams = 3\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nwhen = 1979-05-27\n",
+    // [params.when.P.V]
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { float = [0, 1] }\n[params.when.opt.sgd]\nm = { float = [0, 1] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { float = [0, 1] }\n[params.when.opt.sgd]\nm = { float = [0, 1] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\n[params.when.opt.rmsprop]\nm = { float = [0, 1] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\n[params.when.opt.sgd]\nnesterov = true\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\n\"sgd.m\" = 1\n[params.when.opt.sgd]\nm = { float = [0, 1] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\n[params.when.opt.sgd]\nm = { float = [1, 0] }\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\n[params.when.opt]\nsgd = 3\n",
     // values of other types
     "worker = 3\n",
     "model = [1]\n",
@@ -205,6 +213,7 @@ const GOOD: &[&str] = &[
     "[pruner]\nkind = \"asha\"\n[scheduler]\npolicy = \"fifo\"\nlanes = 2\nmax_concurrent = 8\nmemory = \"2GiB\"\nfuse = 4\ngraphs = \"off\"\n",
     "[scheduler]\nmemory = 1048576\n[worker]\nkind = \"mlp\"\n",
     "[worker]\nkind = \"command\"\ncommand = [\"python3\", \"t.py\"]\ncwd = \"sub\"\nenv = { A = \"1\" }\nmemory = \"64MiB\"\nreport_every = 2\nmax_concurrency = 3\niterations = 9\nheartbeat_timeout = \"2m\"\n[study]\nmetric = \"loss\"\n[params]\nx = { float = [-1, 1] }\nn = { int = [1, 9], step = 2 }\nc = { choices = [\"a\", 2, true] }\nfixed = 4\nflag = false\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { choices = [\"sgd\", \"adam\"] }\nlayers = { choices = [1, 2] }\n[params.when.opt.sgd]\nmomentum = { float = [0.5, 0.99] }\n[params.when.opt.adam]\nbeta2 = { float = [0.9, 0.999], log = true }\n[params.when.layers.2]\nwidth2 = { int = [8, 64] }\n",
 ];
 
 #[test]

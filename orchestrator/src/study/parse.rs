@@ -343,35 +343,114 @@ impl Checker<'_> {
         })
     }
 
-    /// `[params]` of a command worker: any names, any scalar or distribution.
+    /// `[params]` of a command worker: any names, any scalar or
+    /// distribution; then its `[params.when.P.V]` tables, whose parameters
+    /// are sampled only when `P` is `V` and are named `V.name`, as the
+    /// built-in optimizer sections' are (`sgd.momentum`).
     fn command_params(
         &mut self,
-        params: Option<Spanned<raw::Ordered<KnobRaw>>>,
+        params: Option<Spanned<raw::ParamsSection>>,
         knobs: &mut Knobs,
     ) -> Result<()> {
         let Some(params) = params else { return Ok(()) };
-        for (key, v) in &params.get_ref().0 {
-            let name: &'static str = Box::leak(key.clone().into_boxed_str());
-            let kind = match v.get_ref() {
-                KnobRaw::Dist(t) if t.float.is_some() => KnobKind::Float {
-                    min: f64::NEG_INFINITY,
-                    min_inclusive: true,
-                    max: None,
-                },
-                KnobRaw::Dist(t) if t.int.is_some() => KnobKind::Int { min: i64::MIN },
-                _ => KnobKind::Free,
-            };
-            let knob = Knob {
-                name,
-                section: "params",
-                key: name,
-                kind,
-                default: KnobDefault::Int(0),
-                optimizer: None,
-            };
-            let spec = self.knob(&knob, v)?;
-            knobs.place(&knob, spec, None);
+        let section = params.into_inner();
+        for (key, v) in &section.params {
+            self.command_param("params", key, key, v, None, knobs)?;
         }
+        let Some(when) = section.when else {
+            return Ok(());
+        };
+        for (parent, values) in &when.get_ref().0 {
+            let at = format!("params.when.{parent}");
+            let choices = match knobs.params.iter().find(|p| p.name == *parent) {
+                Some(Param {
+                    dist: Distribution::Categorical { choices },
+                    ..
+                }) => choices.clone(),
+                _ => {
+                    return Err(self.err(
+                        values.span(),
+                        &at,
+                        format!(
+                            "[{at}.*] needs '{parent}' in [params], searched with choices = [...]"
+                        ),
+                    ));
+                }
+            };
+            for (value, table) in &values.get_ref().0 {
+                let Some(choice) = choices.iter().find(|c| c.to_string() == *value) else {
+                    let known: Vec<String> = choices.iter().map(|c| c.to_string()).collect();
+                    return Err(self.err(
+                        table.span(),
+                        &format!("{at}.{value}"),
+                        format!(
+                            "'{value}' is not among the choices of '{parent}' ({})",
+                            known.join(", ")
+                        ),
+                    ));
+                };
+                let condition = Condition {
+                    parent: parent.clone(),
+                    values: vec![choice.clone()],
+                };
+                let section = format!("{at}.{value}");
+                for (key, v) in &table.get_ref().0 {
+                    let name = format!("{value}.{key}");
+                    if matches!(v.get_ref(), KnobRaw::Fixed(_)) {
+                        return Err(self.err(
+                            v.span(),
+                            &format!("{section}.{key}"),
+                            "a fixed value is passed to every trial: put it in [params]; \
+                             [params.when...] holds distributions",
+                        ));
+                    }
+                    if knobs.params.iter().any(|p| p.name == name)
+                        || knobs.fixed.contains_key(&name)
+                    {
+                        return Err(self.err(
+                            v.span(),
+                            &format!("{section}.{key}"),
+                            format!("'{name}' is defined twice"),
+                        ));
+                    }
+                    self.command_param(&section, key, &name, v, Some(condition.clone()), knobs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One parameter of a command worker, named `name`, written as `key`
+    /// in `section`.
+    fn command_param(
+        &mut self,
+        section: &str,
+        key: &str,
+        name: &str,
+        v: &Spanned<KnobRaw>,
+        condition: Option<Condition>,
+        knobs: &mut Knobs,
+    ) -> Result<()> {
+        let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+        let kind = match v.get_ref() {
+            KnobRaw::Dist(t) if t.float.is_some() => KnobKind::Float {
+                min: f64::NEG_INFINITY,
+                min_inclusive: true,
+                max: None,
+            },
+            KnobRaw::Dist(t) if t.int.is_some() => KnobKind::Int { min: i64::MIN },
+            _ => KnobKind::Free,
+        };
+        let knob = Knob {
+            name: leak(name),
+            section: leak(section),
+            key: leak(key),
+            kind,
+            default: KnobDefault::Int(0),
+            optimizer: None,
+        };
+        let spec = self.knob(&knob, v)?;
+        knobs.place(&knob, spec, condition);
         Ok(())
     }
 

@@ -32,7 +32,7 @@ pub struct Root {
     pub pruner: Section<PrunerSection>,
     pub scheduler: Section<SchedulerSection>,
     pub worker: Section<WorkerSection>,
-    pub params: Field<Ordered<KnobRaw>>,
+    pub params: Field<ParamsSection>,
 }
 
 #[derive(Deserialize, Default)]
@@ -641,6 +641,10 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for TableVisitor<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut entries = Vec::new();
         while let Some(key) = map.next_key::<String>()? {
+            // toml hands a datetime over as a table of this one key.
+            if key == "$__toml_private_datetime" {
+                return Err(self.refuse(Scalar::Datetime));
+            }
             entries.push((key, map.next_value()?));
         }
         Ok(entries)
@@ -676,10 +680,58 @@ impl<'de> Deserialize<'de> for Env {
     }
 }
 
+/// `[params]`: the user's own keys in file order, and `[params.when.P.V]`
+/// tables of parameters that apply only when parameter `P` takes value `V`.
+#[derive(Default)]
+pub struct ParamsSection {
+    pub params: Vec<(String, Spanned<KnobRaw>)>,
+    pub when: Option<Spanned<Ordered<Ordered<Ordered<KnobRaw>>>>>,
+}
+
+struct ParamsVisitor;
+
+impl ParamsVisitor {
+    fn refuse<E: de::Error>(&self, found: Scalar) -> E {
+        TableVisitor::<KnobRaw>::new("a table ([params])").refuse(found)
+    }
+}
+
+impl<'de> Visitor<'de> for ParamsVisitor {
+    type Value = ParamsSection;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a table ([params])")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ParamsSection, A::Error> {
+        let mut section = ParamsSection::default();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "when" {
+                section.when = Some(map.next_value()?);
+            } else {
+                section.params.push((key, map.next_value()?));
+            }
+        }
+        Ok(section)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ParamsSection, A::Error> {
+        ScalarVisitor.visit_seq(seq)?;
+        Err(self.refuse(Scalar::Array))
+    }
+    refuse_scalars!(ParamsSection);
+}
+
+impl<'de> Deserialize<'de> for ParamsSection {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ParamsVisitor)
+    }
+}
+
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for Ordered<T> {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Only `[params]` is an ordered table of the user's own keys.
-        d.deserialize_any(TableVisitor::new("a table ([params])"))
-            .map(Ordered)
+        // Only `[params.when.PARAM.VALUE]` tables have the user's own keys
+        // at several levels.
+        d.deserialize_any(TableVisitor::new(
+            "a table of conditional parameters ([params.when.PARAM.VALUE])",
+        ))
+        .map(Ordered)
     }
 }
