@@ -42,6 +42,8 @@ const BAD: &[&str] = &[
     "[study]\ntimeout = [1]\n",
     "[study]\ntimeout = \"5d\"\n",
     "[study]\nmax_consecutive_failures = 0\n",
+    "[study]\nkeep = \"bset\"\n",
+    "[study]\nkeep = \"best\"\n[worker]\nkind = \"command\"\ncommand = [\"x\"]\n",
     "[study]\ndirection = \"maximize\"\nmetric = \"val_loss\"\n",
     "[study]\nmetric = \"val_rmse\"\ndirection = \"maximize\"\n[data]\nsource = \"synthetic-regression\"\n",
     // [model]

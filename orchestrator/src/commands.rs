@@ -276,6 +276,7 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         out += &format!("grid       {points} points{note}\n");
     }
     out += &format!("pruner     {}\n", s.pruner);
+    out += &format!("keep       {}\n", s.keep.name());
     out += &format!("scheduler  {}\n", scheduler_text(&s));
     out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
     out += &format!("search space ({} parameters):\n", s.space.params().len());
@@ -372,6 +373,56 @@ pub async fn best(args: ReadArgs) -> Result<String> {
         study: info.name.clone(),
     })?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
+}
+
+/// `salus-tune export`: a trial's kept model as `DIR/model.safetensors` and
+/// `DIR/model.json`; the best trial's when `trial` is `None`. Returns what
+/// it wrote, for the user.
+pub async fn export(args: ReadArgs, trial: Option<i64>, out: &Path) -> Result<String> {
+    let (mut store, info, _) = open_for_reading(&args).await?;
+    let kept = store.kept_models(info.id).await?;
+    let number = match trial {
+        Some(n) => storage::TrialNumber(n),
+        None => {
+            let trials = store.trials(info.id).await?;
+            output::best(&trials, info.direction)
+                .ok_or_else(|| Error::NoCompleteTrial {
+                    study: info.name.clone(),
+                })?
+                .number
+        }
+    };
+    let Some(model) = store.kept_model(info.id, number).await? else {
+        let list = if kept.is_empty() {
+            "none has one (set [study] keep = \"best\" or \"all\" and run trials)".to_string()
+        } else {
+            let numbers: Vec<String> = kept.iter().map(|n| n.to_string()).collect();
+            format!("trials with one: {}", numbers.join(", "))
+        };
+        return Err(Error::Input(format!(
+            "trial {number} of study '{}' has no kept model; {list}",
+            info.name
+        )));
+    };
+    std::fs::create_dir_all(out).map_err(|e| Error::Input(format!("{}: {e}", out.display())))?;
+    let write = |name: &str, bytes: &[u8]| {
+        let path = out.join(name);
+        std::fs::write(&path, bytes)
+            .map(|_| path)
+            .map_err(|e| Error::Input(format!("{}: {e}", out.join(name).display())))
+    };
+    let architecture: serde_json::Value =
+        serde_json::from_str(&model.architecture).unwrap_or(serde_json::Value::Null);
+    let json = serde_json::to_string_pretty(&architecture).expect("JSON") + "\n";
+    let weights = write("model.safetensors", &model.weights)?;
+    let card = write("model.json", json.as_bytes())?;
+    Ok(format!(
+        "trial {} of study '{}':\n  {}\n  {}\n",
+        model.number,
+        info.name,
+        weights.display(),
+        card.display()
+    ))
 }
 
 /// `salus-tune dash`: the live dashboard of a stored study.

@@ -21,6 +21,7 @@ pub mod dash;
 pub mod device;
 pub mod error;
 pub mod external;
+pub mod kept_model;
 pub mod output;
 pub mod progress;
 pub mod pruner;

@@ -56,7 +56,19 @@ enum Command {
     /// It rereads the database every 500 ms, so it follows a study that
     /// another process runs. `?` lists the keys; p, r and x pause, resume
     /// and prune the selected trial of a running study.
-    Dash(DashFlags),
+    Dash(StudyFlags),
+    /// Write a trial's kept model ([study] keep) to a folder: its weights
+    /// as model.safetensors and model.json, which says how to run them.
+    Export {
+        #[command(flatten)]
+        read: StudyFlags,
+        /// The trial's number [default: the best trial].
+        #[arg(long)]
+        trial: Option<i64>,
+        /// The folder to write (created when missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Benchmarks of the packing goals (see ANCHORS.md).
     Bench {
         #[command(subcommand)]
@@ -185,7 +197,7 @@ struct RunFlags {
 }
 
 #[derive(clap::Args)]
-struct DashFlags {
+struct StudyFlags {
     /// A study file: its storage and study name are used.
     study_file: Option<PathBuf>,
     /// A path or sqlite:///path.db.
@@ -222,7 +234,7 @@ impl From<ReadFlags> for ReadArgs {
 }
 
 const COMMANDS: &[&str] = &[
-    "run", "check", "trials", "best", "dash", "bench", "devices", "help",
+    "run", "check", "trials", "best", "dash", "export", "bench", "devices", "help",
 ];
 
 /// `bench packing` on whichever device `--device` opened.
@@ -428,6 +440,18 @@ fn main() {
                     format: Format::Table,
                 })
                 .await
+            }
+            Command::Export { read, trial, out } => {
+                let args = ReadArgs {
+                    study_file: read.study_file,
+                    storage: read.storage,
+                    study: read.study,
+                    format: Format::Table,
+                };
+                commands::export(args, trial, &out).await.map(|s| {
+                    print!("{s}");
+                    0
+                })
             }
             Command::Bench { which } => bench(which),
             Command::Devices => {

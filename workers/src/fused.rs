@@ -123,6 +123,9 @@ pub struct FusedTrials<B: Backend> {
     group: Option<MlpGroup<B>>,
     control: FusedControl<B>,
     last_report: Option<Report>,
+    /// Export finishing members' states (see [`Job::take_final_states`]).
+    keep_final: bool,
+    finals: Vec<(u64, TrialSnapshot)>,
 }
 
 impl<B: Backend> FusedTrials<B> {
@@ -131,6 +134,13 @@ impl<B: Backend> FusedTrials<B> {
     pub fn new(trials: Vec<(u64, TrainTrial<B>)>) -> Result<Self> {
         let capacity = trials.len();
         Self::with_capacity(trials, capacity)
+    }
+
+    /// Keeps each finishing member's final state for
+    /// [`Job::take_final_states`] (an export from the device per member).
+    pub fn keeping_final_states(mut self, keep: bool) -> Self {
+        self.keep_final = keep;
+        self
     }
 
     /// As [`new`](Self::new), with room for `capacity` members in all, so
@@ -172,6 +182,8 @@ impl<B: Backend> FusedTrials<B> {
             group: None,
             control: FusedControl::default(),
             last_report: None,
+            keep_final: false,
+            finals: Vec::new(),
         })
     }
 
@@ -410,6 +422,17 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
                 outcome,
             });
         }
+        let finished: Vec<u64> = steps
+            .iter()
+            .filter(|m| matches!(m.outcome, MemberOutcome::Finished(_)))
+            .map(|m| m.tag)
+            .collect();
+        if self.keep_final && !finished.is_empty() {
+            // Taken before the group unloads or goes: their last weights.
+            let states = self.states(lane)?;
+            self.finals
+                .extend(states.into_iter().filter(|(t, _)| finished.contains(t)));
+        }
         if !ended.is_empty() {
             if ended.len() < self.members.len() {
                 self.unload(lane)?;
@@ -431,6 +454,10 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
 
     fn member_states(&mut self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         self.states(lane)
+    }
+
+    fn take_final_states(&mut self) -> Vec<(u64, TrialSnapshot)> {
+        std::mem::take(&mut self.finals)
     }
 
     fn export_state(&mut self, _lane: &mut Lane<B>) -> Result<TrialSnapshot> {

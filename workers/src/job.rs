@@ -156,4 +156,10 @@ pub trait Job<B: Backend>: Send {
     fn member_states(&mut self, _lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         Ok(Vec::new())
     }
+    /// A fused job's members that finished in the last step, with their
+    /// final states, by tag (taken: a second call is empty). A lone trial
+    /// has none (its final state is `export_state` after it finishes).
+    fn take_final_states(&mut self) -> Vec<(u64, TrialSnapshot)> {
+        Vec::new()
+    }
 }

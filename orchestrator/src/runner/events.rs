@@ -122,6 +122,11 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
+            CoreEvent::FinalState { job, member, state } => {
+                let run = member.map_or(RunId::Alone(job), |m| RunId::Member(MemberId(m)));
+                st.kept.finals.insert(run, state);
+                Ok(())
+            }
             CoreEvent::GroupEnded { job, .. } => {
                 // Joiners it never took wait for another group.
                 st.end_group(job);
@@ -265,6 +270,7 @@ impl Runner<'_> {
     ) -> Result<()> {
         let study = self.study;
         let Some(f) = st.in_flight.remove(&run) else {
+            st.kept.finals.remove(&run);
             return Ok(());
         };
         st.finished += 1;
@@ -280,6 +286,7 @@ impl Runner<'_> {
         })?;
         self.store_extras(f.pending.trial_id, &report)?;
         if !value.is_finite() {
+            st.kept.finals.remove(&run);
             return self.fail(
                 st,
                 &f.pending,
@@ -298,6 +305,7 @@ impl Runner<'_> {
             device_seconds,
             fail_reason: None,
         }))?;
+        self.keep_model(&mut st.kept, run, &f.pending, value)?;
         self.writer.flush()?;
         if st
             .best

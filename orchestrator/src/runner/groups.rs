@@ -353,7 +353,8 @@ impl Runner<'_> {
     ) -> Result<()> {
         let tags: Vec<MemberId> = members.iter().map(|(m, _)| *m).collect();
         let members = members.into_iter().map(|(m, t)| (m.0, t)).collect();
-        let fused = FusedTrials::with_capacity(members, capacity)?;
+        let fused = FusedTrials::with_capacity(members, capacity)?
+            .keeping_final_states(self.study.keep != crate::study::Keep::None);
         let control = fused.control();
         let key = fused.fusion_key();
         let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);

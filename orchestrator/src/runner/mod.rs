@@ -31,6 +31,7 @@ use workers::{DeviceData, Job, Lane, TrainTrial};
 mod commands;
 mod events;
 mod groups;
+mod keep;
 mod resume;
 mod telemetry;
 use groups::{Group, Parked};
@@ -186,6 +187,7 @@ impl Runner<'_> {
         CoreConfig {
             hold_at_reports: self.study.pruner != PrunerKind::None,
             checkpoints: self.checkpoints.is_some(),
+            keep_final: self.study.keep != crate::study::Keep::None && self.study.worker.is_none(),
             // `auto`: wherever the backend has graphs (CUDA).
             graphs: s.graphs != Some(GraphsMode::Off),
             ..base
@@ -203,6 +205,7 @@ impl Runner<'_> {
         let study = self.study;
         let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
         let mut st = self.start(&backend, device_data, &existing)?;
+        st.kept.norm = Some(crate::kept_model::Standardisation::of(&data));
         let interrupted = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break true;
@@ -547,6 +550,7 @@ struct RunState<B: Backend> {
     fusion: Fusion<B>,
     timeline: Timeline,
     liveness: Liveness,
+    kept: keep::Kept,
 }
 
 /// How trials run as fused groups (`groups.rs`).

@@ -146,6 +146,7 @@ impl Runner<'_> {
                 user_paused: BTreeSet::new(),
                 last_commands: Instant::now(),
             },
+            kept: Default::default(),
         })
     }
 

@@ -50,6 +50,9 @@ pub struct CoreConfig {
     /// Export a lone trial's state after each report, as
     /// [`CoreEvent::Checkpoint`], for crash-safe resumption.
     pub checkpoints: bool,
+    /// Export a trial's state when it finishes, as [`CoreEvent::FinalState`]
+    /// (before its `Finished`), so that its model can be kept.
+    pub keep_final: bool,
     /// Let trials replay captured iterations (CUDA graphs) on the lanes;
     /// ignored where the backend has none.
     pub graphs: bool,
@@ -71,6 +74,7 @@ impl CoreConfig {
             budget,
             hold_at_reports: false,
             checkpoints: false,
+            keep_final: false,
             graphs: false,
         }
     }
@@ -101,6 +105,7 @@ impl CoreConfig {
             budget,
             hold_at_reports: false,
             checkpoints: false,
+            keep_final: false,
             graphs: false,
         }
     }
@@ -146,6 +151,13 @@ pub enum CoreEvent {
     /// A trial's state at its latest report point; `member` is the tag
     /// of a fused group's member (whose group is `job`).
     Checkpoint {
+        job: JobId,
+        member: Option<u64>,
+        state: workers::TrialSnapshot,
+    },
+    /// A trial's state when it finished (only with `keep_final`); sent
+    /// before the `Finished` or `Members` event that ends it.
+    FinalState {
         job: JobId,
         member: Option<u64>,
         state: workers::TrialSnapshot,
@@ -235,6 +247,7 @@ enum Work<B: Backend> {
 
 struct Shared<B: Backend> {
     checkpoints: bool,
+    keep_final: bool,
     state: Mutex<State<B>>,
     wake: Condvar,
     epoch: Instant,
@@ -255,6 +268,7 @@ impl<B: Backend> SalusCore<B> {
     ) -> Result<Self, WorkerError> {
         let shared = Arc::new(Shared {
             checkpoints: config.checkpoints,
+            keep_final: config.keep_final,
             state: Mutex::new(State {
                 policy: config.policy,
                 hold_at_reports: config.hold_at_reports,
@@ -791,6 +805,20 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         }
                         _ => Vec::new(),
                     };
+                    let finals: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
+                        Ok(StepOutcome::Finished(_)) if shared.keep_final => job
+                            .export_state(lane)
+                            .ok()
+                            .map(|s| (None, s))
+                            .into_iter()
+                            .collect(),
+                        Ok(StepOutcome::Members(_)) if shared.keep_final => job
+                            .take_final_states()
+                            .into_iter()
+                            .map(|(tag, s)| (Some(tag), s))
+                            .collect(),
+                        _ => Vec::new(),
+                    };
                     // A footprint too small for the device: back to waiting,
                     // with its state on the host and a larger estimate.
                     if is_oom(&result) {
@@ -831,6 +859,13 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                             flush(&mut segment, &st);
                             segment = Some((job_id, t0, end, 1));
                         }
+                    }
+                    for (member, state) in finals {
+                        st.emit(CoreEvent::FinalState {
+                            job: job_id,
+                            member,
+                            state,
+                        });
                     }
                     // Only a job leaving frees memory or changes other lanes' work.
                     let left = st.return_step(id, job_id, job, result, end - t0);

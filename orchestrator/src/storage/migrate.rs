@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_metrics",
         include_str!("../../../migrations/sqlite/0007_salus_metrics.sql"),
     ),
+    (
+        8,
+        "salus_models",
+        include_str!("../../../migrations/sqlite/0008_salus_models.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

@@ -26,7 +26,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, Sq
 use sqlx::{ConnectOptions, Connection};
 
 pub use ids::{TrialId, TrialNumber};
-pub use read::{StoredParam, StudyInfo, TrialRow, TrialState};
+pub use read::{KeptModel, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
 pub use writer::{Writer, WriterStats};
 

@@ -249,3 +249,63 @@ impl Store {
         Ok(trials)
     }
 }
+
+/// A trial's kept model (`salus_models`), as `export` writes it out.
+pub struct KeptModel {
+    pub number: TrialNumber,
+    /// JSON: the network, the standardisation and the trial.
+    pub architecture: String,
+    /// A safetensors file's bytes.
+    pub weights: Vec<u8>,
+}
+
+impl Store {
+    /// The numbers of the study's trials that have a kept model.
+    pub async fn kept_models(&mut self, study_id: i64) -> Result<Vec<TrialNumber>> {
+        let url = self.url.clone();
+        let has_table = sqlx::query(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_models'",
+        )
+        .fetch_optional(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))?
+        .is_some();
+        if !has_table {
+            return Ok(Vec::new());
+        }
+        sqlx::query_scalar(
+            "SELECT t.number FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
+             WHERE t.study_id = ? ORDER BY t.number",
+        )
+        .bind(study_id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))
+    }
+
+    /// The kept model of trial `number` of the study, if it has one.
+    pub async fn kept_model(
+        &mut self,
+        study_id: i64,
+        number: TrialNumber,
+    ) -> Result<Option<KeptModel>> {
+        if !self.kept_models(study_id).await?.contains(&number) {
+            return Ok(None);
+        }
+        let url = self.url.clone();
+        let row = sqlx::query(
+            "SELECT m.architecture, m.weights FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
+             WHERE t.study_id = ? AND t.number = ?",
+        )
+        .bind(study_id)
+        .bind(number)
+        .fetch_one(self.conn())
+        .await
+        .map_err(|e| storage_err(&url, e))?;
+        Ok(Some(KeptModel {
+            number,
+            architecture: row.get(0),
+            weights: row.get(1),
+        }))
+    }
+}

@@ -164,6 +164,15 @@ pub enum WriteOp {
         step: i64,
         extras: workers::ReportExtras,
     },
+    /// A COMPLETE trial's model (`[study] keep`). With `best_of`, it is
+    /// kept only if no other COMPLETE trial of the study is as good (by
+    /// that direction, `true` maximising), and it replaces the one kept.
+    KeepModel {
+        trial_id: TrialId,
+        architecture: String,
+        weights: Vec<u8>,
+        best_of: Option<bool>,
+    },
     /// A trial system attribute (JSON value), replacing an earlier one.
     TrialAttr {
         trial_id: TrialId,
@@ -421,6 +430,7 @@ async fn write_op(
             step,
             extras,
         } => trial_extras(conn, *trial_id, *step, extras).await?,
+        WriteOp::KeepModel { .. } => keep_model(conn, op, time).await?,
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }
@@ -596,6 +606,58 @@ async fn trial_extras(
         .execute(&mut *conn)
         .await?;
     }
+    Ok(())
+}
+
+/// See [`WriteOp::KeepModel`].
+async fn keep_model(
+    conn: &mut SqliteConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let WriteOp::KeepModel {
+        trial_id,
+        architecture,
+        weights,
+        best_of,
+    } = op
+    else {
+        unreachable!("only KeepModel comes here")
+    };
+    if let Some(maximize) = best_of {
+        let as_good = if *maximize { ">=" } else { "<=" };
+        let rivals: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM trials me \
+             JOIN trial_values mv ON mv.trial_id = me.trial_id AND mv.objective = 0 \
+             JOIN trials t ON t.study_id = me.study_id AND t.trial_id <> me.trial_id AND t.state = 'COMPLETE' \
+             JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
+             WHERE me.trial_id = ? AND v.value {as_good} mv.value"
+        ))
+        .bind(*trial_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if rivals > 0 {
+            return Ok(());
+        }
+        sqlx::query(
+            "DELETE FROM salus_models WHERE trial_id IN \
+             (SELECT trial_id FROM trials WHERE study_id = (SELECT study_id FROM trials WHERE trial_id = ?))",
+        )
+        .bind(*trial_id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query(
+        "INSERT INTO salus_models (trial_id, created, architecture, weights) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (trial_id) DO UPDATE SET created = excluded.created, \
+         architecture = excluded.architecture, weights = excluded.weights",
+    )
+    .bind(*trial_id)
+    .bind(time)
+    .bind(architecture)
+    .bind(weights.as_slice())
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 

@@ -173,6 +173,24 @@ impl std::fmt::Display for PrunerKind {
     }
 }
 
+/// `[study] keep`: which finished trials' models the database keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    None,
+    /// The best COMPLETE trial's, replaced when a better one finishes.
+    Best,
+    /// Every COMPLETE trial's.
+    All,
+}
+
+impl Keep {
+    pub const NAMES: [&'static str; 3] = ["none", "best", "all"];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
 /// `[pruner]`; resources count report steps (epochs by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrunerKind {
@@ -592,6 +610,8 @@ pub struct Study {
     pub timeout: Option<Duration>,
     /// The run stops starting trials after this many FAIL in a row.
     pub max_consecutive_failures: u64,
+    /// Whose final models are kept (built-in MLP trials only).
+    pub keep: Keep,
     pub data: DataConfig,
     pub space: SearchSpace,
     /// Knobs given a fixed value, by parameter name.

@@ -161,6 +161,27 @@ impl Checker<'_> {
         bytes.map(Some).ok_or_else(|| self.err(v.span(), key, msg))
     }
 
+    /// `study.keep`: `best` by default for the built-in MLP; a command
+    /// worker saves its own model, so only `none` applies to one.
+    fn keep(&self, field: &Option<Spanned<Str>>, worker: bool) -> Result<Keep> {
+        let Some(word) = self.one_of(field, "study.keep", &Keep::NAMES)? else {
+            return Ok(if worker { Keep::None } else { Keep::Best });
+        };
+        let keep = match word.get_ref().as_str() {
+            "none" => Keep::None,
+            "best" => Keep::Best,
+            _ => Keep::All,
+        };
+        if worker && keep != Keep::None {
+            return Err(self.err(
+                word.span(),
+                "study.keep",
+                "keep applies to the built-in MLP; a command worker saves its own model",
+            ));
+        }
+        Ok(keep)
+    }
+
     /// A data file, relative to the study file's folder.
     fn data_file(&self, field: &Option<Spanned<Str>>, key: &str) -> Result<Option<PathBuf>> {
         let Some(v) = field else { return Ok(None) };
@@ -260,6 +281,7 @@ impl Checker<'_> {
                 1,
             )?
             .map_or(5, |n| n as u64);
+        let keep = self.keep(&study.keep, worker.is_some())?;
 
         let (_, model) = inner(root.model);
         self.one_of(&model.kind, "model.kind", &["mlp"])?;
@@ -290,6 +312,7 @@ impl Checker<'_> {
             storage,
             timeout,
             max_consecutive_failures,
+            keep,
             data,
             space,
             fixed: knobs.fixed,

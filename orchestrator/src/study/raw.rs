@@ -46,6 +46,7 @@ pub struct StudySection {
     pub storage: Field<Str>,
     pub timeout: Field<Scalar>,
     pub max_consecutive_failures: Field<Int>,
+    pub keep: Field<Str>,
 }
 
 #[derive(Deserialize, Default)]
