@@ -96,14 +96,7 @@ impl Store {
     pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
         let url = self.url.clone();
         // A file that a writer has created but not yet migrated holds no study.
-        let has_tables = sqlx::query(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'study_directions'",
-        )
-        .fetch_optional(self.conn())
-        .await
-        .map_err(|e| storage_err(&url, e))?
-        .is_some();
-        if !has_tables {
+        if !self.has_table("study_directions").await? {
             return Ok(Vec::new());
         }
         let rows = sqlx::query(
@@ -260,17 +253,24 @@ pub struct KeptModel {
 }
 
 impl Store {
+    /// Whether the database has table `name` (readers do not migrate).
+    async fn has_table(&mut self, name: &str) -> Result<bool> {
+        let url = self.url.clone();
+        Ok(
+            sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
+                .bind(name)
+                .fetch_optional(self.conn())
+                .await
+                .map_err(|e| storage_err(&url, e))?
+                .is_some(),
+        )
+    }
+
     /// The numbers of the study's trials that have a kept model.
     pub async fn kept_models(&mut self, study_id: i64) -> Result<Vec<TrialNumber>> {
         let url = self.url.clone();
-        let has_table = sqlx::query(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_models'",
-        )
-        .fetch_optional(self.conn())
-        .await
-        .map_err(|e| storage_err(&url, e))?
-        .is_some();
-        if !has_table {
+        // A database from before `keep` has no models.
+        if !self.has_table("salus_models").await? {
             return Ok(Vec::new());
         }
         sqlx::query_scalar(
