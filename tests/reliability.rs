@@ -357,10 +357,8 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     child.wait();
     let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
     assert!(!snap.running, "a killed run shows as stopped at once");
-    // Pretend another process still runs the study (it holds the
-    // database's lock) and trial 0 is its: its heartbeat is fresh.
-    let lock = std::fs::File::create(dir.path().join("beats.db.lock")).unwrap();
-    lock.try_lock().unwrap();
+    // Pretend another process, on another host, still runs trial 0: its
+    // run beats (a thread here keeps it fresh) and holds the trial.
     let set = |sql: &str| {
         block_on(async {
             use sqlx::Connection;
@@ -370,16 +368,50 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
             sqlx::query(sql).execute(&mut c).await.unwrap();
         })
     };
-    let fresh = salus_tune::storage::now();
     set(&format!(
-        "UPDATE trial_heartbeats SET heartbeat = '{fresh}' WHERE trial_id = (SELECT trial_id FROM trials WHERE number = 0)"
+        "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
+         host, pid, process_index, heartbeat) SELECT study_id, started_at, device, policy, lanes, threads_per_lane, \
+         budget_bytes, 'another-host', 1, 1, '{}' FROM salus_runs LIMIT 1",
+        salus_tune::storage::now()
     ));
     set(
-        "UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00.000000' WHERE trial_id <> (SELECT trial_id FROM trials WHERE number = 0)",
+        "UPDATE salus_claims SET run_id = (SELECT MAX(run_id) FROM salus_runs) \
+         WHERE trial_id = (SELECT trial_id FROM trials WHERE number = 0)",
     );
-    // Three finished or running elsewhere: trials 1 and 2 here, 0 elsewhere.
-    let out = run_in(dir.path(), &["h.toml", "--no-progress", "--trials", "3"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let beating = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let beat = {
+        let (beating, db) = (beating.clone(), db.clone());
+        std::thread::spawn(move || {
+            while beating.load(std::sync::atomic::Ordering::SeqCst) {
+                execute(
+                    &db,
+                    &format!(
+                        "UPDATE salus_runs SET heartbeat = '{}' WHERE host = 'another-host'",
+                        salus_tune::storage::now()
+                    ),
+                );
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    // Trials 1 and 2 are the killed process's (its pid is gone): this run
+    // takes them at once. Trial 0 is the live one's: left alone, and the
+    // run waits for it, as every process waits for the study to be done.
+    let mut run = Running::spawn(bin().current_dir(dir.path()).args([
+        "h.toml",
+        "--no-progress",
+        "--trials",
+        "3",
+    ]));
+    let t0 = Instant::now();
+    while scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") < 2 {
+        assert!(run.try_wait().is_none(), "the run ended early");
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "trials 1 and 2 did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let rows = trials(&db, None);
     assert_eq!(
         rows[0].state,
@@ -390,23 +422,27 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
         rows[1..].iter().all(|t| t.state == TrialState::Complete),
         "{rows:?}"
     );
-    let requeues: i64 = scalar(
-        &db,
-        "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'",
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(
+        run.try_wait().is_none(),
+        "the run waits for the study to be done"
     );
-    assert_eq!(
-        requeues, 2,
-        "the dead process's two other trials were requeued"
-    );
-    // Once no process holds the lock, even a fresh heartbeat is a dead one's.
-    drop(lock);
-    let out = run_in(dir.path(), &["h.toml", "--no-progress", "--trials", "3"]);
+    // The other process dies: once its heartbeat is stale, the waiting run
+    // requeues its trial (once) and finishes the study.
+    beating.store(false, std::sync::atomic::Ordering::SeqCst);
+    beat.join().unwrap();
+    let out = run.wait();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         trials(&db, None)
             .iter()
             .all(|t| t.state == TrialState::Complete)
     );
+    let requeues: i64 = scalar(
+        &db,
+        "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'",
+    );
+    assert_eq!(requeues, 3, "each orphan was requeued once");
 }
 
 #[test]

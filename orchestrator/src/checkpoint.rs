@@ -76,15 +76,18 @@ impl Checkpoints {
         ]
     }
 
-    /// Deletes every file but the checkpoints of `live` trials.
-    pub fn sweep(&self, live: &[TrialId]) {
+    /// Deletes the files of `finished` trials (left by a crash between a
+    /// trial's end and the removal of its checkpoint). The folder may be
+    /// shared by other processes: files of trials not known to be
+    /// finished stay, half-written ones included.
+    pub fn sweep(&self, finished: &[TrialId]) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let keep: Vec<String> = live.iter().map(|t| format!("trial-{t}.")).collect();
+        let done: Vec<String> = finished.iter().map(|t| format!("trial-{t}.")).collect();
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !keep.iter().any(|k| name.starts_with(k)) || name.ends_with(".tmp") {
+            if done.iter().any(|k| name.starts_with(k)) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -151,14 +154,22 @@ mod tests {
             c.load(TrialId(3)).is_none(),
             "a broken file is no checkpoint"
         );
-        c.sweep(&[TrialId(2)]);
+        // Trial 1 finished; 2 runs (perhaps in another process), its
+        // half-written file included; 3's broken file is not known finished.
+        std::fs::write(c.dir().join("trial-2.state.tmp"), b"half").unwrap();
+        std::fs::write(c.dir().join("trial-1.state.tmp"), b"half").unwrap();
+        c.sweep(&[TrialId(1)]);
         assert!(c.load(TrialId(1)).is_none() && c.load(TrialId(2)).is_some());
+        let mut left: Vec<String> = std::fs::read_dir(c.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
         assert_eq!(
-            std::fs::read_dir(c.dir()).unwrap().count(),
-            1,
-            "bounded: one file per live trial"
+            left,
+            ["trial-2.state", "trial-2.state.tmp", "trial-3.state"]
         );
-        c.sweep(&[]);
+        c.sweep(&[TrialId(2), TrialId(3)]);
         assert_eq!(std::fs::read_dir(c.dir()).unwrap().count(), 0);
     }
 }

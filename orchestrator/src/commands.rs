@@ -53,8 +53,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // mistake leaves no study behind, and a new database gets its study
     // right after its tables.
     let data = study.load_data()?;
-    let mut store = Store::open(&url).await?;
-    let (info, opened) = store.create_or_resume(&study).await?;
+    let (mut store, info, opened) = open_study(&url, &study).await?;
     if let storage::Opened::Redefined(why) = &opened {
         eprintln!("{why}; it has no trial yet, so the file redefines it");
     }
@@ -83,9 +82,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let db_path = storage::sqlite_path(&url)?;
     let checkpoints = Some(Checkpoints::beside(&db_path));
     // Held while this process runs studies on the database, and removed
-    // when it ends (see `run_lock`).
+    // when it ends (see `run_lock`): the dashboard's sign of a live run.
+    // Which trials are whose is in the database (`storage::claims`).
     let lock = RunLock::take(&db_path);
-    let sole = lock.sole();
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
@@ -120,7 +119,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
                 stop,
                 options,
                 checkpoints,
-                sole,
             },
             existing,
             data,
@@ -161,6 +159,36 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     } else {
         0
     })
+}
+
+/// Opens the database and creates or resumes the study. Processes started
+/// at the same instant on a new file can find it locked while one of them
+/// sets it up (SQLite then answers at once, not after its busy timeout):
+/// they try again, a little later each.
+async fn open_study(
+    url: &str,
+    study: &Study,
+) -> Result<(Store, storage::StudyInfo, storage::Opened)> {
+    let mut tries = 0u64;
+    loop {
+        let opened = async {
+            let mut store = Store::open(url).await?;
+            let (info, opened) = store.create_or_resume(study).await?;
+            Ok((store, info, opened))
+        }
+        .await;
+        match opened {
+            Err(Error::Storage { source, .. }) if source.is_locked() && tries < 60 => {
+                tries += 1;
+                let jitter = u64::from(std::process::id()) % 50;
+                tokio::time::sleep(std::time::Duration::from_millis(
+                    20 * tries.min(10) + jitter,
+                ))
+                .await;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// `--fork NEW_NAME`: the file's definition under a new study name, so the

@@ -41,6 +41,25 @@ pub enum StorageFailure {
     WriterStopped,
 }
 
+impl StorageFailure {
+    /// SQLite's "database is locked" or "busy": what a process can meet
+    /// while another sets the same new file up; worth a retry.
+    pub fn is_locked(&self) -> bool {
+        let sql = match self {
+            StorageFailure::Sql(e) | StorageFailure::RolledBack(e) => e,
+            StorageFailure::Migration { source, .. } => source,
+            _ => return false,
+        };
+        match sql.as_ref() {
+            sqlx::Error::Database(d) => {
+                matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517"))
+                    || d.message().contains("locked")
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StorageFailure {
     fn from(e: sqlx::Error) -> Self {
         StorageFailure::Sql(Arc::new(e))

@@ -18,9 +18,11 @@ impl Runner<'_> {
         }
         st.liveness.last_heartbeat = Instant::now();
         let trial_ids: Vec<TrialId> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
-        if !trial_ids.is_empty() {
-            self.writer.send(WriteOp::Heartbeat { trial_ids })?;
-        }
+        // The run beats even with no trial, so others see it alive.
+        self.writer.send(WriteOp::Heartbeat {
+            run_id: st.timeline.run_id,
+            trial_ids,
+        })?;
         Ok(())
     }
 

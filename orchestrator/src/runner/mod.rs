@@ -32,6 +32,7 @@ mod commands;
 mod events;
 mod groups;
 mod keep;
+mod processes;
 mod resume;
 mod telemetry;
 use groups::{Group, Parked};
@@ -132,15 +133,14 @@ pub struct Runner<'a> {
     pub options: RunOptions,
     /// Where trials' checkpoints go; `None` runs without them.
     pub checkpoints: Option<Checkpoints>,
-    /// No other live process runs studies on this database (this one holds
-    /// its lock): every RUNNING trial then belongs to a dead process.
-    pub sole: bool,
 }
 
 /// How often the runner tells the database its trials are alive.
 const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often the runner looks at what other processes did to the study.
+const SYNC: std::time::Duration = std::time::Duration::from_secs(2);
 /// A RUNNING trial whose heartbeat is older than this belongs to a dead process.
-pub const STALE_AFTER_S: f64 = 10.0;
+pub use crate::storage::STALE_AFTER_S;
 
 /// A trial handed to the core.
 struct Flight {
@@ -216,8 +216,22 @@ impl Runner<'_> {
             let halted = st.failures.0 >= study.max_consecutive_failures;
             self.take_commands(&mut st)?;
             self.heartbeat(&mut st)?;
+            self.sync(&mut st)?;
             self.fill(&mut st, timed_out || halted)?;
             self.close_paused(&mut st, timed_out || halted)?;
+            // Trials other live processes hold: this one stays until they
+            // end (each process stops when the study is done), and takes
+            // over any whose process dies.
+            if st.in_flight.is_empty() && !halted && !timed_out && !st.exhausted {
+                self.sync_now(&mut st)?;
+                if !st.waiting.is_empty() {
+                    continue;
+                }
+                if st.liveness.elsewhere > 0 {
+                    std::thread::sleep(SYNC.min(std::time::Duration::from_millis(500)));
+                    continue;
+                }
+            }
             if st.in_flight.is_empty() {
                 if halted {
                     self.reporter.note(&format!(
@@ -254,19 +268,19 @@ impl Runner<'_> {
     fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
-        while !st.exhausted
+        while !st.nothing_to_start()
             && !timed_out
             && st.in_flight.len().saturating_sub(st.paused.len()) + batch.len() < st.max_concurrent
             && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
                 < st.budget
         {
             let mut pending = match st.waiting.pop_front() {
-                Some(p) => {
-                    self.writer.send(WriteOp::StartTrial {
-                        trial_id: p.trial_id,
-                    })?;
-                    p
-                }
+                // Another process may have taken it first.
+                Some(p) => match self.writer.claim_waiting(p.trial_id, st.timeline.run_id)? {
+                    true => p,
+                    false => continue,
+                },
+                None if st.liveness.target_met => break,
                 None => match st.sampler.propose(&study.space, &st.history) {
                     None => {
                         self.reporter.note("the grid is exhausted");
@@ -274,11 +288,19 @@ impl Runner<'_> {
                         break;
                     }
                     Some(params) => {
-                        let (trial_id, number) = self.writer.create_trial(
+                        let Some((trial_id, number)) = self.writer.create_trial(
                             self.info.id,
                             encode_params(study, &params),
                             study.fixed_json().to_string(),
-                        )?;
+                            st.timeline.run_id,
+                            st.budget,
+                        )?
+                        else {
+                            // Other processes filled the study's budget.
+                            st.liveness.target_met = true;
+                            continue;
+                        };
+                        st.known.insert(number);
                         st.history.push(TrialRecord {
                             params: params.clone(),
                             value: None,
@@ -460,6 +482,10 @@ impl Runner<'_> {
             })?;
             self.reporter.trial_interrupted(f.pending.number);
         }
+        // Its trials are no longer its: another process may take them now.
+        self.writer.send(WriteOp::EndRun {
+            run_id: timeline.run_id,
+        })?;
         if self.study.worker.is_some() {
             crate::external::worker::shut_down_workers();
         }
@@ -551,6 +577,16 @@ struct RunState<B: Backend> {
     timeline: Timeline,
     liveness: Liveness,
     kept: keep::Kept,
+    /// Trial numbers the history holds (other processes add more).
+    known: BTreeSet<TrialNumber>,
+}
+
+impl<B: Backend> RunState<B> {
+    /// An exhausted grid, or a study whose budget other processes filled
+    /// with no waiting trial left to take.
+    fn nothing_to_start(&self) -> bool {
+        self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
+    }
 }
 
 /// How trials run as fused groups (`groups.rs`).
@@ -588,6 +624,11 @@ struct Liveness {
     /// RUNNING trials that another live process runs.
     elsewhere: u64,
     last_heartbeat: Instant,
+    last_sync: Instant,
+    /// The database said the study has its budget of trials: no new ones.
+    target_met: bool,
+    /// Where this process runs, as `salus_runs` records it.
+    host: String,
     /// Trials paused from the dashboard: they keep their slot.
     user_paused: BTreeSet<RunId>,
     last_commands: Instant,

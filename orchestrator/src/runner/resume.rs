@@ -16,8 +16,8 @@ use kernels::Backend;
 use workers::{DeviceData, TrainTrial};
 
 use super::{
-    DEFAULT_FUSE, Fusion, Liveness, MemberId, Pending, RunState, Runner, STALE_AFTER_S, Timeline,
-    decode_params, trial_seed,
+    DEFAULT_FUSE, Fusion, Liveness, MemberId, Pending, RunState, Runner, Timeline, decode_params,
+    trial_seed,
 };
 use crate::error::{Error, Result};
 use crate::pruner::{Curve, Curves};
@@ -49,6 +49,23 @@ impl Runner<'_> {
         existing: &[TrialRow],
     ) -> Result<RunState<B>> {
         let study = self.study;
+        let config = self.core_config(backend.as_ref());
+        let device = backend.name();
+        let host = crate::storage::host_name();
+        // Registered first, so that no other process takes this run's
+        // trials for a dead one's while it starts.
+        let (run_id, process_index) = self.writer.start_run(
+            self.info.id,
+            RunInfo {
+                host: host.clone(),
+                pid: std::process::id() as i64,
+                device: device.clone(),
+                policy: config.policy.name().to_string(),
+                lanes: config.lanes as i64,
+                threads_per_lane: config.threads_per_lane as i64,
+                budget_bytes: config.budget as i64,
+            },
+        )?;
         let Stock {
             history,
             waiting,
@@ -56,7 +73,7 @@ impl Runner<'_> {
             best,
             elsewhere,
             kept_steps,
-        } = self.take_stock(&data, existing)?;
+        } = self.take_stock(&data, existing, &host)?;
         let budget = match self.options.more {
             Some(n) => finished + n,
             None => self.options.trials.unwrap_or(study.trials),
@@ -67,8 +84,7 @@ impl Runner<'_> {
                 study.name
             ));
         }
-        let sampler = self.build_sampler()?;
-        let config = self.core_config(backend.as_ref());
+        let sampler = self.build_sampler(process_index as u64)?;
         let max_concurrent = study
             .worker
             .as_ref()
@@ -76,31 +92,27 @@ impl Runner<'_> {
             .or(study.scheduler.max_concurrent)
             .unwrap_or(2 * config.lanes)
             .max(1);
-        let device = backend.name();
-        let run_id = self.writer.start_run(
-            self.info.id,
-            RunInfo {
-                device: device.clone(),
-                policy: config.policy.name().to_string(),
-                lanes: config.lanes as i64,
-                threads_per_lane: config.threads_per_lane as i64,
-                budget_bytes: config.budget as i64,
-            },
-        )?;
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_start",
-            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent }).to_string(),
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent, "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
         })?;
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
         let core = SalusCore::start(backend.clone(), config, tx)?;
         let curves = Self::stored_curves(existing, &kept_steps);
         if let Some(c) = &self.checkpoints {
-            let live: Vec<TrialId> = waiting.iter().map(|p| p.trial_id).collect();
-            c.sweep(&live);
+            // Only finished trials' files: the folder may be shared with
+            // other processes, whose trials' checkpoints must stay.
+            let done: Vec<TrialId> = existing
+                .iter()
+                .filter(|r| r.state.is_finished())
+                .map(|r| r.trial_id)
+                .collect();
+            c.sweep(&done);
         }
+        let known = existing.iter().map(|r| r.number).collect();
         Ok(RunState {
             core,
             events,
@@ -143,10 +155,14 @@ impl Runner<'_> {
             liveness: Liveness {
                 elsewhere,
                 last_heartbeat: Instant::now(),
+                last_sync: Instant::now(),
+                target_met: false,
+                host,
                 user_paused: BTreeSet::new(),
                 last_commands: Instant::now(),
             },
             kept: Default::default(),
+            known,
         })
     }
 
@@ -157,6 +173,7 @@ impl Runner<'_> {
         &self,
         data: &Arc<DeviceData<B>>,
         existing: &[TrialRow],
+        host: &str,
     ) -> Result<Stock> {
         let study = self.study;
         let mut history: Vec<TrialRecord> = Vec::new();
@@ -168,53 +185,18 @@ impl Runner<'_> {
         let now = chrono::Local::now().naive_local();
         for row in existing {
             let params = decode_params(study, row);
-            if row.state == TrialState::Running {
-                // A fresh heartbeat: another live process runs it.
-                let beat_age = row.heartbeat.as_deref().and_then(|h| {
-                    chrono::NaiveDateTime::parse_from_str(h, "%Y-%m-%d %H:%M:%S%.f").ok()
+            if row.state == TrialState::Running && held_elsewhere(row, host, now) {
+                elsewhere += 1;
+                history.push(TrialRecord {
+                    params,
+                    value: None,
                 });
-                if !self.sole
-                    && beat_age.is_some_and(|t| {
-                        ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3
-                    })
-                {
-                    elsewhere += 1;
-                    history.push(TrialRecord {
-                        params,
-                        value: None,
-                    });
-                    continue;
-                }
+                continue;
             }
             if matches!(row.state, TrialState::Running | TrialState::Waiting) {
-                // The trial continues from its checkpoint when one fits it.
-                let cfg = study.trial_config(
-                    &params,
-                    trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
-                );
-                // It must not be ahead of the stored curve: a crash between
-                // the checkpoint and its report's value would lose a step.
-                let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
-                let resume = self
-                    .checkpoints
-                    .as_ref()
-                    .and_then(|c| c.load(row.trial_id))
-                    .filter(|s| s.reports as i64 <= stored)
-                    .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
-                let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
-                if row.state == TrialState::Running {
-                    self.writer.send(WriteOp::Requeue {
-                        trial_id: row.trial_id,
-                        keep_steps: keep,
-                    })?;
-                }
+                let (pending, keep) = self.pending_of(data, row, params.clone())?;
                 kept_steps.insert(row.number, keep);
-                waiting.push_back(Pending {
-                    trial_id: row.trial_id,
-                    number: row.number,
-                    params: params.clone(),
-                    resume,
-                });
+                waiting.push_back(pending);
             }
             if row.state.is_finished() {
                 finished += 1;
@@ -239,10 +221,59 @@ impl Runner<'_> {
         })
     }
 
-    /// The study's sampler, seeded by `--seed` or the study.
-    fn build_sampler(&self) -> Result<Box<dyn Sampler>> {
+    /// A stored trial to run (again): from its checkpoint when one fits it.
+    /// A RUNNING one (an orphan) goes back to WAITING first, its curve cut
+    /// to what the checkpoint covers; the requeue changes nothing when
+    /// another process requeued it already. Answers the steps it keeps.
+    pub(super) fn pending_of<B: Backend>(
+        &self,
+        data: &Arc<DeviceData<B>>,
+        row: &TrialRow,
+        params: crate::space::Params,
+    ) -> Result<(Pending, i64)> {
         let study = self.study;
-        let sampler_seed = self.options.seed.unwrap_or(study.sampler.seed);
+        let cfg = study.trial_config(
+            &params,
+            trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
+        );
+        // It must not be ahead of the stored curve: a crash between the
+        // checkpoint and its report's value would lose a step. A missing or
+        // unreadable one means a restart from zero.
+        let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
+        let resume = self
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.load(row.trial_id))
+            .filter(|s| s.reports as i64 <= stored)
+            .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
+        let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
+        if row.state == TrialState::Running {
+            self.writer.send(WriteOp::Requeue {
+                trial_id: row.trial_id,
+                keep_steps: keep,
+            })?;
+        }
+        Ok((
+            Pending {
+                trial_id: row.trial_id,
+                number: row.number,
+                params,
+                resume,
+            },
+            keep,
+        ))
+    }
+
+    /// The study's sampler, seeded by `--seed` or the study, plus the
+    /// process index: processes on one study draw different points, and
+    /// a process alone (index 0) draws what it always did.
+    fn build_sampler(&self, process_index: u64) -> Result<Box<dyn Sampler>> {
+        let study = self.study;
+        let sampler_seed = self
+            .options
+            .seed
+            .unwrap_or(study.sampler.seed)
+            .wrapping_add(process_index);
         Ok(match study.sampler.kind {
             SamplerKind::Random => Box::new(RandomSampler::new(sampler_seed)),
             SamplerKind::Qmc => Box::new(QmcSampler { seed: sampler_seed }),
@@ -282,5 +313,15 @@ impl Runner<'_> {
                 )
             })
             .collect()
+    }
+}
+
+/// Whether a RUNNING trial belongs to a live process (of this host or
+/// another): its claiming run is alive; a trial no run claimed (written
+/// by an older salus-tune, or by Optuna) by its own heartbeat.
+pub(super) fn held_elsewhere(row: &TrialRow, host: &str, now: chrono::NaiveDateTime) -> bool {
+    match &row.owner {
+        Some(owner) => crate::storage::run_alive(owner, host, now, crate::storage::pid_exists),
+        None => crate::storage::fresh(row.heartbeat.as_deref(), now),
     }
 }

@@ -44,6 +44,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "salus_models",
         include_str!("../../../migrations/sqlite/0008_salus_models.sql"),
     ),
+    (
+        9,
+        "salus_processes",
+        include_str!("../../../migrations/sqlite/0009_salus_processes.sql"),
+    ),
 ];
 
 /// The Optuna schema version these tables match.

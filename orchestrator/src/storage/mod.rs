@@ -12,6 +12,7 @@
 //! them (`YYYY-MM-DD HH:MM:SS.ffffff`, local time), states as Optuna names
 //! them.
 
+mod claims;
 mod ids;
 mod migrate;
 mod read;
@@ -25,8 +26,9 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 
+pub use claims::{STALE_AFTER_S, fresh, host_name, pid_exists, run_alive};
 pub use ids::{TrialId, TrialNumber};
-pub use read::{KeptModel, StoredParam, StudyInfo, TrialRow, TrialState};
+pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
 pub use writer::{Writer, WriterStats};
 
@@ -159,11 +161,13 @@ impl Store {
     /// Folds the write-ahead log into the database file and closes the
     /// connection: when it is the last one, SQLite removes the `-wal` and
     /// `-shm` files, and a copy of the `.db` alone is the whole study.
-    /// Readers still open (a dashboard) keep the log; it is folded as far
-    /// as they allow.
+    /// Readers still open (a dashboard, another process) keep the log; it
+    /// is folded as far as they allow, without waiting for them.
     pub async fn close(mut self) -> Result<()> {
         let url = self.url.clone();
-        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        // Without waiting: while other processes use the database, the
+        // last one to leave folds the log.
+        sqlx::raw_sql("PRAGMA busy_timeout = 0; PRAGMA wal_checkpoint(TRUNCATE)")
             .execute(&mut self.conn)
             .await
             .map_err(|e| storage_err(&url, e))?;

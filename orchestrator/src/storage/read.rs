@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
@@ -82,6 +82,19 @@ pub struct TrialRow {
     pub rung: Option<i64>,
     /// The latest heartbeat of the process running it (Optuna's `trial_heartbeats`).
     pub heartbeat: Option<String>,
+    /// The run that claimed it last (`salus_claims`), where one did.
+    pub owner: Option<Owner>,
+}
+
+/// A run of the core (a process) as another process sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owner {
+    pub run_id: i64,
+    pub host: Option<String>,
+    pub pid: Option<i64>,
+    pub heartbeat: Option<String>,
+    /// The run ended cleanly.
+    pub ended: bool,
 }
 
 fn direction_of(s: &str) -> Direction {
@@ -146,8 +159,30 @@ impl Store {
     /// Every trial of a study, by number, with parameters and intermediate values.
     pub async fn trials(&mut self, study_id: i64) -> Result<Vec<TrialRow>> {
         let url = self.url.clone();
-        let err = |e: sqlx::Error| storage_err(&url, e);
-        let rows = sqlx::query(
+        read_trials(self.conn(), study_id)
+            .await
+            .map_err(|e| storage_err(&url, e))
+    }
+}
+
+/// Whether the database on `conn` has table `name` (readers do not migrate).
+async fn table_exists(conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
+    Ok(
+        sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some(),
+    )
+}
+
+/// Every trial of the study, with parameters, curves, priorities and the
+/// run that holds it; on any connection (the writer reads through its own).
+pub(super) async fn read_trials(
+    conn: &mut SqliteConnection,
+    study_id: i64,
+) -> sqlx::Result<Vec<TrialRow>> {
+    let rows = sqlx::query(
             // The reason is in salus_trials once the trial held memory, and
             // always in Optuna's `fail_reason` attribute.
             "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, \
@@ -158,89 +193,106 @@ impl Store {
              LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
         )
         .bind(study_id)
-        .fetch_all(self.conn())
+        .fetch_all(&mut *conn)
         .await
-        .map_err(err)?;
-        let mut trials: Vec<TrialRow> = rows
-            .iter()
-            .map(|r| TrialRow {
-                trial_id: r.get(0),
-                number: r.get(1),
-                state: TrialState::parse(r.get::<String, _>(2).as_str())
-                    .unwrap_or(TrialState::Fail),
-                value: r.get(3),
-                datetime_start: r.get(4),
-                datetime_complete: r.get(5),
-                params: Vec::new(),
-                intermediate: Vec::new(),
-                fail_reason: r.get(6),
-                priority: None,
-                rung: None,
-                heartbeat: r.get(7),
-            })
-            .collect();
-        let index: BTreeMap<TrialId, usize> = trials
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.trial_id, i))
-            .collect();
-        let params = sqlx::query(
-            "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json FROM trial_params p \
+        ?;
+    let mut trials: Vec<TrialRow> = rows
+        .iter()
+        .map(|r| TrialRow {
+            trial_id: r.get(0),
+            number: r.get(1),
+            state: TrialState::parse(r.get::<String, _>(2).as_str()).unwrap_or(TrialState::Fail),
+            value: r.get(3),
+            datetime_start: r.get(4),
+            datetime_complete: r.get(5),
+            params: Vec::new(),
+            intermediate: Vec::new(),
+            fail_reason: r.get(6),
+            priority: None,
+            rung: None,
+            heartbeat: r.get(7),
+            owner: None,
+        })
+        .collect();
+    let index: BTreeMap<TrialId, usize> = trials
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.trial_id, i))
+        .collect();
+    let params = sqlx::query(
+        "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json FROM trial_params p \
              JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ? ORDER BY p.param_id",
-        )
-        .bind(study_id)
-        .fetch_all(self.conn())
-        .await
-        .map_err(err)?;
-        for r in &params {
-            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
-                trials[i].params.push(StoredParam {
-                    name: r.get(1),
-                    internal: r.get(2),
-                    distribution_json: r.get(3),
-                });
-            }
+    )
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &params {
+        if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+            trials[i].params.push(StoredParam {
+                name: r.get(1),
+                internal: r.get(2),
+                distribution_json: r.get(3),
+            });
         }
-        let values = sqlx::query(
+    }
+    let values = sqlx::query(
             "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \
              JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = ? ORDER BY iv.trial_id, iv.step",
         )
         .bind(study_id)
-        .fetch_all(self.conn())
+        .fetch_all(&mut *conn)
         .await
-        .map_err(err)?;
-        for r in &values {
-            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
-                trials[i]
-                    .intermediate
-                    .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
-            }
+        ?;
+    for r in &values {
+        if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+            trials[i]
+                .intermediate
+                .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
         }
-        let has_priority = sqlx::query(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_priority'",
-        )
-        .fetch_optional(self.conn())
-        .await
-        .map_err(err)?
-        .is_some();
-        if has_priority {
-            let latest = sqlx::query(
+    }
+    let has_priority =
+        sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_priority'")
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
+    if has_priority {
+        let latest = sqlx::query(
                 "SELECT p.trial_id, p.priority, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
                  WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",
             )
             .bind(study_id)
-            .fetch_all(self.conn())
+            .fetch_all(&mut *conn)
             .await
-            .map_err(err)?;
-            for r in &latest {
-                if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
-                    trials[i].priority = r.get(1);
-                    trials[i].rung = r.get(2);
-                }
+            ?;
+        for r in &latest {
+            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+                trials[i].priority = r.get(1);
+                trials[i].rung = r.get(2);
             }
         }
-        Ok(trials)
     }
+    if table_exists(conn, "salus_claims").await? {
+        let owners = sqlx::query(
+            "SELECT c.trial_id, r.run_id, r.host, r.pid, r.heartbeat, r.ended IS NOT NULL \
+                 FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
+                 JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ?",
+        )
+        .bind(study_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        for r in &owners {
+            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+                trials[i].owner = Some(Owner {
+                    run_id: r.get(1),
+                    host: r.get(2),
+                    pid: r.get(3),
+                    heartbeat: r.get(4),
+                    ended: r.get(5),
+                });
+            }
+        }
+    }
+    Ok(trials)
 }
 
 /// A trial's kept model (`salus_models`), as `export` writes it out.
@@ -256,14 +308,9 @@ impl Store {
     /// Whether the database has table `name` (readers do not migrate).
     async fn has_table(&mut self, name: &str) -> Result<bool> {
         let url = self.url.clone();
-        Ok(
-            sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
-                .bind(name)
-                .fetch_optional(self.conn())
-                .await
-                .map_err(|e| storage_err(&url, e))?
-                .is_some(),
-        )
+        table_exists(self.conn(), name)
+            .await
+            .map_err(|e| storage_err(&url, e))
     }
 
     /// The numbers of the study's trials that have a kept model.

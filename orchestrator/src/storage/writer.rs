@@ -31,6 +31,9 @@ pub struct TrialResources {
 /// A run of the Salus core.
 #[derive(Debug, Clone, Default)]
 pub struct RunInfo {
+    /// Where the process runs: its host name and pid.
+    pub host: String,
+    pub pid: i64,
     pub device: String,
     pub policy: String,
     pub lanes: i64,
@@ -65,22 +68,39 @@ pub struct TrialEnd {
 /// One write. See the module docs.
 #[derive(Debug)]
 pub enum WriteOp {
-    /// A new RUNNING trial with its parameters.
+    /// A new RUNNING trial with its parameters, held by run `run_id`;
+    /// answers `None` when the study already has `budget` trials (every
+    /// trial holds a slot: finished, running or waiting), so that processes
+    /// together never start more than the target.
     CreateTrial {
         study_id: i64,
         params: Vec<StoredParam>,
         /// The fixed knobs it runs with, a typed JSON object.
         fixed: String,
-        reply: oneshot::Sender<std::result::Result<(TrialId, TrialNumber), StorageFailure>>,
+        run_id: i64,
+        budget: u64,
+        reply: oneshot::Sender<std::result::Result<Option<(TrialId, TrialNumber)>, StorageFailure>>,
+    },
+    /// Takes a WAITING trial for run `run_id`: answers whether this run got
+    /// it (another process may have taken it first).
+    ClaimWaiting {
+        trial_id: TrialId,
+        run_id: i64,
+        reply: oneshot::Sender<std::result::Result<bool, StorageFailure>>,
+    },
+    /// Every trial of the study as it is now (other processes' included).
+    ReadTrials {
+        study_id: i64,
+        reply: oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
+    },
+    /// The run ends cleanly: its trials are no longer its.
+    EndRun {
+        run_id: i64,
     },
     /// Takes the dashboard's unapplied commands for the study.
     TakeCommands {
         study_id: i64,
         reply: oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
-    },
-    /// A WAITING trial starts (again).
-    StartTrial {
-        trial_id: TrialId,
     },
     /// What the trial needs and where it runs.
     Resources {
@@ -112,8 +132,10 @@ pub enum WriteOp {
     RemoveFile {
         path: std::path::PathBuf,
     },
-    /// The trials this process runs are alive (Optuna's `trial_heartbeats`).
+    /// The run and the trials this process runs are alive (Optuna's
+    /// `trial_heartbeats`, and `salus_runs.heartbeat`).
     Heartbeat {
+        run_id: i64,
         trial_ids: Vec<TrialId>,
     },
     Event {
@@ -122,11 +144,12 @@ pub enum WriteOp {
         kind: &'static str,
         detail: String,
     },
-    /// A run of the core starts; answers its `run_id`.
+    /// A run of the core starts; answers its `run_id` and its process
+    /// index (the lowest no live run of the study has).
     StartRun {
         study_id: i64,
         run: RunInfo,
-        reply: oneshot::Sender<std::result::Result<i64, StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
     },
     /// Consecutive iterations of a trial on a lane.
     Segment {
@@ -246,23 +269,44 @@ impl Writer {
             .map_err(|failure| Error::storage(&self.url, failure))
     }
 
-    /// Creates a RUNNING trial; returns `(trial_id, number)`.
+    /// Creates a RUNNING trial held by `run_id`; returns `(trial_id,
+    /// number)`, or `None` when the study has `budget` trials already.
     pub fn create_trial(
         &self,
         study_id: i64,
         params: Vec<StoredParam>,
         fixed: String,
-    ) -> Result<(TrialId, TrialNumber)> {
+        run_id: i64,
+        budget: u64,
+    ) -> Result<Option<(TrialId, TrialNumber)>> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
             fixed,
+            run_id,
+            budget,
             reply,
         })
     }
 
-    /// Records the start of a run of the core; returns its `run_id`.
-    pub fn start_run(&self, study_id: i64, run: RunInfo) -> Result<i64> {
+    /// Takes the WAITING trial `trial_id` for `run_id`, unless another
+    /// process took it first.
+    pub fn claim_waiting(&self, trial_id: TrialId, run_id: i64) -> Result<bool> {
+        self.ask(|reply| WriteOp::ClaimWaiting {
+            trial_id,
+            run_id,
+            reply,
+        })
+    }
+
+    /// Every trial of the study as it is now.
+    pub fn read_trials(&self, study_id: i64) -> Result<Vec<super::TrialRow>> {
+        self.ask(|reply| WriteOp::ReadTrials { study_id, reply })
+    }
+
+    /// Records the start of a run of the core; returns its `run_id` and
+    /// process index.
+    pub fn start_run(&self, study_id: i64, run: RunInfo) -> Result<(i64, i64)> {
         self.ask(|reply| WriteOp::StartRun {
             study_id,
             run,
@@ -284,12 +328,20 @@ impl Writer {
 
 enum Reply {
     Trial(
-        oneshot::Sender<std::result::Result<(TrialId, TrialNumber), StorageFailure>>,
-        (TrialId, TrialNumber),
+        oneshot::Sender<std::result::Result<Option<(TrialId, TrialNumber)>, StorageFailure>>,
+        Option<(TrialId, TrialNumber)>,
     ),
     Run(
-        oneshot::Sender<std::result::Result<i64, StorageFailure>>,
-        i64,
+        oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
+        (i64, i64),
+    ),
+    Claimed(
+        oneshot::Sender<std::result::Result<bool, StorageFailure>>,
+        bool,
+    ),
+    Trials(
+        oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
+        Vec<super::TrialRow>,
     ),
     Commands(
         oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
@@ -327,6 +379,8 @@ async fn run(
                     match r {
                         Reply::Trial(tx, ids) => drop(tx.send(Ok(ids))),
                         Reply::Run(tx, id) => drop(tx.send(Ok(id))),
+                        Reply::Claimed(tx, got) => drop(tx.send(Ok(got))),
+                        Reply::Trials(tx, rows) => drop(tx.send(Ok(rows))),
                         Reply::Commands(tx, c) => drop(tx.send(Ok(c))),
                         Reply::Flush(tx) => drop(tx.send(failure.take().map_or(Ok(()), Err))),
                     }
@@ -338,6 +392,8 @@ async fn run(
                     match op {
                         WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::StartRun { reply, .. } => drop(reply.send(Err(msg.clone()))),
+                        WriteOp::ClaimWaiting { reply, .. } => drop(reply.send(Err(msg.clone()))),
+                        WriteOp::ReadTrials { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::TakeCommands { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::Flush { reply } => drop(reply.send(Err(msg.clone()))),
                         _ => failure = Some(msg.clone()),
@@ -350,9 +406,11 @@ async fn run(
 
 /// What an op answers once its transaction has committed.
 enum Answer {
-    /// A created trial's `(trial_id, number)`.
-    Ids(TrialId, TrialNumber),
-    RunId(i64),
+    /// A created trial's `(trial_id, number)`, or none: the study is full.
+    Ids(Option<(TrialId, TrialNumber)>),
+    RunId((i64, i64)),
+    Claimed(bool),
+    Trials(Vec<super::TrialRow>),
     Commands(Vec<Command>),
 }
 
@@ -371,8 +429,12 @@ async fn apply(
     tx.commit().await?;
     // Files only now: what they cover is durable.
     for op in batch.iter() {
-        if let WriteOp::SaveFile { path, bytes } = op {
-            crate::checkpoint::write_atomic(path, bytes).map_err(sqlx::Error::Io)?;
+        if let WriteOp::SaveFile { path, bytes } = op
+            && let Err(e) = crate::checkpoint::write_atomic(path, bytes)
+        {
+            // A missing checkpoint costs a restart from an earlier one (or
+            // from zero), never the run: the values stay committed.
+            eprintln!("warning: checkpoint {} not saved: {e}", path.display());
         }
         if let WriteOp::RemoveFile { path } = op {
             let _ = std::fs::remove_file(path);
@@ -392,8 +454,14 @@ fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
     let mut replies = Vec::new();
     for (op, answer) in batch.iter_mut().zip(answers) {
         match (op, answer) {
-            (WriteOp::CreateTrial { reply, .. }, Some(Answer::Ids(id, number))) => {
-                replies.push(Reply::Trial(take(reply), (id, number)))
+            (WriteOp::CreateTrial { reply, .. }, Some(Answer::Ids(ids))) => {
+                replies.push(Reply::Trial(take(reply), ids))
+            }
+            (WriteOp::ClaimWaiting { reply, .. }, Some(Answer::Claimed(got))) => {
+                replies.push(Reply::Claimed(take(reply), got))
+            }
+            (WriteOp::ReadTrials { reply, .. }, Some(Answer::Trials(rows))) => {
+                replies.push(Reply::Trials(take(reply), rows))
             }
             (WriteOp::StartRun { reply, .. }, Some(Answer::RunId(id))) => {
                 replies.push(Reply::Run(take(reply), id))
@@ -415,15 +483,19 @@ async fn write_op(
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     match op {
-        WriteOp::CreateTrial {
-            study_id,
-            params,
-            fixed,
-            ..
-        } => return create_trial(conn, study_id, params, fixed, time).await,
-        WriteOp::StartTrial { .. } | WriteOp::Requeue { .. } => {
-            trial_state(conn, op, time).await?;
+        WriteOp::CreateTrial { .. } => return create_trial(conn, op, time).await,
+        WriteOp::ClaimWaiting {
+            trial_id, run_id, ..
+        } => {
+            let got = super::claims::claim_waiting(conn, *trial_id, *run_id, time).await?;
+            return Ok(Some(Answer::Claimed(got)));
         }
+        WriteOp::ReadTrials { study_id, .. } => {
+            let rows = super::read::read_trials(conn, *study_id).await?;
+            return Ok(Some(Answer::Trials(rows)));
+        }
+        WriteOp::EndRun { run_id } => super::claims::end_run(conn, *run_id, time).await?,
+        WriteOp::Requeue { .. } => trial_state(conn, op, time).await?,
         WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
         WriteOp::Extras {
             trial_id,
@@ -458,27 +530,30 @@ async fn trial_state(
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    match op {
-        WriteOp::StartTrial { trial_id } => {
-            sqlx::query("UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL WHERE trial_id = ?").bind(time).bind(*trial_id).execute(&mut *conn).await?;
-            study_event(&mut *conn, *trial_id, "trial_start", "{}", time).await?;
-        }
-        WriteOp::Requeue {
-            trial_id,
-            keep_steps,
-        } => {
-            sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?;
-            sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
-                .bind(*trial_id)
-                .bind(*keep_steps)
-                .execute(&mut *conn)
-                .await?;
-            let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
-            study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await?;
-        }
-        _ => unreachable!("write_op routes only trial state changes here"),
+    let WriteOp::Requeue {
+        trial_id,
+        keep_steps,
+    } = op
+    else {
+        unreachable!("write_op routes only requeues here")
+    };
+    // Only a RUNNING trial goes back: when two processes find the same
+    // orphan, the first requeues it and the second changes nothing.
+    let changed = sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?.rows_affected();
+    if changed == 0 {
+        return Ok(());
     }
-    Ok(())
+    sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
+        .bind(*trial_id)
+        .bind(*keep_steps)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM salus_claims WHERE trial_id = ?")
+        .bind(*trial_id)
+        .execute(&mut *conn)
+        .await?;
+    let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
+    study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await
 }
 
 /// What a running trial records: resources, values, priorities,
@@ -556,7 +631,12 @@ async fn trial_progress(
             .execute(&mut *conn)
             .await?;
         }
-        WriteOp::Heartbeat { trial_ids } => {
+        WriteOp::Heartbeat { run_id, trial_ids } => {
+            sqlx::query("UPDATE salus_runs SET heartbeat = ? WHERE run_id = ?")
+                .bind(time)
+                .bind(*run_id)
+                .execute(&mut *conn)
+                .await?;
             for id in trial_ids.iter() {
                 sqlx::query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat")
                     .bind(*id)
@@ -669,8 +749,10 @@ async fn run_telemetry(
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     match op {
         WriteOp::StartRun { study_id, run, .. } => {
+            let index = super::claims::free_process_index(conn, *study_id).await?;
             let run_id: i64 = sqlx::query_scalar(
-                "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
+                "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
+                 host, pid, process_index, heartbeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
             )
             .bind(*study_id)
             .bind(time)
@@ -679,9 +761,13 @@ async fn run_telemetry(
             .bind(run.lanes)
             .bind(run.threads_per_lane)
             .bind(run.budget_bytes)
+            .bind(&run.host)
+            .bind(run.pid)
+            .bind(index)
+            .bind(time)
             .fetch_one(&mut *conn)
             .await?;
-            return Ok(Some(Answer::RunId(run_id)));
+            return Ok(Some(Answer::RunId((run_id, index))));
         }
         WriteOp::Segment {
             run_id,
@@ -801,18 +887,30 @@ async fn study_event(
 
 /// A new RUNNING trial, numbered after the study's others (the write lock
 /// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
-/// parameters; answers `(trial_id, number)`.
+/// parameters and its claim; none when the study has its budget of trials.
 async fn create_trial(
     conn: &mut SqliteConnection,
-    study_id: &i64,
-    params: &[StoredParam],
-    fixed: &str,
+    op: &WriteOp,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let WriteOp::CreateTrial {
+        study_id,
+        params,
+        fixed,
+        run_id,
+        budget,
+        ..
+    } = op
+    else {
+        unreachable!("only CreateTrial comes here")
+    };
     let number: TrialNumber = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
         .bind(*study_id)
         .fetch_one(&mut *conn)
         .await?;
+    if number.0 as u64 >= *budget {
+        return Ok(Some(Answer::Ids(None)));
+    }
     let trial_id: TrialId = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
             .bind(number)
             .bind(*study_id)
@@ -836,6 +934,7 @@ async fn create_trial(
     .bind(fixed)
     .execute(&mut *conn)
     .await?;
+    super::claims::claim(conn, trial_id, *run_id, time).await?;
     event(
         &mut *conn,
         *study_id,
@@ -845,7 +944,7 @@ async fn create_trial(
         time,
     )
     .await?;
-    Ok(Some(Answer::Ids(trial_id, number)))
+    Ok(Some(Answer::Ids(Some((trial_id, number)))))
 }
 
 /// A trial ends: its state, Optuna value, fail reason and totals.

@@ -1,0 +1,249 @@
+//! Many processes on one study: which run holds which trial, and whether
+//! a run is still alive.
+//!
+//! The database is the only coordination point. Every change of hands is
+//! one conditional statement inside the writer's `BEGIN IMMEDIATE`
+//! transaction, so that two processes never both win: a trial is created
+//! only while the study has fewer trials than its budget, a WAITING trial
+//! goes to the first process whose `UPDATE ... WHERE state = 'WAITING'`
+//! changes it, and an orphan is requeued by the first whose
+//! `UPDATE ... WHERE state = 'RUNNING'` does.
+//!
+//! A run is alive while it has not ended and its heartbeat is fresh; on
+//! the same host, a dead pid says at once that it is gone (what a rerun
+//! right after a `kill -9` relies on). No lock file is needed for either.
+
+use chrono::NaiveDateTime;
+use sqlx::{Row, SqliteConnection};
+
+use super::{Owner, TrialId};
+
+/// A run (or a trial) whose heartbeat is older than this is gone.
+pub const STALE_AFTER_S: f64 = 10.0;
+
+/// This machine's name, as runs record it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether process `pid` exists on this machine; `None` where it cannot be
+/// told (no `/proc`).
+pub fn pid_exists(pid: i64) -> Option<bool> {
+    let proc = std::path::Path::new("/proc");
+    proc.is_dir().then(|| proc.join(pid.to_string()).exists())
+}
+
+fn parse_time(s: &str) -> Option<NaiveDateTime> {
+    NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok()
+}
+
+/// Whether `time` is within [`STALE_AFTER_S`] of `now`.
+pub fn fresh(time: Option<&str>, now: NaiveDateTime) -> bool {
+    time.and_then(parse_time)
+        .is_some_and(|t| ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3)
+}
+
+/// Whether the run `owner` is alive, seen from host `here` at `now`: not
+/// ended, its process present when it runs here, and its heartbeat fresh.
+/// `pid_exists` answers for this host.
+pub fn run_alive(
+    owner: &Owner,
+    here: &str,
+    now: NaiveDateTime,
+    pid_exists: impl Fn(i64) -> Option<bool>,
+) -> bool {
+    if owner.ended {
+        return false;
+    }
+    if let (Some(host), Some(pid)) = (&owner.host, owner.pid)
+        && host == here
+        && pid_exists(pid) == Some(false)
+    {
+        return false;
+    }
+    fresh(owner.heartbeat.as_deref(), now)
+}
+
+/// Records that `run_id` holds `trial_id`, with a first heartbeat, so that
+/// no other process takes a trial that just started for an orphan.
+pub(super) async fn claim(
+    conn: &mut SqliteConnection,
+    trial_id: TrialId,
+    run_id: i64,
+    time: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO salus_claims (trial_id, run_id, claimed) VALUES (?, ?, ?) \
+         ON CONFLICT (trial_id) DO UPDATE SET run_id = excluded.run_id, claimed = excluded.claimed",
+    )
+    .bind(trial_id)
+    .bind(run_id)
+    .bind(time)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) \
+         ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
+    )
+    .bind(trial_id)
+    .bind(time)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Takes a WAITING trial for `run_id`; false when another process took it.
+pub(super) async fn claim_waiting(
+    conn: &mut SqliteConnection,
+    trial_id: TrialId,
+    run_id: i64,
+    time: &str,
+) -> sqlx::Result<bool> {
+    let changed = sqlx::query(
+        "UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL \
+         WHERE trial_id = ? AND state = 'WAITING'",
+    )
+    .bind(time)
+    .bind(trial_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if changed == 0 {
+        return Ok(false);
+    }
+    claim(conn, trial_id, run_id, time).await?;
+    let study_id: i64 = sqlx::query_scalar("SELECT study_id FROM trials WHERE trial_id = ?")
+        .bind(trial_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    super::writer::event(conn, study_id, Some(trial_id), "trial_start", "{}", time).await?;
+    Ok(true)
+}
+
+/// A run that ends cleanly.
+pub(super) async fn end_run(
+    conn: &mut SqliteConnection,
+    run_id: i64,
+    time: &str,
+) -> sqlx::Result<()> {
+    sqlx::query("UPDATE salus_runs SET ended = ? WHERE run_id = ?")
+        .bind(time)
+        .bind(run_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The lowest process index that no live run of the study has: 0 for a
+/// process alone, so that one process samples as it always did.
+pub(super) async fn free_process_index(
+    conn: &mut SqliteConnection,
+    study_id: i64,
+) -> sqlx::Result<i64> {
+    let rows = sqlx::query(
+        "SELECT run_id, host, pid, heartbeat, process_index FROM salus_runs \
+         WHERE study_id = ? AND ended IS NULL AND process_index IS NOT NULL",
+    )
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let here = host_name();
+    let now = chrono::Local::now().naive_local();
+    let taken: Vec<i64> = rows
+        .iter()
+        .filter(|r| {
+            let owner = Owner {
+                run_id: r.get(0),
+                host: r.get(1),
+                pid: r.get(2),
+                heartbeat: r.get(3),
+                ended: false,
+            };
+            run_alive(&owner, &here, now, pid_exists)
+        })
+        .map(|r| r.get(4))
+        .collect();
+    Ok((0..).find(|i| !taken.contains(i)).expect("a free index"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> NaiveDateTime {
+        parse_time(s).unwrap()
+    }
+
+    fn owner(host: &str, pid: i64, beat: &str, ended: bool) -> Owner {
+        Owner {
+            run_id: 1,
+            host: Some(host.into()),
+            pid: Some(pid),
+            heartbeat: Some(beat.into()),
+            ended,
+        }
+    }
+
+    #[test]
+    fn a_run_is_alive_while_it_beats_and_its_process_exists() {
+        let now = at("2026-11-30 12:00:20.000000");
+        let here = "gpu1";
+        let exists = |pid: i64| Some(pid == 7);
+        // Fresh, its process here: alive.
+        assert!(run_alive(
+            &owner("gpu1", 7, "2026-11-30 12:00:15.0", false),
+            here,
+            now,
+            exists
+        ));
+        // Its process is gone (kill -9): dead at once, however fresh.
+        assert!(!run_alive(
+            &owner("gpu1", 8, "2026-11-30 12:00:19.0", false),
+            here,
+            now,
+            exists
+        ));
+        // Another host: only the heartbeat can tell.
+        assert!(run_alive(
+            &owner("gpu2", 8, "2026-11-30 12:00:11.0", false),
+            here,
+            now,
+            exists
+        ));
+        assert!(!run_alive(
+            &owner("gpu2", 8, "2026-11-30 12:00:09.0", false),
+            here,
+            now,
+            exists
+        ));
+        // A stale heartbeat here too (a hung process, or a reused pid).
+        assert!(!run_alive(
+            &owner("gpu1", 7, "2026-11-30 12:00:05.0", false),
+            here,
+            now,
+            exists
+        ));
+        // Ended cleanly, or never beat.
+        assert!(!run_alive(
+            &owner("gpu1", 7, "2026-11-30 12:00:19.0", true),
+            here,
+            now,
+            exists
+        ));
+        let mut silent = owner("gpu2", 8, "", false);
+        silent.heartbeat = None;
+        assert!(!run_alive(&silent, here, now, exists));
+        // Without /proc, a fresh heartbeat here is trusted.
+        assert!(run_alive(
+            &owner("gpu1", 8, "2026-11-30 12:00:19.0", false),
+            here,
+            now,
+            |_| None
+        ));
+    }
+}

@@ -1,0 +1,126 @@
+//! Many processes on one study in one SQLite database, as users start
+//! them (one per GPU, or a second terminal): trials are numbered, claimed
+//! and counted in the database, so the study gets exactly its target, no
+//! trial runs twice, and a killed process's trials are finished by the
+//! others from their checkpoints.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use salus_tune::storage::TrialState;
+
+fn study(name: &str, trials: u64, epochs: u64) -> String {
+    format!(
+        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 5\n\n\
+         [model]\ndepth = 1\nwidth = {{ choices = [16, 32] }}\n\n\
+         [train]\noptimizer = {{ choices = [\"sgd\", \"adam\"] }}\nlr = {{ float = [1e-3, 1e-1], log = true }}\n\
+         batch_size = 64\nepochs = {epochs}\n\n[scheduler]\nmax_concurrent = 2\nlanes = 1\n"
+    )
+}
+
+fn start(dir: &Path, n: usize) -> Vec<Running> {
+    (0..n)
+        .map(|_| Running::spawn(bin().current_dir(dir).args(["s.toml", "--no-progress"])))
+        .collect()
+}
+
+/// The study holds exactly `target` trials, all finished, numbered 0..target
+/// once each, and no two with the same parameters.
+fn exactly(db: &Path, target: usize) {
+    let rows = trials(db, None);
+    let numbers: Vec<i64> = rows.iter().map(|t| t.number.0).collect();
+    assert_eq!(numbers, (0..target as i64).collect::<Vec<_>>());
+    assert!(
+        rows.iter().all(|t| t.state.is_finished()),
+        "{:?}",
+        rows.iter().map(|t| t.state).collect::<Vec<_>>()
+    );
+    let params: BTreeSet<String> = rows.iter().map(|t| format!("{:?}", t.params)).collect();
+    assert_eq!(params.len(), target, "two trials with the same parameters");
+}
+
+#[test]
+fn four_processes_at_once_make_exactly_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &study("many", 24, 2));
+    for (i, p) in start(dir.path(), 4).into_iter().enumerate() {
+        let out = p.wait();
+        assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(&out));
+    }
+    let db = dir.path().join("many.db");
+    exactly(&db, 24);
+    assert!(
+        trials(&db, None)
+            .iter()
+            .all(|t| t.state == TrialState::Complete)
+    );
+    // Each process drew from its own stream: distinct indices while alive.
+    let indices = scalar(&db, "SELECT COUNT(DISTINCT process_index) FROM salus_runs");
+    assert!(indices >= 2, "{indices} process indices");
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM salus_runs WHERE ended IS NULL"),
+        0,
+        "every run ended cleanly"
+    );
+}
+
+#[test]
+fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &study("kill", 12, 30));
+    let db = dir.path().join("kill.db");
+    let mut procs = start(dir.path(), 3);
+    // Wait until the first process has reported a step of a trial it holds.
+    let victim_pid = procs[0].id() as i64;
+    let t0 = Instant::now();
+    while !(migrated(&db)
+        && scalar(
+            &db,
+            &format!(
+                "SELECT COUNT(*) FROM trial_intermediate_values iv JOIN salus_claims c USING (trial_id) \
+                 JOIN salus_runs r USING (run_id) JOIN trials t USING (trial_id) \
+                 WHERE r.pid = {victim_pid} AND t.state = 'RUNNING'"
+            ),
+        ) >= 1)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no report from the victim"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    procs.remove(0).kill();
+    for (i, p) in procs.into_iter().enumerate() {
+        let out = p.wait();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "process {}: {}",
+            i + 1,
+            text(&out)
+        );
+    }
+    exactly(&db, 12);
+    // Each of the victim's trials was requeued exactly once, and at least
+    // one continued from its checkpoint (kept steps).
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM (SELECT trial_id FROM salus_events WHERE kind = 'trial_requeue' \
+             GROUP BY trial_id HAVING COUNT(*) > 1)"
+        ),
+        0
+    );
+    assert!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue' \
+             AND json_extract(detail, '$.kept_steps') >= 1"
+        ) >= 1,
+        "a requeued trial resumed from its checkpoint"
+    );
+}
