@@ -403,6 +403,69 @@ pub async fn best(args: ReadArgs) -> Result<String> {
     Ok(output::render_best(best, metric.as_deref(), args.format))
 }
 
+/// `salus-tune enqueue STUDY.toml --param NAME=VALUE ...`: a trial that
+/// runs first, with these values (the others sampled), as Optuna's
+/// `study.enqueue_trial` makes one. The study is created if needed.
+pub async fn enqueue(path: &Path, storage_flag: Option<&str>, pairs: &[String]) -> Result<String> {
+    let study = study::load(path)?;
+    let url = storage::resolve(storage_flag, &study);
+    let mut fixed = serde_json::Map::new();
+    for pair in pairs {
+        let (name, text) = pair.split_once('=').ok_or_else(|| {
+            Error::Input(format!(
+                "--param {pair}: expected NAME=VALUE, say --param lr=0.01"
+            ))
+        })?;
+        let param = study
+            .space
+            .params()
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = study
+                    .space
+                    .params()
+                    .iter()
+                    .map(|p| p.name.as_str())
+                    .collect();
+                Error::Input(format!(
+                    "--param {pair}: '{name}' is not a searched parameter of {} (they are: {})",
+                    path.display(),
+                    names.join(", ")
+                ))
+            })?;
+        fixed.insert(
+            name.to_string(),
+            param.dist.json_of_text(text).ok_or_else(|| {
+                Error::Input(format!(
+                    "--param {pair}: '{text}' is not a value of {}",
+                    param.dist
+                ))
+            })?,
+        );
+    }
+    // Refused here, before anything is stored, as a run would refuse it.
+    study
+        .space
+        .with_fixed(&fixed, |p| {
+            p.dist
+                .grid()
+                .and_then(|g| g.first().copied())
+                .unwrap_or(crate::space::ParamValue::Float(f64::NAN))
+        })
+        .map_err(|why| Error::Input(format!("--param: {why}")))?;
+    let (mut store, info, _) = open_study(&url, &study).await?;
+    let number = store.enqueue(info.id, &fixed).await?;
+    store.close().await?;
+    let given: Vec<String> = fixed.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    Ok(format!(
+        "enqueued trial {number} of study '{}' in {url}: {}; it runs first on the next run, \
+         the parameters not given sampled\n",
+        study.name,
+        given.join(" ")
+    ))
+}
+
 /// `salus-tune export`: a trial's kept model as `DIR/model.safetensors` and
 /// `DIR/model.json`; the best trial's when `trial` is `None`. Returns what
 /// it wrote, for the user.

@@ -57,6 +57,17 @@ enum Command {
     /// another process runs. `?` lists the keys; p, r and x pause, resume
     /// and prune the selected trial of a running study.
     Dash(StudyFlags),
+    /// Add a trial that runs first, with the given values (the others are
+    /// sampled), as Optuna's study.enqueue_trial does.
+    Enqueue {
+        study: PathBuf,
+        /// NAME=VALUE of a searched parameter (repeat it); a choice by its text.
+        #[arg(long = "param", value_name = "NAME=VALUE", required = true)]
+        params: Vec<String>,
+        /// Storage URL (as `run` would use it).
+        #[arg(long, env = "SALUS_TUNE_STORAGE")]
+        storage: Option<String>,
+    },
     /// Write a trial's kept model ([study] keep) to a folder: its weights
     /// as model.safetensors and model.json, which says how to run them.
     Export {
@@ -234,7 +245,7 @@ impl From<ReadFlags> for ReadArgs {
 }
 
 const COMMANDS: &[&str] = &[
-    "run", "check", "trials", "best", "dash", "export", "bench", "devices", "help",
+    "run", "check", "trials", "best", "dash", "enqueue", "export", "bench", "devices", "help",
 ];
 
 /// `bench packing` on whichever device `--device` opened.
@@ -441,6 +452,16 @@ fn main() {
                 })
                 .await
             }
+            Command::Enqueue {
+                study,
+                params,
+                storage,
+            } => commands::enqueue(&study, storage.as_deref(), &params)
+                .await
+                .map(|s| {
+                    print!("{s}");
+                    0
+                }),
             Command::Export { read, trial, out } => {
                 let args = ReadArgs {
                     study_file: read.study_file,

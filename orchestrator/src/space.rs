@@ -158,6 +158,50 @@ impl Distribution {
         }
     }
 
+    /// A value written on the command line (`--param lr=0.01`), as
+    /// Optuna's `fixed_params` holds it; a choice by its text.
+    pub fn json_of_text(&self, text: &str) -> Option<serde_json::Value> {
+        match self {
+            Distribution::Float { .. } => text
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Into::into),
+            Distribution::Int { .. } => text.parse::<i64>().ok().map(Into::into),
+            Distribution::Categorical { choices } => choices
+                .iter()
+                .find(|c| c.to_string() == text)
+                .map(|c| match c {
+                    Choice::Bool(b) => (*b).into(),
+                    Choice::Int(i) => (*i).into(),
+                    Choice::Float(f) => (*f).into(),
+                    Choice::Str(s) => s.clone().into(),
+                }),
+        }
+    }
+
+    /// A value as Optuna's `fixed_params` holds it: a number, or a choice
+    /// as itself (not its index).
+    pub fn from_json(&self, v: &serde_json::Value) -> Option<ParamValue> {
+        match self {
+            Distribution::Float { .. } => v.as_f64().map(ParamValue::Float),
+            Distribution::Int { .. } => v
+                .as_i64()
+                .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+                .map(ParamValue::Int),
+            Distribution::Categorical { choices } => choices
+                .iter()
+                .position(|c| match (c, v) {
+                    (Choice::Bool(b), serde_json::Value::Bool(x)) => b == x,
+                    (Choice::Int(i), serde_json::Value::Number(n)) => n.as_f64() == Some(*i as f64),
+                    (Choice::Float(f), serde_json::Value::Number(n)) => n.as_f64() == Some(*f),
+                    (Choice::Str(s), serde_json::Value::String(x)) => s == x,
+                    _ => false,
+                })
+                .map(ParamValue::Choice),
+        }
+    }
+
     /// Whether `v` is a value this distribution can produce.
     pub fn contains(&self, v: ParamValue) -> bool {
         match (self, v) {
@@ -285,6 +329,55 @@ impl SearchSpace {
 
     pub fn is_empty(&self) -> bool {
         self.params.is_empty()
+    }
+
+    /// The parameters of an enqueued trial: the `fixed` values (as Optuna's
+    /// `fixed_params` holds them: numbers, and choices as themselves) where
+    /// given, `draw` for the active ones not given. Says why when a value
+    /// is not in the space, or names no parameter of it.
+    pub fn with_fixed(
+        &self,
+        fixed: &serde_json::Map<String, serde_json::Value>,
+        mut draw: impl FnMut(&Param) -> ParamValue,
+    ) -> Result<Params, String> {
+        if let Some(name) = fixed
+            .keys()
+            .find(|n| !self.params.iter().any(|p| &p.name == *n))
+        {
+            let names: Vec<&str> = self.params.iter().map(|p| p.name.as_str()).collect();
+            return Err(format!(
+                "'{name}' is not a parameter of the study (it has: {})",
+                names.join(", ")
+            ));
+        }
+        let mut params = Params::new();
+        for p in &self.params {
+            let active = self.is_active(p, &params);
+            match (fixed.get(&p.name), active) {
+                (Some(_), false) => {
+                    return Err(format!(
+                        "'{}' does not apply: its condition on '{}' does not hold",
+                        p.name,
+                        p.condition.as_ref().map_or("", |c| c.parent.as_str())
+                    ));
+                }
+                (Some(v), true) => {
+                    let value = p
+                        .dist
+                        .from_json(v)
+                        .filter(|x| p.dist.contains(*x))
+                        .ok_or_else(|| {
+                            format!("'{}' = {v} is not in the study's {}", p.name, p.dist)
+                        })?;
+                    params.insert(p.name.clone(), value);
+                }
+                (None, true) => {
+                    params.insert(p.name.clone(), draw(p));
+                }
+                (None, false) => {}
+            }
+        }
+        Ok(params)
     }
 
     /// Whether `p` is active given the values chosen so far.

@@ -84,6 +84,9 @@ struct Pending {
     params: Params,
     /// The checkpoint it continues from, if it has one.
     resume: Option<workers::TrialSnapshot>,
+    /// An enqueued trial's: what its claim stores as its parameters (its
+    /// fixed values, the rest sampled), or why they are refused.
+    enqueued: Option<std::result::Result<Vec<StoredParam>, String>>,
 }
 
 /// Decodes stored parameters through the current search space.
@@ -276,10 +279,31 @@ impl Runner<'_> {
         {
             let mut pending = match st.waiting.pop_front() {
                 // Another process may have taken it first.
-                Some(p) => match self.writer.claim_waiting(p.trial_id, st.timeline.run_id)? {
-                    true => p,
-                    false => continue,
-                },
+                Some(p) => {
+                    let store = match &p.enqueued {
+                        Some(Ok(params)) => params.clone(),
+                        _ => Vec::new(),
+                    };
+                    if !self
+                        .writer
+                        .claim_waiting(p.trial_id, st.timeline.run_id, store)?
+                    {
+                        continue;
+                    }
+                    if let Some(Err(why)) = &p.enqueued {
+                        // Its values are not in the space: it fails, the study goes on.
+                        st.finished += 1;
+                        self.fail(
+                            st,
+                            &p,
+                            0,
+                            0.0,
+                            format!("enqueued parameters refused: {why}"),
+                        )?;
+                        continue;
+                    }
+                    p
+                }
                 None if st.liveness.target_met => break,
                 None => match st.sampler.propose(&study.space, &st.history) {
                     None => {
@@ -310,15 +334,23 @@ impl Runner<'_> {
                             number,
                             params,
                             resume: None,
+                            enqueued: None,
                         }
                     }
                 },
             };
-            let history_index = st
-                .history
-                .iter()
-                .rposition(|t| t.params == pending.params)
-                .unwrap_or(st.history.len() - 1);
+            let history_index = match st.history.iter().rposition(|t| t.params == pending.params) {
+                Some(i) => i,
+                // An enqueued trial, whose parameters were just settled.
+                None => {
+                    st.known.insert(pending.number);
+                    st.history.push(TrialRecord {
+                        params: pending.params.clone(),
+                        value: None,
+                    });
+                    st.history.len() - 1
+                }
+            };
             if let Some(w) = &study.worker {
                 // The user's script: one process per trial, never fused.
                 st.ran += 1;

@@ -44,7 +44,9 @@ impl Runner<'_> {
         let data = Arc::clone(&st.data);
         st.liveness.elsewhere = 0;
         for row in &rows {
-            if st.known.insert(row.number) {
+            // An enqueued trial's parameters are settled when it is taken.
+            let unsettled = row.params.is_empty() && row.fixed_params.is_some();
+            if !unsettled && st.known.insert(row.number) {
                 st.history.push(TrialRecord {
                     params: decode_params(self.study, row),
                     value: None,

@@ -193,8 +193,10 @@ impl Runner<'_> {
                 });
                 continue;
             }
+            let mut params = params;
             if matches!(row.state, TrialState::Running | TrialState::Waiting) {
-                let (pending, keep) = self.pending_of(data, row, params.clone())?;
+                let (pending, keep) = self.pending_of(data, row, params)?;
+                params = pending.params.clone();
                 kept_steps.insert(row.number, keep);
                 waiting.push_back(pending);
             }
@@ -232,6 +234,10 @@ impl Runner<'_> {
         params: crate::space::Params,
     ) -> Result<(Pending, i64)> {
         let study = self.study;
+        let (params, enqueued) = match &row.fixed_params {
+            Some(fixed) if row.params.is_empty() => self.enqueued_params(row, fixed),
+            _ => (params, None),
+        };
         let cfg = study.trial_config(
             &params,
             trial_seed(self.options.seed.unwrap_or(study.seed), row.number),
@@ -259,9 +265,38 @@ impl Runner<'_> {
                 number: row.number,
                 params,
                 resume,
+                enqueued,
             },
             keep,
         ))
+    }
+
+    /// An enqueued trial's parameters (Optuna's `enqueue_trial`, or
+    /// `salus-tune enqueue`): its fixed values, the others drawn at random
+    /// from a stream of its own, so that every process draws the same.
+    fn enqueued_params(
+        &self,
+        row: &TrialRow,
+        fixed: &serde_json::Map<String, serde_json::Value>,
+    ) -> (
+        crate::space::Params,
+        Option<std::result::Result<Vec<crate::storage::StoredParam>, String>>,
+    ) {
+        use rand::SeedableRng;
+        let study = self.study;
+        let seed = self.options.seed.unwrap_or(study.seed);
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(trial_seed(seed, row.number) ^ ENQUEUED_STREAM);
+        match study
+            .space
+            .with_fixed(fixed, |p| crate::sampler::random::draw(&mut rng, &p.dist))
+        {
+            Ok(params) => {
+                let stored = super::encode_params(study, &params);
+                (params, Some(Ok(stored)))
+            }
+            Err(why) => (crate::space::Params::new(), Some(Err(why))),
+        }
     }
 
     /// The study's sampler, seeded by `--seed` or the study, plus the
@@ -325,3 +360,6 @@ pub(super) fn held_elsewhere(row: &TrialRow, host: &str, now: chrono::NaiveDateT
         None => crate::storage::fresh(row.heartbeat.as_deref(), now),
     }
 }
+
+/// Keeps enqueued trials' draws apart from other users of a trial's seed.
+const ENQUEUED_STREAM: u64 = 0xe9c0_e0ed_0000_0001;

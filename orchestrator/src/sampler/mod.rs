@@ -7,7 +7,7 @@
 
 mod grid;
 mod qmc;
-mod random;
+pub(crate) mod random;
 mod tpe;
 
 pub use grid::GridSampler;

@@ -84,6 +84,9 @@ pub struct TrialRow {
     pub heartbeat: Option<String>,
     /// The run that claimed it last (`salus_claims`), where one did.
     pub owner: Option<Owner>,
+    /// Optuna's `fixed_params` system attribute: the values an enqueued
+    /// trial (`study.enqueue_trial`, `salus-tune enqueue`) must run with.
+    pub fixed_params: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A run of the core (a process) as another process sees it.
@@ -212,6 +215,7 @@ pub(super) async fn read_trials(
             rung: None,
             heartbeat: r.get(7),
             owner: None,
+            fixed_params: None,
         })
         .collect();
     let index: BTreeMap<TrialId, usize> = trials
@@ -269,6 +273,18 @@ pub(super) async fn read_trials(
                 trials[i].priority = r.get(1);
                 trials[i].rung = r.get(2);
             }
+        }
+    }
+    let enqueued = sqlx::query(
+        "SELECT a.trial_id, a.value_json FROM trial_system_attributes a \
+         JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.\"key\" = 'fixed_params'",
+    )
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &enqueued {
+        if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+            trials[i].fixed_params = serde_json::from_str(r.get::<&str, _>(1)).ok();
         }
     }
     if table_exists(conn, "salus_claims").await? {

@@ -83,6 +83,58 @@ impl Store {
         Ok(failed.len() as u64)
     }
 
+    /// Adds a WAITING trial that must run with `fixed` (its parameters as
+    /// Optuna's `enqueue_trial` writes them: the `fixed_params` system
+    /// attribute, no `trial_params` yet). Returns its number.
+    pub async fn enqueue(
+        &mut self,
+        study_id: i64,
+        fixed: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<super::TrialNumber> {
+        let url = self.url.clone();
+        let err = |e: sqlx::Error| storage_err(&url, e);
+        let mut tx = self
+            .conn()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(err)?;
+        let number: super::TrialNumber =
+            sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+                .bind(study_id)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(err)?;
+        let trial_id: TrialId = sqlx::query_scalar(
+            "INSERT INTO trials (number, study_id, state) VALUES (?, ?, 'WAITING') RETURNING trial_id",
+        )
+        .bind(number)
+        .bind(study_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
+        let value = serde_json::Value::Object(fixed.clone()).to_string();
+        sqlx::query(
+            "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fixed_params', ?)",
+        )
+        .bind(trial_id)
+        .bind(&value)
+        .execute(&mut *tx)
+        .await
+        .map_err(err)?;
+        event(
+            &mut tx,
+            study_id,
+            Some(trial_id),
+            "trial_enqueue",
+            &value,
+            &now(),
+        )
+        .await
+        .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(number)
+    }
+
     /// Creates the study, or resumes it after checking that its direction
     /// and search space are unchanged (a study with no trial yet takes the
     /// file's definition instead). Says which it did.

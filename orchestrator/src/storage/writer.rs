@@ -86,6 +86,8 @@ pub enum WriteOp {
     ClaimWaiting {
         trial_id: TrialId,
         run_id: i64,
+        /// Parameters to store with it, for an enqueued trial that has none.
+        params: Vec<StoredParam>,
         reply: oneshot::Sender<std::result::Result<bool, StorageFailure>>,
     },
     /// Every trial of the study as it is now (other processes' included).
@@ -291,10 +293,16 @@ impl Writer {
 
     /// Takes the WAITING trial `trial_id` for `run_id`, unless another
     /// process took it first.
-    pub fn claim_waiting(&self, trial_id: TrialId, run_id: i64) -> Result<bool> {
+    pub fn claim_waiting(
+        &self,
+        trial_id: TrialId,
+        run_id: i64,
+        params: Vec<StoredParam>,
+    ) -> Result<bool> {
         self.ask(|reply| WriteOp::ClaimWaiting {
             trial_id,
             run_id,
+            params,
             reply,
         })
     }
@@ -485,9 +493,15 @@ async fn write_op(
     match op {
         WriteOp::CreateTrial { .. } => return create_trial(conn, op, time).await,
         WriteOp::ClaimWaiting {
-            trial_id, run_id, ..
+            trial_id,
+            run_id,
+            params,
+            ..
         } => {
             let got = super::claims::claim_waiting(conn, *trial_id, *run_id, time).await?;
+            if got {
+                insert_params(conn, *trial_id, params).await?;
+            }
             return Ok(Some(Answer::Claimed(got)));
         }
         WriteOp::ReadTrials { study_id, .. } => {
@@ -917,15 +931,7 @@ async fn create_trial(
             .bind(time)
             .fetch_one(&mut *conn)
             .await?;
-    for p in params.iter() {
-        sqlx::query("INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?)")
-                .bind(trial_id)
-                .bind(&p.name)
-                .bind(p.internal)
-                .bind(&p.distribution_json)
-                .execute(&mut *conn)
-                .await?;
-    }
+    insert_params(conn, trial_id, params).await?;
     sqlx::query(
         "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?)",
     )
@@ -945,6 +951,27 @@ async fn create_trial(
     )
     .await?;
     Ok(Some(Answer::Ids(Some((trial_id, number)))))
+}
+
+/// A trial's parameters; one it has already stays.
+async fn insert_params(
+    conn: &mut SqliteConnection,
+    trial_id: TrialId,
+    params: &[StoredParam],
+) -> std::result::Result<(), sqlx::Error> {
+    for p in params.iter() {
+        sqlx::query(
+            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (trial_id, param_name) DO NOTHING",
+        )
+        .bind(trial_id)
+        .bind(&p.name)
+        .bind(p.internal)
+        .bind(&p.distribution_json)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// A trial ends: its state, Optuna value, fail reason and totals.
