@@ -124,3 +124,34 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others() {
         "a requeued trial resumed from its checkpoint"
     );
 }
+
+#[test]
+fn the_readme_s_one_process_per_gpu_loop_runs_the_study() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.toml", &study("loop", 8, 2));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/one-process-per-gpu.sh");
+    // `salus-tune` on the PATH is this build's binary.
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_salus-tune"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = output_of(
+        std::process::Command::new("bash")
+            .arg(&script)
+            .args(["s.toml", "3"])
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .env("DEVICE_PREFIX", "cpu")
+            .env_remove("SALUS_TUNE_STORAGE"),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for i in 0..3 {
+        let log = std::fs::read_to_string(dir.path().join(format!("gpu-{i}.log"))).unwrap();
+        assert!(log.contains("results: loop.db"), "process {i}: {log}");
+    }
+    exactly(&dir.path().join("loop.db"), 8);
+}
