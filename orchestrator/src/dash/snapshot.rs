@@ -368,12 +368,40 @@ async fn run_status(
     .fetch_optional(&mut *conn)
     .await
     .map_err(e)?;
-    // A run that started and has not stopped, whose process still holds
-    // the database's lock (a killed one does not).
-    let running = last
-        .as_ref()
-        .is_some_and(|r| r.get::<String, _>(0) == "study_start")
-        && run_alive(store_path);
+    // Some process runs the study: one of its runs has not ended and is
+    // alive (`storage::run_alive`: its pid here, its heartbeat anywhere),
+    // so a study that several processes share shows as running while any
+    // of them does. A database from before runs beat: a run that started
+    // and has not stopped, whose process holds the database's lock.
+    let live_runs = sqlx::query(
+        "SELECT run_id, host, pid, heartbeat FROM salus_runs WHERE study_id = ? AND ended IS NULL",
+    )
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await;
+    let running = match live_runs {
+        Ok(rows) => {
+            let (here, now) = (
+                crate::storage::host_name(),
+                chrono::Local::now().naive_local(),
+            );
+            rows.iter().any(|r| {
+                let owner = crate::storage::Owner {
+                    run_id: r.get(0),
+                    host: r.get(1),
+                    pid: r.get(2),
+                    heartbeat: r.get(3),
+                    ended: false,
+                };
+                crate::storage::run_alive(&owner, &here, now, crate::storage::pid_exists)
+            })
+        }
+        Err(_) => {
+            last.as_ref()
+                .is_some_and(|r| r.get::<String, _>(0) == "study_start")
+                && run_alive(store_path)
+        }
+    };
     let budget_trials: Option<i64> = sqlx::query_scalar(
         "SELECT json_extract(detail, '$.budget') FROM salus_events WHERE study_id = ? \
          AND kind = 'study_start' ORDER BY event_id DESC LIMIT 1",
