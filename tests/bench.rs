@@ -169,3 +169,26 @@ fn bench_workers_measures_the_round_trip_and_the_throughput() {
     }
     assert!(v["round_trips"].as_u64().unwrap() > 1000);
 }
+
+#[test]
+fn bench_storage_runs_processes_on_one_study_without_errors() {
+    let out = output_of(bin().args([
+        "bench",
+        "storage",
+        "--json",
+        "--processes",
+        "1,3",
+        "--trials",
+        "9",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["stored"], 9, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        assert!(r["trials_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["storage_ms_per_trial"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}

@@ -148,6 +148,18 @@ enum BenchCmd {
         #[arg(long, default_value_t = 500)]
         objective_ms: u64,
     },
+    /// P processes on one SQLite study with the smallest built-in trial:
+    /// trials per second, errors, and the writer's time per trial.
+    Storage {
+        #[arg(long)]
+        json: bool,
+        /// Process counts to measure, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8", value_parser = clap::value_parser!(u64).range(1..))]
+        processes: Vec<u64>,
+        /// Trials in each configuration's study.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+        trials: u64,
+    },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
     /// completion time, makespan, busy fraction, ratio to fifo.
@@ -368,6 +380,22 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
             } else {
                 print!("{}", r.table());
+            }
+        }
+        BenchCmd::Storage {
+            json,
+            processes,
+            trials,
+        } => {
+            let counts: Vec<usize> = processes.iter().map(|&p| p as usize).collect();
+            let rows = bench::storage::run(&counts, trials, &mut progress)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&bench::storage::json(&rows)).expect("JSON")
+                );
+            } else {
+                print!("{}", bench::storage::table(&rows));
             }
         }
         BenchCmd::Policies {

@@ -15,6 +15,7 @@ pub mod external_workers;
 pub mod packing;
 pub mod policies;
 pub mod samplers;
+pub mod storage;
 
 use std::sync::Arc;
 

@@ -557,6 +557,7 @@ impl Runner<'_> {
                 "interrupted": interrupted,
                 "writer_batches": self.writer.stats().batches,
                 "writer_max_ms": self.writer.stats().max_ms,
+                "writer_total_ms": self.writer.stats().total_ms,
                 "writer_over_100ms": self.writer.stats().over_100ms,
             })
             .to_string(),

@@ -225,6 +225,8 @@ pub struct Writer {
 pub struct WriterStats {
     pub batches: u64,
     pub max_ms: f64,
+    /// Time in transactions, waiting for the write lock included.
+    pub total_ms: f64,
     /// Transactions that took longer than 100 ms.
     pub over_100ms: u64,
 }
@@ -379,6 +381,7 @@ async fn run(
             let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
             s.batches += 1;
             s.max_ms = s.max_ms.max(ms);
+            s.total_ms += ms;
             s.over_100ms += u64::from(ms > 100.0);
         }
         match applied {
