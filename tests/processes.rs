@@ -74,19 +74,27 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others() {
     write(dir.path(), "s.toml", &study("kill", 12, 30));
     let db = dir.path().join("kill.db");
     let mut procs = start(dir.path(), 3);
-    // Wait until the first process has reported a step of a trial it holds.
+    // Wait until the first process has checkpointed a trial it holds.
     let victim_pid = procs[0].id() as i64;
     let t0 = Instant::now();
-    while !(migrated(&db)
-        && scalar(
-            &db,
-            &format!(
-                "SELECT COUNT(*) FROM trial_intermediate_values iv JOIN salus_claims c USING (trial_id) \
-                 JOIN salus_runs r USING (run_id) JOIN trials t USING (trial_id) \
-                 WHERE r.pid = {victim_pid} AND t.state = 'RUNNING'"
-            ),
-        ) >= 1)
-    {
+    let checkpointed = || {
+        migrated(&db)
+            && {
+                let held = scalar_text(
+                    &db,
+                    &format!(
+                        "SELECT group_concat(c.trial_id) FROM salus_claims c JOIN salus_runs r USING (run_id) \
+                     JOIN trials t USING (trial_id) WHERE r.pid = {victim_pid} AND t.state = 'RUNNING'"
+                    ),
+                );
+                held.unwrap_or_default().split(',').any(|id| {
+                    dir.path()
+                        .join(format!("kill.db.checkpoints/trial-{id}.state"))
+                        .is_file()
+                })
+            }
+    };
+    while !checkpointed() {
         assert!(
             t0.elapsed() < Duration::from_secs(60),
             "no report from the victim"

@@ -33,6 +33,7 @@ mod events;
 mod groups;
 mod keep;
 mod processes;
+use processes::Next;
 mod resume;
 mod telemetry;
 use groups::{Group, Parked};
@@ -277,67 +278,10 @@ impl Runner<'_> {
             && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
                 < st.budget
         {
-            let mut pending = match st.waiting.pop_front() {
-                // Another process may have taken it first.
-                Some(p) => {
-                    let store = match &p.enqueued {
-                        Some(Ok(params)) => params.clone(),
-                        _ => Vec::new(),
-                    };
-                    if !self
-                        .writer
-                        .claim_waiting(p.trial_id, st.timeline.run_id, store)?
-                    {
-                        continue;
-                    }
-                    if let Some(Err(why)) = &p.enqueued {
-                        // Its values are not in the space: it fails, the study goes on.
-                        st.finished += 1;
-                        self.fail(
-                            st,
-                            &p,
-                            0,
-                            0.0,
-                            format!("enqueued parameters refused: {why}"),
-                        )?;
-                        continue;
-                    }
-                    p
-                }
-                None if st.liveness.target_met => break,
-                None => match st.sampler.propose(&study.space, &st.history) {
-                    None => {
-                        self.reporter.note("the grid is exhausted");
-                        st.exhausted = true;
-                        break;
-                    }
-                    Some(params) => {
-                        let Some((trial_id, number)) = self.writer.create_trial(
-                            self.info.id,
-                            encode_params(study, &params),
-                            study.fixed_json().to_string(),
-                            st.timeline.run_id,
-                            st.budget,
-                        )?
-                        else {
-                            // Other processes filled the study's budget.
-                            st.liveness.target_met = true;
-                            continue;
-                        };
-                        st.known.insert(number);
-                        st.history.push(TrialRecord {
-                            params: params.clone(),
-                            value: None,
-                        });
-                        Pending {
-                            trial_id,
-                            number,
-                            params,
-                            resume: None,
-                            enqueued: None,
-                        }
-                    }
-                },
+            let mut pending = match self.next_pending(st)? {
+                Next::Run(p) => p,
+                Next::Skip => continue,
+                Next::Stop => break,
             };
             let history_index = match st.history.iter().rposition(|t| t.params == pending.params) {
                 Some(i) => i,
@@ -511,6 +455,7 @@ impl Runner<'_> {
             self.writer.send(WriteOp::Requeue {
                 trial_id: f.pending.trial_id,
                 keep_steps: keep,
+                held_by: Some(timeline.run_id),
             })?;
             self.reporter.trial_interrupted(f.pending.number);
         }

@@ -11,7 +11,8 @@
 //!   enqueued one, or one another process requeued).
 //!
 //! Taking a WAITING trial is a claim in the database, so two processes
-//! that both list it never both run it.
+//! that both list it never both run it, and a new trial is created only
+//! while the study has fewer trials than its budget ([`Runner::next_pending`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,12 +20,80 @@ use std::time::Instant;
 use kernels::Backend;
 
 use super::resume::held_elsewhere;
-use super::{RunState, Runner, SYNC, decode_params};
+use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
 use crate::sampler::TrialRecord;
 use crate::storage::TrialState;
 
+/// What [`Runner::next_pending`] found.
+pub(super) enum Next {
+    Run(Pending),
+    /// That one is gone (another process took it, or it failed): look again.
+    Skip,
+    /// Nothing more to start.
+    Stop,
+}
+
 impl Runner<'_> {
+    /// The next trial to start: a waiting one this run manages to claim,
+    /// else a new proposal, created only while the study's budget allows.
+    pub(super) fn next_pending<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<Next> {
+        let study = self.study;
+        if let Some(p) = st.waiting.pop_front() {
+            let store = match &p.enqueued {
+                Some(Ok(params)) => params.clone(),
+                _ => Vec::new(),
+            };
+            // Another process may have taken it first.
+            if !self
+                .writer
+                .claim_waiting(p.trial_id, st.timeline.run_id, store)?
+            {
+                return Ok(Next::Skip);
+            }
+            if let Some(Err(why)) = &p.enqueued {
+                // Its values are not in the space: it fails, the study goes on.
+                st.finished += 1;
+                let reason = format!("enqueued parameters refused: {why}");
+                self.fail(st, &p, 0, 0.0, reason)?;
+                return Ok(Next::Skip);
+            }
+            return Ok(Next::Run(p));
+        }
+        if st.liveness.target_met {
+            return Ok(Next::Stop);
+        }
+        let Some(params) = st.sampler.propose(&study.space, &st.history) else {
+            self.reporter.note("the grid is exhausted");
+            st.exhausted = true;
+            return Ok(Next::Stop);
+        };
+        let Some((trial_id, number)) = self.writer.create_trial(
+            self.info.id,
+            encode_params(study, &params),
+            study.fixed_json().to_string(),
+            st.timeline.run_id,
+            st.budget,
+        )?
+        else {
+            // Other processes filled the study's budget.
+            st.liveness.target_met = true;
+            return Ok(Next::Skip);
+        };
+        st.known.insert(number);
+        st.history.push(TrialRecord {
+            params: params.clone(),
+            value: None,
+        });
+        Ok(Next::Run(Pending {
+            trial_id,
+            number,
+            params,
+            resume: None,
+            enqueued: None,
+        }))
+    }
+
     /// See the module docs.
     pub(super) fn sync<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
         if st.liveness.last_sync.elapsed() < SYNC {

@@ -257,6 +257,7 @@ impl Runner<'_> {
             self.writer.send(WriteOp::Requeue {
                 trial_id: row.trial_id,
                 keep_steps: keep,
+                held_by: row.owner.as_ref().map(|o| o.run_id),
             })?;
         }
         Ok((

@@ -123,6 +123,10 @@ pub enum WriteOp {
         trial_id: TrialId,
         /// Intermediate values up to this step stay (the checkpoint's).
         keep_steps: i64,
+        /// The run seen holding it (`None`: none claimed it). Another
+        /// process may have requeued and taken it since: then the trial is
+        /// that process's, and nothing changes.
+        held_by: Option<i64>,
     },
     /// Writes `bytes` to `path` (atomically: a temporary file and a rename)
     /// after the transaction holding the ops sent before it has committed.
@@ -550,13 +554,25 @@ async fn trial_state(
     let WriteOp::Requeue {
         trial_id,
         keep_steps,
+        held_by,
     } = op
     else {
         unreachable!("write_op routes only requeues here")
     };
-    // Only a RUNNING trial goes back: when two processes find the same
-    // orphan, the first requeues it and the second changes nothing.
-    let changed = sqlx::query("UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL WHERE trial_id = ? AND state = 'RUNNING'").bind(*trial_id).execute(&mut *conn).await?.rows_affected();
+    // Only a RUNNING trial still held by the run seen holding it goes back:
+    // when two processes find the same orphan, the first requeues it, and
+    // the second changes nothing, even after a third took it meanwhile.
+    let changed = sqlx::query(
+        "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
+         WHERE trial_id = ? AND state = 'RUNNING' \
+         AND (SELECT run_id FROM salus_claims WHERE trial_id = ?) IS ?",
+    )
+    .bind(*trial_id)
+    .bind(*trial_id)
+    .bind(*held_by)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
     if changed == 0 {
         return Ok(());
     }
