@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use sqlx::{Connection, Row};
 
-use super::writer::event;
+use super::writer::{Attrs, event, set_trial_attr};
 use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Study;
@@ -113,14 +113,11 @@ impl Store {
         .await
         .map_err(err)?;
         let value = serde_json::Value::Object(fixed.clone()).to_string();
-        sqlx::query(
-            "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fixed_params', ?)",
-        )
-        .bind(trial_id)
-        .bind(&value)
-        .execute(&mut *tx)
-        .await
-        .map_err(err)?;
+        // Optuna's key for an enqueued trial's values (a system attribute;
+        // FIXED_KEY names the study's fixed knobs among user attributes).
+        set_trial_attr(&mut tx, Attrs::System, trial_id, "fixed_params", &value)
+            .await
+            .map_err(err)?;
         event(
             &mut tx,
             study_id,

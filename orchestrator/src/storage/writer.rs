@@ -654,15 +654,7 @@ async fn trial_progress(
             key,
             value_json,
         } => {
-            sqlx::query(
-                "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
-                 ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
-            )
-            .bind(*trial_id)
-            .bind(*key)
-            .bind(value_json.as_str())
-            .execute(&mut *conn)
-            .await?;
+            set_trial_attr(conn, Attrs::System, *trial_id, key, value_json).await?;
         }
         WriteOp::Heartbeat { run_id, trial_ids } => {
             sqlx::query("UPDATE salus_runs SET heartbeat = ? WHERE run_id = ?")
@@ -692,13 +684,10 @@ async fn trial_extras(
     step: i64,
     extras: &workers::ReportExtras,
 ) -> std::result::Result<(), sqlx::Error> {
-    let metrics = extras.metrics.iter().map(|(name, v)| {
-        let json = serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into);
-        (name, json.to_string())
-    });
     for (name, v) in &extras.metrics {
         sqlx::query(
-            "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, ?)              ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
+            "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
         )
         .bind(trial_id)
         .bind(name)
@@ -706,19 +695,43 @@ async fn trial_extras(
         .bind(v.is_finite().then_some(*v))
         .execute(&mut *conn)
         .await?;
+        let latest = serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into);
+        set_trial_attr(conn, Attrs::User, trial_id, name, &latest.to_string()).await?;
     }
-    let attrs = extras.attrs.iter().map(|(k, v)| (k, v.clone()));
-    for (key, value_json) in metrics.chain(attrs) {
-        sqlx::query(
-            "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
-             ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json",
-        )
-        .bind(trial_id)
-        .bind(key)
-        .bind(value_json)
-        .execute(&mut *conn)
-        .await?;
+    for (key, value_json) in &extras.attrs {
+        set_trial_attr(conn, Attrs::User, trial_id, key, value_json).await?;
     }
+    Ok(())
+}
+
+/// Optuna's two tables of trial attributes.
+#[derive(Clone, Copy)]
+pub(super) enum Attrs {
+    User,
+    System,
+}
+
+/// Sets a trial attribute (a JSON value), replacing an earlier one.
+pub(super) async fn set_trial_attr(
+    conn: &mut SqliteConnection,
+    table: Attrs,
+    trial_id: TrialId,
+    key: &str,
+    value_json: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let table = match table {
+        Attrs::User => "trial_user_attributes",
+        Attrs::System => "trial_system_attributes",
+    };
+    sqlx::query(&format!(
+        "INSERT INTO {table} (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+         ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
+    ))
+    .bind(trial_id)
+    .bind(key)
+    .bind(value_json)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
@@ -951,14 +964,7 @@ async fn create_trial(
             .fetch_one(&mut *conn)
             .await?;
     insert_params(conn, trial_id, params).await?;
-    sqlx::query(
-        "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?)",
-    )
-    .bind(trial_id)
-    .bind(super::study::FIXED_KEY)
-    .bind(fixed)
-    .execute(&mut *conn)
-    .await?;
+    set_trial_attr(conn, Attrs::User, trial_id, super::study::FIXED_KEY, fixed).await?;
     super::claims::claim(conn, trial_id, *run_id, time).await?;
     event(
         &mut *conn,
