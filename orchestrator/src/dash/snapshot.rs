@@ -373,29 +373,8 @@ async fn run_status(
     // so a study that several processes share shows as running while any
     // of them does. A database from before runs beat: a run that started
     // and has not stopped, whose process holds the database's lock.
-    let live_runs = sqlx::query(
-        "SELECT run_id, host, pid, heartbeat FROM salus_runs WHERE study_id = ? AND ended IS NULL",
-    )
-    .bind(study_id)
-    .fetch_all(&mut *conn)
-    .await;
-    let running = match live_runs {
-        Ok(rows) => {
-            let (here, now) = (
-                crate::storage::host_name(),
-                chrono::Local::now().naive_local(),
-            );
-            rows.iter().any(|r| {
-                let owner = crate::storage::Owner {
-                    run_id: r.get(0),
-                    host: r.get(1),
-                    pid: r.get(2),
-                    heartbeat: r.get(3),
-                    ended: false,
-                };
-                crate::storage::run_alive(&owner, &here, now, crate::storage::pid_exists)
-            })
-        }
+    let running = match crate::storage::live_runs(conn, study_id).await {
+        Ok(runs) => !runs.is_empty(),
         Err(_) => {
             last.as_ref()
                 .is_some_and(|r| r.get::<String, _>(0) == "study_start")

@@ -283,17 +283,10 @@ impl Runner<'_> {
                 Next::Skip => continue,
                 Next::Stop => break,
             };
-            let history_index = match st.history.iter().rposition(|t| t.params == pending.params) {
-                Some(i) => i,
+            let history_index = match st.history_at.get(&pending.number) {
+                Some(&i) => i,
                 // An enqueued trial, whose parameters were just settled.
-                None => {
-                    st.known.insert(pending.number);
-                    st.history.push(TrialRecord {
-                        params: pending.params.clone(),
-                        value: None,
-                    });
-                    st.history.len() - 1
-                }
+                None => st.record(pending.number, pending.params.clone()),
             };
             if let Some(w) = &study.worker {
                 // The user's script: one process per trial, never fused.
@@ -555,8 +548,8 @@ struct RunState<B: Backend> {
     timeline: Timeline,
     liveness: Liveness,
     kept: keep::Kept,
-    /// Trial numbers the history holds (other processes add more).
-    known: BTreeSet<TrialNumber>,
+    /// Where each trial's record is in `history` (other processes add more).
+    history_at: BTreeMap<TrialNumber, usize>,
 }
 
 impl<B: Backend> RunState<B> {
@@ -564,6 +557,17 @@ impl<B: Backend> RunState<B> {
     /// with no waiting trial left to take.
     fn nothing_to_start(&self) -> bool {
         self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
+    }
+
+    /// Adds trial `number` to the sampler's history, as pending; returns
+    /// where its record is.
+    fn record(&mut self, number: TrialNumber, params: Params) -> usize {
+        self.history.push(TrialRecord {
+            params,
+            value: None,
+        });
+        self.history_at.insert(number, self.history.len() - 1);
+        self.history.len() - 1
     }
 }
 

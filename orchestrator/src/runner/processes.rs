@@ -22,7 +22,6 @@ use kernels::Backend;
 use super::resume::held_elsewhere;
 use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
-use crate::sampler::TrialRecord;
 use crate::storage::TrialState;
 
 /// What [`Runner::next_pending`] found.
@@ -80,11 +79,7 @@ impl Runner<'_> {
             st.liveness.target_met = true;
             return Ok(Next::Skip);
         };
-        st.known.insert(number);
-        st.history.push(TrialRecord {
-            params: params.clone(),
-            value: None,
-        });
+        st.record(number, params.clone());
         Ok(Next::Run(Pending {
             trial_id,
             number,
@@ -115,11 +110,12 @@ impl Runner<'_> {
         for row in &rows {
             // An enqueued trial's parameters are settled when it is taken.
             let unsettled = row.params.is_empty() && row.fixed_params.is_some();
-            if !unsettled && st.known.insert(row.number) {
-                st.history.push(TrialRecord {
-                    params: decode_params(self.study, row),
-                    value: None,
-                });
+            if !unsettled && !st.history_at.contains_key(&row.number) {
+                st.record(row.number, decode_params(self.study, row));
+            }
+            // A value another process found.
+            if let (TrialState::Complete, Some(&i)) = (row.state, st.history_at.get(&row.number)) {
+                st.history[i].value = st.history[i].value.or(row.value);
             }
             if mine.contains(&row.trial_id) || listed.contains(&row.trial_id) {
                 continue;
@@ -132,17 +128,6 @@ impl Runner<'_> {
                 let params = decode_params(self.study, row);
                 let (pending, _) = self.pending_of(&data, row, params)?;
                 st.waiting.push_back(pending);
-            }
-        }
-        // Values of trials that other processes finished.
-        for row in rows.iter().filter(|r| r.state == TrialState::Complete) {
-            let params = decode_params(self.study, row);
-            if let Some(h) = st
-                .history
-                .iter_mut()
-                .find(|h| h.value.is_none() && h.params == params)
-            {
-                h.value = row.value;
             }
         }
         Ok(())

@@ -112,7 +112,12 @@ impl Runner<'_> {
                 .collect();
             c.sweep(&done);
         }
-        let known = existing.iter().map(|r| r.number).collect();
+        // `take_stock` gave each stored trial one record, in order.
+        let history_at = existing
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.number, i))
+            .collect();
         Ok(RunState {
             core,
             events,
@@ -162,7 +167,7 @@ impl Runner<'_> {
                 last_commands: Instant::now(),
             },
             kept: Default::default(),
-            known,
+            history_at,
         })
     }
 

@@ -139,24 +139,24 @@ pub(super) async fn end_run(
     Ok(())
 }
 
-/// The lowest process index that no live run of the study has: 0 for a
-/// process alone, so that one process samples as it always did.
-pub(super) async fn free_process_index(
+/// The study's runs that are alive now ([`run_alive`]), with their
+/// process index (none for runs recorded before processes had one).
+pub async fn live_runs(
     conn: &mut SqliteConnection,
     study_id: i64,
-) -> sqlx::Result<i64> {
+) -> sqlx::Result<Vec<(Owner, Option<i64>)>> {
     let rows = sqlx::query(
         "SELECT run_id, host, pid, heartbeat, process_index FROM salus_runs \
-         WHERE study_id = ? AND ended IS NULL AND process_index IS NOT NULL",
+         WHERE study_id = ? AND ended IS NULL",
     )
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
     let here = host_name();
     let now = chrono::Local::now().naive_local();
-    let taken: Vec<i64> = rows
+    Ok(rows
         .iter()
-        .filter(|r| {
+        .map(|r| {
             let owner = Owner {
                 run_id: r.get(0),
                 host: r.get(1),
@@ -164,9 +164,22 @@ pub(super) async fn free_process_index(
                 heartbeat: r.get(3),
                 ended: false,
             };
-            run_alive(&owner, &here, now, pid_exists)
+            (owner, r.get(4))
         })
-        .map(|r| r.get(4))
+        .filter(|(owner, _)| run_alive(owner, &here, now, pid_exists))
+        .collect())
+}
+
+/// The lowest process index that no live run of the study has: 0 for a
+/// process alone, so that one process samples as it always did.
+pub(super) async fn free_process_index(
+    conn: &mut SqliteConnection,
+    study_id: i64,
+) -> sqlx::Result<i64> {
+    let taken: Vec<i64> = live_runs(conn, study_id)
+        .await?
+        .into_iter()
+        .filter_map(|(_, index)| index)
         .collect();
     Ok((0..).find(|i| !taken.contains(i)).expect("a free index"))
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 
-pub use claims::{STALE_AFTER_S, fresh, host_name, pid_exists, run_alive};
+pub use claims::{STALE_AFTER_S, fresh, host_name, live_runs, pid_exists, run_alive};
 pub use ids::{TrialId, TrialNumber};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
