@@ -175,8 +175,8 @@ fn bad_flags_and_storage_exit_2() {
         ),
         (vec!["s.toml", "--trials", "0"], "--trials"),
         (
-            vec!["s.toml", "--storage", "postgresql://db/x"],
-            "'postgresql' scheme is not supported",
+            vec!["s.toml", "--storage", "mysql://tuner:hunter2@db/x"],
+            "'mysql' scheme is not supported; use a file path, sqlite:///path.db or postgresql://user@host/db",
         ),
         (
             vec!["missing.toml"],

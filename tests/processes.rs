@@ -1,8 +1,8 @@
-//! Many processes on one study in one SQLite database, as users start
-//! them (one per GPU, or a second terminal): trials are numbered, claimed
-//! and counted in the database, so the study gets exactly its target, no
-//! trial runs twice, and a killed process's trials are finished by the
-//! others from their checkpoints.
+//! Many processes on one study, as users start them (one per GPU, one per
+//! machine, or a second terminal), on SQLite and on PostgreSQL: trials are
+//! numbered, claimed and counted in the database, so the study gets
+//! exactly its target, no trial runs twice, and a killed process's trials
+//! are finished by the others from their checkpoints.
 
 mod common;
 
@@ -22,16 +22,23 @@ fn study(name: &str, trials: u64, epochs: u64) -> String {
     )
 }
 
-fn start(dir: &Path, n: usize) -> Vec<Running> {
+fn start(dir: &Path, n: usize, db: &TestDb) -> Vec<Running> {
     (0..n)
-        .map(|_| Running::spawn(bin().current_dir(dir).args(["s.toml", "--no-progress"])))
+        .map(|_| {
+            Running::spawn(bin().current_dir(dir).args([
+                "s.toml",
+                "--no-progress",
+                "--storage",
+                &db.url(),
+            ]))
+        })
         .collect()
 }
 
 /// The study holds exactly `target` trials, all finished, numbered 0..target
 /// once each, and no two with the same parameters.
-fn exactly(db: &Path, target: usize) {
-    let rows = trials(db, None);
+fn exactly(db: &TestDb, target: usize) {
+    let rows = db.trials(None);
     let numbers: Vec<i64> = rows.iter().map(|t| t.number.0).collect();
     assert_eq!(numbers, (0..target as i64).collect::<Vec<_>>());
     assert!(
@@ -43,56 +50,91 @@ fn exactly(db: &Path, target: usize) {
     assert_eq!(params.len(), target, "two trials with the same parameters");
 }
 
-#[test]
-fn four_processes_at_once_make_exactly_the_target() {
+/// A database for `test`: a SQLite file in `dir`, or a new database in a
+/// throwaway PostgreSQL cluster (`None` where PostgreSQL is missing).
+fn database(dir: &Path, test: &str, postgres: bool) -> Option<(TestDb, Option<postgres::Cluster>)> {
+    if !postgres {
+        return Some((TestDb::Sqlite(dir.join(format!("{test}.db"))), None));
+    }
+    let cluster = postgres::Cluster::start(test)?;
+    let url = cluster.database(test);
+    Some((TestDb::Postgres(url), Some(cluster)))
+}
+
+fn four_processes_at_once_make_exactly_the_target(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "many", postgres) else {
+        return;
+    };
     write(dir.path(), "s.toml", &study("many", 24, 2));
-    for (i, p) in start(dir.path(), 4).into_iter().enumerate() {
+    for (i, p) in start(dir.path(), 4, &db).into_iter().enumerate() {
         let out = p.wait();
         assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(&out));
     }
-    let db = dir.path().join("many.db");
     exactly(&db, 24);
     assert!(
-        trials(&db, None)
+        db.trials(None)
             .iter()
             .all(|t| t.state == TrialState::Complete)
     );
     // Each process drew from its own stream: distinct indices while alive.
-    let indices = scalar(&db, "SELECT COUNT(DISTINCT process_index) FROM salus_runs");
+    let indices = db.scalar("SELECT COUNT(DISTINCT process_index) FROM salus_runs");
     assert!(indices >= 2, "{indices} process indices");
     assert_eq!(
-        scalar(&db, "SELECT COUNT(*) FROM salus_runs WHERE ended IS NULL"),
+        db.scalar("SELECT COUNT(*) FROM salus_runs WHERE ended IS NULL"),
         0,
         "every run ended cleanly"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM trials WHERE CAST(state AS TEXT) = 'RUNNING'"),
+        0
     );
 }
 
 #[test]
-fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others() {
+fn four_processes_at_once_make_exactly_the_target_on_sqlite() {
+    four_processes_at_once_make_exactly_the_target(false);
+}
+
+#[test]
+fn four_processes_at_once_make_exactly_the_target_on_postgres() {
+    four_processes_at_once_make_exactly_the_target(true);
+}
+
+/// Three processes; the first is killed (`kill -9`) once it has
+/// checkpointed a trial it holds. On PostgreSQL the checkpoints are in a
+/// `[study] checkpoints` folder, as processes on several machines share one.
+fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "s.toml", &study("kill", 12, 30));
-    let db = dir.path().join("kill.db");
-    let mut procs = start(dir.path(), 3);
+    let Some((db, _cluster)) = database(dir.path(), "kill", postgres) else {
+        return;
+    };
+    let (body, checkpoints) = if postgres {
+        (
+            study("kill", 12, 30).replace("[study]\n", "[study]\ncheckpoints = \"shared/ckpt\"\n"),
+            dir.path().join("shared/ckpt"),
+        )
+    } else {
+        (
+            study("kill", 12, 30),
+            dir.path().join("kill.db.checkpoints"),
+        )
+    };
+    write(dir.path(), "s.toml", &body);
+    let mut procs = start(dir.path(), 3, &db);
     // Wait until the first process has checkpointed a trial it holds.
     let victim_pid = procs[0].id() as i64;
     let t0 = Instant::now();
     let checkpointed = || {
-        migrated(&db)
-            && {
-                let held = scalar_text(
-                    &db,
-                    &format!(
-                        "SELECT group_concat(c.trial_id) FROM salus_claims c JOIN salus_runs r USING (run_id) \
-                     JOIN trials t USING (trial_id) WHERE r.pid = {victim_pid} AND t.state = 'RUNNING'"
-                    ),
-                );
-                held.unwrap_or_default().split(',').any(|id| {
-                    dir.path()
-                        .join(format!("kill.db.checkpoints/trial-{id}.state"))
-                        .is_file()
-                })
-            }
+        db.migrated()
+            && db
+                .texts(&format!(
+                    "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
+                     JOIN trials t ON t.trial_id = c.trial_id \
+                     WHERE r.pid = {victim_pid} AND CAST(t.state AS TEXT) = 'RUNNING'"
+                ))
+                .iter()
+                .any(|id| checkpoints.join(format!("trial-{id}.state")).is_file())
     };
     while !checkpointed() {
         assert!(
@@ -116,21 +158,30 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others() {
     // Each of the victim's trials was requeued exactly once, and at least
     // one continued from its checkpoint (kept steps).
     assert_eq!(
-        scalar(
-            &db,
+        db.scalar(
             "SELECT COUNT(*) FROM (SELECT trial_id FROM salus_events WHERE kind = 'trial_requeue' \
-             GROUP BY trial_id HAVING COUNT(*) > 1)"
+             GROUP BY trial_id HAVING COUNT(*) > 1) AS twice"
         ),
         0
     );
+    let kept = db.dialect().json_member("detail", "kept_steps");
     assert!(
-        scalar(
-            &db,
+        db.scalar(&format!(
             "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue' \
-             AND json_extract(detail, '$.kept_steps') >= 1"
-        ) >= 1,
+             AND CAST({kept} AS INTEGER) >= 1"
+        )) >= 1,
         "a requeued trial resumed from its checkpoint"
     );
+}
+
+#[test]
+fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others_on_sqlite() {
+    a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(false);
+}
+
+#[test]
+fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others_on_postgres() {
+    a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(true);
 }
 
 #[test]
@@ -161,5 +212,5 @@ fn the_readme_s_one_process_per_gpu_loop_runs_the_study() {
         let log = std::fs::read_to_string(dir.path().join(format!("gpu-{i}.log"))).unwrap();
         assert!(log.contains("results: loop.db"), "process {i}: {log}");
     }
-    exactly(&dir.path().join("loop.db"), 8);
+    exactly(&TestDb::Sqlite(dir.path().join("loop.db")), 8);
 }

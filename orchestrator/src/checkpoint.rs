@@ -35,6 +35,25 @@ impl Checkpoints {
         }
     }
 
+    /// A study's checkpoint folder: `[study] checkpoints` where the file
+    /// sets one (a folder every process of the study can reach, for a
+    /// study shared across machines); else beside a SQLite database; else,
+    /// for a database on a server, `<study name>.checkpoints/` beside the
+    /// study file.
+    pub fn for_study(study: &crate::study::Study, location: &crate::storage::Location) -> Self {
+        if let Some(dir) = &study.checkpoints {
+            return Checkpoints { dir: dir.clone() };
+        }
+        match location {
+            crate::storage::Location::Sqlite(db) => Self::beside(db),
+            crate::storage::Location::Postgres(_) => Checkpoints {
+                dir: study
+                    .path
+                    .with_file_name(format!("{}.checkpoints", study.name)),
+            },
+        }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

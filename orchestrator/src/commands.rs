@@ -65,8 +65,9 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let existing = store.trials(info.id).await?;
     if resumed {
         eprintln!(
-            "resuming study '{}' from {url} ({} trials stored)",
+            "resuming study '{}' from {} ({} trials stored)",
             study.name,
+            store.url,
             existing.len()
         );
         if let (Some(seed), false) = (args.options.seed, existing.is_empty()) {
@@ -79,12 +80,15 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     }
     let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
 
-    let db_path = storage::sqlite_path(&url)?;
-    let checkpoints = Some(Checkpoints::beside(&db_path));
-    // Held while this process runs studies on the database, and removed
-    // when it ends (see `run_lock`): the dashboard's sign of a live run.
-    // Which trials are whose is in the database (`storage::claims`).
-    let lock = RunLock::take(&db_path);
+    let checkpoint_dir = Checkpoints::for_study(&study, store.location());
+    let checkpoints = Some(checkpoint_dir.clone());
+    // Held while this process runs studies on a SQLite file, and removed
+    // when it ends (see `run_lock`): a fast sign of a live run on this
+    // host. Which trials are whose is in the database (`storage::claims`).
+    let lock = match store.location() {
+        storage::Location::Sqlite(db_path) => Some(RunLock::take(db_path)),
+        storage::Location::Postgres(_) => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     tokio::spawn(async move {
@@ -146,11 +150,11 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         ),
         None => println!("no trial completed"),
     }
-    println!("results: {url}");
+    println!("results: {}", storage::masked(&url));
     let completed = trials.iter().any(|t| t.state == TrialState::Complete);
     store.close().await?;
     // Nothing waits for a checkpoint any more when none is left.
-    let _ = std::fs::remove_dir(Checkpoints::beside(&db_path).dir());
+    let _ = std::fs::remove_dir(checkpoint_dir.dir());
     drop(lock);
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED
@@ -459,9 +463,10 @@ pub async fn enqueue(path: &Path, storage_flag: Option<&str>, pairs: &[String]) 
     store.close().await?;
     let given: Vec<String> = fixed.iter().map(|(k, v)| format!("{k}={v}")).collect();
     Ok(format!(
-        "enqueued trial {number} of study '{}' in {url}: {}; it runs first on the next run, \
+        "enqueued trial {number} of study '{}' in {}: {}; it runs first on the next run, \
          the parameters not given sampled\n",
         study.name,
+        storage::masked(&url),
         given.join(" ")
     ))
 }

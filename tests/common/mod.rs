@@ -7,7 +7,9 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use salus_tune::storage::{Store, TrialRow};
+use salus_tune::storage::{Dialect, Store, TrialRow};
+
+pub mod postgres;
 
 pub fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_salus-tune"));
@@ -227,4 +229,83 @@ pub fn execute(db: &Path, sql: &str) {
             .unwrap();
         sqlx::query(sql).execute(&mut conn).await.unwrap();
     });
+}
+
+/// A study's database as a test reads it, as another process would:
+/// a SQLite file, or a PostgreSQL database (see [`postgres::Cluster`]).
+pub enum TestDb {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl TestDb {
+    /// The storage URL to give salus-tune.
+    pub fn url(&self) -> String {
+        match self {
+            TestDb::Sqlite(path) => path.display().to_string(),
+            TestDb::Postgres(url) => url.clone(),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            TestDb::Sqlite(_) => Dialect::Sqlite,
+            TestDb::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    async fn connect(&self) -> sqlx::AnyConnection {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let url = match self {
+            TestDb::Sqlite(path) => format!("sqlite://{}", path.display()),
+            TestDb::Postgres(url) => url.replacen("postgresql://", "postgres://", 1),
+        };
+        sqlx::AnyConnection::connect(&url).await.unwrap()
+    }
+
+    /// Every trial of the only (or named) study.
+    pub fn trials(&self, study: Option<&str>) -> Vec<TrialRow> {
+        block_on(async {
+            let mut store = Store::open_existing(&self.url()).await.unwrap();
+            let info = store.pick_study(study).await.unwrap();
+            store.trials(info.id).await.unwrap()
+        })
+    }
+
+    /// A single integer a query answers (SQL in SQLite's form, `?`-free).
+    pub fn scalar(&self, sql: &str) -> i64 {
+        block_on(async {
+            let mut conn = self.connect().await;
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        })
+    }
+
+    /// The text column of every row a query answers.
+    pub fn texts(&self, sql: &str) -> Vec<String> {
+        block_on(async {
+            let mut conn = self.connect().await;
+            sqlx::query_scalar::<_, String>(sql)
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        })
+    }
+
+    /// Whether the database holds every table yet: a run creates the
+    /// database first and its tables a moment later.
+    pub fn migrated(&self) -> bool {
+        match self {
+            TestDb::Sqlite(path) => migrated(path),
+            TestDb::Postgres(_) => {
+                self.scalar(
+                    "SELECT COUNT(*) FROM information_schema.tables \
+                     WHERE table_schema = current_schema() AND table_name = 'salus_claims'",
+                ) == 1
+            }
+        }
+    }
 }

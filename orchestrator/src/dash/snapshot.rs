@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Row, SqliteConnection};
+use sqlx::{AnyConnection, Row};
+
+use crate::storage::{Dialect, sql};
 
 use crate::error::{Error, Result};
 use crate::storage::{Store, TrialId, TrialNumber, TrialState};
@@ -326,25 +328,27 @@ struct RunStatus {
 }
 
 async fn run_status(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     url: &str,
     store_path: &Option<std::path::PathBuf>,
     study_id: i64,
 ) -> Result<RunStatus> {
     let e = |err: sqlx::Error| Error::storage(url, err);
-    let metric: String = sqlx::query_scalar(
+    let metric: String = sqlx::query_scalar(&sql(
+        &*conn,
         "SELECT value_json FROM study_user_attributes WHERE study_id = ? AND key = 'metric'",
-    )
+    ))
     .bind(study_id)
     .fetch_optional(&mut *conn)
     .await
     .map_err(e)?
     .and_then(|j: String| serde_json::from_str(&j).ok())
     .unwrap_or_else(|| "value".into());
-    let run = sqlx::query(
-        "SELECT run_id, started_at, device, policy, budget_bytes FROM salus_runs \
+    let run = sqlx::query(&sql(
+        &*conn,
+        "SELECT run_id, CAST(started_at AS TEXT), device, policy, budget_bytes FROM salus_runs \
          WHERE study_id = ? ORDER BY run_id DESC LIMIT 1",
-    )
+    ))
     .bind(study_id)
     .fetch_optional(&mut *conn)
     .await
@@ -360,10 +364,11 @@ async fn run_status(
         None => (-1, String::new(), "-".into(), "-".into(), 0),
     };
     // The latest start or stop says whether a run is going on.
-    let last = sqlx::query(
-        "SELECT kind, time, detail FROM salus_events WHERE study_id = ? \
+    let last = sqlx::query(&sql(
+        &*conn,
+        "SELECT kind, CAST(time AS TEXT), detail FROM salus_events WHERE study_id = ? \
          AND kind IN ('study_start', 'study_stop') ORDER BY event_id DESC LIMIT 1",
-    )
+    ))
     .bind(study_id)
     .fetch_optional(&mut *conn)
     .await
@@ -381,10 +386,14 @@ async fn run_status(
                 && run_alive(store_path)
         }
     };
-    let budget_trials: Option<i64> = sqlx::query_scalar(
-        "SELECT json_extract(detail, '$.budget') FROM salus_events WHERE study_id = ? \
-         AND kind = 'study_start' ORDER BY event_id DESC LIMIT 1",
-    )
+    let budget = Dialect::of(conn).json_member("detail", "budget");
+    let budget_trials: Option<i64> = sqlx::query_scalar(&sql(
+        conn,
+        &format!(
+            "SELECT CAST({budget} AS BIGINT) FROM salus_events WHERE study_id = ? \
+             AND kind = 'study_start' ORDER BY event_id DESC LIMIT 1"
+        ),
+    ))
     .bind(study_id)
     .fetch_optional(&mut *conn)
     .await
@@ -425,7 +434,7 @@ struct TrialDetails {
 }
 
 async fn trial_details(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     url: &str,
     study_id: i64,
     run_id: i64,
@@ -433,9 +442,7 @@ async fn trial_details(
     let e = |err: sqlx::Error| Error::storage(url, err);
     // Display values, resources, phases, fusion, speed and events per trial.
     let mut params: BTreeMap<TrialId, Vec<(String, String)>> = BTreeMap::new();
-    for r in sqlx::query(
-        "SELECT trial_id, param_name, CAST(value AS TEXT) FROM salus_params WHERE study_id = ? ORDER BY trial_id",
-    )
+    for r in sqlx::query(&sql(&*conn, "SELECT trial_id, param_name, CAST(value AS TEXT) FROM salus_params WHERE study_id = ? ORDER BY trial_id",))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await
@@ -448,11 +455,9 @@ async fn trial_details(
             .push((r.get(1), v.unwrap_or_default()));
     }
     let mut res: BTreeMap<TrialId, Resources> = BTreeMap::new();
-    for r in sqlx::query(
-        "SELECT st.trial_id, st.lane, st.persistent_bytes, st.ephemeral_bytes, st.shared_bytes, \
+    for r in sqlx::query(&sql(&*conn, "SELECT st.trial_id, st.lane, st.persistent_bytes, st.ephemeral_bytes, st.shared_bytes, \
          st.iterations, st.total_iterations FROM salus_trials st JOIN trials t ON t.trial_id = st.trial_id \
-         WHERE t.study_id = ?",
-    )
+         WHERE t.study_id = ?",))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await
@@ -463,10 +468,8 @@ async fn trial_details(
             (r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6)),
         );
     }
-    let reasons: BTreeMap<TrialId, String> = sqlx::query(
-        "SELECT p.trial_id, p.reason FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
-         WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",
-    )
+    let reasons: BTreeMap<TrialId, String> = sqlx::query(&sql(&*conn, "SELECT p.trial_id, p.reason FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+         WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await
@@ -474,10 +477,8 @@ async fn trial_details(
     .iter()
     .map(|r| (r.get(0), r.get(1)))
     .collect();
-    let swapped: BTreeMap<TrialId, String> = sqlx::query(
-        "SELECT s.trial_id, s.direction FROM salus_swaps s WHERE s.run_id = ? \
-         AND s.swap_id = (SELECT MAX(swap_id) FROM salus_swaps q WHERE q.trial_id = s.trial_id AND q.run_id = s.run_id)",
-    )
+    let swapped: BTreeMap<TrialId, String> = sqlx::query(&sql(&*conn, "SELECT s.trial_id, s.direction FROM salus_swaps s WHERE s.run_id = ? \
+         AND s.swap_id = (SELECT MAX(swap_id) FROM salus_swaps q WHERE q.trial_id = s.trial_id AND q.run_id = s.run_id)",))
     .bind(run_id)
     .fetch_all(&mut *conn)
     .await
@@ -485,10 +486,8 @@ async fn trial_details(
     .iter()
     .map(|r| (r.get(0), r.get(1)))
     .collect();
-    let fused: BTreeMap<TrialId, Vec<TrialNumber>> = sqlx::query(
-        "SELECT a.trial_id, a.value_json FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
-         WHERE t.study_id = ? AND a.key = 'salus:fused_with'",
-    )
+    let fused: BTreeMap<TrialId, Vec<TrialNumber>> = sqlx::query(&sql(&*conn, "SELECT a.trial_id, a.value_json FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+         WHERE t.study_id = ? AND a.key = 'salus:fused_with'",))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await
@@ -499,10 +498,8 @@ async fn trial_details(
         (r.get(0), serde_json::from_str(&j).unwrap_or_default())
     })
     .collect();
-    let speed: BTreeMap<TrialId, f64> = sqlx::query(
-        "SELECT trial_id, SUM(iterations), SUM(end_s - start_s) FROM salus_lane_segments \
-         WHERE run_id = ? AND trial_id IS NOT NULL GROUP BY trial_id",
-    )
+    let speed: BTreeMap<TrialId, f64> = sqlx::query(&sql(&*conn, "SELECT trial_id, CAST(SUM(iterations) AS BIGINT), SUM(end_s - start_s) FROM salus_lane_segments \
+         WHERE run_id = ? AND trial_id IS NOT NULL GROUP BY trial_id",))
     .bind(run_id)
     .fetch_all(&mut *conn)
     .await
@@ -514,10 +511,11 @@ async fn trial_details(
     })
     .collect();
     let mut events: BTreeMap<TrialId, Vec<Event>> = BTreeMap::new();
-    for r in sqlx::query(
-        "SELECT trial_id, time, kind, COALESCE(detail, '') FROM salus_events \
+    for r in sqlx::query(&sql(
+        &*conn,
+        "SELECT trial_id, CAST(time AS TEXT), kind, COALESCE(detail, '') FROM salus_events \
          WHERE study_id = ? AND trial_id IS NOT NULL ORDER BY event_id DESC LIMIT 5000",
-    )
+    ))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await
@@ -531,11 +529,12 @@ async fn trial_details(
     }
     events.values_mut().for_each(|v| v.reverse());
     let mut user_attrs: BTreeMap<TrialId, Vec<(String, String)>> = BTreeMap::new();
-    for r in sqlx::query(
+    for r in sqlx::query(&sql(
+        &*conn,
         "SELECT a.trial_id, a.\"key\", a.value_json FROM trial_user_attributes a \
          JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.\"key\" <> ? \
          ORDER BY a.trial_id, a.\"key\"",
-    )
+    ))
     .bind(study_id)
     .bind(crate::storage::FIXED_KEY)
     .fetch_all(&mut *conn)
@@ -562,15 +561,16 @@ async fn trial_details(
 /// Each lane's busy fraction per second over the run's last minute, with
 /// its totals, and the run's swap count.
 async fn lane_activity(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     url: &str,
     run_id: i64,
 ) -> Result<(Vec<LaneInfo>, i64)> {
     let e = |err: sqlx::Error| Error::storage(url, err);
     // Lanes: busy fraction per second over the run's last minute.
-    let latest: f64 = sqlx::query_scalar(
+    let latest: f64 = sqlx::query_scalar(&sql(
+        &*conn,
         "SELECT COALESCE(MAX(end_s), 0.0) FROM salus_lane_segments WHERE run_id = ?",
-    )
+    ))
     .bind(run_id)
     .fetch_one(&mut *conn)
     .await
@@ -578,9 +578,7 @@ async fn lane_activity(
     // The last bucket ends at the latest segment's end.
     let from = latest - SPARK_SECONDS as f64;
     let mut lanes: BTreeMap<i64, LaneInfo> = BTreeMap::new();
-    for r in sqlx::query(
-        "SELECT lane, COUNT(*), SUM(iterations) FROM salus_lane_segments WHERE run_id = ? GROUP BY lane",
-    )
+    for r in sqlx::query(&sql(&*conn, "SELECT lane, COUNT(*), CAST(SUM(iterations) AS BIGINT) FROM salus_lane_segments WHERE run_id = ? GROUP BY lane",))
     .bind(run_id)
     .fetch_all(&mut *conn)
     .await
@@ -597,9 +595,10 @@ async fn lane_activity(
             },
         );
     }
-    for r in sqlx::query(
+    for r in sqlx::query(&sql(
+        &*conn,
         "SELECT lane, start_s, end_s FROM salus_lane_segments WHERE run_id = ? AND end_s > ?",
-    )
+    ))
     .bind(run_id)
     .bind(from)
     .fetch_all(&mut *conn)
@@ -623,10 +622,13 @@ async fn lane_activity(
     for l in lanes.values_mut() {
         l.busy.iter_mut().for_each(|b| *b = (*b).min(100));
     }
-    let swaps: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM salus_swaps WHERE run_id = ?")
-        .bind(run_id)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(e)?;
+    let swaps: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT COUNT(*) FROM salus_swaps WHERE run_id = ?",
+    ))
+    .bind(run_id)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(e)?;
     Ok((lanes.into_values().collect(), swaps))
 }

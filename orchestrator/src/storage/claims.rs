@@ -14,7 +14,9 @@
 //! right after a `kill -9` relies on). No lock file is needed for either.
 
 use chrono::NaiveDateTime;
-use sqlx::{Row, SqliteConnection};
+use sqlx::{AnyConnection, Row};
+
+use super::dialect::{Dialect, sql};
 
 use super::{Owner, TrialId};
 
@@ -72,24 +74,26 @@ pub fn run_alive(
 /// Records that `run_id` holds `trial_id`, with a first heartbeat, so that
 /// no other process takes a trial that just started for an orphan.
 pub(super) async fn claim(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     trial_id: TrialId,
     run_id: i64,
     time: &str,
 ) -> sqlx::Result<()> {
-    sqlx::query(
-        "INSERT INTO salus_claims (trial_id, run_id, claimed) VALUES (?, ?, ?) \
+    sqlx::query(&sql(
+        &*conn,
+        "INSERT INTO salus_claims (trial_id, run_id, claimed) VALUES (?, ?, ?::timestamp) \
          ON CONFLICT (trial_id) DO UPDATE SET run_id = excluded.run_id, claimed = excluded.claimed",
-    )
+    ))
     .bind(trial_id)
     .bind(run_id)
     .bind(time)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(
-        "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) \
+    sqlx::query(&sql(
+        &*conn,
+        "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?::timestamp) \
          ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat",
-    )
+    ))
     .bind(trial_id)
     .bind(time)
     .execute(&mut *conn)
@@ -99,15 +103,26 @@ pub(super) async fn claim(
 
 /// Takes a WAITING trial for `run_id`; false when another process took it.
 pub(super) async fn claim_waiting(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     trial_id: TrialId,
     run_id: i64,
     time: &str,
 ) -> sqlx::Result<bool> {
-    let changed = sqlx::query(
-        "UPDATE trials SET state = 'RUNNING', datetime_start = ?, datetime_complete = NULL \
-         WHERE trial_id = ? AND state = 'WAITING'",
-    )
+    // PostgreSQL: a trial another process is claiming at this moment is
+    // skipped at once, not waited for (that process gets it).
+    if Dialect::of(conn) == Dialect::Postgres {
+        let free = sqlx::query(
+            "SELECT trial_id FROM trials WHERE trial_id = $1 AND state = 'WAITING' FOR UPDATE SKIP LOCKED",
+        )
+        .bind(trial_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if free.is_none() {
+            return Ok(false);
+        }
+    }
+    let changed = sqlx::query(&sql(&*conn, "UPDATE trials SET state = 'RUNNING', datetime_start = ?::timestamp, datetime_complete = NULL \
+         WHERE trial_id = ? AND state = 'WAITING'",))
     .bind(time)
     .bind(trial_id)
     .execute(&mut *conn)
@@ -117,38 +132,41 @@ pub(super) async fn claim_waiting(
         return Ok(false);
     }
     claim(conn, trial_id, run_id, time).await?;
-    let study_id: i64 = sqlx::query_scalar("SELECT study_id FROM trials WHERE trial_id = ?")
-        .bind(trial_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let study_id: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT study_id FROM trials WHERE trial_id = ?",
+    ))
+    .bind(trial_id)
+    .fetch_one(&mut *conn)
+    .await?;
     super::writer::event(conn, study_id, Some(trial_id), "trial_start", "{}", time).await?;
     Ok(true)
 }
 
 /// A run that ends cleanly.
-pub(super) async fn end_run(
-    conn: &mut SqliteConnection,
-    run_id: i64,
-    time: &str,
-) -> sqlx::Result<()> {
-    sqlx::query("UPDATE salus_runs SET ended = ? WHERE run_id = ?")
-        .bind(time)
-        .bind(run_id)
-        .execute(&mut *conn)
-        .await?;
+pub(super) async fn end_run(conn: &mut AnyConnection, run_id: i64, time: &str) -> sqlx::Result<()> {
+    sqlx::query(&sql(
+        &*conn,
+        "UPDATE salus_runs SET ended = ?::timestamp WHERE run_id = ?",
+    ))
+    .bind(time)
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
 /// The study's runs that are alive now ([`run_alive`]), with their
 /// process index (none for runs recorded before processes had one).
 pub async fn live_runs(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     study_id: i64,
 ) -> sqlx::Result<Vec<(Owner, Option<i64>)>> {
-    let rows = sqlx::query(
-        "SELECT run_id, host, pid, heartbeat, process_index FROM salus_runs \
+    let rows = sqlx::query(&sql(
+        &*conn,
+        "SELECT run_id, host, pid, CAST(heartbeat AS TEXT), process_index FROM salus_runs \
          WHERE study_id = ? AND ended IS NULL",
-    )
+    ))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
@@ -173,7 +191,7 @@ pub async fn live_runs(
 /// The lowest process index that no live run of the study has: 0 for a
 /// process alone, so that one process samples as it always did.
 pub(super) async fn free_process_index(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     study_id: i64,
 ) -> sqlx::Result<i64> {
     let taken: Vec<i64> = live_runs(conn, study_id)

@@ -13,6 +13,7 @@
 //! them.
 
 mod claims;
+mod dialect;
 mod ids;
 mod migrate;
 mod read;
@@ -21,12 +22,12 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::any::AnyConnectOptions;
+use sqlx::{AnyConnection, ConnectOptions, Connection};
 
 pub use claims::{STALE_AFTER_S, fresh, host_name, live_runs, pid_exists, run_alive};
+pub use dialect::{Dialect, begin_write, sql, table_exists};
 pub use ids::{TrialId, TrialNumber};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
@@ -50,6 +51,29 @@ pub fn resolve(flag: Option<&str>, study: &crate::study::Study) -> String {
     })
 }
 
+/// The database a storage URL names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Location {
+    /// A SQLite file: a path, or Optuna's `sqlite:///path`.
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL as sqlx takes it (`postgres://...`), from
+    /// `postgresql://`, `postgres://` or SQLAlchemy's
+    /// `postgresql+psycopg2://` (Optuna's form).
+    Postgres(String),
+}
+
+impl Location {
+    pub fn parse(url: &str) -> Result<Self> {
+        if let Some((scheme, rest)) = url.split_once("://") {
+            let base = scheme.split('+').next().unwrap_or(scheme);
+            if base == "postgresql" || base == "postgres" {
+                return Ok(Location::Postgres(format!("postgres://{rest}")));
+            }
+        }
+        sqlite_path(url).map(Location::Sqlite)
+    }
+}
+
 /// The file behind a storage URL: a path, or Optuna's `sqlite:///path`
 /// (`sqlite:////abs/path` for an absolute one).
 pub fn sqlite_path(url: &str) -> Result<PathBuf> {
@@ -62,13 +86,49 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
     if url.contains("://") {
         let scheme = url.split("://").next().unwrap_or("");
         return Err(Error::Input(format!(
-            "storage '{url}': the '{scheme}' scheme is not supported; use a file path or sqlite:///path.db"
+            "storage '{}': the '{scheme}' scheme is not supported; use a file path, \
+             sqlite:///path.db or postgresql://user@host/db",
+            masked(url)
         )));
     }
     if url.is_empty() {
         return Err(Error::Input("storage is empty".into()));
     }
     Ok(PathBuf::from(url))
+}
+
+/// `url` with any password in it replaced by `***`: the form every
+/// message, the dashboard and the database show. Credentials are in the
+/// user-info part (`user:secret@host`) or a `password=` parameter.
+pub fn masked(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((info, host)) => match info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", params.join("&"))
+        }
+        None => tail.to_string(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }
 
 /// Now, as SQLAlchemy writes a naive local `DATETIME` in SQLite.
@@ -79,32 +139,45 @@ pub fn now() -> String {
 }
 
 fn storage_err(url: &str, e: impl Into<crate::error::StorageFailure>) -> Error {
-    Error::storage(url, e)
+    Error::storage(&masked(url), e)
 }
 
 /// A database connection for one study's reads and set-up.
 pub struct Store {
+    /// The storage URL as shown: [`masked`].
     pub url: String,
-    pub path: PathBuf,
-    conn: SqliteConnection,
+    location: Location,
+    conn: AnyConnection,
 }
 
 impl Store {
-    fn options(path: &Path, create: bool) -> SqliteConnectOptions {
-        SqliteConnectOptions::from_str("sqlite://")
-            .expect("a static URL")
-            .filename(path)
-            .create_if_missing(create)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(60))
-            .disable_statement_logging()
+    fn options(location: &Location, create: bool) -> Result<AnyConnectOptions> {
+        let url = match location {
+            Location::Sqlite(path) => {
+                // sqlx reads the path from a URL: characters that URLs
+                // give a meaning to are escaped.
+                let path = path
+                    .display()
+                    .to_string()
+                    .replace('%', "%25")
+                    .replace('?', "%3F")
+                    .replace('#', "%23");
+                let mode = if create { "rwc" } else { "rw" };
+                format!("sqlite://{path}?mode={mode}")
+            }
+            Location::Postgres(url) => url.clone(),
+        };
+        let options = AnyConnectOptions::from_str(&url)
+            .map_err(|e| Error::Input(format!("storage '{}': {e}", masked(&url))))?;
+        Ok(options.disable_statement_logging())
     }
 
     /// Opens (creating if needed) and migrates the database at `url`.
     pub async fn open(url: &str) -> Result<Self> {
-        let path = sqlite_path(url)?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let location = Location::parse(url)?;
+        if let Location::Sqlite(path) = &location
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|e| {
                 storage_err(
                     url,
@@ -115,7 +188,7 @@ impl Store {
                 )
             })?;
         }
-        let mut store = Self::connect(url, path, true).await?;
+        let mut store = Self::connect(url, location, true).await?;
         migrate::migrate(&mut store.conn)
             .await
             .map_err(|e| storage_err(url, e))?;
@@ -124,53 +197,123 @@ impl Store {
 
     /// Opens an existing database for reading; a missing file is bad input.
     pub async fn open_existing(url: &str) -> Result<Self> {
-        let path = sqlite_path(url)?;
-        if !path.is_file() {
+        let location = Location::parse(url)?;
+        if let Location::Sqlite(path) = &location
+            && !path.is_file()
+        {
             return Err(Error::Input(format!(
-                "no database at {} (storage '{url}')",
-                path.display()
+                "no database at {} (storage '{}')",
+                path.display(),
+                masked(url)
             )));
         }
-        Self::connect(url, path, false).await
+        Self::connect(url, location, false).await
     }
 
-    async fn connect(url: &str, path: PathBuf, create: bool) -> Result<Self> {
-        let conn = Self::options(&path, create)
-            .connect()
-            .await
-            .map_err(|e| storage_err(url, e))?;
+    async fn connect(url: &str, location: Location, create: bool) -> Result<Self> {
+        let conn = Self::connection(url, &location, create).await?;
         Ok(Store {
-            url: url.to_string(),
-            path,
+            url: masked(url),
+            location,
             conn,
         })
     }
 
-    /// A second connection to the same file, for the writer.
-    pub async fn connect_writer(&self) -> Result<SqliteConnection> {
-        Self::options(&self.path, false)
-            .connect()
+    async fn connection(url: &str, location: &Location, create: bool) -> Result<AnyConnection> {
+        sqlx::any::install_default_drivers();
+        let mut conn = AnyConnection::connect_with(&Self::options(location, create)?)
             .await
-            .map_err(|e| storage_err(&self.url, e))
+            .map_err(|e| storage_err(url, e))?;
+        if matches!(location, Location::Sqlite(_)) {
+            // WAL: readers never wait for the writer. A busy writer is
+            // waited for, not failed on.
+            let pragmas = if create {
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 60000"
+            } else {
+                "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 60000"
+            };
+            sqlx::raw_sql(pragmas)
+                .execute(&mut conn)
+                .await
+                .map_err(|e| storage_err(url, e))?;
+        }
+        Ok(conn)
     }
 
-    pub fn conn(&mut self) -> &mut SqliteConnection {
+    /// The database this store is connected to.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// A second connection to the same database, for the writer.
+    pub async fn connect_writer(&self) -> Result<AnyConnection> {
+        Self::connection(&self.url, &self.location, false).await
+    }
+
+    pub fn conn(&mut self) -> &mut AnyConnection {
         &mut self.conn
     }
 
-    /// Folds the write-ahead log into the database file and closes the
-    /// connection: when it is the last one, SQLite removes the `-wal` and
-    /// `-shm` files, and a copy of the `.db` alone is the whole study.
+    /// Folds SQLite's write-ahead log into the database file and closes
+    /// the connection: when it is the last one, SQLite removes the `-wal`
+    /// and `-shm` files, and a copy of the `.db` alone is the whole study.
     /// Readers still open (a dashboard, another process) keep the log; it
     /// is folded as far as they allow, without waiting for them.
     pub async fn close(mut self) -> Result<()> {
         let url = self.url.clone();
-        // Without waiting: while other processes use the database, the
-        // last one to leave folds the log.
-        sqlx::raw_sql("PRAGMA busy_timeout = 0; PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&mut self.conn)
-            .await
-            .map_err(|e| storage_err(&url, e))?;
+        if matches!(self.location, Location::Sqlite(_)) {
+            // Without waiting: while other processes use the database, the
+            // last one to leave folds the log.
+            sqlx::raw_sql("PRAGMA busy_timeout = 0; PRAGMA wal_checkpoint(TRUNCATE)")
+                .execute(&mut self.conn)
+                .await
+                .map_err(|e| storage_err(&url, e))?;
+        }
         self.conn.close().await.map_err(|e| storage_err(&url, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked_wherever_they_sit() {
+        assert_eq!(
+            masked("postgresql://tuner:s3cret@db.lab:5432/studies?sslmode=require"),
+            "postgresql://tuner:***@db.lab:5432/studies?sslmode=require"
+        );
+        assert_eq!(
+            masked("postgres://tuner@db/studies?password=s3cret&sslmode=disable"),
+            "postgres://tuner@db/studies?password=***&sslmode=disable"
+        );
+        assert_eq!(
+            masked("postgresql://tuner@db/studies"),
+            "postgresql://tuner@db/studies"
+        );
+        assert_eq!(masked("runs/digits.db"), "runs/digits.db");
+        // A password that holds an '@' still goes.
+        assert_eq!(masked("postgresql://u:p@ss@h/d"), "postgresql://u:***@h/d");
+    }
+
+    #[test]
+    fn storage_urls_name_sqlite_files_or_postgres_databases() {
+        assert_eq!(
+            Location::parse("postgresql+psycopg2://u@h/d").unwrap(),
+            Location::Postgres("postgres://u@h/d".into())
+        );
+        assert_eq!(
+            Location::parse("sqlite:///runs/a.db").unwrap(),
+            Location::Sqlite("runs/a.db".into())
+        );
+        assert_eq!(
+            Location::parse("a.db").unwrap(),
+            Location::Sqlite("a.db".into())
+        );
+        let err = Location::parse("mysql://u:pw@h/d").unwrap_err().to_string();
+        assert!(
+            err.contains("mysql://u:***@h/d") && !err.contains("pw"),
+            "{err}"
+        );
     }
 }

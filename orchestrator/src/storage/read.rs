@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Row, SqliteConnection};
+use sqlx::{AnyConnection, Row};
+
+use super::dialect::{Dialect, sql, table_exists};
 
 use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
@@ -116,7 +118,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let rows = sqlx::query(
-            "SELECT s.study_id, s.study_name, COALESCE(d.direction, 'MINIMIZE') FROM studies s \
+            "SELECT s.study_id, s.study_name, COALESCE(CAST(d.direction AS TEXT), 'MINIMIZE') FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 ORDER BY s.study_id",
         )
         .fetch_all(self.conn())
@@ -168,37 +170,30 @@ impl Store {
     }
 }
 
-/// Whether the database on `conn` has table `name` (readers do not migrate).
-async fn table_exists(conn: &mut SqliteConnection, name: &str) -> sqlx::Result<bool> {
-    Ok(
-        sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
-            .bind(name)
-            .fetch_optional(&mut *conn)
-            .await?
-            .is_some(),
-    )
-}
-
 /// Every trial of the study, with parameters, curves, priorities and the
 /// run that holds it; on any connection (the writer reads through its own).
 pub(super) async fn read_trials(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     study_id: i64,
 ) -> sqlx::Result<Vec<TrialRow>> {
-    let rows = sqlx::query(
-            // The reason is in salus_trials once the trial held memory, and
-            // always in Optuna's `fail_reason` attribute.
-            "SELECT t.trial_id, t.number, t.state, v.value, t.datetime_start, t.datetime_complete, \
-             COALESCE(st.fail_reason, json_extract(a.value_json, '$')), h.heartbeat \
+    // The reason is in salus_trials once the trial held memory, and
+    // always in Optuna's `fail_reason` attribute (a JSON string).
+    let reason = match Dialect::of(conn) {
+        Dialect::Sqlite => "json_extract(a.value_json, '$')",
+        Dialect::Postgres => "(CAST(a.value_json AS json) #>> '{}')",
+    };
+    let query = format!(
+        "SELECT t.trial_id, t.number, CAST(t.state AS TEXT), v.value, CAST(t.datetime_start AS TEXT), \
+             CAST(t.datetime_complete AS TEXT), COALESCE(st.fail_reason, {reason}), CAST(h.heartbeat AS TEXT) \
              FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              LEFT JOIN salus_trials st ON st.trial_id = t.trial_id \
              LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.\"key\" = 'fail_reason' \
              LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id WHERE t.study_id = ? ORDER BY t.number",
-        )
+    );
+    let rows = sqlx::query(&sql(conn, &query))
         .bind(study_id)
         .fetch_all(&mut *conn)
-        .await
-        ?;
+        .await?;
     let mut trials: Vec<TrialRow> = rows
         .iter()
         .map(|r| TrialRow {
@@ -223,10 +218,11 @@ pub(super) async fn read_trials(
         .enumerate()
         .map(|(i, t)| (t.trial_id, i))
         .collect();
-    let params = sqlx::query(
+    let params = sqlx::query(&sql(
+        &*conn,
         "SELECT p.trial_id, p.param_name, p.param_value, p.distribution_json FROM trial_params p \
              JOIN trials t ON t.trial_id = p.trial_id WHERE t.study_id = ? ORDER BY p.param_id",
-    )
+    ))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
@@ -239,10 +235,8 @@ pub(super) async fn read_trials(
             });
         }
     }
-    let values = sqlx::query(
-            "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \
-             JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = ? ORDER BY iv.trial_id, iv.step",
-        )
+    let values = sqlx::query(&sql(&*conn, "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \
+             JOIN trials t ON t.trial_id = iv.trial_id WHERE t.study_id = ? ORDER BY iv.trial_id, iv.step",))
         .bind(study_id)
         .fetch_all(&mut *conn)
         .await
@@ -254,16 +248,9 @@ pub(super) async fn read_trials(
                 .push((r.get(1), r.get::<Option<f64>, _>(2).unwrap_or(f64::NAN)));
         }
     }
-    let has_priority =
-        sqlx::query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'salus_priority'")
-            .fetch_optional(&mut *conn)
-            .await?
-            .is_some();
-    if has_priority {
-        let latest = sqlx::query(
-                "SELECT p.trial_id, p.priority, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
-                 WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",
-            )
+    if table_exists(conn, "salus_priority").await? {
+        let latest = sqlx::query(&sql(&*conn, "SELECT p.trial_id, p.priority, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",))
             .bind(study_id)
             .fetch_all(&mut *conn)
             .await
@@ -275,10 +262,8 @@ pub(super) async fn read_trials(
             }
         }
     }
-    let enqueued = sqlx::query(
-        "SELECT a.trial_id, a.value_json FROM trial_system_attributes a \
-         JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.\"key\" = 'fixed_params'",
-    )
+    let enqueued = sqlx::query(&sql(&*conn, "SELECT a.trial_id, a.value_json FROM trial_system_attributes a \
+         JOIN trials t ON t.trial_id = a.trial_id WHERE t.study_id = ? AND a.\"key\" = 'fixed_params'",))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
@@ -288,11 +273,13 @@ pub(super) async fn read_trials(
         }
     }
     if table_exists(conn, "salus_claims").await? {
-        let owners = sqlx::query(
-            "SELECT c.trial_id, r.run_id, r.host, r.pid, r.heartbeat, r.ended IS NOT NULL \
+        let owners = sqlx::query(&sql(
+            &*conn,
+            "SELECT c.trial_id, r.run_id, r.host, r.pid, CAST(r.heartbeat AS TEXT), \
+                 CASE WHEN r.ended IS NULL THEN 0 ELSE 1 END \
                  FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
                  JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ?",
-        )
+        ))
         .bind(study_id)
         .fetch_all(&mut *conn)
         .await?;
@@ -303,7 +290,7 @@ pub(super) async fn read_trials(
                     host: r.get(2),
                     pid: r.get(3),
                     heartbeat: r.get(4),
-                    ended: r.get(5),
+                    ended: r.get::<i64, _>(5) != 0,
                 });
             }
         }
@@ -336,10 +323,11 @@ impl Store {
         if !self.has_table("salus_models").await? {
             return Ok(Vec::new());
         }
-        sqlx::query_scalar(
+        sqlx::query_scalar(&sql(
+            self.conn(),
             "SELECT t.number FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
              WHERE t.study_id = ? ORDER BY t.number",
-        )
+        ))
         .bind(study_id)
         .fetch_all(self.conn())
         .await
@@ -356,10 +344,8 @@ impl Store {
             return Ok(None);
         }
         let url = self.url.clone();
-        let row = sqlx::query(
-            "SELECT m.architecture, m.weights FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
-             WHERE t.study_id = ? AND t.number = ?",
-        )
+        let row = sqlx::query(&sql(self.conn(), "SELECT m.architecture, m.weights FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
+             WHERE t.study_id = ? AND t.number = ?",))
         .bind(study_id)
         .bind(number)
         .fetch_one(self.conn())

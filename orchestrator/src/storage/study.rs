@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use sqlx::{Connection, Row};
+use sqlx::Row;
+
+use super::dialect::{Dialect, begin_write, sql};
 
 use super::writer::{Attrs, event, set_trial_attr};
 use super::{Store, StudyInfo, TrialId, now, storage_err};
@@ -13,6 +15,8 @@ use crate::error::{Error, Result};
 use crate::study::Study;
 
 const SPACE_KEY: &str = "salus:search_space";
+/// The advisory lock under which a study is created on PostgreSQL.
+const STUDY_LOCK: i64 = 0x73616c7574;
 /// The fixed knobs, typed, in the study's and in each trial's user attributes.
 pub const FIXED_KEY: &str = "fixed_params";
 
@@ -26,9 +30,7 @@ impl Store {
         action: &str,
     ) -> Result<()> {
         let url = self.url.clone();
-        sqlx::query(
-            "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?)",
-        )
+        sqlx::query(&sql(self.conn(), "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?::timestamp)",))
         .bind(study_id)
         .bind(trial_id)
         .bind(action)
@@ -47,17 +49,15 @@ impl Store {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let time = now();
-        let mut tx = self
-            .conn()
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(err)?;
-        let failed: Vec<TrialId> =
-            sqlx::query_scalar("SELECT trial_id FROM trials WHERE study_id = ? AND state = 'FAIL'")
-                .bind(study_id)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(err)?;
+        let mut tx = begin_write(self.conn()).await.map_err(err)?;
+        let failed: Vec<TrialId> = sqlx::query_scalar(&sql(
+            &tx,
+            "SELECT trial_id FROM trials WHERE study_id = ? AND state = 'FAIL'",
+        ))
+        .bind(study_id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(err)?;
         for id in &failed {
             for statement in [
                 "DELETE FROM trial_system_attributes \
@@ -93,20 +93,11 @@ impl Store {
     ) -> Result<super::TrialNumber> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
-        let mut tx = self
-            .conn()
-            .begin_with("BEGIN IMMEDIATE")
+        let mut tx = begin_write(self.conn()).await.map_err(err)?;
+        let number = super::writer::next_number(&mut tx, study_id)
             .await
             .map_err(err)?;
-        let number: super::TrialNumber =
-            sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
-                .bind(study_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err)?;
-        let trial_id: TrialId = sqlx::query_scalar(
-            "INSERT INTO trials (number, study_id, state) VALUES (?, ?, 'WAITING') RETURNING trial_id",
-        )
+        let trial_id: TrialId = sqlx::query_scalar(&sql(&tx, "INSERT INTO trials (number, study_id, state) VALUES (?, ?, 'WAITING') RETURNING trial_id",))
         .bind(number)
         .bind(study_id)
         .fetch_one(&mut *tx)
@@ -138,18 +129,21 @@ impl Store {
     pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, Opened)> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
-        let mut tx = self
-            .conn()
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(err)?;
-        let existing = sqlx::query(
-            "SELECT s.study_id, d.direction, a.value_json, f.value_json FROM studies s \
+        let mut tx = begin_write(self.conn()).await.map_err(err)?;
+        if Dialect::of(&tx) == Dialect::Postgres {
+            // Processes that start the same new study at once: the first
+            // creates it, the others find it (SQLite's write lock does this).
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(STUDY_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(err)?;
+        }
+        let existing = sqlx::query(&sql(&tx, "SELECT s.study_id, CAST(d.direction AS TEXT), a.value_json, f.value_json FROM studies s \
              LEFT JOIN study_directions d ON d.study_id = s.study_id AND d.objective = 0 \
              LEFT JOIN study_system_attributes a ON a.study_id = s.study_id AND a.\"key\" = ? \
              LEFT JOIN study_user_attributes f ON f.study_id = s.study_id AND f.\"key\" = ? \
-             WHERE s.study_name = ?",
-        )
+             WHERE s.study_name = ?",))
         .bind(SPACE_KEY)
         .bind(FIXED_KEY)
         .bind(&study.name)
@@ -191,7 +185,7 @@ impl Store {
             };
             if let Some(why) = &changed {
                 let trials: i64 =
-                    sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
+                    sqlx::query_scalar(&sql(&tx, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
                         .bind(id)
                         .fetch_one(&mut *tx)
                         .await
@@ -217,12 +211,14 @@ impl Store {
             };
             return Ok((info, changed.map_or(Opened::Resumed, Opened::Redefined)));
         }
-        let id: i64 =
-            sqlx::query_scalar("INSERT INTO studies (study_name) VALUES (?) RETURNING study_id")
-                .bind(&study.name)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(err)?;
+        let id: i64 = sqlx::query_scalar(&sql(
+            &tx,
+            "INSERT INTO studies (study_name) VALUES (?) RETURNING study_id",
+        ))
+        .bind(&study.name)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(err)?;
         define(&mut tx, id, study, "study_create")
             .await
             .map_err(err)?;
@@ -251,15 +247,13 @@ pub enum Opened {
 /// Writes a study's definition (direction, search space, metric, fixed
 /// values), replacing an earlier one, and records an event of `kind`.
 async fn define(
-    conn: &mut sqlx::SqliteConnection,
+    conn: &mut sqlx::AnyConnection,
     id: i64,
     study: &Study,
     kind: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO study_directions (direction, study_id, objective) VALUES (?, ?, 0) \
-         ON CONFLICT (study_id, objective) DO UPDATE SET direction = excluded.direction",
-    )
+    sqlx::query(&sql(&*conn, "INSERT INTO study_directions (direction, study_id, objective) VALUES (?::studydirection, ?, 0) \
+         ON CONFLICT (study_id, objective) DO UPDATE SET direction = excluded.direction",))
     .bind(study.direction.optuna())
     .bind(id)
     .execute(&mut *conn)
@@ -291,9 +285,12 @@ async fn define(
         ));
     }
     for (table, key, value) in attrs {
-        sqlx::query(&format!(
-            "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?) \
+        sqlx::query(&sql(
+            &*conn,
+            &format!(
+                "INSERT INTO {table} (study_id, \"key\", value_json) VALUES (?, ?, ?) \
              ON CONFLICT (study_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
+            ),
         ))
         .bind(id)
         .bind(key)

@@ -8,7 +8,9 @@
 //! writers wait at most one short batch. Operations that need an answer
 //! (a new trial's id, a flush) get it after their transaction commits.
 
-use sqlx::{Connection, Row, SqliteConnection};
+use sqlx::{AnyConnection, Row};
+
+use super::dialect::{Dialect, begin_write, sql};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{StoredParam, TrialId, TrialNumber, TrialState, now};
@@ -237,7 +239,7 @@ pub struct WriterStats {
 
 impl Writer {
     /// Starts the writer task on the current tokio runtime.
-    pub fn spawn(conn: SqliteConnection, url: &str) -> (Self, tokio::task::JoinHandle<()>) {
+    pub fn spawn(conn: AnyConnection, url: &str) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = std::sync::Arc::new(std::sync::Mutex::new(WriterStats::default()));
         let handle = tokio::spawn(run(conn, rx, stats.clone()));
@@ -365,7 +367,7 @@ enum Reply {
 }
 
 async fn run(
-    mut conn: SqliteConnection,
+    mut conn: AnyConnection,
     mut rx: mpsc::UnboundedReceiver<WriteOp>,
     stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
 ) {
@@ -432,10 +434,10 @@ enum Answer {
 /// Applies a batch in one `BEGIN IMMEDIATE` transaction; then saves the
 /// files it covers, and only then answers (see the module docs).
 async fn apply(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     batch: &mut [WriteOp],
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = begin_write(conn).await?;
     let time = now();
     let mut answers = Vec::with_capacity(batch.len());
     for op in batch.iter() {
@@ -493,7 +495,7 @@ fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
 
 /// One op's statements, inside the batch's transaction.
 async fn write_op(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
@@ -547,7 +549,7 @@ async fn write_op(
 
 /// A trial starts (again) or goes back to WAITING.
 async fn trial_state(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
@@ -562,11 +564,12 @@ async fn trial_state(
     // Only a RUNNING trial still held by the run seen holding it goes back:
     // when two processes find the same orphan, the first requeues it, and
     // the second changes nothing, even after a third took it meanwhile.
-    let changed = sqlx::query(
+    let changed = sqlx::query(&sql(
+        &*conn,
         "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
          WHERE trial_id = ? AND state = 'RUNNING' \
-         AND (SELECT run_id FROM salus_claims WHERE trial_id = ?) IS ?",
-    )
+         AND (SELECT run_id FROM salus_claims WHERE trial_id = ?) IS NOT DISTINCT FROM ?",
+    ))
     .bind(*trial_id)
     .bind(*trial_id)
     .bind(*held_by)
@@ -576,12 +579,15 @@ async fn trial_state(
     if changed == 0 {
         return Ok(());
     }
-    sqlx::query("DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?")
-        .bind(*trial_id)
-        .bind(*keep_steps)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query("DELETE FROM salus_claims WHERE trial_id = ?")
+    sqlx::query(&sql(
+        &*conn,
+        "DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?",
+    ))
+    .bind(*trial_id)
+    .bind(*keep_steps)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(&sql(&*conn, "DELETE FROM salus_claims WHERE trial_id = ?"))
         .bind(*trial_id)
         .execute(&mut *conn)
         .await?;
@@ -592,7 +598,7 @@ async fn trial_state(
 /// What a running trial records: resources, values, priorities,
 /// attributes and heartbeats.
 async fn trial_progress(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
@@ -601,12 +607,10 @@ async fn trial_progress(
             trial_id,
             resources: r,
         } => {
-            sqlx::query(
-                "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
                  ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
-                 iterations = 0, device_seconds = 0, fail_reason = NULL",
-            )
+                 iterations = 0, device_seconds = 0, fail_reason = NULL",))
             .bind(*trial_id)
             .bind(&r.device)
             .bind(r.lane)
@@ -623,10 +627,8 @@ async fn trial_progress(
             value,
         } => {
             let (v, kind) = optuna_value(*value, true);
-            sqlx::query(
-                "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?) \
-                 ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",
-            )
+            sqlx::query(&sql(&*conn, "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?::trialintermediatevaluetype) \
+                 ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",))
             .bind(*trial_id)
             .bind(*step)
             .bind(v)
@@ -640,7 +642,7 @@ async fn trial_progress(
             rung,
             reason,
         } => {
-            sqlx::query("INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?, ?, ?, ?)")
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?::timestamp, ?, ?, ?)"))
                 .bind(*trial_id)
                 .bind(time)
                 .bind(*priority)
@@ -657,13 +659,16 @@ async fn trial_progress(
             set_trial_attr(conn, Attrs::System, *trial_id, key, value_json).await?;
         }
         WriteOp::Heartbeat { run_id, trial_ids } => {
-            sqlx::query("UPDATE salus_runs SET heartbeat = ? WHERE run_id = ?")
-                .bind(time)
-                .bind(*run_id)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query(&sql(
+                &*conn,
+                "UPDATE salus_runs SET heartbeat = ?::timestamp WHERE run_id = ?",
+            ))
+            .bind(time)
+            .bind(*run_id)
+            .execute(&mut *conn)
+            .await?;
             for id in trial_ids.iter() {
-                sqlx::query("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat")
+                sqlx::query(&sql(&*conn, "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?::timestamp) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"))
                     .bind(*id)
                     .bind(time)
                     .execute(&mut *conn)
@@ -679,16 +684,17 @@ async fn trial_progress(
 /// attribute of that name) and user attributes, each replacing an earlier
 /// one of its key.
 async fn trial_extras(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     trial_id: TrialId,
     step: i64,
     extras: &workers::ReportExtras,
 ) -> std::result::Result<(), sqlx::Error> {
     for (name, v) in &extras.metrics {
-        sqlx::query(
+        sqlx::query(&sql(
+            &*conn,
             "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, ?) \
              ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
-        )
+        ))
         .bind(trial_id)
         .bind(name)
         .bind(step)
@@ -713,7 +719,7 @@ pub(super) enum Attrs {
 
 /// Sets a trial attribute (a JSON value), replacing an earlier one.
 pub(super) async fn set_trial_attr(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     table: Attrs,
     trial_id: TrialId,
     key: &str,
@@ -723,9 +729,12 @@ pub(super) async fn set_trial_attr(
         Attrs::User => "trial_user_attributes",
         Attrs::System => "trial_system_attributes",
     };
-    sqlx::query(&format!(
-        "INSERT INTO {table} (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+    sqlx::query(&sql(
+        &*conn,
+        &format!(
+            "INSERT INTO {table} (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
          ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
+        ),
     ))
     .bind(trial_id)
     .bind(key)
@@ -737,7 +746,7 @@ pub(super) async fn set_trial_attr(
 
 /// See [`WriteOp::KeepModel`].
 async fn keep_model(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
@@ -752,32 +761,28 @@ async fn keep_model(
     };
     if let Some(maximize) = best_of {
         let as_good = if *maximize { ">=" } else { "<=" };
-        let rivals: i64 = sqlx::query_scalar(&format!(
+        let rivals: i64 = sqlx::query_scalar(&sql(&*conn, &format!(
             "SELECT COUNT(*) FROM trials me \
              JOIN trial_values mv ON mv.trial_id = me.trial_id AND mv.objective = 0 \
              JOIN trials t ON t.study_id = me.study_id AND t.trial_id <> me.trial_id AND t.state = 'COMPLETE' \
              JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              WHERE me.trial_id = ? AND v.value {as_good} mv.value"
-        ))
+        )))
         .bind(*trial_id)
         .fetch_one(&mut *conn)
         .await?;
         if rivals > 0 {
             return Ok(());
         }
-        sqlx::query(
-            "DELETE FROM salus_models WHERE trial_id IN \
-             (SELECT trial_id FROM trials WHERE study_id = (SELECT study_id FROM trials WHERE trial_id = ?))",
-        )
+        sqlx::query(&sql(&*conn, "DELETE FROM salus_models WHERE trial_id IN \
+             (SELECT trial_id FROM trials WHERE study_id = (SELECT study_id FROM trials WHERE trial_id = ?))",))
         .bind(*trial_id)
         .execute(&mut *conn)
         .await?;
     }
-    sqlx::query(
-        "INSERT INTO salus_models (trial_id, created, architecture, weights) VALUES (?, ?, ?, ?) \
+    sqlx::query(&sql(&*conn, "INSERT INTO salus_models (trial_id, created, architecture, weights) VALUES (?, ?::timestamp, ?, ?) \
          ON CONFLICT (trial_id) DO UPDATE SET created = excluded.created, \
-         architecture = excluded.architecture, weights = excluded.weights",
-    )
+         architecture = excluded.architecture, weights = excluded.weights",))
     .bind(*trial_id)
     .bind(time)
     .bind(architecture)
@@ -789,17 +794,16 @@ async fn keep_model(
 
 /// The core's runs, lane segments, swaps and lane totals.
 async fn run_telemetry(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     match op {
         WriteOp::StartRun { study_id, run, .. } => {
+            lock_study(conn, *study_id).await?;
             let index = super::claims::free_process_index(conn, *study_id).await?;
-            let run_id: i64 = sqlx::query_scalar(
-                "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
-                 host, pid, process_index, heartbeat) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING run_id",
-            )
+            let run_id: i64 = sqlx::query_scalar(&sql(&*conn, "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
+                 host, pid, process_index, heartbeat) VALUES (?, ?::timestamp, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp) RETURNING run_id",))
             .bind(*study_id)
             .bind(time)
             .bind(&run.device)
@@ -823,7 +827,7 @@ async fn run_telemetry(
             end_s,
             iterations,
         } => {
-            sqlx::query("INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)")
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)"))
                 .bind(*run_id)
                 .bind(*lane)
                 .bind(*trial_id)
@@ -842,7 +846,7 @@ async fn run_telemetry(
             seconds,
             time_s,
         } => {
-            sqlx::query("INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)")
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)"))
                 .bind(*run_id)
                 .bind(*trial_id)
                 .bind(*lane)
@@ -854,9 +858,9 @@ async fn run_telemetry(
                 .await?;
         }
         WriteOp::LaneStats { run_id, stats: s } => {
-            sqlx::query(
-                "INSERT OR REPLACE INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (run_id, lane) DO UPDATE SET iterations = excluded.iterations, busy_s = excluded.busy_s, wall_s = excluded.wall_s, \
+                 switches = excluded.switches, switch_mean_us = excluded.switch_mean_us, switch_max_us = excluded.switch_max_us",))
             .bind(*run_id)
             .bind(s.lane)
             .bind(s.iterations)
@@ -896,16 +900,14 @@ fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
 
 /// Records an event in `salus_events`.
 pub(super) async fn event(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     study_id: i64,
     trial_id: Option<TrialId>,
     kind: &str,
     detail: &str,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) VALUES (?, ?, ?, ?, ?)",
-    )
+    sqlx::query(&sql(conn, "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) VALUES (?, ?, ?::timestamp, ?, ?)",))
     .bind(study_id)
     .bind(trial_id)
     .bind(time)
@@ -918,16 +920,19 @@ pub(super) async fn event(
 
 /// An event for a trial, its study looked up.
 async fn study_event(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     trial_id: TrialId,
     kind: &str,
     detail: &str,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    let study_id: i64 = sqlx::query_scalar("SELECT study_id FROM trials WHERE trial_id = ?")
-        .bind(trial_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let study_id: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT study_id FROM trials WHERE trial_id = ?",
+    ))
+    .bind(trial_id)
+    .fetch_one(&mut *conn)
+    .await?;
     event(conn, study_id, Some(trial_id), kind, detail, time).await
 }
 
@@ -935,7 +940,7 @@ async fn study_event(
 /// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
 /// parameters and its claim; none when the study has its budget of trials.
 async fn create_trial(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     op: &WriteOp,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
@@ -950,14 +955,11 @@ async fn create_trial(
     else {
         unreachable!("only CreateTrial comes here")
     };
-    let number: TrialNumber = sqlx::query_scalar("SELECT COUNT(*) FROM trials WHERE study_id = ?")
-        .bind(*study_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let number = next_number(conn, *study_id).await?;
     if number.0 as u64 >= *budget {
         return Ok(Some(Answer::Ids(None)));
     }
-    let trial_id: TrialId = sqlx::query_scalar("INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?) RETURNING trial_id")
+    let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
             .bind(number)
             .bind(*study_id)
             .bind(time)
@@ -978,17 +980,45 @@ async fn create_trial(
     Ok(Some(Answer::Ids(Some((trial_id, number)))))
 }
 
+/// Holds the study until the transaction ends, so that what a process
+/// reads and then writes (the next trial number, a free process index) no
+/// other process reads meanwhile. SQLite's `BEGIN IMMEDIATE` already holds
+/// the database's write lock; PostgreSQL locks the study's row.
+async fn lock_study(
+    conn: &mut AnyConnection,
+    study_id: i64,
+) -> std::result::Result<(), sqlx::Error> {
+    if Dialect::of(conn) == Dialect::Postgres {
+        sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR UPDATE")
+            .bind(study_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The number the study's next trial takes: its count of trials, the
+/// study held ([`lock_study`]) so that two processes never take the same.
+pub(super) async fn next_number(
+    conn: &mut AnyConnection,
+    study_id: i64,
+) -> std::result::Result<TrialNumber, sqlx::Error> {
+    lock_study(conn, study_id).await?;
+    sqlx::query_scalar(&sql(conn, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
+        .bind(study_id)
+        .fetch_one(&mut *conn)
+        .await
+}
+
 /// A trial's parameters; one it has already stays.
 async fn insert_params(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     trial_id: TrialId,
     params: &[StoredParam],
 ) -> std::result::Result<(), sqlx::Error> {
     for p in params.iter() {
-        sqlx::query(
-            "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (trial_id, param_name) DO NOTHING",
-        )
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (trial_id, param_name) DO NOTHING",))
         .bind(trial_id)
         .bind(&p.name)
         .bind(p.internal)
@@ -1001,7 +1031,7 @@ async fn insert_params(
 
 /// A trial ends: its state, Optuna value, fail reason and totals.
 async fn finish_trial(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     end: &TrialEnd,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
@@ -1013,7 +1043,7 @@ async fn finish_trial(
         device_seconds,
         fail_reason,
     } = end;
-    sqlx::query("UPDATE trials SET state = ?, datetime_complete = ? WHERE trial_id = ?")
+    sqlx::query(&sql(&*conn, "UPDATE trials SET state = ?::trialstate, datetime_complete = ?::timestamp WHERE trial_id = ?"))
         .bind(state.as_str())
         .bind(time)
         .bind(*trial_id)
@@ -1021,10 +1051,8 @@ async fn finish_trial(
         .await?;
     if let Some(value) = value {
         let (v, kind) = optuna_value(*value, false);
-        sqlx::query(
-                "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?) \
-                 ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",
-            )
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?::trialvaluetype) \
+                 ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",))
             .bind(*trial_id)
             .bind(v)
             .bind(kind)
@@ -1032,13 +1060,13 @@ async fn finish_trial(
             .await?;
     }
     if let Some(reason) = fail_reason {
-        sqlx::query("INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json")
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"))
                 .bind(*trial_id)
                 .bind(serde_json::to_string(reason).unwrap())
                 .execute(&mut *conn)
                 .await?;
     }
-    sqlx::query("UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?")
+    sqlx::query(&sql(&*conn, "UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?"))
             .bind(*iterations)
             .bind(*device_seconds)
             .bind(fail_reason.as_deref())
@@ -1065,14 +1093,15 @@ async fn finish_trial(
 /// The dashboard's unapplied commands for the study, marked applied, in
 /// the order they were given.
 async fn take_commands(
-    conn: &mut SqliteConnection,
+    conn: &mut AnyConnection,
     study_id: &i64,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let rows = sqlx::query(
-        "UPDATE salus_commands SET applied = ? WHERE study_id = ? AND applied IS NULL \
+    let rows = sqlx::query(&sql(
+        &*conn,
+        "UPDATE salus_commands SET applied = ?::timestamp WHERE study_id = ? AND applied IS NULL \
              RETURNING command_id, trial_id, action",
-    )
+    ))
     .bind(time)
     .bind(*study_id)
     .fetch_all(&mut *conn)

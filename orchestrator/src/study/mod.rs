@@ -607,6 +607,9 @@ pub struct Study {
     pub seed: u64,
     /// As written in the file, resolved against the file's folder.
     pub storage: Option<String>,
+    /// `[study] checkpoints`: the folder for trial checkpoints, resolved
+    /// against the file's folder (one that every process can reach).
+    pub checkpoints: Option<PathBuf>,
     pub timeout: Option<Duration>,
     /// The run stops starting trials after this many FAIL in a row.
     pub max_consecutive_failures: u64,

@@ -268,6 +268,10 @@ impl Checker<'_> {
             .storage
             .as_ref()
             .map(|s| resolve_storage(&s.get_ref().0, self.src.path));
+        let checkpoints = study.checkpoints.as_ref().map(|s| {
+            let base = self.src.path.parent().unwrap_or(Path::new("."));
+            base.join(&s.get_ref().0)
+        });
         let timeout = self.duration(
             &study.timeout,
             "study.timeout",
@@ -310,6 +314,7 @@ impl Checker<'_> {
             trials,
             seed,
             storage,
+            checkpoints,
             timeout,
             max_consecutive_failures,
             keep,
@@ -1168,7 +1173,9 @@ fn resolve_storage(s: &str, study_path: &Path) -> String {
         Some(rest) => ("sqlite:///", rest),
         None => ("", s),
     };
-    if rest.starts_with('/') || rest.starts_with(':') {
+    // An absolute path, SQLite's `:memory:`, or a server's URL.
+    if rest.starts_with('/') || rest.starts_with(':') || (prefix.is_empty() && rest.contains("://"))
+    {
         return s.to_string();
     }
     format!("{prefix}{}", base.join(rest).display())

@@ -47,6 +47,7 @@ pub struct StudySection {
     pub timeout: Field<Scalar>,
     pub max_consecutive_failures: Field<Int>,
     pub keep: Field<Str>,
+    pub checkpoints: Field<Str>,
 }
 
 #[derive(Deserialize, Default)]

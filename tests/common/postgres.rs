@@ -1,0 +1,212 @@
+//! A throwaway PostgreSQL cluster for one test: `initdb` and `pg_ctl` in a
+//! temporary folder, listening on a Unix socket there only, run as the
+//! `postgres` user when the tests run as root (PostgreSQL refuses root).
+//! It depends on no system service, and stops when dropped.
+//!
+//! The superuser `postgres` connects without a password; the role `tuner`
+//! needs its password ([`TUNER_PASSWORD`]), for the credential tests.
+//!
+//! Where PostgreSQL is not installed, [`Cluster::start`] answers `None` and
+//! the test says it skipped; `SALUS_TUNE_REQUIRE_POSTGRES=1` (set by
+//! `scripts/test.sh`, which installs it) makes that a failure instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const TUNER_PASSWORD: &str = "s3cret-Pw";
+
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    as_postgres: bool,
+}
+
+/// The folder that holds `initdb` and `pg_ctl`: on the PATH, else Debian's
+/// `/usr/lib/postgresql/<version>/bin` (newest first).
+fn pg_bin() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p).find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    });
+    on_path.or_else(|| {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path().join("bin")))
+            .filter(|d| d.join("initdb").is_file())
+            .collect();
+        versions.sort_by_key(|d| {
+            d.parent()
+                .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
+                .unwrap_or(0)
+        });
+        versions.pop()
+    })
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Cluster {
+    /// A new cluster, started; `None` (after saying why) where PostgreSQL
+    /// is not installed and not required.
+    pub fn start(test: &str) -> Option<Cluster> {
+        let Some(bin) = pg_bin() else {
+            let why = "PostgreSQL is not installed (initdb not found)";
+            if std::env::var("SALUS_TUNE_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                panic!("{test}: {why}, and SALUS_TUNE_REQUIRE_POSTGRES=1");
+            }
+            eprintln!("skip {test}: {why}");
+            return None;
+        };
+        let dir = tempfile::Builder::new().prefix("pg").tempdir().unwrap();
+        let as_postgres = is_root();
+        if as_postgres {
+            let status = Command::new("chown")
+                .args(["postgres:", &dir.path().display().to_string()])
+                .status()
+                .unwrap();
+            assert!(status.success(), "chown to postgres");
+        }
+        let cluster = Cluster {
+            dir,
+            bin,
+            as_postgres,
+        };
+        let data = cluster.data();
+        cluster.pg(
+            "initdb",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        // The superuser by trust; every other role by its password.
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all postgres trust\nlocal all all scram-sha-256\n",
+        )
+        .unwrap();
+        let options = format!(
+            "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
+            cluster.socket_dir().display()
+        );
+        cluster.pg(
+            "pg_ctl",
+            &[
+                "-D",
+                &data.display().to_string(),
+                "-o",
+                &options,
+                "-l",
+                &cluster.dir.path().join("log").display().to_string(),
+                "-w",
+                "start",
+            ],
+        );
+        cluster.psql(
+            "postgres",
+            &format!("CREATE ROLE tuner LOGIN PASSWORD '{TUNER_PASSWORD}'"),
+        );
+        Some(cluster)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs PostgreSQL's program `name` (as `postgres` when root).
+    fn pg(&self, name: &str, args: &[&str]) {
+        let program = self.bin.join(name);
+        let out = if self.as_postgres {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(&program)
+                .args(args)
+                .output()
+        } else {
+            Command::new(&program).args(args).output()
+        }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            out.status.success(),
+            "{name} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Runs one SQL statement as the superuser on database `db`.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let bundled = self.bin.join("psql");
+        let psql = if bundled.is_file() {
+            bundled
+        } else {
+            PathBuf::from("psql")
+        };
+        let socket = self.socket_dir().display().to_string();
+        let out = Command::new(psql)
+            .args(["-h", &socket, "-U", "postgres", "-d", db])
+            .args(["-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
+            .output()
+            .expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A new empty database owned by `tuner`; its URL for the superuser.
+    pub fn database(&self, name: &str) -> String {
+        self.psql("postgres", &format!("CREATE DATABASE {name} OWNER tuner"));
+        self.url(name)
+    }
+
+    /// The superuser's URL of database `name`, as salus-tune takes it.
+    pub fn url(&self, name: &str) -> String {
+        format!(
+            "postgresql://postgres@localhost/{name}?host={}",
+            self.socket_dir().display()
+        )
+    }
+
+    /// The same database as Optuna (SQLAlchemy with psycopg2) names it.
+    pub fn optuna_url(&self, name: &str) -> String {
+        format!(
+            "postgresql+psycopg2://postgres@/{name}?host={}",
+            self.socket_dir().display()
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.data().display().to_string();
+        let program = self.bin.join("pg_ctl");
+        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
+        let _ = if self.as_postgres {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .arg(&program)
+                .args(args)
+                .output()
+        } else {
+            Command::new(&program).args(args).output()
+        };
+    }
+}
