@@ -5,8 +5,11 @@
 # Set-up: a Python virtualenv in .venv with Optuna 5.0 and pandas, for the
 # test that checks Optuna itself reads our database, and NVIDIA's NVRTC
 # wheel, so that the CUDA kernels are compiled by the real compiler even on
-# a machine without a GPU (NVRTC needs none). It installs tmux with apt-get
-# when it is missing, for the dashboard's end-to-end test.
+# a machine without a GPU (NVRTC needs none), and psycopg2, for Optuna on
+# PostgreSQL. It installs tmux (the dashboard's end-to-end test) and
+# PostgreSQL's server programs (the tests start throwaway clusters of their
+# own with initdb and pg_ctl, never a system service) with apt-get when
+# they are missing.
 #
 # Device tests that could not run (no CUDA device here) print `ok` to cargo,
 # so each one records itself (kernels::device_tests) and the last two lines
@@ -21,10 +24,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-if ! .venv/bin/python -c "import optuna, pandas" >/dev/null 2>&1; then
-    echo "setting up .venv with optuna 5.0 and pandas (for the interop test)"
+if ! .venv/bin/python -c "import optuna, pandas, psycopg2" >/dev/null 2>&1; then
+    echo "setting up .venv with optuna 5.0, pandas and psycopg2 (for the interop tests)"
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas
+    .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas psycopg2-binary
 fi
 nvrtc_lib() { .venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null; }
 if [[ ! -e "$(nvrtc_lib)/libnvrtc.so.13" ]]; then
@@ -36,14 +39,28 @@ export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(nvrtc_lib)"
 export SALUS_TUNE_REQUIRE_NVRTC=1
 export SALUS_TUNE_PYTHON="$PWD/.venv/bin/python"
 
+sudo=""
+[[ "$(id -u)" != 0 ]] && sudo="sudo"
+apt_install() {
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
 # tmux drives the real dashboard in its end-to-end test.
 if ! command -v tmux >/dev/null 2>&1; then
     echo "installing tmux (for the dashboard's end-to-end test)"
-    sudo=""
-    [[ "$(id -u)" != 0 ]] && sudo="sudo"
-    $sudo apt-get update -qq && $sudo apt-get install -y -qq tmux >/dev/null
+    apt_install tmux
 fi
 export SALUS_TUNE_REQUIRE_TMUX=1
+# PostgreSQL's programs (initdb, pg_ctl, psql, pg_dump), on the PATH or in
+# Debian's /usr/lib/postgresql/<version>/bin, and openssl for a test
+# certificate.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    echo "installing PostgreSQL (the tests start throwaway clusters of their own)"
+    apt_install postgresql
+fi
+if ! command -v openssl >/dev/null 2>&1; then
+    apt_install openssl
+fi
+export SALUS_TUNE_REQUIRE_POSTGRES=1
 export SALUS_TUNE_REQUIRE_OPTUNA=1
 
 cargo fmt --all -- --check

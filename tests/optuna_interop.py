@@ -1,6 +1,8 @@
 """Checks a salus-tune database through Optuna itself.
 
 Usage: optuna_interop.py DB STUDY_NAME OURS_TRIALS_JSON OURS_BEST_JSON N_TRIALS
+
+DB is a SQLite file, or a SQLAlchemy URL (postgresql+psycopg2://...).
 Exits non-zero, with a message, on the first disagreement.
 """
 import json
@@ -11,7 +13,7 @@ import sys
 import optuna
 
 db, name, trials_path, best_path, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-url = f"sqlite:///{db}"
+url = db if "://" in db else f"sqlite:///{db}"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 study = optuna.load_study(study_name=name, storage=url)
 ours = json.load(open(trials_path))

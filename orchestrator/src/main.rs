@@ -13,8 +13,9 @@ use salus_tune::runner::RunOptions;
 /// Hyper-parameter tuning that packs many training trials onto one device.
 ///
 /// `salus-tune STUDY.toml` runs (or resumes) the study described in the
-/// file and stores its results in SQLite in Optuna's schema, so that
-/// `optuna.load_study(storage="sqlite:///...")` reads them.
+/// file and stores its results in Optuna's schema, in SQLite or PostgreSQL,
+/// so that `optuna.load_study(storage=...)` reads them. Several processes
+/// (one per GPU, one per machine) may run the same study at once.
 ///
 /// Exit status: 0 success, 1 a run failed, 2 bad input (study file, flag,
 /// storage), 130 stopped by Ctrl-C.
@@ -187,7 +188,9 @@ enum BenchCmd {
 
 #[derive(clap::Args)]
 struct RunFlags {
-    /// Where results go: a path or sqlite:///path.db. Default: <study name>.db beside the study file.
+    /// Where results go: a path, sqlite:///path.db or postgresql://user@host/db
+    /// (the password from PGPASSWORD or ~/.pgpass). Default: <study name>.db
+    /// beside the study file.
     #[arg(long, env = "SALUS_TUNE_STORAGE")]
     storage: Option<String>,
     /// auto, cpu or cuda:N.
@@ -223,7 +226,7 @@ struct RunFlags {
 struct StudyFlags {
     /// A study file: its storage and study name are used.
     study_file: Option<PathBuf>,
-    /// A path or sqlite:///path.db.
+    /// A path, sqlite:///path.db or postgresql://user@host/db.
     #[arg(long, env = "SALUS_TUNE_STORAGE")]
     storage: Option<String>,
     /// The study's name (needed when the storage holds several).
@@ -235,7 +238,7 @@ struct StudyFlags {
 struct ReadFlags {
     /// A study file: its storage and study name are used.
     study_file: Option<PathBuf>,
-    /// A path or sqlite:///path.db.
+    /// A path, sqlite:///path.db or postgresql://user@host/db.
     #[arg(long)]
     storage: Option<String>,
     /// The study's name (needed when the storage holds several).

@@ -19,6 +19,10 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     bin: PathBuf,
     as_postgres: bool,
+    /// With TLS: the TCP port on 127.0.0.1, where only TLS is let in.
+    pub tls_port: Option<u16>,
+    /// The port, which also names the socket file.
+    port: u16,
 }
 
 /// The folder that holds `initdb` and `pg_ctl`: on the PATH, else Debian's
@@ -27,19 +31,28 @@ fn pg_bin() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p).find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
     });
-    on_path.or_else(|| {
-        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|e| Some(e.ok()?.path().join("bin")))
-            .filter(|d| d.join("initdb").is_file())
-            .collect();
-        versions.sort_by_key(|d| {
-            d.parent()
-                .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
-                .unwrap_or(0)
-        });
-        versions.pop()
-    })
+    on_path
+        .or_else(|| {
+            let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+                .ok()?
+                .filter_map(|e| Some(e.ok()?.path().join("bin")))
+                .filter(|d| d.join("initdb").is_file())
+                .collect();
+            versions.sort_by_key(|d| {
+                d.parent()
+                    .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
+                    .unwrap_or(0)
+            });
+            versions.pop()
+        })
+        // /usr/local/bin may hold links to the real folder, which also has
+        // psql and pg_dump.
+        .map(|d| {
+            std::fs::canonicalize(d.join("initdb"))
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or(d)
+        })
 }
 
 fn is_root() -> bool {
@@ -54,6 +67,13 @@ impl Cluster {
     /// A new cluster, started; `None` (after saying why) where PostgreSQL
     /// is not installed and not required.
     pub fn start(test: &str) -> Option<Cluster> {
+        Self::start_with(test, false)
+    }
+
+    /// [`Cluster::start`], and with `tls` also listening on a TCP port of
+    /// 127.0.0.1 that admits TLS connections only (a self-signed
+    /// certificate made with `openssl`).
+    pub fn start_with(test: &str, tls: bool) -> Option<Cluster> {
         let Some(bin) = pg_bin() else {
             let why = "PostgreSQL is not installed (initdb not found)";
             if std::env::var("SALUS_TUNE_REQUIRE_POSTGRES").as_deref() == Ok("1") {
@@ -71,10 +91,12 @@ impl Cluster {
                 .unwrap();
             assert!(status.success(), "chown to postgres");
         }
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             dir,
             bin,
             as_postgres,
+            tls_port: None,
+            port: 5432,
         };
         let data = cluster.data();
         cluster.pg(
@@ -90,16 +112,61 @@ impl Cluster {
                 "--no-sync",
             ],
         );
-        // The superuser by trust; every other role by its password.
+        // The superuser by trust; every other role by its password; over
+        // TCP, TLS or nothing.
         std::fs::write(
             data.join("pg_hba.conf"),
-            "local all postgres trust\nlocal all all scram-sha-256\n",
+            "local all postgres trust\nlocal all all scram-sha-256\n\
+             hostssl all all 127.0.0.1/32 scram-sha-256\n",
         )
         .unwrap();
-        let options = format!(
-            "-k {} -c listen_addresses='' -c fsync=off -c max_connections=200",
+        let mut options = format!(
+            "-k {} -c fsync=off -c max_connections=200",
             cluster.socket_dir().display()
         );
+        if tls {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let (crt, key) = (data.join("server.crt"), data.join("server.key"));
+            let made = Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                ])
+                .args(["-subj", "/CN=localhost", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&crt)
+                .output()
+                .expect("openssl");
+            assert!(
+                made.status.success(),
+                "openssl: {}",
+                String::from_utf8_lossy(&made.stderr)
+            );
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap();
+            if cluster.as_postgres {
+                for f in [&crt, &key] {
+                    Command::new("chown")
+                        .arg("postgres:")
+                        .arg(f)
+                        .status()
+                        .unwrap();
+                }
+            }
+            options.push_str(&format!(
+                " -c listen_addresses=127.0.0.1 -p {port} -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                crt.display(),
+                key.display()
+            ));
+            cluster.tls_port = Some(port);
+            cluster.port = port;
+        } else {
+            options.push_str(" -c listen_addresses=''");
+        }
         cluster.pg(
             "pg_ctl",
             &[
@@ -159,7 +226,8 @@ impl Cluster {
         };
         let socket = self.socket_dir().display().to_string();
         let out = Command::new(psql)
-            .args(["-h", &socket, "-U", "postgres", "-d", db])
+            .args(["-h", &socket, "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", db])
             .args(["-v", "ON_ERROR_STOP=1", "-At", "-c", sql])
             .output()
             .expect("psql");
@@ -177,10 +245,37 @@ impl Cluster {
         self.url(name)
     }
 
+    /// The socket's URL of database `name` for role `tuner`, without its
+    /// password (given by `PGPASSWORD`, `~/.pgpass` or the URL).
+    pub fn tuner_url(&self, name: &str) -> String {
+        format!(
+            "postgresql://tuner@localhost:{}/{name}?host={}",
+            self.port,
+            self.socket_dir().display()
+        )
+    }
+
+    /// Every row of database `name`, as `pg_dump --data-only` prints it.
+    pub fn dump(&self, name: &str) -> String {
+        let out = Command::new(self.bin.join("pg_dump"))
+            .args(["-h", &self.socket_dir().display().to_string()])
+            .args(["-p", &self.port.to_string()])
+            .args(["-U", "postgres", "--data-only", name])
+            .output()
+            .expect("pg_dump");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
     /// The superuser's URL of database `name`, as salus-tune takes it.
     pub fn url(&self, name: &str) -> String {
         format!(
-            "postgresql://postgres@localhost/{name}?host={}",
+            "postgresql://postgres@localhost:{}/{name}?host={}",
+            self.port,
             self.socket_dir().display()
         )
     }
@@ -188,8 +283,9 @@ impl Cluster {
     /// The same database as Optuna (SQLAlchemy with psycopg2) names it.
     pub fn optuna_url(&self, name: &str) -> String {
         format!(
-            "postgresql+psycopg2://postgres@/{name}?host={}",
-            self.socket_dir().display()
+            "postgresql+psycopg2://postgres@/{name}?host={}&port={}",
+            self.socket_dir().display(),
+            self.port
         )
     }
 }
