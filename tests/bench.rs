@@ -170,25 +170,81 @@ fn bench_workers_measures_the_round_trip_and_the_throughput() {
     assert!(v["round_trips"].as_u64().unwrap() > 1000);
 }
 
+fn storage_rows(extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = output_of(
+        bin()
+            .args([
+                "bench",
+                "storage",
+                "--json",
+                "--processes",
+                "1,3",
+                "--trials",
+                "9",
+            ])
+            .args(extra),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["rows"].as_array().unwrap().clone()
+}
+
 #[test]
 fn bench_storage_runs_processes_on_one_study_without_errors() {
-    let out = output_of(bin().args([
-        "bench",
-        "storage",
-        "--json",
-        "--processes",
-        "1,3",
-        "--trials",
-        "9",
-    ]));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = rows.as_array().unwrap();
+    let rows = storage_rows(&[]);
     assert_eq!(rows.len(), 2);
-    for r in rows {
+    for r in &rows {
+        assert_eq!(r["system"], "salus_sqlite", "{r}");
         assert_eq!(r["stored"], 9, "{r}");
         assert_eq!(r["errors"], 0, "{r}");
         assert!(r["trials_per_s"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["storage_ms_per_trial"].as_f64().unwrap() > 0.0, "{r}");
     }
+}
+
+/// With `--postgres`: salus-tune's processes and Optuna's on the same
+/// PostgreSQL database, each configuration a study of its own.
+#[test]
+fn bench_storage_measures_postgres_and_optuna_beside_it() {
+    let Some(cluster) = postgres::Cluster::start("bench_storage") else {
+        return;
+    };
+    let python = std::env::var("SALUS_TUNE_PYTHON")
+        .unwrap_or_else(|_| format!("{}/.venv/bin/python", env!("CARGO_MANIFEST_DIR")));
+    let has_optuna = std::process::Command::new(&python)
+        .args(["-c", "import optuna, psycopg2"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_optuna {
+        let msg = format!("{python} lacks optuna or psycopg2 (run scripts/test.sh)");
+        if std::env::var("SALUS_TUNE_REQUIRE_OPTUNA").is_ok_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+        eprintln!("skipped: {msg}");
+        return;
+    }
+    let url = cluster.database("bench");
+    let rows = storage_rows(&["--postgres", &url, "--python", &python]);
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["errors"], 0, "{r}");
+        assert!(r["stored"].as_u64().unwrap() >= 9, "{r}");
+        assert!(r["trials_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    for system in ["salus_sqlite", "salus_postgres", "optuna_postgres"] {
+        assert_eq!(
+            rows.iter().filter(|r| r["system"] == system).count(),
+            2,
+            "{system}"
+        );
+    }
+    let ours = rows
+        .iter()
+        .find(|r| r["system"] == "salus_postgres")
+        .unwrap();
+    assert_eq!(
+        ours["stored"], 9,
+        "salus-tune stops at the target exactly: {ours}"
+    );
+    assert!(ours["storage_ms_per_trial"].as_f64().unwrap() > 0.0);
 }

@@ -160,6 +160,14 @@ enum BenchCmd {
         /// Trials in each configuration's study.
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
         trials: u64,
+        /// Also measure on this PostgreSQL database (postgresql://...), with
+        /// Optuna's processes on the same database beside salus-tune's.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// The Python with Optuna 5.0 and psycopg2 for Optuna's side
+        /// [default: $SALUS_TUNE_PYTHON, else python3].
+        #[arg(long)]
+        python: Option<PathBuf>,
     },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
@@ -389,9 +397,20 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             json,
             processes,
             trials,
+            postgres,
+            python,
         } => {
             let counts: Vec<usize> = processes.iter().map(|&p| p as usize).collect();
-            let rows = bench::storage::run(&counts, trials, &mut progress)?;
+            let python = python
+                .or_else(|| std::env::var_os("SALUS_TUNE_PYTHON").map(PathBuf::from))
+                .unwrap_or_else(|| PathBuf::from("python3"));
+            let options = bench::storage::Options {
+                processes: &counts,
+                trials,
+                python: postgres.is_some().then_some(python),
+                postgres,
+            };
+            let rows = bench::storage::run(&options, &mut progress)?;
             if json {
                 println!(
                     "{}",

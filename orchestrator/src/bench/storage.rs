@@ -2,23 +2,67 @@
 //! them (one per GPU), with the smallest built-in trial, so that the
 //! database and the processes' coordination are what is measured: trials
 //! per second, errors, and the writer's time per trial (transactions,
-//! waiting for SQLite's write lock included, from each run's `study_stop`).
+//! waiting for locks included, from each run's `study_stop`).
 //!
-//! It runs this binary itself, one process per slot, on a fresh SQLite
-//! file per configuration. (PostgreSQL and Optuna's numbers beside ours
-//! come with the PostgreSQL storage.)
+//! It runs this binary itself, one process per slot: on a fresh SQLite
+//! file per configuration, and with `--postgres URL` also on that
+//! PostgreSQL database (a new study per configuration), with Optuna 5.0's
+//! own processes on the same database beside it (`optuna_storage.py`:
+//! Optuna's default sampler, a trivial objective on the same space).
+//! Optuna's processes import and connect first and then start together,
+//! so that Python's start-up is not counted against it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::json;
 
 use crate::error::{Error, Result};
+use crate::storage::Dialect;
+
+/// Optuna's side, written beside each run's study.
+const OPTUNA_SCRIPT: &str = include_str!("optuna_storage.py");
+
+/// Who ran the trials, on what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    SalusSqlite,
+    SalusPostgres,
+    OptunaPostgres,
+}
+
+impl System {
+    pub fn label(self) -> &'static str {
+        match self {
+            System::SalusSqlite => "salus-tune, SQLite",
+            System::SalusPostgres => "salus-tune, PostgreSQL",
+            System::OptunaPostgres => "Optuna 5.0, PostgreSQL",
+        }
+    }
+    fn key(self) -> &'static str {
+        match self {
+            System::SalusSqlite => "salus_sqlite",
+            System::SalusPostgres => "salus_postgres",
+            System::OptunaPostgres => "optuna_postgres",
+        }
+    }
+}
+
+/// Where the bench runs beside SQLite.
+pub struct Options<'a> {
+    pub processes: &'a [usize],
+    pub trials: u64,
+    /// A PostgreSQL database for salus-tune and Optuna.
+    pub postgres: Option<String>,
+    /// A Python with Optuna 5.0 and psycopg2 (for Optuna's rows).
+    pub python: Option<PathBuf>,
+}
 
 /// One configuration's figures.
 #[derive(Debug, Clone)]
 pub struct Row {
+    pub system: System,
     pub processes: usize,
     pub trials: u64,
     pub seconds: f64,
@@ -26,7 +70,8 @@ pub struct Row {
     pub errors: usize,
     /// Trials the study ended with (the target, when all is well).
     pub stored: u64,
-    pub storage_ms_per_trial: f64,
+    /// Not measured for Optuna.
+    pub storage_ms_per_trial: Option<f64>,
 }
 
 impl Row {
@@ -40,114 +85,286 @@ const STUDY: &str = "[study]\nname = \"bench-storage\"\ntrials = TRIALS\nseed = 
 [train]\nlr = { float = [1e-3, 1e-1], log = true }\nbatch_size = 256\nepochs = 1\n\n\
 [scheduler]\nlanes = 1\nmax_concurrent = 1\nfuse = 1\n";
 
-/// Runs each process count on its own database.
-pub fn run(processes: &[usize], trials: u64, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
+/// Runs each process count: on its own SQLite file, then (with
+/// `--postgres`) on the PostgreSQL database, salus-tune's and Optuna's.
+pub fn run(options: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::Input(format!("cannot find this program: {e}")))?;
+    let trials = options.trials;
     let mut rows = Vec::new();
-    for &p in processes {
-        let dir =
-            tempfile::tempdir().map_err(|e| Error::Input(format!("a temporary folder: {e}")))?;
-        std::fs::write(
-            dir.path().join("s.toml"),
-            STUDY.replace("TRIALS", &trials.to_string()),
-        )
-        .map_err(|e| Error::Input(format!("writing the study: {e}")))?;
-        progress(&format!("{p} processes, {trials} trials"));
-        let t0 = Instant::now();
-        let children: Vec<_> = (0..p)
-            .map(|_| {
-                Command::new(&exe)
-                    .args(["s.toml", "--no-progress", "--device", "cpu"])
-                    .current_dir(dir.path())
-                    .env_remove("SALUS_TUNE_STORAGE")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-            })
-            .collect::<std::io::Result<_>>()
-            .map_err(|e| Error::Input(format!("starting {}: {e}", exe.display())))?;
-        let mut errors = 0;
-        for c in children {
-            let out = c
-                .wait_with_output()
-                .map_err(|e| Error::Input(format!("waiting for a process: {e}")))?;
-            let log = String::from_utf8_lossy(&out.stderr);
-            errors += usize::from(!out.status.success() || log.contains("locked"));
+    let mut systems = vec![System::SalusSqlite];
+    if options.postgres.is_some() {
+        systems.push(System::SalusPostgres);
+        if options.python.is_some() {
+            systems.push(System::OptunaPostgres);
         }
-        let seconds = t0.elapsed().as_secs_f64();
-        let (stored, writer_ms) = tally(&dir.path().join("bench-storage.db"))?;
-        rows.push(Row {
-            processes: p,
-            trials,
-            seconds,
-            errors,
-            stored,
-            storage_ms_per_trial: writer_ms / stored.max(1) as f64,
-        });
+    }
+    for &p in options.processes {
+        for &system in &systems {
+            let dir = tempfile::tempdir()
+                .map_err(|e| Error::Input(format!("a temporary folder: {e}")))?;
+            // A study of its own in a shared database.
+            let name = format!("bench-storage-{}-p{p}-{}", system.key(), std::process::id());
+            progress(&format!(
+                "{}: {p} processes, {trials} trials",
+                system.label()
+            ));
+            let row = match system {
+                System::OptunaPostgres => optuna(
+                    options.python.as_deref().expect("python given"),
+                    options.postgres.as_deref().expect("postgres given"),
+                    dir.path(),
+                    &name,
+                    p,
+                    trials,
+                )?,
+                _ => {
+                    let storage = match system {
+                        System::SalusSqlite => dir.path().join("bench.db").display().to_string(),
+                        _ => options.postgres.clone().expect("postgres given"),
+                    };
+                    salus(&exe, &storage, dir.path(), &name, p, trials, system)?
+                }
+            };
+            rows.push(row);
+        }
     }
     Ok(rows)
 }
 
-/// Finished trials, and the writers' time summed over the runs.
-fn tally(db: &Path) -> Result<(u64, f64)> {
-    let url = db.display().to_string();
+/// `p` processes of this binary on study `name` in `storage`.
+fn salus(
+    exe: &Path,
+    storage: &str,
+    dir: &Path,
+    name: &str,
+    p: usize,
+    trials: u64,
+    system: System,
+) -> Result<Row> {
+    std::fs::write(
+        dir.join("s.toml"),
+        STUDY
+            .replace("TRIALS", &trials.to_string())
+            .replace("bench-storage", name),
+    )
+    .map_err(|e| Error::Input(format!("writing the study: {e}")))?;
+    let t0 = Instant::now();
+    let children: Vec<_> = (0..p)
+        .map(|_| {
+            Command::new(exe)
+                .args([
+                    "s.toml",
+                    "--no-progress",
+                    "--device",
+                    "cpu",
+                    "--storage",
+                    storage,
+                ])
+                .current_dir(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()
+        .map_err(|e| Error::Input(format!("starting {}: {e}", exe.display())))?;
+    let mut errors = 0;
+    for c in children {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| Error::Input(format!("waiting for a process: {e}")))?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        errors += usize::from(!out.status.success() || log.contains("locked"));
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let (stored, writer_ms) = tally(storage, name)?;
+    Ok(Row {
+        system,
+        processes: p,
+        trials,
+        seconds,
+        errors,
+        stored,
+        storage_ms_per_trial: Some(writer_ms / stored.max(1) as f64),
+    })
+}
+
+/// `p` Optuna processes on study `name` in the PostgreSQL at `url`,
+/// started together once all have imported Optuna and connected.
+fn optuna(python: &Path, url: &str, dir: &Path, name: &str, p: usize, trials: u64) -> Result<Row> {
+    let script = dir.join("optuna_storage.py");
+    std::fs::write(&script, OPTUNA_SCRIPT)
+        .map_err(|e| Error::Input(format!("writing {}: {e}", script.display())))?;
+    let sqlalchemy = format!(
+        "postgresql+psycopg2://{}",
+        url.split_once("://").map_or(url, |(_, rest)| rest)
+    );
+    let failed = |what: &str, e: &dyn std::fmt::Display| {
+        Error::Input(format!("Optuna's side ({}): {what}: {e}", python.display()))
+    };
+    let created = Command::new(python)
+        .arg(&script)
+        .args(["create", &sqlalchemy, name, "1"])
+        .output()
+        .map_err(|e| failed("starting", &e))?;
+    if !created.status.success() {
+        return Err(failed(
+            "creating the study",
+            &crate::storage::masked(&String::from_utf8_lossy(&created.stderr)),
+        ));
+    }
+    let go = dir.join("go");
+    let mut children = Vec::new();
+    for i in 0..p {
+        let mut c = Command::new(python)
+            .arg(&script)
+            .args([
+                "work",
+                &sqlalchemy,
+                name,
+                "1",
+                &i.to_string(),
+                &trials.to_string(),
+            ])
+            .arg(&go)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| failed("starting", &e))?;
+        // Ready: imported, connected, its sampler made.
+        let mut line = String::new();
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(c.stdout.take().expect("piped"));
+        out.read_line(&mut line)
+            .map_err(|e| failed("reading", &e))?;
+        children.push(c);
+    }
+    let t0 = Instant::now();
+    std::fs::write(&go, "").map_err(|e| failed("the start signal", &e))?;
+    let mut errors = 0;
+    for c in children {
+        let out = c.wait_with_output().map_err(|e| failed("waiting", &e))?;
+        let log = String::from_utf8_lossy(&out.stderr);
+        errors += usize::from(
+            !out.status.success()
+                || log.contains("Traceback")
+                || log.contains("already finished")
+                || log.contains("locked"),
+        );
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let (stored, _) = tally(url, name)?;
+    Ok(Row {
+        system: System::OptunaPostgres,
+        processes: p,
+        trials,
+        seconds,
+        errors,
+        stored,
+        storage_ms_per_trial: None,
+    })
+}
+
+/// Study `name`'s finished trials, and the writers' time summed over its runs.
+fn tally(url: &str, name: &str) -> Result<(u64, f64)> {
     // On a thread of its own: the command itself runs inside tokio.
-    std::thread::scope(|s| s.spawn(|| tally_on(&url)).join())
+    std::thread::scope(|s| s.spawn(|| tally_on(url, name)).join())
         .unwrap_or_else(|_| Err(Error::Input("reading the results failed".into())))
 }
 
-fn tally_on(url: &str) -> Result<(u64, f64)> {
+fn tally_on(url: &str, name: &str) -> Result<(u64, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .map_err(|e| Error::Input(format!("a runtime: {e}")))?;
     runtime.block_on(async {
-        use sqlx::Connection;
-        let err = |e: sqlx::Error| Error::storage(url, e);
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{url}"))
+        let mut store = crate::storage::Store::open_existing(url).await?;
+        let study = store.pick_study(Some(name)).await?;
+        let err = |e: sqlx::Error| Error::storage(&crate::storage::masked(url), e);
+        let conn = store.conn();
+        let stored: i64 = sqlx::query_scalar(&crate::storage::sql(
+            conn,
+            "SELECT COUNT(*) FROM trials WHERE study_id = ? \
+             AND CAST(state AS TEXT) IN ('COMPLETE', 'PRUNED', 'FAIL')",
+        ))
+        .bind(study.id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(err)?;
+        let total = Dialect::of(conn).json_member("detail", "writer_total_ms");
+        let ms: Option<f64> = if crate::storage::table_exists(conn, "salus_events")
             .await
-            .map_err(err)?;
-        let stored: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED', 'FAIL')",
-        )
-        .fetch_one(&mut c)
-        .await
-        .map_err(err)?;
-        let ms: Option<f64> = sqlx::query_scalar(
-            "SELECT SUM(json_extract(detail, '$.writer_total_ms')) FROM salus_events WHERE kind = 'study_stop'",
-        )
-        .fetch_one(&mut c)
-        .await
-        .map_err(err)?;
+            .map_err(err)?
+        {
+            sqlx::query_scalar(&crate::storage::sql(
+                conn,
+                &format!(
+                    "SELECT CAST(SUM(CAST({total} AS DOUBLE PRECISION)) AS DOUBLE PRECISION) \
+                     FROM salus_events WHERE kind = 'study_stop' AND study_id = ?"
+                ),
+            ))
+            .bind(study.id)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(err)?
+        } else {
+            None
+        };
         Ok((stored as u64, ms.unwrap_or(0.0)))
     })
 }
 
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::from(
-        "bench storage (SQLite, one study, the smallest built-in trial)\n\
-         processes  trials  seconds  trials/s  storage ms/trial  errors\n",
+        "bench storage (one study, the smallest built-in trial; Optuna: a trivial objective)\n\
+         system                   processes  trials  seconds  trials/s  storage ms/trial  errors\n",
     );
-    let base = rows.first().map_or(1.0, Row::trials_per_s);
     for r in rows {
+        let ms = r
+            .storage_ms_per_trial
+            .map_or("-".to_string(), |m| format!("{m:.2}"));
         out += &format!(
-            "{:>9}  {:>6}  {:>7.2}  {:>8.1}  {:>16.2}  {:>6}   ({:.2}x one process)\n",
+            "{:<23}  {:>9}  {:>6}  {:>7.2}  {:>8.1}  {:>16}  {:>6}\n",
+            r.system.label(),
             r.processes,
             r.stored,
             r.seconds,
             r.trials_per_s(),
-            r.storage_ms_per_trial,
+            ms,
             r.errors,
-            r.trials_per_s() / base
+        );
+    }
+    for (p, ratio) in optuna_ratios(rows) {
+        out += &format!(
+            "{p} processes on PostgreSQL: salus-tune {ratio:.2}x Optuna's trials per second\n"
         );
     }
     out
 }
 
+/// Per process count measured on both: salus-tune's trials per second
+/// on PostgreSQL over Optuna's.
+pub fn optuna_ratios(rows: &[Row]) -> Vec<(usize, f64)> {
+    rows.iter()
+        .filter(|r| r.system == System::SalusPostgres)
+        .filter_map(|ours| {
+            let theirs = rows
+                .iter()
+                .find(|r| r.system == System::OptunaPostgres && r.processes == ours.processes)?;
+            Some((
+                ours.processes,
+                ours.trials_per_s() / theirs.trials_per_s().max(1e-9),
+            ))
+        })
+        .collect()
+}
+
 pub fn json(rows: &[Row]) -> serde_json::Value {
-    json!(
-        rows.iter()
+    json!({
+        "rows": rows
+            .iter()
             .map(|r| json!({
+                "system": r.system.key(),
                 "processes": r.processes,
                 "target": r.trials,
                 "stored": r.stored,
@@ -156,6 +373,10 @@ pub fn json(rows: &[Row]) -> serde_json::Value {
                 "storage_ms_per_trial": r.storage_ms_per_trial,
                 "errors": r.errors,
             }))
-            .collect::<Vec<_>>()
-    )
+            .collect::<Vec<_>>(),
+        "salus_over_optuna_postgres": optuna_ratios(rows)
+            .iter()
+            .map(|(p, x)| json!({ "processes": p, "ratio": x }))
+            .collect::<Vec<_>>(),
+    })
 }
