@@ -214,3 +214,70 @@ fn the_readme_s_one_process_per_gpu_loop_runs_the_study() {
     }
     exactly(&TestDb::Sqlite(dir.path().join("loop.db")), 8);
 }
+
+/// `PATH` with this build's `salus-tune` first, as the examples call it.
+fn path_with_this_build() -> String {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_salus-tune"))
+        .parent()
+        .unwrap();
+    format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The Slurm job array's script and the Kubernetes Indexed Job's command
+/// line, as the files under `examples/` have them, each started twice at
+/// once (two array tasks, two pods) on one study in PostgreSQL.
+#[test]
+fn the_slurm_array_and_the_kubernetes_indexed_job_run_one_study_on_postgres() {
+    let Some(cluster) = postgres::Cluster::start("scale_examples") else {
+        return;
+    };
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let yaml = std::fs::read_to_string(examples.join("kubernetes-indexed-job.yaml")).unwrap();
+    let pod_command: Vec<String> = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("command:"))
+        .map(|list| serde_json::from_str(list.trim()).expect("command: a JSON-style list"))
+        .expect("a command: line");
+    let slurm = examples.join("slurm-array.sbatch").display().to_string();
+    let slurm_command = vec!["bash".to_string(), slurm];
+    for (name, command, index_var) in [
+        ("slurm", slurm_command, "SLURM_ARRAY_TASK_ID"),
+        ("k8s", pod_command, "JOB_COMPLETION_INDEX"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = cluster.database(name);
+        write(
+            dir.path(),
+            "s.toml",
+            &study(name, 6, 2).replace("[study]\n", "[study]\ncheckpoints = \"shared\"\n"),
+        );
+        let workers: Vec<Running> = (0..2)
+            .map(|i| {
+                Running::spawn(
+                    std::process::Command::new(&command[0])
+                        .args(&command[1..])
+                        .current_dir(dir.path())
+                        .env("PATH", path_with_this_build())
+                        .env("STUDY", "s.toml")
+                        .env("DEVICE", "cpu")
+                        .env("SALUS_TUNE_STORAGE", &url)
+                        .env(index_var, i.to_string()),
+                )
+            })
+            .collect();
+        for (i, w) in workers.into_iter().enumerate() {
+            let out = w.wait();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{name} worker {i}: {}",
+                text(&out)
+            );
+        }
+        exactly(&TestDb::Postgres(url), 6);
+    }
+}
