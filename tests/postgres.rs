@@ -138,6 +138,49 @@ fn passwords_never_show_and_come_from_the_url_pgpassword_or_a_pgpass_file() {
         "{}",
         text(&out)
     );
+    let out = run_in(
+        dir.path(),
+        &["check", "s.toml", "--storage", &with_password],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        !text(&out).contains(TUNER_PASSWORD) && text(&out).contains("tuner:***@"),
+        "{}",
+        text(&out)
+    );
+    let out = run_in(
+        dir.path(),
+        &[
+            "enqueue",
+            "s.toml",
+            "--param",
+            "width=32",
+            "--storage",
+            &with_password,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!text(&out).contains(TUNER_PASSWORD), "{}", text(&out));
+    // The enqueued trial runs first with its value, the rest sampled.
+    let out = run_in(
+        dir.path(),
+        &[
+            "s.toml",
+            "--no-progress",
+            "--more",
+            "1",
+            "--storage",
+            &with_password,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = TestDb::Postgres(cluster.url("creds")).trials(None);
+    assert_eq!(rows.len(), 3);
+    let enqueued = &rows[2];
+    assert!(
+        enqueued.state.is_finished() && enqueued.fixed_params.is_some(),
+        "{enqueued:?}"
+    );
     let dump = cluster.dump("creds");
     assert!(dump.contains("salus_runs") && !dump.contains(TUNER_PASSWORD));
 

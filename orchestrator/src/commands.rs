@@ -310,7 +310,10 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
     out += &format!("pruner     {}\n", s.pruner);
     out += &format!("keep       {}\n", s.keep.name());
     out += &format!("scheduler  {}\n", scheduler_text(&s));
-    out += &format!("storage    {}\n", storage::resolve(storage_flag, &s));
+    out += &format!(
+        "storage    {}\n",
+        storage::masked(&storage::resolve(storage_flag, &s))
+    );
     out += &format!("search space ({} parameters):\n", s.space.params().len());
     for p in s.space.params() {
         let dist = p.dist.to_string();

@@ -149,9 +149,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     /// A storage failure of `url`.
+    /// A storage failure; a password in `url` is masked (`storage::masked`).
     pub fn storage(url: &str, source: impl Into<StorageFailure>) -> Self {
         Error::Storage {
-            url: url.to_string(),
+            url: crate::storage::masked(url),
             source: source.into(),
         }
     }

@@ -280,7 +280,7 @@ fn tally_on(url: &str, name: &str) -> Result<(u64, f64)> {
     runtime.block_on(async {
         let mut store = crate::storage::Store::open_existing(url).await?;
         let study = store.pick_study(Some(name)).await?;
-        let err = |e: sqlx::Error| Error::storage(&crate::storage::masked(url), e);
+        let err = |e: sqlx::Error| Error::storage(url, e);
         let conn = store.conn();
         let stored: i64 = sqlx::query_scalar(&crate::storage::sql(
             conn,

@@ -139,7 +139,7 @@ pub fn now() -> String {
 }
 
 fn storage_err(url: &str, e: impl Into<crate::error::StorageFailure>) -> Error {
-    Error::storage(&masked(url), e)
+    Error::storage(url, e)
 }
 
 /// A database connection for one study's reads and set-up.
