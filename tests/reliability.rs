@@ -150,8 +150,10 @@ fn values(rows: &[TrialRow]) -> Vec<(i64, Vec<(i64, f64)>)> {
 }
 
 /// A trial killed (or stopped) mid-run continues from its checkpoint and
-/// ends exactly where an uninterrupted run ends.
-fn resumes_from_checkpoint(stop: &str, fused: bool) {
+/// ends exactly where an uninterrupted run ends. With `broken`, its
+/// checkpoint files are unreadable by the rerun: it restarts from zero,
+/// and still ends where the uninterrupted run ends.
+fn resumes_from_checkpoint(stop: &str, fused: bool, broken: bool) {
     let dir = tempfile::tempdir().unwrap();
     let mut body = study("ckpt", 2, 30, "256");
     if fused {
@@ -200,6 +202,11 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
         requeued.iter().all(|t| !t.state.is_finished()),
         "{requeued:?}"
     );
+    if broken {
+        for e in std::fs::read_dir(&ckpts).unwrap() {
+            std::fs::write(e.unwrap().path(), b"not a checkpoint").unwrap();
+        }
+    }
     let out = run_in(dir.path(), &["c.toml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     if fused {
@@ -213,7 +220,16 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
         &db,
         "SELECT COALESCE(MIN(json_extract(detail, '$.kept_steps')), 0) FROM salus_events WHERE kind = 'trial_requeue'",
     );
-    assert!(kept >= 1, "both trials resumed from a checkpoint");
+    if broken {
+        // The rerun requeued them finding no readable checkpoint: nothing kept.
+        let kept_most: i64 = scalar(
+            &db,
+            "SELECT COALESCE(MAX(json_extract(detail, '$.kept_steps')), -1) FROM salus_events WHERE kind = 'trial_requeue'",
+        );
+        assert_eq!(kept_most, 0, "both trials restarted from zero");
+    } else {
+        assert!(kept >= 1, "both trials resumed from a checkpoint");
+    }
     // The same study, never interrupted, gives the same curves.
     let clean = tempfile::tempdir().unwrap();
     write(clean.path(), "c.toml", &body);
@@ -237,17 +253,22 @@ fn resumes_from_checkpoint(stop: &str, fused: bool) {
 
 #[test]
 fn a_killed_trial_resumes_from_its_checkpoint() {
-    resumes_from_checkpoint("-9", false);
+    resumes_from_checkpoint("-9", false, false);
+}
+
+#[test]
+fn a_killed_trial_with_an_unreadable_checkpoint_restarts_from_zero() {
+    resumes_from_checkpoint("-9", false, true);
 }
 
 #[test]
 fn a_killed_fused_group_resumes_its_members_from_their_checkpoints() {
-    resumes_from_checkpoint("-9", true);
+    resumes_from_checkpoint("-9", true, false);
 }
 
 #[test]
 fn sigterm_stops_at_a_boundary_with_checkpoints_and_resumes() {
-    resumes_from_checkpoint("-TERM", true);
+    resumes_from_checkpoint("-TERM", true, false);
 }
 
 /// SIGTERM while ASHA has members paused out of their groups (waiting on
