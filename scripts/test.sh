@@ -24,10 +24,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
-if ! .venv/bin/python -c "import optuna, pandas, psycopg2" >/dev/null 2>&1; then
-    echo "setting up .venv with optuna 5.0, pandas and psycopg2 (for the interop tests)"
+if ! .venv/bin/python -c "import optuna, pandas, psycopg2, optuna_dashboard" >/dev/null 2>&1; then
+    echo "setting up .venv with optuna 5.0, pandas, psycopg2 and optuna-dashboard (for the interop tests)"
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas psycopg2-binary
+    .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas psycopg2-binary optuna-dashboard
 fi
 nvrtc_lib() { .venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null; }
 if [[ ! -e "$(nvrtc_lib)/libnvrtc.so.13" ]]; then
