@@ -360,18 +360,34 @@ fn sigterm_with_members_paused_out_of_their_groups_resumes_them() {
     }
 }
 
-#[test]
-fn heartbeats_tell_a_dead_process_from_a_live_one() {
+/// On SQLite, and on PostgreSQL where the other host's heartbeats are
+/// written by the database's clock, as a real process there writes them.
+fn heartbeats_tell_a_dead_process_from_a_live_one(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.toml", &study("beats", 3, 200, "256"));
-    let db = dir.path().join("beats.db");
-    let child = spawn(dir.path(), &["h.toml", "--no-progress"]);
+    let cluster = if postgres {
+        let Some(c) = common::postgres::Cluster::start("heartbeats") else {
+            return;
+        };
+        Some(c)
+    } else {
+        None
+    };
+    let db = match &cluster {
+        Some(c) => TestDb::Postgres(c.database("beats")),
+        None => TestDb::Sqlite(dir.path().join("beats.db")),
+    };
+    let url = db.url();
+    let beat_now = match &db {
+        TestDb::Sqlite(_) => format!("'{}'", salus_tune::storage::now()),
+        TestDb::Postgres(_) => "LOCALTIMESTAMP".to_string(),
+    };
+    let child = spawn(dir.path(), &["h.toml", "--no-progress", "--storage", &url]);
     let start = Instant::now();
-    while !(migrated(&db) && scalar(&db, "SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
+    while !(db.migrated() && db.scalar("SELECT COUNT(*) FROM trial_heartbeats") >= 3) {
         assert!(start.elapsed() < Duration::from_secs(30), "no heartbeats");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let url = db.display().to_string();
     let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
     assert!(snap.running, "the dashboard sees the live run");
     signal(&child, "-9");
@@ -380,20 +396,11 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     assert!(!snap.running, "a killed run shows as stopped at once");
     // Pretend another process, on another host, still runs trial 0: its
     // run beats (a thread here keeps it fresh) and holds the trial.
-    let set = |sql: &str| {
-        block_on(async {
-            use sqlx::Connection;
-            let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-                .await
-                .unwrap();
-            sqlx::query(sql).execute(&mut c).await.unwrap();
-        })
-    };
+    let set = |sql: &str| db.execute(sql);
     set(&format!(
         "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
          host, pid, process_index, heartbeat) SELECT study_id, started_at, device, policy, lanes, threads_per_lane, \
-         budget_bytes, 'another-host', 1, 1, '{}' FROM salus_runs LIMIT 1",
-        salus_tune::storage::now()
+         budget_bytes, 'another-host', 1, 1, {beat_now} FROM salus_runs LIMIT 1"
     ));
     set(
         "UPDATE salus_claims SET run_id = (SELECT MAX(run_id) FROM salus_runs) \
@@ -401,16 +408,21 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     );
     let beating = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let beat = {
-        let (beating, db) = (beating.clone(), db.clone());
+        let (beating, url, postgres) = (beating.clone(), url.clone(), postgres);
         std::thread::spawn(move || {
+            let db = if postgres {
+                TestDb::Postgres(url)
+            } else {
+                TestDb::Sqlite(url.into())
+            };
             while beating.load(std::sync::atomic::Ordering::SeqCst) {
-                execute(
-                    &db,
-                    &format!(
-                        "UPDATE salus_runs SET heartbeat = '{}' WHERE host = 'another-host'",
-                        salus_tune::storage::now()
-                    ),
-                );
+                let now = match &db {
+                    TestDb::Sqlite(_) => format!("'{}'", salus_tune::storage::now()),
+                    TestDb::Postgres(_) => "LOCALTIMESTAMP".to_string(),
+                };
+                db.execute(&format!(
+                    "UPDATE salus_runs SET heartbeat = {now} WHERE host = 'another-host'"
+                ));
                 std::thread::sleep(Duration::from_millis(500));
             }
         })
@@ -423,9 +435,11 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
         "--no-progress",
         "--trials",
         "3",
+        "--storage",
+        &url,
     ]));
     let t0 = Instant::now();
-    while scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") < 2 {
+    while db.scalar("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'") < 2 {
         assert!(run.try_wait().is_none(), "the run ended early");
         assert!(
             t0.elapsed() < Duration::from_secs(120),
@@ -433,7 +447,7 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let rows = trials(&db, None);
+    let rows = db.trials(None);
     assert_eq!(
         rows[0].state,
         TrialState::Running,
@@ -455,15 +469,22 @@ fn heartbeats_tell_a_dead_process_from_a_live_one() {
     let out = run.wait();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
-        trials(&db, None)
+        db.trials(None)
             .iter()
             .all(|t| t.state == TrialState::Complete)
     );
-    let requeues: i64 = scalar(
-        &db,
-        "SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'",
-    );
+    let requeues: i64 = db.scalar("SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'");
     assert_eq!(requeues, 3, "each orphan was requeued once");
+}
+
+#[test]
+fn heartbeats_tell_a_dead_process_from_a_live_one_on_sqlite() {
+    heartbeats_tell_a_dead_process_from_a_live_one(false);
+}
+
+#[test]
+fn heartbeats_tell_a_dead_process_from_a_live_one_on_postgres() {
+    heartbeats_tell_a_dead_process_from_a_live_one(true);
 }
 
 #[test]

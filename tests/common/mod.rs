@@ -284,6 +284,17 @@ impl TestDb {
         })
     }
 
+    /// Runs one statement, as another process would.
+    pub fn execute(&self, sql: &str) {
+        block_on(async {
+            let mut conn = self.connect().await;
+            sqlx::query(sql)
+                .execute(&mut conn)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        })
+    }
+
     /// The text column of every row a query answers.
     pub fn texts(&self, sql: &str) -> Vec<String> {
         block_on(async {

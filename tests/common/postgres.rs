@@ -195,19 +195,25 @@ impl Cluster {
         self.dir.path()
     }
 
-    /// Runs PostgreSQL's program `name` (as `postgres` when root).
-    fn pg(&self, name: &str, args: &[&str]) {
+    /// PostgreSQL's program `name`, to run as `postgres` when root.
+    fn program(&self, name: &str) -> Command {
         let program = self.bin.join(name);
-        let out = if self.as_postgres {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(&program)
-                .args(args)
-                .output()
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
         } else {
-            Command::new(&program).args(args).output()
+            Command::new(program)
         }
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+
+    /// Runs PostgreSQL's program `name`; panics with its output on failure.
+    fn pg(&self, name: &str, args: &[&str]) {
+        let out = self
+            .program(name)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(
             out.status.success(),
             "{name} {args:?}: {}{}",
@@ -293,16 +299,9 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data().display().to_string();
-        let program = self.bin.join("pg_ctl");
-        let args = ["-D", data.as_str(), "-m", "immediate", "stop"];
-        let _ = if self.as_postgres {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(&program)
-                .args(args)
-                .output()
-        } else {
-            Command::new(&program).args(args).output()
-        };
+        let _ = self
+            .program("pg_ctl")
+            .args(["-D", &data, "-m", "immediate", "stop"])
+            .output();
     }
 }

@@ -102,7 +102,6 @@ impl Runner<'_> {
     pub(super) fn sync_now<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
         st.liveness.last_sync = Instant::now();
         let rows = self.writer.read_trials(self.info.id)?;
-        let now = chrono::Local::now().naive_local();
         let mine: Vec<_> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
         let listed: Vec<_> = st.waiting.iter().map(|p| p.trial_id).collect();
         let data = Arc::clone(&st.data);
@@ -122,7 +121,7 @@ impl Runner<'_> {
             }
             let running_elsewhere = row.state == TrialState::Running
                 && (row.owner.as_ref()).is_none_or(|o| o.run_id != st.timeline.run_id);
-            let alive = running_elsewhere && held_elsewhere(row, &st.liveness.host, now);
+            let alive = running_elsewhere && held_elsewhere(row, &st.liveness.host);
             st.liveness.elsewhere += u64::from(alive);
             if (running_elsewhere && !alive) || row.state == TrialState::Waiting {
                 let params = decode_params(self.study, row);

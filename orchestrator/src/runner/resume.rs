@@ -187,10 +187,9 @@ impl Runner<'_> {
         let mut best: Option<(TrialNumber, f64)> = None;
         let mut elsewhere = 0u64;
         let mut kept_steps: BTreeMap<TrialNumber, i64> = BTreeMap::new();
-        let now = chrono::Local::now().naive_local();
         for row in existing {
             let params = decode_params(study, row);
-            if row.state == TrialState::Running && held_elsewhere(row, host, now) {
+            if row.state == TrialState::Running && held_elsewhere(row, host) {
                 elsewhere += 1;
                 history.push(TrialRecord {
                     params,
@@ -360,10 +359,10 @@ impl Runner<'_> {
 /// Whether a RUNNING trial belongs to a live process (of this host or
 /// another): its claiming run is alive; a trial no run claimed (written
 /// by an older salus-tune, or by Optuna) by its own heartbeat.
-pub(super) fn held_elsewhere(row: &TrialRow, host: &str, now: chrono::NaiveDateTime) -> bool {
+pub(super) fn held_elsewhere(row: &TrialRow, host: &str) -> bool {
     match &row.owner {
-        Some(owner) => crate::storage::run_alive(owner, host, now, crate::storage::pid_exists),
-        None => crate::storage::fresh(row.heartbeat.as_deref(), now),
+        Some(owner) => crate::storage::run_alive(owner, host, crate::storage::pid_exists),
+        None => crate::storage::fresh(row.heartbeat_age_s),
     }
 }
 

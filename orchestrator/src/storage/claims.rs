@@ -2,18 +2,21 @@
 //! a run is still alive.
 //!
 //! The database is the only coordination point. Every change of hands is
-//! one conditional statement inside the writer's `BEGIN IMMEDIATE`
-//! transaction, so that two processes never both win: a trial is created
-//! only while the study has fewer trials than its budget, a WAITING trial
+//! one conditional statement inside the writer's transaction (SQLite's
+//! `BEGIN IMMEDIATE`; on PostgreSQL, row locks), so that two processes
+//! never both win: a trial is created only while the study has fewer
+//! trials than its budget (its row locked on PostgreSQL), a WAITING trial
 //! goes to the first process whose `UPDATE ... WHERE state = 'WAITING'`
-//! changes it, and an orphan is requeued by the first whose
-//! `UPDATE ... WHERE state = 'RUNNING'` does.
+//! changes it (after `FOR UPDATE SKIP LOCKED` on PostgreSQL), and an
+//! orphan is requeued by the first whose `UPDATE ... WHERE state =
+//! 'RUNNING'` does.
 //!
 //! A run is alive while it has not ended and its heartbeat is fresh; on
 //! the same host, a dead pid says at once that it is gone (what a rerun
-//! right after a `kill -9` relies on). No lock file is needed for either.
+//! right after a `kill -9` relies on). Heartbeats are written and aged by
+//! the database's clock ([`super::dialect::clock`]), so machines whose
+//! clocks disagree still judge each other alike. No lock file is needed.
 
-use chrono::NaiveDateTime;
 use sqlx::{AnyConnection, Row};
 
 use super::dialect::{Dialect, sql};
@@ -40,25 +43,16 @@ pub fn pid_exists(pid: i64) -> Option<bool> {
     proc.is_dir().then(|| proc.join(pid.to_string()).exists())
 }
 
-fn parse_time(s: &str) -> Option<NaiveDateTime> {
-    NaiveDateTime::parse_from_str(s, "%Y-%m-%d %H:%M:%S%.f").ok()
+/// Whether a heartbeat `age_s` seconds old (by the database's clock) is
+/// within [`STALE_AFTER_S`].
+pub fn fresh(age_s: Option<f64>) -> bool {
+    age_s.is_some_and(|age| age < STALE_AFTER_S)
 }
 
-/// Whether `time` is within [`STALE_AFTER_S`] of `now`.
-pub fn fresh(time: Option<&str>, now: NaiveDateTime) -> bool {
-    time.and_then(parse_time)
-        .is_some_and(|t| ((now - t).num_milliseconds() as f64) < STALE_AFTER_S * 1e3)
-}
-
-/// Whether the run `owner` is alive, seen from host `here` at `now`: not
-/// ended, its process present when it runs here, and its heartbeat fresh.
+/// Whether the run `owner` is alive, seen from host `here`: not ended, its
+/// process present when it runs here, and its heartbeat fresh.
 /// `pid_exists` answers for this host.
-pub fn run_alive(
-    owner: &Owner,
-    here: &str,
-    now: NaiveDateTime,
-    pid_exists: impl Fn(i64) -> Option<bool>,
-) -> bool {
+pub fn run_alive(owner: &Owner, here: &str, pid_exists: impl Fn(i64) -> Option<bool>) -> bool {
     if owner.ended {
         return false;
     }
@@ -68,7 +62,7 @@ pub fn run_alive(
     {
         return false;
     }
-    fresh(owner.heartbeat.as_deref(), now)
+    fresh(owner.heartbeat_age_s)
 }
 
 /// Records that `run_id` holds `trial_id`, with a first heartbeat, so that
@@ -132,14 +126,7 @@ pub(super) async fn claim_waiting(
         return Ok(false);
     }
     claim(conn, trial_id, run_id, time).await?;
-    let study_id: i64 = sqlx::query_scalar(&sql(
-        &*conn,
-        "SELECT study_id FROM trials WHERE trial_id = ?",
-    ))
-    .bind(trial_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    super::writer::event(conn, study_id, Some(trial_id), "trial_start", "{}", time).await?;
+    super::writer::study_event(conn, trial_id, "trial_start", "{}", time).await?;
     Ok(true)
 }
 
@@ -162,16 +149,18 @@ pub async fn live_runs(
     conn: &mut AnyConnection,
     study_id: i64,
 ) -> sqlx::Result<Vec<(Owner, Option<i64>)>> {
+    let beat = Dialect::of(conn).age_s("heartbeat");
     let rows = sqlx::query(&sql(
-        &*conn,
-        "SELECT run_id, host, pid, CAST(heartbeat AS TEXT), process_index FROM salus_runs \
-         WHERE study_id = ? AND ended IS NULL",
+        conn,
+        &format!(
+            "SELECT run_id, host, pid, {beat}, process_index FROM salus_runs \
+             WHERE study_id = ? AND ended IS NULL"
+        ),
     ))
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
     let here = host_name();
-    let now = chrono::Local::now().naive_local();
     Ok(rows
         .iter()
         .map(|r| {
@@ -179,12 +168,12 @@ pub async fn live_runs(
                 run_id: r.get(0),
                 host: r.get(1),
                 pid: r.get(2),
-                heartbeat: r.get(3),
+                heartbeat_age_s: r.get(3),
                 ended: false,
             };
             (owner, r.get(4))
         })
-        .filter(|(owner, _)| run_alive(owner, &here, now, pid_exists))
+        .filter(|(owner, _)| run_alive(owner, &here, pid_exists))
         .collect())
 }
 
@@ -206,75 +195,35 @@ pub(super) async fn free_process_index(
 mod tests {
     use super::*;
 
-    fn at(s: &str) -> NaiveDateTime {
-        parse_time(s).unwrap()
-    }
-
-    fn owner(host: &str, pid: i64, beat: &str, ended: bool) -> Owner {
+    fn owner(host: &str, pid: i64, age_s: f64, ended: bool) -> Owner {
         Owner {
             run_id: 1,
             host: Some(host.into()),
             pid: Some(pid),
-            heartbeat: Some(beat.into()),
+            heartbeat_age_s: Some(age_s),
             ended,
         }
     }
 
     #[test]
     fn a_run_is_alive_while_it_beats_and_its_process_exists() {
-        let now = at("2026-11-30 12:00:20.000000");
         let here = "gpu1";
         let exists = |pid: i64| Some(pid == 7);
         // Fresh, its process here: alive.
-        assert!(run_alive(
-            &owner("gpu1", 7, "2026-11-30 12:00:15.0", false),
-            here,
-            now,
-            exists
-        ));
+        assert!(run_alive(&owner("gpu1", 7, 5.0, false), here, exists));
         // Its process is gone (kill -9): dead at once, however fresh.
-        assert!(!run_alive(
-            &owner("gpu1", 8, "2026-11-30 12:00:19.0", false),
-            here,
-            now,
-            exists
-        ));
+        assert!(!run_alive(&owner("gpu1", 8, 1.0, false), here, exists));
         // Another host: only the heartbeat can tell.
-        assert!(run_alive(
-            &owner("gpu2", 8, "2026-11-30 12:00:11.0", false),
-            here,
-            now,
-            exists
-        ));
-        assert!(!run_alive(
-            &owner("gpu2", 8, "2026-11-30 12:00:09.0", false),
-            here,
-            now,
-            exists
-        ));
+        assert!(run_alive(&owner("gpu2", 8, 9.0, false), here, exists));
+        assert!(!run_alive(&owner("gpu2", 8, 11.0, false), here, exists));
         // A stale heartbeat here too (a hung process, or a reused pid).
-        assert!(!run_alive(
-            &owner("gpu1", 7, "2026-11-30 12:00:05.0", false),
-            here,
-            now,
-            exists
-        ));
+        assert!(!run_alive(&owner("gpu1", 7, 15.0, false), here, exists));
         // Ended cleanly, or never beat.
-        assert!(!run_alive(
-            &owner("gpu1", 7, "2026-11-30 12:00:19.0", true),
-            here,
-            now,
-            exists
-        ));
-        let mut silent = owner("gpu2", 8, "", false);
-        silent.heartbeat = None;
-        assert!(!run_alive(&silent, here, now, exists));
+        assert!(!run_alive(&owner("gpu1", 7, 1.0, true), here, exists));
+        let mut silent = owner("gpu2", 8, 0.0, false);
+        silent.heartbeat_age_s = None;
+        assert!(!run_alive(&silent, here, exists));
         // Without /proc, a fresh heartbeat here is trusted.
-        assert!(run_alive(
-            &owner("gpu1", 8, "2026-11-30 12:00:19.0", false),
-            here,
-            now,
-            |_| None
-        ));
+        assert!(run_alive(&owner("gpu1", 8, 1.0, false), here, |_| None));
     }
 }

@@ -95,11 +95,39 @@ impl Dialect {
         }
     }
 
+    /// Seconds from the datetime in `column` to now, by the database's
+    /// clock (see [`clock`]).
+    pub fn age_s(self, column: &str) -> String {
+        match self {
+            Dialect::Sqlite => {
+                format!("((julianday('now', 'localtime') - julianday({column})) * 86400.0)")
+            }
+            Dialect::Postgres => {
+                format!("CAST(EXTRACT(EPOCH FROM (LOCALTIMESTAMP - {column})) AS DOUBLE PRECISION)")
+            }
+        }
+    }
+
     /// A JSON object's member `key` as text, from the JSON text in `column`.
     pub fn json_member(self, column: &str, key: &str) -> String {
         match self {
             Dialect::Sqlite => format!("json_extract({column}, '$.{key}')"),
             Dialect::Postgres => format!("(CAST({column} AS json) ->> '{key}')"),
+        }
+    }
+}
+
+/// Now, as the times a writer stores are taken: on SQLite this host's
+/// clock (one host shares the file); on PostgreSQL the server's, so that
+/// heartbeats written on machines whose clocks disagree still compare
+/// (Optuna's heartbeats use the server's clock too).
+pub async fn clock(conn: &mut AnyConnection) -> sqlx::Result<String> {
+    match Dialect::of(conn) {
+        Dialect::Sqlite => Ok(super::now()),
+        Dialect::Postgres => {
+            sqlx::query_scalar("SELECT CAST(LOCALTIMESTAMP AS TEXT)")
+                .fetch_one(&mut *conn)
+                .await
         }
     }
 }

@@ -82,8 +82,9 @@ pub struct TrialRow {
     /// The latest early-stopping priority and rung (`salus_priority`).
     pub priority: Option<f64>,
     pub rung: Option<i64>,
-    /// The latest heartbeat of the process running it (Optuna's `trial_heartbeats`).
-    pub heartbeat: Option<String>,
+    /// Seconds since the latest heartbeat of the process running it
+    /// (Optuna's `trial_heartbeats`), by the database's clock.
+    pub heartbeat_age_s: Option<f64>,
     /// The run that claimed it last (`salus_claims`), where one did.
     pub owner: Option<Owner>,
     /// Optuna's `fixed_params` system attribute: the values an enqueued
@@ -97,7 +98,8 @@ pub struct Owner {
     pub run_id: i64,
     pub host: Option<String>,
     pub pid: Option<i64>,
-    pub heartbeat: Option<String>,
+    /// Seconds since its latest heartbeat, by the database's clock.
+    pub heartbeat_age_s: Option<f64>,
     /// The run ended cleanly.
     pub ended: bool,
 }
@@ -182,9 +184,10 @@ pub(super) async fn read_trials(
         Dialect::Sqlite => "json_extract(a.value_json, '$')",
         Dialect::Postgres => "(CAST(a.value_json AS json) #>> '{}')",
     };
+    let trial_beat = Dialect::of(conn).age_s("h.heartbeat");
     let query = format!(
         "SELECT t.trial_id, t.number, CAST(t.state AS TEXT), v.value, CAST(t.datetime_start AS TEXT), \
-             CAST(t.datetime_complete AS TEXT), COALESCE(st.fail_reason, {reason}), CAST(h.heartbeat AS TEXT) \
+             CAST(t.datetime_complete AS TEXT), COALESCE(st.fail_reason, {reason}), {trial_beat} \
              FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              LEFT JOIN salus_trials st ON st.trial_id = t.trial_id \
              LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.\"key\" = 'fail_reason' \
@@ -208,7 +211,7 @@ pub(super) async fn read_trials(
             fail_reason: r.get(6),
             priority: None,
             rung: None,
-            heartbeat: r.get(7),
+            heartbeat_age_s: r.get(7),
             owner: None,
             fixed_params: None,
         })
@@ -273,12 +276,15 @@ pub(super) async fn read_trials(
         }
     }
     if table_exists(conn, "salus_claims").await? {
+        let run_beat = Dialect::of(conn).age_s("r.heartbeat");
         let owners = sqlx::query(&sql(
             &*conn,
-            "SELECT c.trial_id, r.run_id, r.host, r.pid, CAST(r.heartbeat AS TEXT), \
+            &format!(
+                "SELECT c.trial_id, r.run_id, r.host, r.pid, {run_beat}, \
                  CASE WHEN r.ended IS NULL THEN 0 ELSE 1 END \
                  FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
-                 JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ?",
+                 JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ?"
+            ),
         ))
         .bind(study_id)
         .fetch_all(&mut *conn)
@@ -289,7 +295,7 @@ pub(super) async fn read_trials(
                     run_id: r.get(1),
                     host: r.get(2),
                     pid: r.get(3),
-                    heartbeat: r.get(4),
+                    heartbeat_age_s: r.get(4),
                     ended: r.get::<i64, _>(5) != 0,
                 });
             }

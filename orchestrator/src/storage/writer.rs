@@ -13,7 +13,7 @@ use sqlx::{AnyConnection, Row};
 use super::dialect::{Dialect, begin_write, sql};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{StoredParam, TrialId, TrialNumber, TrialState, now};
+use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::error::{Error, Result, StorageFailure};
 
 /// Most operations one transaction takes.
@@ -381,7 +381,15 @@ async fn run(
             }
         }
         let started = std::time::Instant::now();
-        let applied = apply(&mut conn, &mut batch).await;
+        let mut applied = apply(&mut conn, &mut batch).await;
+        // PostgreSQL may abort one of two transactions that lock the same
+        // rows in opposite orders (a deadlock); nothing of it was applied
+        // or answered, so it is applied again.
+        let mut tries = 1;
+        while tries < 5 && applied.as_ref().is_err_and(retryable) {
+            tries += 1;
+            applied = apply(&mut conn, &mut batch).await;
+        }
         let ms = started.elapsed().as_secs_f64() * 1e3;
         {
             let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
@@ -421,6 +429,12 @@ async fn run(
     }
 }
 
+/// A deadlock or a serialisation failure (SQLSTATE 40P01, 40001): the
+/// transaction was rolled back whole, and may be run again.
+fn retryable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40P01" | "40001")))
+}
+
 /// What an op answers once its transaction has committed.
 enum Answer {
     /// A created trial's `(trial_id, number)`, or none: the study is full.
@@ -438,7 +452,7 @@ async fn apply(
     batch: &mut [WriteOp],
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
     let mut tx = begin_write(conn).await?;
-    let time = now();
+    let time = super::dialect::clock(&mut tx).await?;
     let mut answers = Vec::with_capacity(batch.len());
     for op in batch.iter() {
         answers.push(write_op(&mut tx, op, &time).await?);
@@ -919,7 +933,7 @@ pub(super) async fn event(
 }
 
 /// An event for a trial, its study looked up.
-async fn study_event(
+pub(super) async fn study_event(
     conn: &mut AnyConnection,
     trial_id: TrialId,
     kind: &str,
