@@ -61,6 +61,14 @@ fn a_study_runs_resumes_and_reads_back_on_postgres() {
     let out = run_in(dir.path(), &["best", "s.toml", "--storage", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
+    // The best trial's model, kept in the database (BYTEA), written out.
+    let out = run_in(
+        dir.path(),
+        &["export", "s.toml", "--storage", &url, "--out", "model"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(dir.path().join("model/model.safetensors").is_file());
+
     // What the dashboard reads.
     let snap = block_on(salus_tune::dash::read(&url, None)).unwrap();
     assert_eq!(snap.study, "pg");
