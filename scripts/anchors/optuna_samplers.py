@@ -45,9 +45,36 @@ def mixed(t):
     return (math.log10(lr) + 2.5) ** 2 + (math.log2(width) - 7) ** 2 / 4 + (depth - 3) ** 2 / 2 + penalty + 10 * (dropout - 0.2) ** 2
 
 
+ORDINAL_LEVELS = [3, 4, 6, 8, 10]
+
+
+def ordinal5(t):
+    u = [t.suggest_int(f"o{i}", 0, n - 1) / (n - 1) for i, n in enumerate(ORDINAL_LEVELS)]
+    return ((u[0] - 0.5) ** 2 + (u[1] - 0.33) ** 2 + 2 * (u[2] - 0.6) ** 2 + 3 * (u[3] - 0.43) ** 2
+            + (u[4] - 0.22) ** 2 + 2 * (u[2] - u[3]) ** 2 + 1.5 * (u[0] - u[4]) ** 2 + u[1] * u[3])
+
+
+def int_styblinski4(t):
+    return sum(0.5 * (v ** 4 - 16 * v * v + 5 * v) for v in (t.suggest_int(f"k{i}", -5, 5) for i in range(4)))
+
+
+def int_categorical(t):
+    width = t.suggest_int("width", 8, 1024, log=True)
+    depth = t.suggest_int("depth", 1, 8)
+    batch = t.suggest_int("batch", 16, 512, log=True)
+    act = t.suggest_categorical("activation", ["relu", "tanh", "gelu", "silu"])
+    opt = t.suggest_categorical("optimizer", ["sgd", "adam", "rmsprop"])
+    centre, act_penalty = {"relu": (7, 0.3), "tanh": (8, 0.6), "gelu": (6.5, 0), "silu": (7.5, 0.1)}[act]
+    best_depth, opt_penalty = {"sgd": (2, 0.5), "adam": (4, 0), "rmsprop": (3, 0.2)}[opt]
+    return ((math.log2(width) - centre) ** 2 / 4 + (depth - best_depth) ** 2 / 2
+            + (math.log2(batch) - 6) ** 2 / 4 + act_penalty + opt_penalty)
+
+
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 rows = []
-for name, f in [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("mixed", mixed)]:
+PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("mixed", mixed),
+            ("ordinal5", ordinal5), ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
+for name, f in PROBLEMS:
     b50, b100 = [], []
     for seed in range(seeds):
         study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))

@@ -97,6 +97,106 @@ fn mixed(p: &Params) -> f64 {
         + 10.0 * (x(p, "dropout") - 0.2).powi(2)
 }
 
+/// The levels of the ordinal problem's five parameters.
+const ORDINAL_LEVELS: [i64; 5] = [3, 4, 6, 8, 10];
+
+/// Five ordinal parameters (indices into ordered lists of 3 to 10 values,
+/// as users map widths, depths or batch sizes to `suggest_int`), with
+/// interactions between them; its minimum is off every edge.
+fn ordinal5(p: &Params) -> f64 {
+    let u: Vec<f64> = ORDINAL_LEVELS
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| x(p, &format!("o{i}")) / (l - 1) as f64)
+        .collect();
+    (u[0] - 0.5).powi(2)
+        + (u[1] - 0.33).powi(2)
+        + 2.0 * (u[2] - 0.6).powi(2)
+        + 3.0 * (u[3] - 0.43).powi(2)
+        + (u[4] - 0.22).powi(2)
+        + 2.0 * (u[2] - u[3]).powi(2)
+        + 1.5 * (u[0] - u[4]).powi(2)
+        + u[1] * u[3]
+}
+
+/// Styblinski-Tang in 4 dimensions on the integers of `[-5, 5]`: the
+/// integer-valued version of a continuous function (minimum -156 at -3).
+fn int_styblinski4(p: &Params) -> f64 {
+    (0..4)
+        .map(|i| {
+            let v = x(p, &format!("k{i}"));
+            0.5 * (v.powi(4) - 16.0 * v * v + 5.0 * v)
+        })
+        .sum()
+}
+
+/// Integers and categoricals only, where the best width depends on the
+/// activation and the best depth on the optimizer.
+fn int_categorical(p: &Params) -> f64 {
+    let act = p["activation"].internal() as usize;
+    let opt = p["optimizer"].internal() as usize;
+    let (centre, act_penalty) = [(7.0, 0.3), (8.0, 0.6), (6.5, 0.0), (7.5, 0.1)][act];
+    let (depth, opt_penalty) = [(2.0, 0.5), (4.0, 0.0), (3.0, 0.2)][opt];
+    (x(p, "width").log2() - centre).powi(2) / 4.0
+        + (x(p, "depth") - depth).powi(2) / 2.0
+        + (x(p, "batch").log2() - 6.0).powi(2) / 4.0
+        + act_penalty
+        + opt_penalty
+}
+
+fn int(name: &str, low: i64, high: i64, log: bool) -> Param {
+    Param {
+        name: name.into(),
+        dist: Distribution::Int {
+            low,
+            high,
+            log,
+            step: 1,
+        },
+        condition: None,
+    }
+}
+
+fn categorical(name: &str, choices: &[&str]) -> Param {
+    Param {
+        name: name.into(),
+        dist: Distribution::Categorical {
+            choices: choices.iter().map(|c| Choice::Str((*c).into())).collect(),
+        },
+        condition: None,
+    }
+}
+
+/// The smallest value of `f` over every point of a small discrete space.
+fn exhaustive_minimum(space: &SearchSpace, f: fn(&Params) -> f64) -> f64 {
+    let mut points: Vec<Params> = vec![Params::new()];
+    for p in space.params() {
+        let values: Vec<ParamValue> = match p.dist {
+            Distribution::Int {
+                low, high, step, ..
+            } => (low..=high)
+                .step_by(step as usize)
+                .map(ParamValue::Int)
+                .collect(),
+            Distribution::Categorical { ref choices } => {
+                (0..choices.len()).map(ParamValue::Choice).collect()
+            }
+            Distribution::Float { .. } => unreachable!("discrete spaces only"),
+        };
+        points = points
+            .into_iter()
+            .flat_map(|pt| {
+                values.iter().map(move |v| {
+                    let mut q = pt.clone();
+                    q.insert(p.name.clone(), *v);
+                    q
+                })
+            })
+            .collect();
+    }
+    points.iter().map(f).fold(f64::INFINITY, f64::min)
+}
+
 /// The benchmark's problems (mirrored in `scripts/anchors/optuna_samplers.py`).
 pub fn problems() -> Vec<Problem> {
     let unit = |n: usize, low: f64, high: f64| {
@@ -168,6 +268,51 @@ pub fn problems() -> Vec<Problem> {
             .expect("valid"),
             f: mixed,
             optimum: 0.0,
+        },
+        {
+            let space = SearchSpace::new(
+                ORDINAL_LEVELS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &l)| int(&format!("o{i}"), 0, l - 1, false))
+                    .collect(),
+            )
+            .expect("valid");
+            let optimum = exhaustive_minimum(&space, ordinal5);
+            Problem {
+                name: "ordinal5",
+                space,
+                f: ordinal5,
+                optimum,
+            }
+        },
+        Problem {
+            name: "int-styblinski4",
+            space: SearchSpace::new(
+                (0..4)
+                    .map(|i| int(&format!("k{i}"), -5, 5, false))
+                    .collect(),
+            )
+            .expect("valid"),
+            f: int_styblinski4,
+            optimum: -156.0,
+        },
+        {
+            let space = SearchSpace::new(vec![
+                int("width", 8, 1024, true),
+                int("depth", 1, 8, false),
+                int("batch", 16, 512, true),
+                categorical("activation", &["relu", "tanh", "gelu", "silu"]),
+                categorical("optimizer", &["sgd", "adam", "rmsprop"]),
+            ])
+            .expect("valid");
+            Problem {
+                name: "int-categorical",
+                space,
+                f: int_categorical,
+                // gelu (centre 6.5: width 91), adam (depth 4), batch 64.
+                optimum: (91f64.log2() - 6.5).powi(2) / 4.0,
+            }
         },
     ]
 }

@@ -6,10 +6,18 @@
 //! For each active parameter, in order (so conditional parameters only see
 //! trials where they were active), a Parzen estimator is fitted to each group:
 //! a truncated Gaussian mixture over the parameter's range (in log space for
-//! `log` parameters, rounded to the step for stepped ones), with a wide prior
-//! component; or, for a categorical, a smoothed histogram. Candidates are
-//! drawn from the good density and the one with the largest ratio
-//! `l(x) / g(x)` wins. Trials still pending (running or paused) count as bad
+//! `log` parameters), with a wide prior component; or, for a categorical, a
+//! smoothed histogram. Candidates are drawn from the good density and the
+//! one with the largest ratio `l(x) / g(x)` wins.
+//!
+//! Integers and stepped floats are discrete, as in Optuna 5.0's
+//! `_BatchedDiscreteTruncNormDistributions`: a kernel's probability of a
+//! value is its Gaussian mass over the value's cell `[v - step/2, v +
+//! step/2]` (in log space for a log integer), not its density at `v`, and
+//! candidates are rounded to the grid before they are compared. With few
+//! levels and many observations the kernels grow narrower than a cell, and
+//! a density at the point would call a level dozens of times likelier than
+//! its mass does. Trials still pending (running or paused) count as bad
 //! observations, a constant liar, so that parallel proposals spread out.
 
 use rand::{RngExt, SeedableRng, rngs::StdRng};
@@ -51,15 +59,42 @@ pub fn gamma(n: usize) -> usize {
     (n as f64 * 0.1).ceil().min(25.0) as usize
 }
 
+/// The value grid of a discrete numeric dimension: integers and stepped
+/// floats, in the parameter's own units.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    low: f64,
+    high: f64,
+    step: f64,
+    log: bool,
+}
+
+impl Grid {
+    /// The kernels' coordinate of a value (its log for a log integer).
+    fn coord(&self, v: f64) -> f64 {
+        if self.log { v.ln() } else { v }
+    }
+
+    /// The grid value nearest to coordinate `x`.
+    fn round(&self, x: f64) -> f64 {
+        let v = if self.log { x.exp() } else { x };
+        (self.low + ((v - self.low) / self.step).round() * self.step).clamp(self.low, self.high)
+    }
+}
+
 /// One dimension of a Parzen estimator: a kernel per observation plus a
 /// prior kernel (the last), weighted by the estimator's shared weights.
 enum Kernels {
-    /// Truncated Gaussians on `[low, high]` (in the parameter's space).
+    /// Truncated Gaussians on `[low, high]` (in the parameter's space: its
+    /// log for `log` ones; for a discrete one the outer edges of its end
+    /// cells). A discrete dimension's points are grid values, a continuous
+    /// one's are coordinates.
     Numeric {
         mus: Vec<f64>,
         sigmas: Vec<f64>,
         low: f64,
         high: f64,
+        grid: Option<Grid>,
     },
     /// A probability row per kernel over the choices.
     Categorical { rows: Vec<Vec<f64>> },
@@ -78,27 +113,29 @@ fn pick(weights: &[f64], rng: &mut StdRng) -> usize {
         .unwrap_or(weights.len() - 1)
 }
 
-fn normal_cdf(x: f64) -> f64 {
-    0.5 * (1.0 + erf(x / std::f64::consts::SQRT_2))
+/// `ln(Phi(b) - Phi(a))` for the standard normal, `a <= b`, accurate in
+/// the tails: from the side where the mass is a difference of two small
+/// complementary error functions rather than of two numbers near 1.
+pub(crate) fn log_gauss_mass(a: f64, b: f64) -> f64 {
+    let tail = |lo: f64, hi: f64| 0.5 * (libm::erfc(lo / SQRT_2) - libm::erfc(hi / SQRT_2));
+    let mass = if a >= 0.0 {
+        tail(a, b)
+    } else if b <= 0.0 {
+        tail(-b, -a)
+    } else {
+        1.0 - 0.5 * libm::erfc(-a / SQRT_2) - 0.5 * libm::erfc(b / SQRT_2)
+    };
+    mass.max(f64::MIN_POSITIVE).ln()
 }
 
-/// Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), enough for densities.
-fn erf(x: f64) -> f64 {
-    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
-    let y = 1.0
-        - (((((1.061_405_429 * t - 1.453_152_027) * t) + 1.421_413_741) * t - 0.284_496_736) * t
-            + 0.254_829_592)
-            * t
-            * (-x * x).exp();
-    if x >= 0.0 { y } else { -y }
-}
+const SQRT_2: f64 = std::f64::consts::SQRT_2;
 
 impl Kernels {
     /// Optuna's bandwidths: each observation's distance to its farther
     /// neighbouring observation (the outermost ones use their one inner
     /// neighbour), clipped to `[range / min(100, n + 2), range]`; then a
     /// prior kernel at the centre as wide as the range.
-    fn numeric(points: &[f64], low: f64, high: f64) -> Self {
+    fn numeric(points: &[f64], low: f64, high: f64, grid: Option<Grid>) -> Self {
         let range = (high - low).max(1e-12);
         let n = points.len();
         let mut order: Vec<usize> = (0..n).collect();
@@ -127,6 +164,7 @@ impl Kernels {
             sigmas,
             low,
             high,
+            grid,
         }
     }
 
@@ -155,15 +193,14 @@ impl Kernels {
                 sigmas,
                 low,
                 high,
+                grid,
             } => {
                 let normal = Normal::new(mus[k], sigmas[k]).expect("positive sigma");
-                for _ in 0..100 {
-                    let x = normal.sample(rng);
-                    if (*low..=*high).contains(&x) {
-                        return x;
-                    }
-                }
-                rng.random_range(*low..=*high)
+                let x = (0..100)
+                    .map(|_| normal.sample(rng))
+                    .find(|x| (*low..=*high).contains(x))
+                    .unwrap_or_else(|| rng.random_range(*low..=*high));
+                grid.map_or(x, |g| g.round(x))
             }
             Kernels::Categorical { rows } => pick(&rows[k], rng) as f64,
         }
@@ -176,11 +213,22 @@ impl Kernels {
                 sigmas,
                 low,
                 high,
+                grid,
             } => {
                 let (mu, s) = (mus[k], sigmas[k]);
-                let mass = (normal_cdf((high - mu) / s) - normal_cdf((low - mu) / s)).max(1e-12);
-                let z = (x - mu) / s;
-                -0.5 * z * z - (s * (2.0 * std::f64::consts::PI).sqrt() * mass).ln()
+                let inside = log_gauss_mass((low - mu) / s, (high - mu) / s);
+                match grid {
+                    // The mass of the value's cell, within the truncation.
+                    Some(g) => {
+                        let left = g.coord(x - 0.5 * g.step).max(*low);
+                        let right = g.coord(x + 0.5 * g.step).min(*high);
+                        log_gauss_mass((left - mu) / s, (right - mu) / s) - inside
+                    }
+                    None => {
+                        let z = (x - mu) / s;
+                        -0.5 * z * z - (s * (2.0 * std::f64::consts::PI).sqrt()).ln() - inside
+                    }
+                }
             }
             Kernels::Categorical { rows } => rows[k][x as usize].max(1e-300).ln(),
         }
@@ -264,6 +312,35 @@ fn bounds(d: &Distribution) -> (f64, f64, bool) {
     }
 }
 
+/// The grid of a discrete numeric parameter (integers, stepped floats).
+fn grid(d: &Distribution) -> Option<Grid> {
+    match *d {
+        Distribution::Int {
+            low,
+            high,
+            step,
+            log,
+        } => Some(Grid {
+            low: low as f64,
+            high: high as f64,
+            step: step as f64,
+            log,
+        }),
+        Distribution::Float {
+            low,
+            high,
+            step: Some(step),
+            log,
+        } => Some(Grid {
+            low,
+            high,
+            step,
+            log,
+        }),
+        _ => None,
+    }
+}
+
 fn to_space(d: &Distribution, v: ParamValue) -> f64 {
     let (_, _, log) = bounds(d);
     let x = v.internal();
@@ -287,6 +364,14 @@ fn from_space(d: &Distribution, x: f64) -> ParamValue {
             (low + ((raw - low as f64) / step as f64).round() as i64 * step).clamp(low, high),
         ),
         Distribution::Categorical { .. } => unreachable!("numeric only"),
+    }
+}
+
+/// A discrete parameter's value from its grid value.
+fn value_on_grid(d: &Distribution, v: f64) -> ParamValue {
+    match d {
+        Distribution::Int { .. } => ParamValue::Int(v.round() as i64),
+        _ => ParamValue::Float(v),
     }
 }
 
@@ -335,6 +420,32 @@ impl TpeSampler {
         )
     }
 
+    /// The points of `names` that trials already have (finished or not),
+    /// as the estimators' samples hold them; none unless every dimension
+    /// is discrete.
+    fn tried_points(
+        &self,
+        dists: &[&Distribution],
+        names: &[&str],
+        history: &[TrialRecord],
+    ) -> Vec<Vec<f64>> {
+        let discrete = dists
+            .iter()
+            .all(|d| matches!(d, Distribution::Categorical { .. }) || grid(d).is_some());
+        if !discrete {
+            return Vec::new();
+        }
+        history
+            .iter()
+            .filter_map(|t| {
+                names
+                    .iter()
+                    .map(|n| t.params.get(*n).map(|v| v.internal()))
+                    .collect::<Option<Vec<f64>>>()
+            })
+            .collect()
+    }
+
     fn estimator(&self, dists: &[&Distribution], obs: &[Vec<ParamValue>]) -> Estimator {
         let mut weights = observation_weights(obs.len());
         weights.push(self.prior_weight);
@@ -357,6 +468,7 @@ impl TpeSampler {
                         &obs.iter().map(|o| to_space(d, o[j])).collect::<Vec<_>>(),
                         low,
                         high,
+                        grid(d),
                     )
                 }
             })
@@ -377,15 +489,44 @@ impl TpeSampler {
             return None;
         }
         let (l, g) = (self.estimator(dists, &good), self.estimator(dists, &bad));
-        let best = (0..self.candidates).map(|_| l.sample(rng)).max_by(|a, b| {
-            (l.log_pdf(a) - g.log_pdf(a)).total_cmp(&(l.log_pdf(b) - g.log_pdf(b)))
-        })?;
+        let score = |x: &Vec<f64>| l.log_pdf(x) - g.log_pdf(x);
+        let best_of = |xs: Vec<Vec<f64>>| {
+            xs.into_iter()
+                .map(|x| (score(&x), x))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, x)| x)
+        };
+        let candidates: Vec<Vec<f64>> = (0..self.candidates).map(|_| l.sample(rng)).collect();
+        // Where every dimension is discrete, a point already tried (or
+        // running) teaches nothing new: the best untried candidate wins,
+        // drawing more when all were tried. Optuna re-proposes them.
+        let tried = self.tried_points(dists, names, history);
+        let best = if tried.is_empty() {
+            best_of(candidates)?
+        } else {
+            let mut fresh: Vec<Vec<f64>> = candidates
+                .iter()
+                .filter(|x| !tried.contains(x))
+                .cloned()
+                .collect();
+            for _ in 0..(9 * self.candidates) {
+                if !fresh.is_empty() {
+                    break;
+                }
+                let x = l.sample(rng);
+                if !tried.contains(&x) {
+                    fresh.push(x);
+                }
+            }
+            best_of(fresh).or_else(|| best_of(candidates))?
+        };
         Some(
             dists
                 .iter()
                 .zip(best)
                 .map(|(d, x)| match d {
                     Distribution::Categorical { .. } => ParamValue::Choice(x as usize),
+                    _ if grid(d).is_some() => value_on_grid(d, x),
                     _ => from_space(d, x),
                 })
                 .collect(),
@@ -575,6 +716,84 @@ mod tests {
             late_c >= 18,
             "the good category dominates late: {late_c} of 30"
         );
+    }
+
+    #[test]
+    fn gaussian_masses_are_accurate_in_the_tails() {
+        // Against float64 references (Python's math.erfc).
+        let cases = [
+            (-1.0, 1.0, 0.682_689_492_137_085_9f64),
+            (0.0, 0.5, 0.191_462_461_274_013_1),
+            (2.0, 3.0, 0.021_400_233_916_549_105),
+            (-3.0, -2.0, 0.021_400_233_916_549_105),
+            (10.0, 11.0, 7.619_661_958_203_143e-24),
+        ];
+        for (a, b, mass) in cases {
+            let got = log_gauss_mass(a, b);
+            assert!(
+                (got - mass.ln()).abs() < 1e-9,
+                "[{a}, {b}]: {got} vs {}",
+                mass.ln()
+            );
+        }
+    }
+
+    #[test]
+    fn a_discrete_kernel_is_a_distribution_over_its_grid() {
+        // Ints, a log int and a stepped float: every kernel's masses over
+        // the grid sum to 1, and its samples are grid values.
+        let dists = [
+            Distribution::Int {
+                low: 0,
+                high: 4,
+                log: false,
+                step: 1,
+            },
+            Distribution::Int {
+                low: 2,
+                high: 20,
+                log: false,
+                step: 3,
+            },
+            Distribution::Int {
+                low: 8,
+                high: 1024,
+                log: true,
+                step: 1,
+            },
+            Distribution::Float {
+                low: 0.0,
+                high: 0.5,
+                log: false,
+                step: Some(0.1),
+            },
+        ];
+        let mut rng = StdRng::seed_from_u64(1);
+        for d in dists {
+            let g = grid(&d).unwrap();
+            let (low, high, _) = bounds(&d);
+            let obs: Vec<f64> = [
+                g.low,
+                g.high,
+                g.round(g.coord(g.low) * 0.6 + g.coord(g.high) * 0.4),
+            ]
+            .iter()
+            .map(|&v| g.coord(v))
+            .collect();
+            let k = Kernels::numeric(&obs, low, high, Some(g));
+            let values: Vec<f64> = (0..)
+                .map(|i| g.low + i as f64 * g.step)
+                .take_while(|v| *v <= g.high + 1e-9)
+                .collect();
+            for kernel in 0..=obs.len() {
+                let total: f64 = values.iter().map(|&v| k.log_pdf(kernel, v).exp()).sum();
+                assert!((total - 1.0).abs() < 1e-9, "{d:?} kernel {kernel}: {total}");
+                for _ in 0..20 {
+                    let v = k.sample(kernel, &mut rng);
+                    assert!(values.iter().any(|w| (w - v).abs() < 1e-9), "{d:?}: {v}");
+                }
+            }
+        }
     }
 
     #[test]
