@@ -1,6 +1,7 @@
 //! `salus-tune bench samplers`: sampler quality on standard test functions.
 //!
-//! Each sampler minimises each function for 100 trials under 20 seeds; the
+//! Each sampler minimises each problem (four continuous or mixed ones,
+//! three discrete ones) for 100 trials under 20 seeds; the
 //! table gives the median best value after 50 and after 100 trials. Optuna
 //! 5.0's `TPESampler` runs the same functions through
 //! `scripts/anchors/optuna_samplers.py`, in the same run, when a Python with
@@ -432,11 +433,11 @@ pub fn json(rows: &[Row]) -> serde_json::Value {
 
 pub fn table(rows: &[Row], seeds: u64) -> String {
     let mut out = format!(
-        "bench samplers: median best value over {seeds} seeds (minimising; lower is better)\n\nproblem        sampler      @50          @100\n"
+        "bench samplers: median best value over {seeds} seeds (minimising; lower is better)\n\nproblem          sampler      @50          @100\n"
     );
     for r in rows {
         out += &format!(
-            "{:<14} {:<12} {:<12.4} {:.4}\n",
+            "{:<16} {:<12} {:<12.4} {:.4}\n",
             r.problem, r.sampler, r.at_50, r.at_100
         );
     }
