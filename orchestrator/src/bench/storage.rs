@@ -99,12 +99,16 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>
             systems.push(System::OptunaPostgres);
         }
     }
-    for &p in options.processes {
+    for (config, &p) in options.processes.iter().enumerate() {
         for &system in &systems {
             let dir = tempfile::tempdir()
                 .map_err(|e| Error::Input(format!("a temporary folder: {e}")))?;
             // A study of its own in a shared database.
-            let name = format!("bench-storage-{}-p{p}-{}", system.key(), std::process::id());
+            let name = format!(
+                "bench-storage-{}-p{p}-c{config}-{}",
+                system.key(),
+                std::process::id()
+            );
             progress(&format!(
                 "{}: {p} processes, {trials} trials",
                 system.label()

@@ -386,8 +386,11 @@ async fn run(
         // rows in opposite orders (a deadlock); nothing of it was applied
         // or answered, so it is applied again.
         let mut tries = 1;
-        while tries < 5 && applied.as_ref().is_err_and(retryable) {
+        while tries < 8 && applied.as_ref().is_err_and(retryable) {
             tries += 1;
+            // Apart, so that the two sides do not meet again at once.
+            let jitter = u64::from(std::process::id()) % 7 + 3 * tries;
+            tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
             applied = apply(&mut conn, &mut batch).await;
         }
         let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -997,13 +1000,17 @@ async fn create_trial(
 /// Holds the study until the transaction ends, so that what a process
 /// reads and then writes (the next trial number, a free process index) no
 /// other process reads meanwhile. SQLite's `BEGIN IMMEDIATE` already holds
-/// the database's write lock; PostgreSQL locks the study's row.
+/// the database's write lock; PostgreSQL locks the study's row `FOR NO KEY
+/// UPDATE`: it excludes the other processes' same lock, but not the key
+/// share that every insert referencing the study (an event, a trial)
+/// takes, which `FOR UPDATE` would wait on; two processes that had both
+/// inserted an event would then each wait for the other, a deadlock.
 async fn lock_study(
     conn: &mut AnyConnection,
     study_id: i64,
 ) -> std::result::Result<(), sqlx::Error> {
     if Dialect::of(conn) == Dialect::Postgres {
-        sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR UPDATE")
+        sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR NO KEY UPDATE")
             .bind(study_id)
             .execute(&mut *conn)
             .await?;
