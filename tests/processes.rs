@@ -47,7 +47,19 @@ fn exactly(db: &TestDb, target: usize) {
         rows.iter().map(|t| t.state).collect::<Vec<_>>()
     );
     let params: BTreeSet<String> = rows.iter().map(|t| format!("{:?}", t.params)).collect();
-    assert_eq!(params.len(), target, "two trials with the same parameters");
+    let runs = db.texts(
+        "SELECT CAST(t.number AS TEXT) || ' run ' || CAST(c.run_id AS TEXT) || ' index ' || \
+         CAST(r.process_index AS TEXT) FROM trials t JOIN salus_claims c ON c.trial_id = t.trial_id \
+         JOIN salus_runs r ON r.run_id = c.run_id ORDER BY t.number",
+    );
+    assert_eq!(
+        params.len(),
+        target,
+        "two trials with the same parameters: {:#?}\nclaims: {runs:?}",
+        rows.iter()
+            .map(|t| (t.number.0, &t.params))
+            .collect::<Vec<_>>()
+    );
 }
 
 /// A database for `test`: a SQLite file in `dir`, or a new database in a

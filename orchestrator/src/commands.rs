@@ -15,8 +15,8 @@ use crate::progress::Reporter;
 use crate::run_lock::RunLock;
 use crate::runner::{RunOptions, RunSummary, Runner};
 use crate::sampler::GridSampler;
+use crate::storage::TrialState;
 use crate::storage::{self, Store, Writer};
-use crate::storage::{TrialRow, TrialState};
 use crate::study::{self, DataSource, GraphsMode, PrunerKind, SamplerKind, Study};
 
 /// Exit status of a run stopped by Ctrl-C.
@@ -124,7 +124,6 @@ pub async fn run(args: RunArgs) -> Result<i32> {
                 options,
                 checkpoints,
             },
-            existing,
             data,
         })
     });
@@ -536,13 +535,12 @@ pub async fn dash(args: ReadArgs) -> Result<i32> {
 /// A study run, handed to whichever backend `--device` opened.
 struct RunOnDevice<'a> {
     runner: Runner<'a>,
-    existing: Vec<TrialRow>,
     data: SplitData,
 }
 
 impl OnBackend for RunOnDevice<'_> {
     type Output = RunSummary;
     fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<RunSummary> {
-        self.runner.run(backend, self.existing, self.data)
+        self.runner.run(backend, self.data)
     }
 }

@@ -200,15 +200,10 @@ impl Runner<'_> {
 
     /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
     /// `data` is the study's, loaded and checked ([`Study::load_data`]).
-    pub fn run<B: Backend>(
-        mut self,
-        backend: Arc<B>,
-        existing: Vec<TrialRow>,
-        data: SplitData,
-    ) -> Result<RunSummary> {
+    pub fn run<B: Backend>(mut self, backend: Arc<B>, data: SplitData) -> Result<RunSummary> {
         let study = self.study;
         let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
-        let mut st = self.start(&backend, device_data, &existing)?;
+        let mut st = self.start(&backend, device_data)?;
         st.kept.norm = Some(crate::kept_model::Standardisation::of(&data));
         let interrupted = loop {
             if self.stop.load(Ordering::SeqCst) {

@@ -22,6 +22,7 @@ use kernels::Backend;
 use super::resume::held_elsewhere;
 use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
+use crate::sampler::TrialRecord;
 use crate::storage::TrialState;
 
 /// What [`Runner::next_pending`] found.
@@ -62,7 +63,7 @@ impl Runner<'_> {
         if st.liveness.target_met {
             return Ok(Next::Stop);
         }
-        let Some(params) = st.sampler.propose(&study.space, &st.history) else {
+        let Some(params) = propose_unseen(st.sampler.as_mut(), &study.space, &st.history) else {
             self.reporter.note("the grid is exhausted");
             st.exhausted = true;
             return Ok(Next::Stop);
@@ -130,5 +131,86 @@ impl Runner<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// How many times a proposal that some trial already has is drawn again.
+const REDRAWS: usize = 16;
+
+/// The sampler's proposal, drawn again while some trial already has
+/// exactly those values. A process that took a dead process's index
+/// replays its stream, which is keyed on the history's length; where the
+/// lengths meet, it would propose a trial that process already ran. Each
+/// redraw sees the duplicate as pending, which moves the stream on (and
+/// pushes TPE away from it). In a small discrete space a duplicate may be
+/// all there is: after [`REDRAWS`] it stands.
+pub(super) fn propose_unseen(
+    sampler: &mut dyn crate::sampler::Sampler,
+    space: &crate::space::SearchSpace,
+    history: &[TrialRecord],
+) -> Option<crate::space::Params> {
+    let first = sampler.propose(space, history)?;
+    if !history.iter().any(|t| t.params == first) {
+        return Some(first);
+    }
+    let mut seen = history.to_vec();
+    let mut params = first;
+    for _ in 0..REDRAWS {
+        seen.push(TrialRecord {
+            params: params.clone(),
+            value: None,
+        });
+        let next = sampler.propose(space, &seen)?;
+        if !seen.iter().any(|t| t.params == next) {
+            return Some(next);
+        }
+        params = next;
+    }
+    Some(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::{RandomSampler, Sampler};
+    use crate::space::{Distribution, Param, SearchSpace};
+
+    #[test]
+    fn a_replayed_stream_does_not_propose_a_trial_that_exists() {
+        let space = SearchSpace::new(vec![Param {
+            name: "x".into(),
+            dist: Distribution::Float {
+                low: 0.0,
+                high: 1.0,
+                log: false,
+                step: None,
+            },
+            condition: None,
+        }])
+        .unwrap();
+        // A dead process with this seed proposed `p` after 3 trials; a
+        // process that took its index now sees 3 trials, one of them `p`.
+        let mut sampler = RandomSampler::new(7);
+        let mut history: Vec<TrialRecord> = Vec::new();
+        for _ in 0..3 {
+            let q = sampler.propose(&space, &history).unwrap();
+            history.push(TrialRecord {
+                params: q,
+                value: Some(1.0),
+            });
+        }
+        let p = sampler.propose(&space, &history).unwrap();
+        history[0].params = p.clone();
+        assert_eq!(
+            sampler.propose(&space, &history).unwrap(),
+            p,
+            "the stream replays"
+        );
+        let got = propose_unseen(&mut sampler, &space, &history).unwrap();
+        assert_ne!(got, p);
+        assert!(history.iter().all(|t| t.params != got));
+        // Where nothing repeats, the proposal is the sampler's own.
+        history[0].params = sampler.propose(&space, &[]).unwrap();
+        assert_eq!(propose_unseen(&mut sampler, &space, &history).unwrap(), p);
     }
 }

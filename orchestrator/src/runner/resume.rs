@@ -46,7 +46,6 @@ impl Runner<'_> {
         &mut self,
         backend: &Arc<B>,
         data: Arc<DeviceData<B>>,
-        existing: &[TrialRow],
     ) -> Result<RunState<B>> {
         let study = self.study;
         let config = self.core_config(backend.as_ref());
@@ -66,6 +65,12 @@ impl Runner<'_> {
                 budget_bytes: config.budget as i64,
             },
         )?;
+        // The trials as they are now that this run is registered, not as
+        // the command read them before the device and the data were ready:
+        // a process that took a dead one's index replays its sampler's
+        // stream from the length of its history, and a stale (shorter)
+        // history would propose again what the dead process proposed.
+        let existing = self.writer.read_trials(self.info.id)?;
         let Stock {
             history,
             waiting,
@@ -73,7 +78,7 @@ impl Runner<'_> {
             best,
             elsewhere,
             kept_steps,
-        } = self.take_stock(&data, existing, &host)?;
+        } = self.take_stock(&data, &existing, &host)?;
         let budget = match self.options.more {
             Some(n) => finished + n,
             None => self.options.trials.unwrap_or(study.trials),
@@ -101,7 +106,7 @@ impl Runner<'_> {
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
         let core = SalusCore::start(backend.clone(), config, tx)?;
-        let curves = Self::stored_curves(existing, &kept_steps);
+        let curves = Self::stored_curves(&existing, &kept_steps);
         if let Some(c) = &self.checkpoints {
             // Only finished trials' files: the folder may be shared with
             // other processes, whose trials' checkpoints must stay.

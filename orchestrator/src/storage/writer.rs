@@ -581,6 +581,14 @@ async fn trial_state(
     // Only a RUNNING trial still held by the run seen holding it goes back:
     // when two processes find the same orphan, the first requeues it, and
     // the second changes nothing, even after a third took it meanwhile.
+    // PostgreSQL: the trial's row is locked first, so that the update's
+    // own snapshot (taken after the lock) sees the latest claim.
+    if Dialect::of(conn) == Dialect::Postgres {
+        sqlx::query("SELECT trial_id FROM trials WHERE trial_id = $1 FOR NO KEY UPDATE")
+            .bind(*trial_id)
+            .execute(&mut *conn)
+            .await?;
+    }
     let changed = sqlx::query(&sql(
         &*conn,
         "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
