@@ -162,15 +162,22 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
-/// Every trial of the only (or named) study in the database at `db`.
+/// Every trial of the only (or named) study in the database at `db`, as
+/// stored (see [`as_stored`]).
 pub fn trials(db: &Path, study: Option<&str>) -> Vec<TrialRow> {
-    block_on(async {
-        let mut store = Store::open_existing(&db.display().to_string())
-            .await
-            .unwrap();
-        let info = store.pick_study(study).await.unwrap();
-        store.trials(info.id).await.unwrap()
-    })
+    TestDb::Sqlite(db.to_path_buf()).trials(study)
+}
+
+/// The rows without their heartbeats' ages: an age is a reading of the
+/// database's clock, which moves between two reads of the same trials.
+pub fn as_stored(mut rows: Vec<TrialRow>) -> Vec<TrialRow> {
+    for t in &mut rows {
+        t.heartbeat_age_s = None;
+        if let Some(o) = &mut t.owner {
+            o.heartbeat_age_s = None;
+        }
+    }
+    rows
 }
 
 /// A single-value SQL query against the database at `db`.
@@ -264,13 +271,13 @@ impl TestDb {
         sqlx::AnyConnection::connect(&url).await.unwrap()
     }
 
-    /// Every trial of the only (or named) study.
+    /// Every trial of the only (or named) study, as stored ([`as_stored`]).
     pub fn trials(&self, study: Option<&str>) -> Vec<TrialRow> {
-        block_on(async {
+        as_stored(block_on(async {
             let mut store = Store::open_existing(&self.url()).await.unwrap();
             let info = store.pick_study(study).await.unwrap();
             store.trials(info.id).await.unwrap()
-        })
+        }))
     }
 
     /// A single integer a query answers (SQL in SQLite's form, `?`-free).
