@@ -282,6 +282,9 @@ impl TestDb {
 
     /// A single integer a query answers (SQL in SQLite's form, `?`-free).
     pub fn scalar(&self, sql: &str) -> i64 {
+        if let TestDb::Sqlite(path) = self {
+            return scalar(path, sql);
+        }
         block_on(async {
             let mut conn = self.connect().await;
             sqlx::query_scalar::<_, i64>(sql)
@@ -293,6 +296,9 @@ impl TestDb {
 
     /// Runs one statement, as another process would.
     pub fn execute(&self, sql: &str) {
+        if let TestDb::Sqlite(path) = self {
+            return execute(path, sql);
+        }
         block_on(async {
             let mut conn = self.connect().await;
             sqlx::query(sql)

@@ -229,7 +229,10 @@ pub async fn load(
 ) -> Result<Snapshot> {
     let rows = store.trials(study_id).await?;
     let url = store.url.clone();
-    let store_path = crate::storage::sqlite_path(&url).ok();
+    let store_path = match store.location() {
+        crate::storage::Location::Sqlite(path) => Some(path.clone()),
+        crate::storage::Location::Postgres(_) => None,
+    };
     let conn = store.conn();
     let RunStatus {
         metric,
