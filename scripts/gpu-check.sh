@@ -9,20 +9,29 @@
 # from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by git and
 # must be carried (the device tool's `carry`); the anchors are never committed.
 #
-# The device half fits one device call: its phases' timeouts add up to 465 s
-# (a call may run 600 s, and a session has 900 s of device time in all).
-# Each phase writes its own file under $OUT as soon as it ends, and a line to
-# $OUT/summary.txt, so a call that times out still returns what finished:
+# The device half fits one device call. It stops starting phases at
+# DEADLINE seconds (default 420; a call may run 600 s, and a session has
+# 900 s of device time in all), and each phase's timeout is cut to what is
+# left. The tool brings back at most 8 files from $OUT, so the phases write
+# into a work folder that is packed into $OUT/gpu-run.tgz after every phase,
+# beside $OUT/summary.txt (a line per phase): a call that times out still
+# returns what finished. In the archive:
 #   01-devices.txt      nvidia-smi and `salus-tune devices` (target, pool, pinned)
 #   02-first-op.txt     one op test: the first kernel and cuBLAS call
 #   03-ops.txt          every CUDA op test
 #   04-gradients.txt    gradient checks on every device
 #   05-devices.txt      CPU against CUDA
 #   06-graphs.txt       graph replay against eager, bit for bit
-#   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on (h=4096
-#                       is issue 21's: its K=64 trials take long to build)
-#   08-bench-eager.json  / .log   the same, graphs off
-#   09-torch_anchor.txt, 10-torch_anchor_graphs.txt   the PyTorch anchors
+#   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on:
+#                       h = 256, 1024, mixed; K = 1, 8, 64
+#   08-bench-4096.json / .log     h = 4096, K = 64 (seq and fused, one run
+#                       each: its 64 trials hold 15 GB of state to build)
+#   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
+#   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
+#   13-bench-eager.json / .log    bench packing with graphs off
+#   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
+#                       K-process mode alone takes tens of seconds
+#   device-tests.txt    each device test, run or skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,59 +65,107 @@ for line in sys.stdin:
 Ready. The device call (the run tool):
   carry:     ["gpu-build", "gpu-anchors"]
   command:   bash scripts/gpu-check.sh
-  timeout_s: 540
+  timeout_s: 480
 Save what comes back in docs/gpu-runs/DATE/, then give the machine back.
 EOF
     exit 0
 fi
 
 : "${OUT:?set OUT to the folder for results}"
+DEADLINE=${DEADLINE:-420}
+WORK=$(mktemp -d /tmp/gpu-run.XXXX)
 # The machine's CUDA first, then the NVRTC/cuBLAS wheels of its Python.
 wheel_lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${wheel_lib:+:$wheel_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A test that finds no GPU here fails instead of skipping.
 export SALUS_TUNE_REQUIRE_CUDA=1
-export SALUS_TUNE_DEVICE_TEST_LOG="$OUT/device-tests.txt"
+export SALUS_TUNE_DEVICE_TEST_LOG="$WORK/device-tests.txt"
 start=$(date +%s)
-note() { echo "== $* ($(($(date +%s) - start)) s)" | tee -a "$OUT/summary.txt"; }
+elapsed() { echo $(($(date +%s) - start)); }
+pack() {
+    cp "$WORK/summary.txt" "$OUT/summary.txt"
+    tar czf "$OUT/gpu-run.tgz" --exclude='*.checkpoints' -C "$WORK" .
+}
+note() {
+    echo "== $* ($(elapsed) s)" | tee -a "$WORK/summary.txt"
+    pack
+}
+# left SECS: SECS, or what is left before DEADLINE if less (0: skip).
+left() {
+    local rest=$((DEADLINE - $(elapsed)))
+    ((rest < $1)) && echo $((rest > 0 ? rest : 0)) || echo "$1"
+}
 
-# phase FILE SECONDS COMMAND...: runs it into $OUT/FILE and notes how it ended.
+# phase FILE SECONDS COMMAND...: runs it into $WORK/FILE and notes how it ended.
 phase() {
-    local file=$1 secs=$2
+    local file=$1 secs
+    secs=$(left "$2")
     shift 2
-    timeout "$secs" "$@" > "$OUT/$file" 2>&1
+    if ((secs < 5)); then
+        note "$file: skipped, past the deadline"
+        return
+    fi
+    timeout "$secs" "$@" > "$WORK/$file" 2>&1
     local rc=$?
     local last
-    last=$(grep -E '^test result' "$OUT/$file" | tail -1)
+    last=$(grep -E '^test result' "$WORK/$file" | tail -1)
     [[ $rc == 124 ]] && last="TIMED OUT after $secs s"
     note "$file: rc=$rc ${last}"
 }
 
-note "start; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+# bench FILE SECONDS ARGS...: bench packing on cuda:0, JSON to FILE.json,
+# progress to FILE.log.
+bench() {
+    local file=$1 secs
+    secs=$(left "$2")
+    shift 2
+    if ((secs < 5)); then
+        note "$file: skipped, past the deadline"
+        return
+    fi
+    timeout "$secs" gpu-build/salus-tune bench packing --device cuda:0 --json "$@" \
+        > "$WORK/$file.json" 2> "$WORK/$file.log"
+    local rc=$?
+    note "$file: rc=$rc $(tail -1 "$WORK/$file.log")"
+}
+
+# study FILE SECONDS DEVICE: studies/digits.toml on DEVICE into a fresh
+# database; the wall time and the best trial.
+study() {
+    local file=$1 secs=$2 device=$3
+    local db="$WORK/digits-${device/:/}.db"
+    phase "$file" "$secs" bash -c "
+        s=\$(date +%s%N)
+        gpu-build/salus-tune studies/digits.toml --device $device --storage $db --no-progress || exit
+        echo \"wall_ms \$(( (\$(date +%s%N) - s) / 1000000 ))\"
+        gpu-build/salus-tune best studies/digits.toml --storage $db"
+}
+
+note "start; deadline ${DEADLINE} s; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 {
-    timeout 15 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    timeout 15 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
     timeout 30 gpu-build/salus-tune devices
-} > "$OUT/01-devices.txt" 2>&1
-note "01-devices.txt: $(tr '\n' ';' < "$OUT/01-devices.txt")"
+} > "$WORK/01-devices.txt" 2>&1
+note "01-devices.txt: $(tr '\n' ';' < "$WORK/01-devices.txt")"
 
 T=(--test-threads 1 --nocapture)
 phase 02-first-op.txt 45 gpu-build/test-ops cuda::gemm_matches_reference --exact "${T[@]}"
-phase 03-ops.txt 75 gpu-build/test-ops cuda:: "${T[@]}"
+phase 03-ops.txt 60 gpu-build/test-ops cuda:: "${T[@]}"
 phase 04-gradients.txt 30 gpu-build/test-gradients "${T[@]}"
 phase 05-devices.txt 45 gpu-build/test-devices "${T[@]}"
 phase 06-graphs.txt 45 gpu-build/test-graphs "${T[@]}"
 
-BENCH=(bench packing --device cuda:0 --json --h 256,1024,mixed --k 1,8,64 --gflop 20)
-timeout 70 gpu-build/salus-tune "${BENCH[@]}" --graphs auto > "$OUT/07-bench-graphs.json" 2> "$OUT/07-bench-graphs.log"
-note "07-bench-graphs.json: rc=$? $(tail -1 "$OUT/07-bench-graphs.log")"
-timeout 50 gpu-build/salus-tune "${BENCH[@]}" --graphs off > "$OUT/08-bench-eager.json" 2> "$OUT/08-bench-eager.log"
-note "08-bench-eager.json: rc=$? $(tail -1 "$OUT/08-bench-eager.log")"
+bench 07-bench-graphs 90 --h 256,1024,mixed --k 1,8,64 --gflop "${GFLOP:-1000}" --graphs auto
+bench 08-bench-4096 60 --h 4096 --k 64 --gflop "${GFLOP_4096:-8000}" --modes seq,fused --repeats 1 --no-overhead
 
-PROBE_S=0.2 timeout 30 python3 gpu-anchors/torch_anchor.py > "$OUT/09-torch_anchor.txt" 2>&1
-note "09-torch_anchor.txt: rc=$?"
-PROBE_S=0.2 timeout 30 python3 gpu-anchors/torch_anchor_graphs.py > "$OUT/10-torch_anchor_graphs.txt" 2>&1
-note "10-torch_anchor_graphs.txt: rc=$?"
+phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
 
-count() { grep -c "$1" "$OUT/device-tests.txt" 2>/dev/null; }
+study 11-digits-cuda.txt 45 cuda:0
+study 12-digits-cpu.txt 45 cpu
+
+bench 13-bench-eager 40 --h 256,mixed --k 8,64 --gflop "${GFLOP:-1000}" --graphs off --repeats 1 --no-overhead
+
+phase 10-torch_anchor.txt 75 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor.py
+
+count() { grep -c "$1" "$WORK/device-tests.txt" 2>/dev/null; }
 note "device tests: $(count '^run ') run, $(count '^skip ') skipped (a skip fails here)"
-cat "$OUT/summary.txt"

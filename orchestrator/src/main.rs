@@ -131,6 +131,17 @@ enum BenchCmd {
         /// after the first; off: launch every op every time.
         #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
         graphs: String,
+        /// Runs of each mode per configuration; the fastest counts.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
+        repeats: u64,
+        /// Modes to run, comma-separated: seq, lanes, fused. Without seq the
+        /// "vs seq" ratios are left out.
+        #[arg(long, value_delimiter = ',', default_value = "seq,lanes,fused",
+              value_parser = clap::builder::PossibleValuesParser::new(salus_tune::bench::packing::MODES))]
+        modes: Vec<String>,
+        /// Skip the core-overhead measurement (14 runs of one trial).
+        #[arg(long)]
+        no_overhead: bool,
     },
     /// External workers: the round trip of one gated iteration of a Python
     /// worker, and a study of K one-iteration trials of a small Python
@@ -279,8 +290,7 @@ fn parse_width(s: &str) -> std::result::Result<Width, String> {
 struct Packing {
     hs: Vec<Width>,
     ks: Vec<usize>,
-    gflop: f64,
-    graphs: bool,
+    plan: salus_tune::bench::packing::Plan,
 }
 
 impl OnBackend for Packing {
@@ -288,7 +298,7 @@ impl OnBackend for Packing {
     fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
         let progress = &mut |l: &str| eprintln!("{l}");
         let (hs, ks) = (&self.hs, &self.ks);
-        salus_tune::bench::packing::run(&backend, hs, ks, self.gflop, self.graphs, progress)
+        salus_tune::bench::packing::run(&backend, hs, ks, &self.plan, progress)
     }
 }
 
@@ -321,6 +331,9 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             counts,
             gflop,
             graphs,
+            repeats,
+            modes,
+            no_overhead,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
                 match (given.is_empty(), quick) {
@@ -329,8 +342,18 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     (true, false) => full.to_vec(),
                 }
             }
-            let job = Packing {
+            let plan = bench::packing::Plan {
+                target_gflop: gflop.map_or(if quick { 0.5 } else { 50.0 }, |g| g as f64),
+                repeats: repeats as usize,
+                modes: bench::packing::MODES
+                    .into_iter()
+                    .filter(|m| modes.iter().any(|given| given == m))
+                    .collect(),
                 graphs: graphs == "auto",
+                overhead: !no_overhead,
+            };
+            let job = Packing {
+                plan,
                 hs: pick(
                     widths,
                     quick,
@@ -343,7 +366,6 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     &[1, 4],
                     &[1, 4, 16, 64],
                 ),
-                gflop: gflop.map_or(if quick { 0.5 } else { 50.0 }, |g| g as f64),
             };
             let r = device::open(device::parse(&device)?)?.run(job)?;
             if json {

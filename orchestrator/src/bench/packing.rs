@@ -16,8 +16,36 @@ use crate::salus::fusion;
 use crate::salus::policy::Policy;
 
 const BATCH: usize = 128;
-/// Runs of each mode per cell; the fastest counts.
-const REPEATS: usize = 3;
+
+/// The ways K trials are run, each a row of the table.
+pub const MODES: [&str; 3] = ["seq", "lanes", "fused"];
+
+/// What to measure besides the cells' sizes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Work per cell, in GFLOP.
+    pub target_gflop: f64,
+    /// Runs of each mode per cell; the fastest counts.
+    pub repeats: usize,
+    /// Which of [`MODES`] to run. Without `seq` the ratios are left out.
+    pub modes: Vec<&'static str>,
+    /// On CUDA, lanes replay captured iterations (graphs).
+    pub graphs: bool,
+    /// Measure the core's overhead against a bare loop (14 runs of one trial).
+    pub overhead: bool,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            target_gflop: 50.0,
+            repeats: 3,
+            modes: MODES.to_vec(),
+            graphs: true,
+            overhead: true,
+        }
+    }
+}
 
 /// The hidden width of a workload: one width for all K trials, or widths
 /// drawn log-uniformly from 64..1024 (seeded), one per trial.
@@ -80,7 +108,7 @@ pub struct Row {
 
 pub struct Results {
     pub rows: Vec<Row>,
-    pub overhead_pct: f64,
+    pub overhead_pct: Option<f64>,
     pub switch_mean_us: Option<f64>,
     pub gemm_gflops: f64,
     pub device: String,
@@ -98,6 +126,21 @@ fn flops_per_iteration(h: usize) -> f64 {
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
     super::trial_config(vec![h, h], BATCH, iterations, seed)
+}
+
+/// A lane for the bench; `graphs` is ignored on the CPU.
+fn lane<B: Backend>(backend: &Arc<B>, id: usize, threads: usize, graphs: bool) -> Result<Lane<B>> {
+    let mut lane = Lane::new(backend.clone(), id, threads)?;
+    lane.set_graphs(graphs);
+    Ok(lane)
+}
+
+/// The core's configuration for the bench: no memory limit.
+fn core_config(kind: DeviceKind, policy: Policy, lanes: usize, graphs: bool) -> CoreConfig {
+    CoreConfig {
+        graphs,
+        ..CoreConfig::for_device(kind, policy, lanes, u64::MAX / 4)
+    }
 }
 
 /// Trains each trial to the end on one lane, one after another.
@@ -222,27 +265,45 @@ fn run_fused<B: Backend>(
     Ok(run_core_jobs(backend, jobs, cfg)?.0)
 }
 
-/// Runs the benchmark: `ks` x `hs`, each in `seq`, `lanes` and (for one
-/// width) `fused` mode, each mode the fastest of [`REPEATS`] runs. With
-/// `graphs`, trials replay captured iterations where the backend can (CUDA).
+/// Builds trials on every core: a K=64 cell at h=4096 holds about 15 GB of
+/// initial weights and optimiser state, which one thread takes long to fill.
+fn build_parallel<T: Send>(n: usize, make: impl Fn(usize) -> Result<T> + Sync) -> Result<Vec<T>> {
+    let threads = super::cores().clamp(1, n.max(1));
+    let chunk = n.div_ceil(threads).max(1);
+    let made: Vec<Result<Vec<T>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .step_by(chunk)
+            .map(|lo| {
+                let make = &make;
+                s.spawn(move || (lo..(lo + chunk).min(n)).map(make).collect())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a trial-building thread panicked"))
+            .collect()
+    });
+    let mut all = Vec::with_capacity(n);
+    for part in made {
+        all.extend(part?);
+    }
+    Ok(all)
+}
+
+/// Runs the benchmark: `ks` x `hs`, each in the plan's modes (`fused` for
+/// one width only), each mode the fastest of `plan.repeats` runs. With
+/// `plan.graphs`, trials replay captured iterations where the backend can
+/// (CUDA).
 pub fn run<B: Backend>(
     backend: &Arc<B>,
     hs: &[Width],
     ks: &[usize],
-    target_gflop: f64,
-    graphs: bool,
+    plan: &Plan,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
-    // Every lane and core below takes this; the CPU ignores it.
-    let lane_of = |id: usize, threads: usize| -> Result<Lane<B>> {
-        let mut lane = Lane::new(backend.clone(), id, threads)?;
-        lane.set_graphs(graphs);
-        Ok(lane)
-    };
-    let core_cfg = |policy: Policy, lanes: usize| CoreConfig {
-        graphs,
-        ..CoreConfig::for_device(backend.kind(), policy, lanes, u64::MAX / 4)
-    };
+    let (target_gflop, graphs) = (plan.target_gflop, plan.graphs);
+    let lane_of = |id, threads| lane(backend, id, threads, graphs);
+    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, graphs);
     let cores = super::cores();
     let kind = backend.kind();
     // A lane per core on the CPU; on CUDA a stream per trial, up to 16.
@@ -260,28 +321,26 @@ pub fn run<B: Backend>(
             let flops_round: f64 = widths.iter().map(|&w| flops_per_iteration(w)).sum();
             let iterations = ((target_gflop * 1e9 / flops_round).ceil() as u64).max(2);
             let make = |dev: &Arc<DeviceData<B>>| -> Result<Vec<TrainTrial<B>>> {
-                widths
-                    .iter()
-                    .enumerate()
-                    .map(|(s, &w)| {
-                        Ok(TrainTrial::new_on_host(
-                            dev.clone(),
-                            config(w, iterations, s as u64),
-                        )?)
-                    })
-                    .collect()
+                build_parallel(widths.len(), |s| {
+                    Ok(TrainTrial::new_on_host(
+                        dev.clone(),
+                        config(widths[s], iterations, s as u64),
+                    )?)
+                })
             };
             let total_flops = flops_round * iterations as f64;
-            let fused = k > 1 && matches!(h, Width::Fixed(_));
-            let mut names = vec!["seq", "lanes"];
-            if fused {
-                names.push("fused");
-            }
-            // Each mode runs REPEATS times, the modes taking turns (in a
+            let fusable = k > 1 && matches!(h, Width::Fixed(_));
+            let names: Vec<&'static str> = plan
+                .modes
+                .iter()
+                .copied()
+                .filter(|&m| m != "fused" || fusable)
+                .collect();
+            // Each mode runs `repeats` times, the modes taking turns (in a
             // rotating order, so that a shared machine's drift falls on all
             // of them), and keeps its fastest run.
             let mut best = vec![f64::INFINITY; names.len()];
-            for r in 0..REPEATS {
+            for r in 0..plan.repeats.max(1) {
                 for turn in 0..names.len() {
                     let m = (turn + r) % names.len();
                     let s = match names[m] {
@@ -307,7 +366,11 @@ pub fn run<B: Backend>(
                     best[m] = best[m].min(s);
                 }
             }
-            let seq_s = best[0];
+            // NaN (null in JSON) where seq was not run.
+            let seq_s = names
+                .iter()
+                .position(|&m| m == "seq")
+                .map_or(f64::NAN, |i| best[i]);
             let modes: Vec<(&str, f64)> = names.into_iter().zip(best).collect();
             // The reference GEMM is measured between cells too, and its
             // best counts, as each mode's does.
@@ -330,7 +393,39 @@ pub fn run<B: Backend>(
             }
         }
     }
-    // The core's overhead against a bare loop: one trial, the same lane set-up.
+    let overhead_pct = if plan.overhead {
+        Some(overhead_pct(backend, &dev, hs, plan, progress)?)
+    } else {
+        None
+    };
+    let gemm_gflops = gemm_best.max(gemm_gflops(backend.as_ref())?);
+    let switch_mean_us = (!switch_all.is_empty())
+        .then(|| 1e6 * switch_all.iter().sum::<f64>() / switch_all.len() as f64);
+    Ok(Results {
+        rows,
+        overhead_pct,
+        switch_mean_us,
+        gemm_gflops,
+        device: backend.name(),
+        kind,
+        lanes,
+        cores,
+        graphs: graphs && backend.graphs_supported(),
+    })
+}
+
+/// The core's overhead against a bare loop, in percent: one trial, the
+/// same lane set-up, at the first fixed width.
+fn overhead_pct<B: Backend>(
+    backend: &Arc<B>,
+    dev: &Arc<DeviceData<B>>,
+    hs: &[Width],
+    plan: &Plan,
+    progress: &mut dyn FnMut(&str),
+) -> Result<f64> {
+    let cores = super::cores();
+    let lane_of = |id, threads| lane(backend, id, threads, plan.graphs);
+    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan.graphs);
     let h = hs
         .iter()
         .find_map(|w| match w {
@@ -339,7 +434,7 @@ pub fn run<B: Backend>(
         })
         .unwrap_or(256);
     let flops_iter = flops_per_iteration(h);
-    let iterations = ((target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
+    let iterations = ((plan.target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
     let bare_run = || -> Result<f64> {
@@ -379,20 +474,7 @@ pub fn run<B: Backend>(
     progress(&format!(
         "core overhead vs a bare loop (h={h}, K=1, {iterations} iterations): {overhead_pct:+.2}%"
     ));
-    let gemm_gflops = gemm_best.max(gemm_gflops(backend.as_ref())?);
-    let switch_mean_us = (!switch_all.is_empty())
-        .then(|| 1e6 * switch_all.iter().sum::<f64>() / switch_all.len() as f64);
-    Ok(Results {
-        rows,
-        overhead_pct,
-        switch_mean_us,
-        gemm_gflops,
-        device: backend.name(),
-        kind,
-        lanes,
-        cores,
-        graphs: graphs && backend.graphs_supported(),
-    })
+    Ok(overhead_pct)
 }
 
 impl Results {
@@ -445,10 +527,9 @@ impl Results {
             self.switch_mean_us
                 .map_or("no switches".into(), |u| format!("{u:.1} us mean"))
         );
-        out += &format!(
-            "core overhead vs a bare training loop: {:+.2}%\n",
-            self.overhead_pct
-        );
+        if let Some(pct) = self.overhead_pct {
+            out += &format!("core overhead vs a bare training loop: {pct:+.2}%\n");
+        }
         out += &format!(
             "{} sgemm 2048^3 (same run): {:.1} GFLOP/s\n",
             self.kind, self.gemm_gflops
