@@ -10,7 +10,7 @@
 # must be carried (the device tool's `carry`); the anchors are never committed.
 #
 # The device half fits one device call. It stops starting phases at
-# DEADLINE seconds (default 420; a call may run 600 s, and a session has
+# DEADLINE seconds (default 450; a call may run 600 s, and a session has
 # 900 s of device time in all), and each phase's timeout is cut to what is
 # left. The tool brings back at most 8 files from $OUT, so the phases write
 # into a work folder that is packed into $OUT/gpu-run.tgz after every phase,
@@ -22,12 +22,20 @@
 #   04-gradients.txt    gradient checks on every device
 #   05-devices.txt      CPU against CUDA
 #   06-graphs.txt       graph replay against eager, bit for bit
+#   06-core.txt         the Salus core's lanes (streaks, switches) against
+#                       trials run alone, bit for bit
 #   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on:
-#                       h = 256, 1024, mixed; K = 1, 8, 64
-#   08-bench-4096.json / .log     h = 4096, K = 64 (seq and fused, one run
-#                       each: its 64 trials hold 15 GB of state to build)
+#                       h = 256 and mixed; K = 1, 8, 64; the core's
+#                       overhead and switch latency
+#   08-bench-1024.json / .log     h = 1024, K = 1, 8, 64
+#   08-bench-lanes16/64.json / .log   mixed, K = 64, lanes mode on 16 and
+#                       64 lanes (the default is 32)
+#   08-bench-4096.json / .log     h = 4096, K = 64 (one run of each mode:
+#                       its 64 trials hold 15 GB of state to build)
 #   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
+#   14-profile-fused.txt, 15-profile-lone.txt   each kernel's time in a
+#                       fused K=64 and a lone h=256 iteration (ncu)
 #   13-bench-eager.json / .log    bench packing with graphs off
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
@@ -35,15 +43,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-TESTS=(ops gradients devices graphs)
+TESTS=(ops gradients devices graphs salus_core)
 
 if [[ "${1:-}" == "prepare" ]]; then
     set -e
     rm -rf gpu-build gpu-anchors && mkdir -p gpu-build gpu-anchors
     cargo build --release --bin salus-tune
     cp target/release/salus-tune gpu-build/
-    # kernels/tests/ops.rs, workers/tests/{gradients,devices,graphs}.rs
-    cargo test --release --no-run --message-format=json -p kernels -p workers 2>/dev/null |
+    # kernels/tests/ops.rs, workers/tests/{gradients,devices,graphs}.rs,
+    # tests/salus_core.rs
+    {
+        cargo test --release --no-run --message-format=json -p kernels -p workers
+        cargo test --release --no-run --message-format=json -p salus-tune --test salus_core
+    } 2>/dev/null |
         python3 -c '
 import json, sys, shutil
 want = set(sys.argv[1:])
@@ -72,7 +84,7 @@ EOF
 fi
 
 : "${OUT:?set OUT to the folder for results}"
-DEADLINE=${DEADLINE:-420}
+DEADLINE=${DEADLINE:-450}
 WORK=$(mktemp -d /tmp/gpu-run.XXXX)
 # The machine's CUDA first, then the NVRTC/cuBLAS wheels of its Python.
 wheel_lib=$(python3 -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null || true)
@@ -154,16 +166,40 @@ phase 03-ops.txt 60 gpu-build/test-ops cuda:: "${T[@]}"
 phase 04-gradients.txt 30 gpu-build/test-gradients "${T[@]}"
 phase 05-devices.txt 45 gpu-build/test-devices "${T[@]}"
 phase 06-graphs.txt 45 gpu-build/test-graphs "${T[@]}"
+phase 06-core.txt 45 gpu-build/test-salus_core "${T[@]}"
 
-bench 07-bench-graphs 90 --h 256,1024,mixed --k 1,8,64 --gflop "${GFLOP:-1000}" --graphs auto
-bench 08-bench-4096 60 --h 4096 --k 64 --gflop "${GFLOP_4096:-8000}" --modes seq,fused --repeats 1 --no-overhead
+# Each cell's work is sized for at least ~20 iterations per trial at K=64
+# (the first iteration of a trial runs eagerly and the second captures it).
+bench 07-bench-graphs 100 --h 256,mixed --k 1,8,64 --gflop "${GFLOP:-1500}" --repeats 2
+bench 08-bench-1024 50 --h 1024 --k 1,8,64 --gflop "${GFLOP_1024:-6000}" --repeats 2 --no-overhead
+# Mixed widths on 16 and 64 lanes, beside the default 32 above.
+bench 08-bench-lanes16 25 --h mixed --k 64 --modes lanes --lanes 16 --gflop "${GFLOP:-1500}" --repeats 2 --no-overhead
+bench 08-bench-lanes64 25 --h mixed --k 64 --modes lanes --lanes 64 --gflop "${GFLOP:-1500}" --repeats 2 --no-overhead
+bench 08-bench-4096 70 --h 4096 --k 64 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
 
 phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu
 
-bench 13-bench-eager 40 --h 256,mixed --k 8,64 --gflop "${GFLOP:-1000}" --graphs off --repeats 1 --no-overhead
+# Where the fused and the lone iteration spend their time: each kernel's
+# duration (one metric, so one pass per kernel), a few iterations in.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+profile() {
+    local file=$1 secs=$2
+    shift 2
+    phase "$file" "$secs" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+        --launch-skip 600 --launch-count 120 --print-summary per-kernel \
+        gpu-build/salus-tune bench packing --device cuda:0 --repeats 1 --no-overhead --graphs off "$@"
+}
+if [[ -n "$NCU" ]]; then
+    profile 14-profile-fused.txt 45 --h 256 --k 64 --gflop 400 --modes fused
+    profile 15-profile-lone.txt 35 --h 256 --k 1 --gflop 100 --modes seq
+else
+    note "no ncu on this machine: no kernel profile"
+fi
+
+bench 13-bench-eager 30 --h 256,mixed --k 8,64 --gflop "${GFLOP:-1500}" --graphs off --repeats 1 --no-overhead
 
 phase 10-torch_anchor.txt 75 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor.py
 

@@ -133,7 +133,7 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
         for (id, c) in ids.iter().zip(&configs) {
             assert_eq!(log.reports[id], alone(&data, c), "{policy:?}: job {id}");
         }
-        // Under pack both lanes are used and jobs interleave on them.
+        // Under pack both lanes are used.
         if policy == Policy::Pack {
             let lanes: std::collections::BTreeSet<usize> = log
                 .events
@@ -147,10 +147,31 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
                 })
                 .collect();
             assert_eq!(lanes.len(), 2);
+        }
+        // Equal priorities run the least recently run job next: the jobs on
+        // a lane take turns at every boundary.
+        if policy == Policy::Priority {
+            // Some lane ran a job, then another, then the first again.
+            let mut runs: std::collections::BTreeMap<usize, Vec<JobId>> = Default::default();
+            for e in &log.events {
+                if let CoreEvent::Segment { lane, job, .. } = e {
+                    let r = runs.entry(*lane).or_default();
+                    if r.last() != Some(job) {
+                        r.push(*job);
+                    }
+                }
+            }
+            let interleaved = runs.values().any(|r| {
+                r.iter()
+                    .enumerate()
+                    .any(|(i, j)| r[i + 1..].iter().skip(1).any(|k| k == j))
+            });
+            assert!(interleaved, "no lane interleaved its jobs: {runs:?}");
             assert!(
                 log.events
                     .iter()
-                    .any(|e| matches!(e, CoreEvent::Switch { .. }))
+                    .any(|e| matches!(e, CoreEvent::Switch { .. })),
+                "interleaving resident jobs is a switch"
             );
         }
         assert_eq!(core.ledger().used(), 0, "everything released");
@@ -498,4 +519,86 @@ fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
     assert_eq!(log.reports[&id], alone(&data, &c));
     assert_eq!(log.reports[&other].len(), 2);
     assert_eq!(core.ledger().persistent, 0, "everything was released");
+}
+
+/// The reports of a trial run alone on its own lane of `backend`.
+fn alone_on<B: kernels::Backend>(
+    backend: &Arc<B>,
+    data: &Arc<DeviceData<B>>,
+    c: &TrialConfig,
+) -> Vec<Report> {
+    let mut lane = Lane::new(backend.clone(), 9, 1).unwrap();
+    lane.set_graphs(true);
+    let mut t = TrainTrial::new(&mut lane, data.clone(), c.clone()).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match t.step(&mut lane).unwrap() {
+            StepOutcome::Continue => {}
+            StepOutcome::Report(r) => out.push(r),
+            StepOutcome::Finished(r) => {
+                out.push(r);
+                return out;
+            }
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
+        }
+    }
+}
+
+/// Lanes queue a job's next iteration before the last one has finished
+/// (a streak: see `salus::core`). Under fifo a lane runs one job's whole
+/// epoch that way; under priority with equal priorities every boundary is
+/// a switch. Either way each job's reports are bit for bit those it gives
+/// alone, on every device; on CUDA with graphs, two lanes sharing the GPU.
+fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
+    let mut lane = Lane::new(backend.clone(), 0, 1).unwrap();
+    let data = DeviceData::upload(
+        &mut lane,
+        &split(&synthetic_classification(400, 12, 4, 6, 3), 0.25, 0).unwrap(),
+    )
+    .unwrap();
+    let configs: Vec<TrialConfig> = [8, 16, 8, 24, 16]
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| cfg(w, i as u64, 3))
+        .collect();
+    let expected: Vec<Vec<Report>> = configs
+        .iter()
+        .map(|c| alone_on(&backend, &data, c))
+        .collect();
+    for policy in [Policy::Fifo, Policy::Priority, Policy::Pack] {
+        let (tx, rx) = channel();
+        let config = CoreConfig {
+            graphs: true,
+            ..CoreConfig::for_device(backend.kind(), policy, 2, 1 << 30)
+        };
+        let core = SalusCore::start(backend.clone(), config, tx).unwrap();
+        let ids: Vec<JobId> = configs
+            .iter()
+            .map(|c| {
+                let job: Box<dyn Job<B>> =
+                    Box::new(TrainTrial::new_on_host(data.clone(), c.clone()).unwrap());
+                core.submit(job, 0.0, "d")
+            })
+            .collect();
+        let log = drain(&rx, ids.len(), |_| {});
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(
+                log.reports[id],
+                expected[i],
+                "{}, {policy:?}: job {i}",
+                backend.name()
+            );
+        }
+        core.shutdown();
+    }
+}
+
+#[test]
+fn streaks_give_what_jobs_give_alone_on_every_device() {
+    streaks_give_what_jobs_give_alone(Arc::new(CpuBackend::new()));
+    if let Some(cuda) =
+        kernels::cuda::device_for_test("streaks_give_what_jobs_give_alone_on_every_device")
+    {
+        streaks_give_what_jobs_give_alone(Arc::new(cuda));
+    }
 }

@@ -25,6 +25,20 @@ struct DropoutParams { DropoutParam s[MAX_SLOTS]; };
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (u64)gridDim.x * blockDim.x)
 
+// 64-bit division costs several times 32-bit division on the GPU, and the
+// index arithmetic of the element-wise kernels below is most of their work;
+// every real operand fits in 32 bits, so take the short path when it does.
+__device__ __forceinline__ void divmod(u64 a, u64 b, u64* q, u64* r) {
+    if (((a | b) >> 32) == 0) {
+        unsigned int qa = (unsigned int)a / (unsigned int)b;
+        *q = qa;
+        *r = (unsigned int)a - qa * (unsigned int)b;
+    } else {
+        *q = a / b;
+        *r = a % b;
+    }
+}
+
 // --- counter-based RNG: the same bits as kernels/src/rng.rs -------------
 
 __device__ __forceinline__ u64 mix64(u64 z) {
@@ -96,8 +110,9 @@ extern "C" __global__ void bias_add(
     u64 slots, u64 rows, u64 cols, u64 bias_stride, float* x, const float* bias) {
     u64 per_slot = rows * cols;
     GRID_STRIDE(i, slots * per_slot) {
-        u64 slot = i / per_slot;
-        u64 c = i % cols;
+        u64 slot, in_slot, row, c;
+        divmod(i, per_slot, &slot, &in_slot);
+        divmod(in_slot, cols, &row, &c);
         x[i] += bias[slot * bias_stride + c];
     }
 }
@@ -106,8 +121,8 @@ extern "C" __global__ void bias_add(
 extern "C" __global__ void col_sum(
     u64 slots, u64 rows, u64 cols, u64 db_stride, const float* dy, float* db) {
     GRID_STRIDE(i, slots * cols) {
-        u64 slot = i / cols;
-        u64 c = i % cols;
+        u64 slot, c;
+        divmod(i, cols, &slot, &c);
         const float* p = dy + slot * rows * cols + c;
         float acc = 0.0f;
         for (u64 r = 0; r < rows; ++r) acc += p[r * cols];
@@ -119,8 +134,8 @@ extern "C" __global__ void col_sum(
 extern "C" __global__ void gather_rows(
     u64 nrows, u64 cols, u64 src_rows, const unsigned int* idx, const float* src, float* dst) {
     GRID_STRIDE(i, nrows * cols) {
-        u64 r = i / cols;
-        u64 c = i % cols;
+        u64 r, c;
+        divmod(i, cols, &r, &c);
         u64 s = (u64)idx[r];
         dst[i] = s < src_rows ? src[s * cols + c] : 0.0f;
     }

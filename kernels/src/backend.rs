@@ -89,6 +89,14 @@ pub trait Backend: Send + Sync + 'static {
     fn enter<R: Send>(&self, host: &Self::HostThreads, f: impl FnOnce() -> R + Send) -> R;
     /// Waits until every operation queued on `ctx` has finished.
     fn sync(&self, ctx: &mut Self::Ctx) -> Result<()>;
+    /// Marks the end of what is queued on `ctx` so far, then waits until
+    /// everything queued before the previous mark has finished. Called after
+    /// each iteration is queued, it keeps one iteration queued behind the one
+    /// the device runs, so the device does not idle while the host decides
+    /// and launches. Where queuing is synchronous (the CPU), a full sync.
+    fn sync_previous(&self, ctx: &mut Self::Ctx) -> Result<()> {
+        self.sync(ctx)
+    }
 
     /// A zero-filled buffer of `len` elements.
     fn alloc_zeroed(&self, len: usize) -> Result<Self::Buf>;

@@ -258,3 +258,10 @@ impl Backend for CudaBackend {
         match *self {}
     }
 }
+
+/// Without CUDA there is no context to configure.
+///
+/// # Safety
+///
+/// None needed; `unsafe` only to match the CUDA build's signature.
+pub unsafe fn prefer_device_connections() {}

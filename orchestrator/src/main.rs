@@ -139,7 +139,11 @@ enum BenchCmd {
         #[arg(long, value_delimiter = ',', default_value = "seq,lanes,fused",
               value_parser = clap::builder::PossibleValuesParser::new(salus_tune::bench::packing::MODES))]
         modes: Vec<String>,
-        /// Skip the core-overhead measurement (14 runs of one trial).
+        /// Lanes for the lanes mode [default: one per core on the CPU, 32
+        /// streams on CUDA].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        lanes: Option<u64>,
+        /// Skip the core's overhead and switch-latency measurements.
         #[arg(long)]
         no_overhead: bool,
     },
@@ -333,6 +337,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             graphs,
             repeats,
             modes,
+            lanes,
             no_overhead,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
@@ -350,6 +355,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     .filter(|m| modes.iter().any(|given| given == m))
                     .collect(),
                 graphs: graphs == "auto",
+                lanes: lanes.map(|l| l as usize),
                 overhead: !no_overhead,
             };
             let job = Packing {
@@ -467,6 +473,8 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
 }
 
 fn main() {
+    // SAFETY: the first statement of main, before any thread is started.
+    unsafe { kernels::cuda::prefer_device_connections() };
     let mut argv: Vec<String> = std::env::args().collect();
     // `salus-tune STUDY.toml ...` is short for `salus-tune run STUDY.toml ...`.
     if argv

@@ -24,7 +24,6 @@ pub struct Lane<B: Backend> {
     workspaces: HashMap<GroupShape, Workspace<B>>,
     /// Whether trials may replay captured iterations here (CUDA graphs).
     graphs: bool,
-    syncs: u64,
 }
 
 impl<B: Backend> Lane<B> {
@@ -38,7 +37,6 @@ impl<B: Backend> Lane<B> {
             threads,
             workspaces: HashMap::new(),
             graphs: false,
-            syncs: 0,
         })
     }
 
@@ -51,23 +49,6 @@ impl<B: Backend> Lane<B> {
     /// Whether trials replay captured iterations on this lane.
     pub fn graphs(&self) -> bool {
         self.graphs
-    }
-
-    /// How many times this lane has synced.
-    pub fn syncs(&self) -> u64 {
-        self.syncs
-    }
-
-    /// Runs `f` (one step of a job), then syncs the lane whether `f`
-    /// succeeded or not: a failed step may have left kernels queued that
-    /// write into the job's buffers, and those buffers are freed when the
-    /// failed job is dropped (see `kernels::cuda::CudaBuf`). `f`'s error
-    /// comes first.
-    pub fn step_synced<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
-        let out = f(self);
-        let synced = self.sync();
-        let out = out?;
-        synced.map(|_| out)
     }
 
     pub fn id(&self) -> usize {
@@ -95,9 +76,14 @@ impl<B: Backend> Lane<B> {
         backend.enter(&host, || f(self))
     }
 
+    /// Marks the end of what this lane has queued, and waits for what was
+    /// queued before the previous mark: see [`Backend::sync_previous`].
+    pub fn sync_previous(&mut self) -> Result<()> {
+        Ok(self.backend.sync_previous(&mut self.ctx)?)
+    }
+
     /// Waits for everything queued on this lane.
     pub fn sync(&mut self) -> Result<()> {
-        self.syncs += 1;
         Ok(self.backend.sync(&mut self.ctx)?)
     }
 
@@ -135,22 +121,5 @@ impl<B: Backend> Lane<B> {
     /// Frees the arena; it is rebuilt on the next step.
     pub fn release_arena(&mut self) {
         self.workspaces.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::error::WorkerError;
-
-    /// A failed step syncs its lane before anything can drop the job.
-    #[test]
-    fn a_step_syncs_its_lane_whether_it_fails_or_not() {
-        let mut lane = Lane::new(Arc::new(kernels::CpuBackend::new()), 0, 1).unwrap();
-        let failed: Result<()> = lane.step_synced(|_| Err(WorkerError::NotResident));
-        assert!(matches!(failed, Err(WorkerError::NotResident)));
-        assert_eq!(lane.syncs(), 1);
-        assert_eq!(lane.step_synced(|_| Ok(7)).unwrap(), 7);
-        assert_eq!(lane.syncs(), 2);
     }
 }

@@ -70,6 +70,25 @@ pub const STAGING_ELEMS: usize = 8 << 20;
 /// Fixed, so that a captured GEMM never allocates and never moves.
 const BLAS_WORKSPACE_BYTES: usize = 32 << 20;
 
+/// The hardware work queues a CUDA context gets when the user has not
+/// chosen: the driver's default is 8, and streams beyond that share queues,
+/// so independent lanes wait on each other's launches. 32 is the driver's
+/// maximum.
+pub const DEVICE_CONNECTIONS: &str = "32";
+
+/// Sets `CUDA_DEVICE_MAX_CONNECTIONS` to [`DEVICE_CONNECTIONS`] unless it is
+/// set already. The driver reads it when a context is created.
+///
+/// # Safety
+///
+/// It writes the environment: call it before any other thread exists.
+pub unsafe fn prefer_device_connections() {
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        // SAFETY: the caller guarantees no other thread reads the environment.
+        unsafe { std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", DEVICE_CONNECTIONS) };
+    }
+}
+
 /// Counts the CUDA devices, or says why CUDA cannot be used here.
 pub fn probe() -> std::result::Result<usize, String> {
     // SAFETY: these only try to open the shared libraries.
@@ -348,6 +367,10 @@ pub struct CudaCtx {
     /// The cuBLAS workspace, fixed for the life of the context.
     _blas_workspace: CudaBuf,
     done: CudaEvent,
+    /// [`Backend::sync_previous`]'s two marks, used in turn; `mark` is the
+    /// next to record.
+    marks: [CudaEvent; 2],
+    mark: usize,
     /// Downloads, in chunks of its size (at most [`STAGING_ELEMS`]); made
     /// on first use; `None` where pinned memory cannot be had.
     staging: Option<Pinned>,
@@ -452,6 +475,8 @@ impl Backend for CudaBackend {
         };
         Ok(CudaCtx {
             done: event()?,
+            marks: [event()?, event()?],
+            mark: 0,
             step_copied: event()?,
             // Made on first use, so that a lane that never downloads much
             // pins little (a core starts many lanes).
@@ -474,6 +499,15 @@ impl Backend for CudaBackend {
         self.bind()?;
         ctx.done.record(&ctx.stream).map_err(dev)?;
         ctx.done.synchronize().map_err(dev)
+    }
+
+    fn sync_previous(&self, ctx: &mut CudaCtx) -> Result<()> {
+        self.bind()?;
+        let i = ctx.mark;
+        ctx.marks[i].record(&ctx.stream).map_err(dev)?;
+        ctx.mark ^= 1;
+        // An event never recorded is complete: the first call waits for nothing.
+        ctx.marks[ctx.mark].synchronize().map_err(dev)
     }
 
     fn alloc_zeroed(&self, len: usize) -> Result<CudaBuf> {

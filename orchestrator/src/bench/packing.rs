@@ -20,6 +20,13 @@ const BATCH: usize = 128;
 /// The ways K trials are run, each a row of the table.
 pub const MODES: [&str; 3] = ["seq", "lanes", "fused"];
 
+/// Lanes (streams, each with its host thread) on CUDA by default: as many as
+/// the driver's hardware queues (see `kernels::cuda::DEVICE_CONNECTIONS`).
+pub const CUDA_LANES: usize = 32;
+
+/// Trials taking turns on one lane for [`switch_latencies`].
+const SWITCH_TRIALS: usize = 4;
+
 /// What to measure besides the cells' sizes.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -31,7 +38,11 @@ pub struct Plan {
     pub modes: Vec<&'static str>,
     /// On CUDA, lanes replay captured iterations (graphs).
     pub graphs: bool,
-    /// Measure the core's overhead against a bare loop (14 runs of one trial).
+    /// Lanes for the `lanes` mode; `None`: one per core on the CPU, and
+    /// [`CUDA_LANES`] streams on CUDA.
+    pub lanes: Option<usize>,
+    /// Measure the core's overhead against a bare loop (14 runs of one
+    /// trial) and its switch latency.
     pub overhead: bool,
 }
 
@@ -42,6 +53,7 @@ impl Default for Plan {
             repeats: 3,
             modes: MODES.to_vec(),
             graphs: true,
+            lanes: None,
             overhead: true,
         }
     }
@@ -109,7 +121,10 @@ pub struct Row {
 pub struct Results {
     pub rows: Vec<Row>,
     pub overhead_pct: Option<f64>,
+    /// Between two resident trials' iterations on one lane, from the end of
+    /// one to the start of the next (see [`switch_latencies`]).
     pub switch_mean_us: Option<f64>,
+    pub switch_median_us: Option<f64>,
     pub gemm_gflops: f64,
     pub device: String,
     pub kind: DeviceKind,
@@ -143,12 +158,29 @@ fn core_config(kind: DeviceKind, policy: Policy, lanes: usize, graphs: bool) -> 
     }
 }
 
+/// Moves jobs' initial state onto the device before the clock starts, as
+/// the PyTorch anchors build their models on the GPU before timing: what is
+/// timed is training, not the first upload.
+fn place<B: Backend>(backend: &Arc<B>, jobs: &mut [impl Job<B>]) -> Result<()> {
+    let mut lane = Lane::new(backend.clone(), 0, 1)?;
+    lane.run(|lane| -> Result<()> {
+        for j in jobs.iter_mut() {
+            j.swap_in(lane)?;
+        }
+        Ok(lane.sync()?)
+    })
+}
+
 /// Trains each trial to the end on one lane, one after another.
-fn run_bare<B: Backend>(lane: &mut Lane<B>, trials: Vec<TrainTrial<B>>) -> Result<f64> {
+fn run_bare<B: Backend>(
+    backend: &Arc<B>,
+    lane: &mut Lane<B>,
+    mut trials: Vec<TrainTrial<B>>,
+) -> Result<f64> {
+    place(backend, &mut trials)?;
     let start = Instant::now();
     lane.run(|lane| -> Result<()> {
         for mut t in trials {
-            t.swap_in(lane)?;
             while !matches!(t.step(lane)?, StepOutcome::Finished(_)) {}
         }
         Ok(())
@@ -159,9 +191,10 @@ fn run_bare<B: Backend>(lane: &mut Lane<B>, trials: Vec<TrainTrial<B>>) -> Resul
 /// Trains all trials through the core; returns seconds and switch latencies.
 fn run_core<B: Backend>(
     backend: &Arc<B>,
-    trials: Vec<TrainTrial<B>>,
+    mut trials: Vec<TrainTrial<B>>,
     config: CoreConfig,
 ) -> Result<(f64, Vec<f64>)> {
+    place(backend, &mut trials)?;
     let jobs = trials
         .into_iter()
         .map(|t| Box::new(t) as Box<dyn Job<B>>)
@@ -254,9 +287,15 @@ fn run_fused<B: Backend>(
                 .enumerate()
                 .map(|(i, t)| (i as u64, t))
                 .collect();
-            Ok(Box::new(FusedTrials::new(tagged)?) as Box<dyn Job<B>>)
+            FusedTrials::new(tagged)
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut jobs = jobs;
+    place(backend, &mut jobs)?;
+    let jobs = jobs
+        .into_iter()
+        .map(|j| Box::new(j) as Box<dyn Job<B>>)
+        .collect::<Vec<_>>();
     let groups = jobs.len();
     let cfg = CoreConfig {
         graphs,
@@ -306,14 +345,13 @@ pub fn run<B: Backend>(
     let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, graphs);
     let cores = super::cores();
     let kind = backend.kind();
-    // A lane per core on the CPU; on CUDA a stream per trial, up to 16.
-    let lanes = match kind {
+    // A lane per core on the CPU; on CUDA a stream per trial, up to CUDA_LANES.
+    let lanes = plan.lanes.unwrap_or(match kind {
         DeviceKind::Cpu => cores,
-        DeviceKind::Cuda(_) => 16,
-    };
+        DeviceKind::Cuda(_) => CUDA_LANES,
+    });
     let (_, dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
     let mut rows = Vec::new();
-    let mut switch_all = Vec::new();
     let mut gemm_best: f64 = 0.0;
     for &h in hs {
         for &k in ks {
@@ -345,7 +383,7 @@ pub fn run<B: Backend>(
                     let m = (turn + r) % names.len();
                     let s = match names[m] {
                         // seq: one trial at a time on one lane with every core's threads.
-                        "seq" => run_bare(&mut lane_of(0, cores)?, make(&dev)?)?,
+                        "seq" => run_bare(backend, &mut lane_of(0, cores)?, make(&dev)?)?,
                         // lanes: all K through the core, one lane per core (at
                         // most one per trial), each lane running its trials in
                         // arrival order: this measures throughput. Round-robin
@@ -353,9 +391,7 @@ pub fn run<B: Backend>(
                         // which is for fairness, not speed.
                         "lanes" => {
                             let cfg = core_cfg(Policy::Fifo, lanes.min(k));
-                            let (s, switches) = run_core(backend, make(&dev)?, cfg)?;
-                            switch_all.extend(switches);
-                            s
+                            run_core(backend, make(&dev)?, cfg)?.0
                         }
                         // fused: the K trials as fused groups of the size the
                         // scheduler would form (`salus::fusion`): one on a GPU;
@@ -393,18 +429,35 @@ pub fn run<B: Backend>(
             }
         }
     }
-    let overhead_pct = if plan.overhead {
-        Some(overhead_pct(backend, &dev, hs, plan, progress)?)
+    // The core's own costs, at the first fixed width.
+    let h = hs
+        .iter()
+        .find_map(|w| match w {
+            Width::Fixed(h) => Some(*h),
+            Width::Mixed => None,
+        })
+        .unwrap_or(256);
+    let (overhead_pct, switches) = if plan.overhead {
+        (
+            Some(overhead_pct(backend, &dev, h, plan, progress)?),
+            switch_latencies(backend, &dev, h, plan, progress)?,
+        )
     } else {
-        None
+        (None, Vec::new())
     };
     let gemm_gflops = gemm_best.max(gemm_gflops(backend.as_ref())?);
-    let switch_mean_us = (!switch_all.is_empty())
-        .then(|| 1e6 * switch_all.iter().sum::<f64>() / switch_all.len() as f64);
+    let switch_mean_us =
+        (!switches.is_empty()).then(|| 1e6 * switches.iter().sum::<f64>() / switches.len() as f64);
+    let switch_median_us = (!switches.is_empty()).then(|| {
+        let mut v = switches.clone();
+        v.sort_by(f64::total_cmp);
+        1e6 * v[v.len() / 2]
+    });
     Ok(Results {
         rows,
         overhead_pct,
         switch_mean_us,
+        switch_median_us,
         gemm_gflops,
         device: backend.name(),
         kind,
@@ -414,31 +467,51 @@ pub fn run<B: Backend>(
     })
 }
 
+/// Switch latencies, in seconds: [`SWITCH_TRIALS`] resident trials of width
+/// `h` on one lane under `priority` with equal priorities, which runs the
+/// least recently run next, so every boundary is a switch. Each latency is
+/// from the end of one trial's iteration (the device done) to the start of
+/// the next one's.
+fn switch_latencies<B: Backend>(
+    backend: &Arc<B>,
+    dev: &Arc<DeviceData<B>>,
+    h: usize,
+    plan: &Plan,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<f64>> {
+    let iterations = 100;
+    let trials = (0..SWITCH_TRIALS)
+        .map(|s| TrainTrial::new_on_host(dev.clone(), config(h, iterations, s as u64)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let cfg = core_config(backend.kind(), Policy::Priority, 1, plan.graphs);
+    let (_, switches) = run_core(backend, trials, cfg)?;
+    let mean = 1e6 * switches.iter().sum::<f64>() / switches.len().max(1) as f64;
+    progress(&format!(
+        "switch latency ({SWITCH_TRIALS} resident trials round-robin on one lane, h={h}): {mean:.1} us mean over {} switches",
+        switches.len()
+    ));
+    Ok(switches)
+}
+
 /// The core's overhead against a bare loop, in percent: one trial, the
 /// same lane set-up, at the first fixed width.
 fn overhead_pct<B: Backend>(
     backend: &Arc<B>,
     dev: &Arc<DeviceData<B>>,
-    hs: &[Width],
+    h: usize,
     plan: &Plan,
     progress: &mut dyn FnMut(&str),
 ) -> Result<f64> {
     let cores = super::cores();
     let lane_of = |id, threads| lane(backend, id, threads, plan.graphs);
     let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan.graphs);
-    let h = hs
-        .iter()
-        .find_map(|w| match w {
-            Width::Fixed(h) => Some(*h),
-            Width::Mixed => None,
-        })
-        .unwrap_or(256);
     let flops_iter = flops_per_iteration(h);
     let iterations = ((plan.target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
     let bare_run = || -> Result<f64> {
         run_bare(
+            backend,
             &mut lane_of(0, cores)?,
             vec![TrainTrial::new_on_host(
                 dev.clone(),
@@ -485,7 +558,7 @@ impl Results {
             .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations }))
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
-        v.push(json!({ "switch_mean_us": self.switch_mean_us }));
+        v.push(json!({ "switch_mean_us": self.switch_mean_us, "switch_median_us": self.switch_median_us }));
         let gemm_key = match self.kind {
             DeviceKind::Cpu => "cpu_gemm_gflops",
             DeviceKind::Cuda(_) => "device_gemm_gflops",
@@ -522,11 +595,11 @@ impl Results {
                 r.seconds
             );
         }
-        out += &format!(
-            "\nswitch latency (lanes mode): {}\n",
-            self.switch_mean_us
-                .map_or("no switches".into(), |u| format!("{u:.1} us mean"))
-        );
+        if let (Some(mean), Some(median)) = (self.switch_mean_us, self.switch_median_us) {
+            out += &format!(
+                "\nswitch latency ({SWITCH_TRIALS} resident trials round-robin on one lane): {mean:.1} us mean, {median:.1} us median\n"
+            );
+        }
         if let Some(pct) = self.overhead_pct {
             out += &format!("core overhead vs a bare training loop: {pct:+.2}%\n");
         }
