@@ -28,15 +28,13 @@
 #                       h = 256 and mixed; K = 1, 8, 64; the core's
 #                       overhead and switch latency
 #   08-bench-1024.json / .log     h = 1024, K = 1, 8, 64
-#   08-bench-lanes16/64.json / .log   mixed, K = 64, lanes mode on 16 and
-#                       64 lanes (the default is 32)
 #   08-bench-4096.json / .log     h = 4096, K = 64 (one run of each mode:
 #                       its 64 trials hold 15 GB of state to build)
+#   08-fused-groups*.json / .log  K = 64 as two fused groups on two lanes
 #   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
-#   14-profile-fused.txt, 15-profile-lone.txt   each kernel's time in a
-#                       fused K=64 and a lone h=256 iteration (ncu)
-#   13-bench-eager.json / .log    bench packing with graphs off
+#   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
+#                       256, 1024) and a lone h=4096 one (ncu)
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
 #   device-tests.txt    each device test, run or skipped
@@ -172,34 +170,33 @@ phase 06-core.txt 45 gpu-build/test-salus_core "${T[@]}"
 # (the first iteration of a trial runs eagerly and the second captures it).
 bench 07-bench-graphs 100 --h 256,mixed --k 1,8,64 --gflop "${GFLOP:-1500}" --repeats 2
 bench 08-bench-1024 50 --h 1024 --k 1,8,64 --gflop "${GFLOP_1024:-6000}" --repeats 2 --no-overhead
-# Mixed widths on 16 and 64 lanes, beside the default 32 above.
-bench 08-bench-lanes16 25 --h mixed --k 64 --modes lanes --lanes 16 --gflop "${GFLOP:-1500}" --repeats 2 --no-overhead
-bench 08-bench-lanes64 25 --h mixed --k 64 --modes lanes --lanes 64 --gflop "${GFLOP:-1500}" --repeats 2 --no-overhead
 bench 08-bench-4096 70 --h 4096 --k 64 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
+# The K trials as two fused groups on two lanes instead of one.
+bench 08-fused-groups 40 --h 256,1024 --k 64 --modes fused --fused-groups 2 --gflop "${GFLOP_1024:-6000}" --repeats 2 --no-overhead
+bench 08-fused-groups-4096 40 --h 4096 --k 64 --modes fused --fused-groups 2 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
 
 phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu
 
-# Where the fused and the lone iteration spend their time: each kernel's
-# duration (one metric, so one pass per kernel), a few iterations in.
+# Where a fused and a lone iteration spend their time: each kernel's
+# duration (one metric, so one pass per kernel), some iterations in.
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 profile() {
-    local file=$1 secs=$2
-    shift 2
+    local file=$1 secs=$2 skip=$3 count=$4
+    shift 4
     phase "$file" "$secs" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
-        --launch-skip 600 --launch-count 120 --print-summary per-kernel \
+        --launch-skip "$skip" --launch-count "$count" --print-summary per-kernel \
         gpu-build/salus-tune bench packing --device cuda:0 --repeats 1 --no-overhead --graphs off "$@"
 }
 if [[ -n "$NCU" ]]; then
-    profile 14-profile-fused.txt 45 --h 256 --k 64 --gflop 400 --modes fused
-    profile 15-profile-lone.txt 35 --h 256 --k 1 --gflop 100 --modes seq
+    profile 14-profile-fused-256.txt 40 600 120 --h 256 --k 64 --gflop 400 --modes fused
+    profile 15-profile-fused-1024.txt 40 300 60 --h 1024 --k 64 --gflop 2000 --modes fused
+    profile 16-profile-lone-4096.txt 40 200 60 --h 4096 --k 1 --gflop 400 --modes seq
 else
     note "no ncu on this machine: no kernel profile"
 fi
-
-bench 13-bench-eager 30 --h 256,mixed --k 8,64 --gflop "${GFLOP:-1500}" --graphs off --repeats 1 --no-overhead
 
 phase 10-torch_anchor.txt 75 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor.py
 

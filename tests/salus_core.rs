@@ -589,6 +589,21 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
                 backend.name()
             );
         }
+        if policy == Policy::Priority {
+            // Equal priorities take turns at every boundary: all but a job's
+            // first turn and the turn after a job's end are switches. 5 jobs
+            // of 36 iterations.
+            let switches = log
+                .events
+                .iter()
+                .filter(|e| matches!(e, CoreEvent::Switch { .. }))
+                .count();
+            assert!(
+                switches >= 144,
+                "{}: {switches} switches in 180 iterations under round-robin",
+                backend.name()
+            );
+        }
         core.shutdown();
     }
 }

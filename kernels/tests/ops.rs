@@ -888,6 +888,35 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Column sums over more rows and columns than one block of the CUDA kernel
+/// covers (32 columns, 8 row lanes), with ragged edges, against float64.
+fn col_sum_of_many_rows_and_columns<B: Backend>(d: &mut D<B>) {
+    let (k, rows, cols, stride) = (3, 131, 70, 75);
+    let shape = Batched::new(k, rows, cols);
+    let dy = rand_vec(shape.len(), 41, 1.0);
+    let dyb = d.put(&dy);
+    let mut db = d.put(&vec![7.0; k * stride]);
+    d.b.col_sum(&mut d.ctx, shape, stride, at(&dyb, 0), at_mut(&mut db, 0))
+        .unwrap();
+    let got = d.get(&db);
+    for s in 0..k {
+        let want: Vec<f64> = (0..cols)
+            .map(|c| {
+                (0..rows)
+                    .map(|r| dy[(s * rows + r) * cols + c] as f64)
+                    .sum()
+            })
+            .collect();
+        assert_close("col_sum", &got[s * stride..s * stride + cols], &want, 1e-5);
+        assert!(
+            got[s * stride + cols..(s + 1) * stride]
+                .iter()
+                .all(|&v| v == 7.0),
+            "col_sum wrote outside its columns"
+        );
+    }
+}
+
 /// Bias, column sums and MSE: the batched call equals per-slot calls.
 fn batched_bias_colsum_mse_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (k, rows, cols, stride) = (3, 5, 4, 6);
@@ -1063,6 +1092,7 @@ backend_tests!(
     gemm_backward_finite_differences,
     gemm_batched_equals_single_calls,
     bias_add_and_col_sum,
+    col_sum_of_many_rows_and_columns,
     activations_forward_and_finite_differences,
     activation_large_input_splits_consistently,
     dropout_mask_rate_reproducibility_and_backward,

@@ -143,6 +143,10 @@ enum BenchCmd {
         /// streams on CUDA].
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         lanes: Option<u64>,
+        /// Fused groups per configuration in the fused mode, each on its own
+        /// lane [default: the groups the scheduler would form: one on a GPU].
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        fused_groups: Option<u64>,
         /// Skip the core's overhead and switch-latency measurements.
         #[arg(long)]
         no_overhead: bool,
@@ -338,6 +342,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             repeats,
             modes,
             lanes,
+            fused_groups,
             no_overhead,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
@@ -356,6 +361,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     .collect(),
                 graphs: graphs == "auto",
                 lanes: lanes.map(|l| l as usize),
+                fused_groups: fused_groups.map(|g| g as usize),
                 overhead: !no_overhead,
             };
             let job = Packing {

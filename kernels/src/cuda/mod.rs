@@ -881,17 +881,18 @@ impl Backend for CudaBackend {
             shape.cols as u64,
             db_stride as u64,
         );
-        launch!(
-            s,
-            &self.kernels.col_sum,
-            grid(shape.slots * shape.cols, 1),
-            &sl,
-            &r,
-            &c,
-            &st,
-            &pdy,
-            &pdb
-        )
+        // COLSUM_COLS x COLSUM_ROWS threads per block (ops.cu); slots past
+        // the grid's y limit are strided over.
+        let cfg = LaunchConfig {
+            grid_dim: (
+                shape.cols.div_ceil(32) as u32,
+                shape.slots.min(65_535) as u32,
+                1,
+            ),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(s, &self.kernels.col_sum, cfg, &sl, &r, &c, &st, &pdy, &pdb)
     }
 
     fn activation(

@@ -24,7 +24,7 @@ pub const MODES: [&str; 3] = ["seq", "lanes", "fused"];
 /// the driver's hardware queues (see `kernels::cuda::DEVICE_CONNECTIONS`).
 pub const CUDA_LANES: usize = 32;
 
-/// Trials taking turns on one lane for [`switch_latencies`].
+/// Trials taking turns on one lane for [`switching`].
 const SWITCH_TRIALS: usize = 4;
 
 /// What to measure besides the cells' sizes.
@@ -41,6 +41,9 @@ pub struct Plan {
     /// Lanes for the `lanes` mode; `None`: one per core on the CPU, and
     /// [`CUDA_LANES`] streams on CUDA.
     pub lanes: Option<usize>,
+    /// Fused groups per cell in the `fused` mode, each on its own lane;
+    /// `None`: the groups the scheduler would form (`salus::fusion`).
+    pub fused_groups: Option<usize>,
     /// Measure the core's overhead against a bare loop (14 runs of one
     /// trial) and its switch latency.
     pub overhead: bool,
@@ -54,6 +57,7 @@ impl Default for Plan {
             modes: MODES.to_vec(),
             graphs: true,
             lanes: None,
+            fused_groups: None,
             overhead: true,
         }
     }
@@ -122,9 +126,11 @@ pub struct Results {
     pub rows: Vec<Row>,
     pub overhead_pct: Option<f64>,
     /// Between two resident trials' iterations on one lane, from the end of
-    /// one to the start of the next (see [`switch_latencies`]).
+    /// one to the start of the next (see [`Switching`]).
     pub switch_mean_us: Option<f64>,
     pub switch_median_us: Option<f64>,
+    /// Device time lost per switch (see [`Switching`]).
+    pub switch_cost_us: Option<f64>,
     pub gemm_gflops: f64,
     pub device: String,
     pub kind: DeviceKind,
@@ -269,16 +275,20 @@ fn run_fused<B: Backend>(
     trials: Vec<TrainTrial<B>>,
     kind: DeviceKind,
     lanes: usize,
-    graphs: bool,
+    plan: &Plan,
 ) -> Result<f64> {
     let k = trials.len();
-    let cap = fusion::group_cap(
-        kind,
-        k,
-        u64::MAX / 4,
-        &trials[0].footprint(),
-        k.div_ceil(lanes),
-    );
+    let graphs = plan.graphs;
+    let cap = match plan.fused_groups {
+        Some(g) => k.div_ceil(g.max(1)),
+        None => fusion::group_cap(
+            kind,
+            k,
+            u64::MAX / 4,
+            &trials[0].footprint(),
+            k.div_ceil(lanes),
+        ),
+    };
     let jobs = fusion::groups_of(trials, cap)
         .into_iter()
         .map(|group| {
@@ -397,7 +407,7 @@ pub fn run<B: Backend>(
                         // scheduler would form (`salus::fusion`): one on a GPU;
                         // on the CPU groups small enough to stay in cache,
                         // spread over the lanes.
-                        _ => run_fused(backend, make(&dev)?, kind, lanes, graphs)?,
+                        _ => run_fused(backend, make(&dev)?, kind, lanes, plan)?,
                     };
                     best[m] = best[m].min(s);
                 }
@@ -437,14 +447,18 @@ pub fn run<B: Backend>(
             Width::Mixed => None,
         })
         .unwrap_or(256);
-    let (overhead_pct, switches) = if plan.overhead {
+    let (overhead_pct, switching) = if plan.overhead {
         (
             Some(overhead_pct(backend, &dev, h, plan, progress)?),
-            switch_latencies(backend, &dev, h, plan, progress)?,
+            Some(switching(backend, &dev, h, plan, progress)?),
         )
     } else {
-        (None, Vec::new())
+        (None, None)
     };
+    let switches = switching
+        .as_ref()
+        .map_or(Vec::new(), |s| s.latencies.clone());
+    let switch_cost_us = switching.map(|s| 1e6 * s.cost);
     let gemm_gflops = gemm_best.max(gemm_gflops(backend.as_ref())?);
     let switch_mean_us =
         (!switches.is_empty()).then(|| 1e6 * switches.iter().sum::<f64>() / switches.len() as f64);
@@ -458,6 +472,7 @@ pub fn run<B: Backend>(
         overhead_pct,
         switch_mean_us,
         switch_median_us,
+        switch_cost_us,
         gemm_gflops,
         device: backend.name(),
         kind,
@@ -467,30 +482,57 @@ pub fn run<B: Backend>(
     })
 }
 
-/// Switch latencies, in seconds: [`SWITCH_TRIALS`] resident trials of width
-/// `h` on one lane under `priority` with equal priorities, which runs the
-/// least recently run next, so every boundary is a switch. Each latency is
-/// from the end of one trial's iteration (the device done) to the start of
-/// the next one's.
-fn switch_latencies<B: Backend>(
+/// What switching costs: [`SWITCH_TRIALS`] resident trials of width `h` on
+/// one lane under `priority` with equal priorities, which runs the least
+/// recently run next, so every boundary is a switch.
+struct Switching {
+    /// Each switch's host latency, in seconds: from the end of one trial's
+    /// iteration (the device done) to the start of the next one's.
+    latencies: Vec<f64>,
+    /// Device time lost per switch, in seconds: the same trials under fifo,
+    /// where each runs its iterations as one streak, against round-robin,
+    /// over the number of switches (fastest of three runs each, taking
+    /// turns). It adds what the host latency leaves out: the wake-up after
+    /// the full sync and the idle device while the next iteration launches.
+    cost: f64,
+}
+
+fn switching<B: Backend>(
     backend: &Arc<B>,
     dev: &Arc<DeviceData<B>>,
     h: usize,
     plan: &Plan,
     progress: &mut dyn FnMut(&str),
-) -> Result<Vec<f64>> {
+) -> Result<Switching> {
     let iterations = 100;
-    let trials = (0..SWITCH_TRIALS)
-        .map(|s| TrainTrial::new_on_host(dev.clone(), config(h, iterations, s as u64)))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let cfg = core_config(backend.kind(), Policy::Priority, 1, plan.graphs);
-    let (_, switches) = run_core(backend, trials, cfg)?;
-    let mean = 1e6 * switches.iter().sum::<f64>() / switches.len().max(1) as f64;
+    let run = |policy| -> Result<(f64, Vec<f64>)> {
+        let trials = (0..SWITCH_TRIALS)
+            .map(|s| TrainTrial::new_on_host(dev.clone(), config(h, iterations, s as u64)))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        run_core(
+            backend,
+            trials,
+            core_config(backend.kind(), policy, 1, plan.graphs),
+        )
+    };
+    let (mut round_robin, mut streaks) = (f64::INFINITY, f64::INFINITY);
+    let mut latencies = Vec::new();
+    for _ in 0..3 {
+        let (s, l) = run(Policy::Priority)?;
+        round_robin = round_robin.min(s);
+        latencies = l;
+        streaks = streaks.min(run(Policy::Fifo)?.0);
+    }
+    let n = latencies.len().max(1) as f64;
+    let cost = (round_robin - streaks).max(0.0) / n;
+    let mean = 1e6 * latencies.iter().sum::<f64>() / n;
     progress(&format!(
-        "switch latency ({SWITCH_TRIALS} resident trials round-robin on one lane, h={h}): {mean:.1} us mean over {} switches",
-        switches.len()
+        "switches ({SWITCH_TRIALS} resident trials round-robin on one lane, h={h}, {} switches): \
+         host latency {mean:.1} us mean; device time lost {:.1} us per switch",
+        latencies.len(),
+        1e6 * cost
     ));
-    Ok(switches)
+    Ok(Switching { latencies, cost })
 }
 
 /// The core's overhead against a bare loop, in percent: one trial, the
@@ -558,7 +600,7 @@ impl Results {
             .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations }))
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
-        v.push(json!({ "switch_mean_us": self.switch_mean_us, "switch_median_us": self.switch_median_us }));
+        v.push(json!({ "switch_mean_us": self.switch_mean_us, "switch_median_us": self.switch_median_us, "switch_cost_us": self.switch_cost_us }));
         let gemm_key = match self.kind {
             DeviceKind::Cpu => "cpu_gemm_gflops",
             DeviceKind::Cuda(_) => "device_gemm_gflops",
@@ -595,9 +637,14 @@ impl Results {
                 r.seconds
             );
         }
-        if let (Some(mean), Some(median)) = (self.switch_mean_us, self.switch_median_us) {
+        if let (Some(mean), Some(median), Some(cost)) = (
+            self.switch_mean_us,
+            self.switch_median_us,
+            self.switch_cost_us,
+        ) {
             out += &format!(
-                "\nswitch latency ({SWITCH_TRIALS} resident trials round-robin on one lane): {mean:.1} us mean, {median:.1} us median\n"
+                "\nswitch latency ({SWITCH_TRIALS} resident trials round-robin on one lane): {mean:.1} us mean, \
+                 {median:.1} us median on the host; {cost:.1} us of device time lost per switch\n"
             );
         }
         if let Some(pct) = self.overhead_pct {

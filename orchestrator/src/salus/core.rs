@@ -664,7 +664,14 @@ impl<B: Backend> State<B> {
         {
             return false;
         }
-        policy::next(self.policy, &self.runnable(lane, Some(id))) == Some(id)
+        let mut runnable = self.runnable(lane, Some(id));
+        // Its iteration in flight is not counted yet: decide as if it were,
+        // or a round-robin policy would give it two turns in a row.
+        if let Some(j) = runnable.iter_mut().find(|j| j.id == id) {
+            j.last_run = self.boundary + 1;
+            j.remaining_iterations = j.remaining_iterations.saturating_sub(1);
+        }
+        policy::next(self.policy, &runnable) == Some(id)
     }
 
     /// Counts one iteration of `id` on `lane` that took `seconds` of the
@@ -921,7 +928,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         extend(&mut segment, id, &st, job_id, t0, end);
                         st.count_iteration(id, job_id, end - t0, true);
                         t0 = end;
-                        result = waited.map_err(Into::into).and(next);
+                        result = waited.and(next);
                         keep = continues(&result) && st.keeps(id, job_id);
                     }
                     // The iteration ends when the device says so (an event on
