@@ -9,7 +9,8 @@
 # from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by git and
 # must be carried (the device tool's `carry`); the anchors are never committed.
 #
-# The device half fits one device call. It stops starting phases at
+# The device half fits one device call. SKIP, a regex, leaves out the
+# phases whose file it matches (SKIP='^08-fused|^10-'). It stops starting phases at
 # DEADLINE seconds (default 450; a call may run 600 s, and a session has
 # 900 s of device time in all), and each phase's timeout is cut to what is
 # left. The tool brings back at most 8 files from $OUT, so the phases write
@@ -100,6 +101,15 @@ note() {
     echo "== $* ($(elapsed) s)" | tee -a "$WORK/summary.txt"
     pack
 }
+# skipped FILE: whether the SKIP regex (unset: none) names this phase.
+skipped() {
+    if [[ -n "${SKIP:-}" && "$1" =~ $SKIP ]]; then
+        note "$1: skipped (SKIP)"
+        return 0
+    fi
+    return 1
+}
+
 # left SECS: SECS, or what is left before DEADLINE if less (0: skip).
 left() {
     local rest=$((DEADLINE - $(elapsed)))
@@ -109,6 +119,7 @@ left() {
 # phase FILE SECONDS COMMAND...: runs it into $WORK/FILE and notes how it ended.
 phase() {
     local file=$1 secs
+    skipped "$file" && return
     secs=$(left "$2")
     shift 2
     if ((secs < 5)); then
@@ -127,6 +138,7 @@ phase() {
 # progress to FILE.log.
 bench() {
     local file=$1 secs
+    skipped "$file" && return
     secs=$(left "$2")
     shift 2
     if ((secs < 5)); then

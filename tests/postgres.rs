@@ -275,3 +275,55 @@ fn sslmode_require_uses_tls_and_disable_does_not() {
     assert_ne!(out.status.code(), Some(0));
     assert!(!text(&out).contains(TUNER_PASSWORD), "{}", text(&out));
 }
+
+/// A value after a nullable float in the same prepared statement: sqlx
+/// 0.8's `Any` driver sends `None::<f64>` as a `float4` NULL, the statement
+/// is prepared with a `float4` there, and the next `f64` is refused
+/// ("incorrect binary data format"). Lane statistics with no switches and
+/// non-finite objective values are such NULLs; the writer binds NaN and
+/// turns it back into NULL with `NULLIF(?::float8, 'NaN')`.
+#[test]
+fn a_value_after_a_null_float_is_stored_on_postgres() {
+    let Some(cluster) = Cluster::start("null_float") else {
+        return;
+    };
+    let url = cluster.url("nulls");
+    cluster.psql("postgres", "CREATE DATABASE nulls");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE t (x DOUBLE PRECISION)")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let plain = "INSERT INTO t VALUES ($1)";
+        sqlx::query(plain)
+            .bind(None::<f64>)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let refused = sqlx::query(plain)
+            .bind(Some(1.5f64))
+            .execute(&mut conn)
+            .await;
+        assert!(
+            refused.is_err(),
+            "sqlx now binds a NULL float8: the workaround can go"
+        );
+        let nullif = "INSERT INTO t VALUES (NULLIF($1::float8, 'NaN'))";
+        for v in [2.5, f64::NAN, 3.5] {
+            sqlx::query(nullif)
+                .bind(v)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let rows: Vec<Option<f64>> = sqlx::query_scalar("SELECT x FROM t")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(rows, vec![None, Some(2.5), None, Some(3.5)]);
+    });
+}

@@ -201,6 +201,38 @@ pub trait Backend: Send + Sync + 'static {
         x: ViewMut<'_, Self::Buf>,
         bias: View<'_, Self::Buf>,
     ) -> Result<()>;
+    /// A hidden layer's bias and activation: `x += bias` as
+    /// [`Backend::bias_add`], then `y = act(x)` as [`Backend::activation`],
+    /// with the same bits. The default is those two ops; CUDA does both in
+    /// one pass.
+    #[allow(clippy::too_many_arguments)]
+    fn bias_activation(
+        &self,
+        ctx: &mut Self::Ctx,
+        shape: Batched,
+        bias_stride: usize,
+        activation: crate::ops::Activation,
+        x: ViewMut<'_, Self::Buf>,
+        bias: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        let ViewMut { buf, off } = x;
+        self.bias_add(
+            ctx,
+            shape,
+            bias_stride,
+            ViewMut {
+                buf: &mut *buf,
+                off,
+            },
+            bias,
+        )?;
+        let op = crate::ops::ActivationOp {
+            activation,
+            n: shape.len(),
+        };
+        self.activation(ctx, op, View { buf: &*buf, off }, y)
+    }
     /// `db[s * db_stride + c] = sum_r dy[s][r][c]`: the bias gradient.
     fn col_sum(
         &self,

@@ -888,6 +888,41 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// The fused bias and activation gives the bits of `bias_add` then
+/// `activation`, for every activation, over several blocks with ragged edges.
+fn bias_activation_equals_bias_add_then_activation<B: Backend>(d: &mut D<B>) {
+    let (k, rows, cols, stride) = (3, 37, 70, 75);
+    let shape = Batched::new(k, rows, cols);
+    let x = rand_vec(shape.len(), 51, 3.0);
+    let bias = rand_vec(k * stride, 52, 1.0);
+    let bb = d.put(&bias);
+    for act in Activation::ALL {
+        let (mut z1, mut y1) = (d.put(&x), d.put(&vec![5.0; shape.len()]));
+        d.b.bias_add(&mut d.ctx, shape, stride, at_mut(&mut z1, 0), at(&bb, 0))
+            .unwrap();
+        let op = ActivationOp {
+            activation: act,
+            n: shape.len(),
+        };
+        d.b.activation(&mut d.ctx, op, at(&z1, 0), at_mut(&mut y1, 0))
+            .unwrap();
+        let (mut z2, mut y2) = (d.put(&x), d.put(&vec![5.0; shape.len()]));
+        d.b.bias_activation(
+            &mut d.ctx,
+            shape,
+            stride,
+            act,
+            at_mut(&mut z2, 0),
+            at(&bb, 0),
+            at_mut(&mut y2, 0),
+        )
+        .unwrap();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(bits(d.get(&z2)), bits(d.get(&z1)), "{act:?}: x + bias");
+        assert_eq!(bits(d.get(&y2)), bits(d.get(&y1)), "{act:?}: act(x + bias)");
+    }
+}
+
 /// Column sums over more rows and columns than one block of the CUDA kernel
 /// covers (32 columns, 8 row lanes), with ragged edges, against float64.
 fn col_sum_of_many_rows_and_columns<B: Backend>(d: &mut D<B>) {
@@ -1093,6 +1128,7 @@ backend_tests!(
     gemm_batched_equals_single_calls,
     bias_add_and_col_sum,
     col_sum_of_many_rows_and_columns,
+    bias_activation_equals_bias_add_then_activation,
     activations_forward_and_finite_differences,
     activation_large_input_splits_consistently,
     dropout_mask_rate_reproducibility_and_backward,

@@ -573,20 +573,16 @@ impl<B: Backend> MlpGroup<B> {
                 &mut ws.z[l]
             };
             b.gemm(ctx, &g, a_in, at(&self.params, layer.w_off), at_mut(out, 0))?;
-            b.bias_add(
-                ctx,
+            let (shape, bias) = (
                 Batched::new(k, rows, layer.fan_out),
-                n,
-                at_mut(out, 0),
                 at(&self.params, layer.b_off),
-            )?;
-            if l < last {
-                let len = k * rows * layer.fan_out;
-                let op = ActivationOp {
-                    activation: self.shape.spec.activation,
-                    n: len,
-                };
-                b.activation(ctx, op, at(&ws.z[l], 0), at_mut(&mut ws.a[l], 0))?;
+            );
+            if l == last {
+                b.bias_add(ctx, shape, n, at_mut(&mut ws.logits, 0), bias)?;
+            } else {
+                let act = self.shape.spec.activation;
+                let (z, a) = (at_mut(&mut ws.z[l], 0), at_mut(&mut ws.a[l], 0));
+                b.bias_activation(ctx, shape, n, act, z, bias, a)?;
                 if let (true, Some(offsets)) = (dropout, train) {
                     let settings = self.dropout_slots(l);
                     let slots = Slots {

@@ -856,6 +856,48 @@ impl Backend for CudaBackend {
         )
     }
 
+    fn bias_activation(
+        &self,
+        ctx: &mut CudaCtx,
+        shape: Batched,
+        bias_stride: usize,
+        activation: Activation,
+        x: ViewMut<'_, CudaBuf>,
+        bias: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "bias_activation";
+        if shape.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let nb = (shape.slots - 1) * bias_stride + shape.cols;
+        let pb = view_ptr(OP, "bias", bias, nb, s)?;
+        let px = view_mut_ptr(OP, "x", x, shape.len(), s)?;
+        let py = view_mut_ptr(OP, "y", y, shape.len(), s)?;
+        let (code, sl, r, c, bs) = (
+            act_code(activation),
+            shape.slots as u64,
+            shape.rows as u64,
+            shape.cols as u64,
+            bias_stride as u64,
+        );
+        launch!(
+            s,
+            &self.kernels.bias_activation,
+            grid(shape.len(), 1),
+            &code,
+            &sl,
+            &r,
+            &c,
+            &bs,
+            &px,
+            &pb,
+            &py
+        )
+    }
+
     fn col_sum(
         &self,
         ctx: &mut CudaCtx,

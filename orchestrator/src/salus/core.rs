@@ -649,29 +649,51 @@ impl<B: Backend> State<B> {
             .collect()
     }
 
-    /// Whether `lane` may queue `id`'s next iteration before the one it just
-    /// queued has finished: nothing waits on the lane (a stop, a swap-out, a
-    /// workspace to drop), the job is not paused, held or pruned, and the
-    /// policy would pick it again. See [`lane_main`].
-    fn keeps(&self, lane: LaneId, id: JobId) -> bool {
-        if self.stop || self.drop_shapes.contains_key(&lane) {
-            return false;
-        }
-        if self
-            .jobs
-            .values()
-            .any(|e| e.lane == Some(lane) && e.swap_out)
-        {
-            return false;
-        }
-        let mut runnable = self.runnable(lane, Some(id));
-        // Its iteration in flight is not counted yet: decide as if it were,
-        // or a round-robin policy would give it two turns in a row.
-        if let Some(j) = runnable.iter_mut().find(|j| j.id == id) {
+    /// Whether nothing waits on `lane` between its iterations: a stop, a
+    /// swap-out, a workspace to drop.
+    fn lane_free(&self, lane: LaneId) -> bool {
+        !self.stop
+            && !self.drop_shapes.contains_key(&lane)
+            && !self
+                .jobs
+                .values()
+                .any(|e| e.lane == Some(lane) && e.swap_out)
+    }
+
+    /// The policy's pick for `lane` while it holds `running` with one
+    /// iteration in flight. That iteration is not counted yet: decide as if
+    /// it were, or a round-robin policy would give it two turns in a row.
+    fn pick_in_flight(&self, lane: LaneId, running: JobId) -> Option<JobId> {
+        let mut runnable = self.runnable(lane, Some(running));
+        if let Some(j) = runnable.iter_mut().find(|j| j.id == running) {
             j.last_run = self.boundary + 1;
             j.remaining_iterations = j.remaining_iterations.saturating_sub(1);
         }
-        policy::next(self.policy, &runnable) == Some(id)
+        policy::next(self.policy, &runnable)
+    }
+
+    /// Whether `lane` may queue `id`'s next iteration before the one it just
+    /// queued has finished: nothing waits on the lane, the job is not
+    /// paused, held or pruned, and the policy would pick it again. See
+    /// [`lane_main`].
+    fn keeps(&self, lane: LaneId, id: JobId) -> bool {
+        self.lane_free(lane) && self.pick_in_flight(lane, id) == Some(id)
+    }
+
+    /// The job `lane` runs after `from`, taken from the table, when its
+    /// first iteration may be queued before `from`'s last has finished:
+    /// nothing waits on the lane and the policy's pick is another job that
+    /// is resident (a swap-in waits for a full sync).
+    fn hand_over(&mut self, lane: LaneId, from: JobId) -> Option<(JobId, Box<dyn Job<B>>)> {
+        if !self.lane_free(lane) {
+            return None;
+        }
+        let next = self.pick_in_flight(lane, from)?;
+        let resident = self.jobs[&next]
+            .job
+            .as_ref()
+            .is_some_and(|j| j.is_resident());
+        (next != from && resident).then(|| (next, self.take(next)))
     }
 
     /// Counts one iteration of `id` on `lane` that took `seconds` of the
@@ -856,6 +878,98 @@ fn continues(result: &Result<StepOutcome, WorkerError>) -> bool {
     }
 }
 
+/// The job a lane holds, from its pick to its return to the table.
+struct Running<B: Backend> {
+    id: JobId,
+    job: Box<dyn Job<B>>,
+    /// When the lane picked it, in seconds since the core started.
+    start: f64,
+    /// When its last queued iteration was queued.
+    t0: f64,
+    /// Reported at its first boundary: the switch to it (from, the previous
+    /// job's end) and its swap-in (bytes, seconds).
+    switched: Option<(JobId, f64)>,
+    swap_in: Option<(usize, f64)>,
+    /// The last queued iteration's outcome, as far as the host knows.
+    result: Result<StepOutcome, WorkerError>,
+    /// Whether a mark ([`Lane::sync_previous`]) follows that iteration.
+    marked: bool,
+}
+
+impl<B: Backend> Running<B> {
+    /// Picks up `job`: swaps it in if it must, and queues its first iteration.
+    fn begin(
+        lane: &mut Lane<B>,
+        epoch: Instant,
+        id: JobId,
+        mut job: Box<dyn Job<B>>,
+        switched: Option<(JobId, f64)>,
+    ) -> Self {
+        let start = epoch.elapsed().as_secs_f64();
+        let mut swap_in = None;
+        let result = if job.is_resident() {
+            Ok(())
+        } else {
+            let t = Instant::now();
+            job.swap_in(lane)
+                .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
+        };
+        if result.is_err() {
+            // A failed swap-in may have left copies queued.
+            let _ = lane.sync();
+        }
+        let t0 = epoch.elapsed().as_secs_f64();
+        let result = result.and_then(|_| job.step(lane));
+        Running {
+            id,
+            job,
+            start,
+            t0,
+            switched,
+            swap_in,
+            result,
+            marked: false,
+        }
+    }
+
+    /// Marks the end of the last queued iteration, if nothing does yet.
+    fn mark(&mut self, lane: &mut Lane<B>) {
+        if !self.marked {
+            if let Err(e) = lane.sync_previous() {
+                self.result = Err(e);
+            }
+            self.marked = true;
+        }
+    }
+
+    /// A streak: while the job goes on and the policy would pick it again,
+    /// its next iteration is queued before the last one has finished, so the
+    /// device never waits for the host's bookkeeping. The job stays with the
+    /// lane meanwhile, so nothing else touches its memory.
+    fn streak(&mut self, lane: &mut Lane<B>, shared: &Shared<B>, segment: &mut Segment) {
+        let lane_id = lane.id();
+        let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keep = continues(&self.result) && lock().keeps(lane_id, self.id);
+        if keep {
+            self.mark(lane);
+            keep = continues(&self.result);
+        }
+        while keep {
+            let next = self.job.step(lane);
+            let waited = lane.sync_previous();
+            let end = shared.epoch.elapsed().as_secs_f64();
+            let mut st = lock();
+            let (swap_in, switched) = (self.swap_in.take(), self.switched.take());
+            first_boundary(&st, lane_id, self.id, swap_in, switched, self.start);
+            extend(segment, lane_id, &st, self.id, self.t0, end);
+            st.count_iteration(lane_id, self.id, end - self.t0, true);
+            self.t0 = end;
+            self.result = waited.and(next);
+            keep = continues(&self.result) && st.keeps(lane_id, self.id);
+        }
+    }
+}
+
 fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
     let mut lane = lane;
     let id = lane.id();
@@ -882,55 +996,59 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                 }
             };
             match work {
-                Work::Step(job_id, mut job) => {
-                    let start = shared.epoch.elapsed().as_secs_f64();
+                Work::Step(job_id, job) => {
                     // A switch is between two live jobs, the next one
                     // resident: a job's end and a swap-in are not switches.
-                    let mut switched = segment
+                    let switched = segment
                         .as_ref()
                         .filter(|s| s.0 != job_id && previous_live && job.is_resident())
                         .map(|s| (s.0, s.2));
-                    let mut swap_in = None;
-                    let result = if job.is_resident() {
-                        Ok(())
-                    } else {
-                        let t = Instant::now();
-                        job.swap_in(lane)
-                            .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
-                    };
-                    if result.is_err() {
-                        // A failed swap-in may have left copies queued.
-                        let _ = lane.sync();
-                    }
-                    let mut t0 = shared.epoch.elapsed().as_secs_f64();
-                    let mut result = result.and_then(|_| job.step(lane));
-                    // A streak: while the job goes on and the policy would
-                    // pick it again, its next iteration is queued before
-                    // this one has finished, so the device never waits for
-                    // the host's bookkeeping. The job stays with the lane
-                    // meanwhile, so nothing else touches its memory.
-                    let mut keep = continues(&result) && {
-                        let st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                        st.keeps(id, job_id)
-                    };
-                    // Marks this iteration's end, so that the loop counts it
-                    // once the device has run it.
-                    if keep && let Err(e) = lane.sync_previous() {
-                        result = Err(e);
-                        keep = false;
-                    }
-                    while keep {
-                        let next = job.step(lane);
+                    let mut run = Running::begin(lane, shared.epoch, job_id, job, switched);
+                    loop {
+                        run.streak(lane, &shared, &mut segment);
+                        // A hand-over: the next job's first iteration is
+                        // queued before this one's last has finished, so a
+                        // switch leaves the device no gap either. This job
+                        // goes back to the table once its last is done.
+                        let next = continues(&run.result)
+                            .then(|| {
+                                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                                st.hand_over(id, run.id)
+                            })
+                            .flatten();
+                        let Some((next_id, next_job)) = next else {
+                            break;
+                        };
+                        run.mark(lane);
+                        let mut next = Running::begin(lane, shared.epoch, next_id, next_job, None);
                         let waited = lane.sync_previous();
+                        next.marked = true;
                         let end = shared.epoch.elapsed().as_secs_f64();
+                        // Queued before `run` ended: no time between the two.
+                        next.switched = Some((run.id, end));
+                        let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue))
+                            .and_then(|r| waited.map(|_| r));
                         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                        first_boundary(&st, id, job_id, swap_in.take(), switched.take(), start);
-                        extend(&mut segment, id, &st, job_id, t0, end);
-                        st.count_iteration(id, job_id, end - t0, true);
-                        t0 = end;
-                        result = waited.and(next);
-                        keep = continues(&result) && st.keeps(id, job_id);
+                        let (swap_in, switched) = (run.swap_in.take(), run.switched.take());
+                        first_boundary(&st, id, run.id, swap_in, switched, run.start);
+                        extend(&mut segment, id, &st, run.id, run.t0, end);
+                        if st.return_step(id, run.id, run.job, result, end - run.t0) {
+                            st.admit_waiting();
+                            drop(st);
+                            shared.wake.notify_all();
+                        }
+                        run = next;
                     }
+                    let Running {
+                        id: job_id,
+                        mut job,
+                        start,
+                        t0,
+                        switched,
+                        swap_in,
+                        result,
+                        ..
+                    } = run;
                     // The iteration ends when the device says so (an event on
                     // CUDA; at once on the CPU): only then may another lane
                     // take the job or its memory. A failed step syncs too,

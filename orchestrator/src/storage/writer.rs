@@ -652,11 +652,11 @@ async fn trial_progress(
             value,
         } => {
             let (v, kind) = optuna_value(*value, true);
-            sqlx::query(&sql(&*conn, "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, ?, ?::trialintermediatevaluetype) \
+            sqlx::query(&sql(&*conn, "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, NULLIF(?::float8, 'NaN'), ?::trialintermediatevaluetype) \
                  ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",))
             .bind(*trial_id)
             .bind(*step)
-            .bind(v)
+            .bind(nan_for_null(v))
             .bind(kind)
             .execute(&mut *conn)
             .await?;
@@ -883,7 +883,7 @@ async fn run_telemetry(
                 .await?;
         }
         WriteOp::LaneStats { run_id, stats: s } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?) \
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, NULLIF(?::float8, 'NaN'), NULLIF(?::float8, 'NaN')) \
                  ON CONFLICT (run_id, lane) DO UPDATE SET iterations = excluded.iterations, busy_s = excluded.busy_s, wall_s = excluded.wall_s, \
                  switches = excluded.switches, switch_mean_us = excluded.switch_mean_us, switch_max_us = excluded.switch_max_us",))
             .bind(*run_id)
@@ -892,8 +892,8 @@ async fn run_telemetry(
             .bind(s.busy_s)
             .bind(s.wall_s)
             .bind(s.switches)
-            .bind(s.switch_mean_us)
-            .bind(s.switch_max_us)
+            .bind(nan_for_null(s.switch_mean_us))
+            .bind(nan_for_null(s.switch_max_us))
             .execute(&mut *conn)
             .await?;
         }
@@ -911,6 +911,15 @@ pub struct Command {
 
 /// Optuna's encoding of a float: `(value, type)`, with non-finite values
 /// stored as NULL (intermediate NaN) or by their type alone.
+/// A nullable float as a statement binds it: NaN for NULL, turned back into
+/// NULL by `NULLIF(?::float8, 'NaN')`. sqlx 0.8's `Any` driver sends a
+/// `None::<f64>` to PostgreSQL as a `float4` NULL, which a statement prepared
+/// with a `float8` in that place refuses ("incorrect binary data format");
+/// SQLite stores a bound NaN as NULL itself.
+fn nan_for_null(v: Option<f64>) -> f64 {
+    v.unwrap_or(f64::NAN)
+}
+
 fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
     if v.is_nan() {
         (None, if intermediate { "NAN" } else { "FINITE" })
@@ -1080,10 +1089,10 @@ async fn finish_trial(
         .await?;
     if let Some(value) = value {
         let (v, kind) = optuna_value(*value, false);
-        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, ?, ?::trialvaluetype) \
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, NULLIF(?::float8, 'NaN'), ?::trialvaluetype) \
                  ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",))
             .bind(*trial_id)
-            .bind(v)
+            .bind(nan_for_null(v))
             .bind(kind)
             .execute(&mut *conn)
             .await?;
