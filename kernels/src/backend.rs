@@ -89,6 +89,11 @@ pub trait Backend: Send + Sync + 'static {
     fn enter<R: Send>(&self, host: &Self::HostThreads, f: impl FnOnce() -> R + Send) -> R;
     /// Waits until every operation queued on `ctx` has finished.
     fn sync(&self, ctx: &mut Self::Ctx) -> Result<()>;
+    /// Whether ops are queued and run later (CUDA), rather than run when
+    /// called (the CPU).
+    fn asynchronous(&self) -> bool {
+        false
+    }
     /// Marks the end of what is queued on `ctx` so far, then waits until
     /// everything queued before the previous mark has finished. Called after
     /// each iteration is queued, it keeps one iteration queued behind the one

@@ -501,6 +501,10 @@ impl Backend for CudaBackend {
         ctx.done.synchronize().map_err(dev)
     }
 
+    fn asynchronous(&self) -> bool {
+        true
+    }
+
     fn sync_previous(&self, ctx: &mut CudaCtx) -> Result<()> {
         self.bind()?;
         let i = ctx.mark;

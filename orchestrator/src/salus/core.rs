@@ -1010,7 +1010,9 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         // queued before this one's last has finished, so a
                         // switch leaves the device no gap either. This job
                         // goes back to the table once its last is done.
-                        let next = continues(&run.result)
+                        // Where ops run when called (the CPU), the last
+                        // iteration is already done: nothing to overlap.
+                        let next = (continues(&run.result) && lane.backend().asynchronous())
                             .then(|| {
                                 let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
                                 st.hand_over(id, run.id)
