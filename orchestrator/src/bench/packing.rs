@@ -126,10 +126,10 @@ pub struct Results {
     pub rows: Vec<Row>,
     pub overhead_pct: Option<f64>,
     /// Between two resident trials' iterations on one lane, from the end of
-    /// one to the start of the next (see [`Switching`]).
+    /// one to the start of the next (see `Switching`).
     pub switch_mean_us: Option<f64>,
     pub switch_median_us: Option<f64>,
-    /// Device time lost per switch (see [`Switching`]).
+    /// Device time lost per switch (see `Switching`).
     pub switch_cost_us: Option<f64>,
     pub gemm_gflops: f64,
     pub device: String,

@@ -12,11 +12,14 @@
 //! next one leaves the device idle for the host's bookkeeping and launch:
 //! on an H200 that cost a 94 us iteration +57%. So when a step reports
 //! nothing and ends nothing, and the policy would pick the same job again
-//! ([`State::keeps`]), the lane queues the job's next iteration first and
+//! (`State::keeps`), the lane queues the job's next iteration first and
 //! then waits for the one before it ([`Lane::sync_previous`]); the job stays
 //! with the lane meanwhile. A pause, prune, swap-out or stop, or another
-//! job's turn, ends the streak at the next boundary, as before, after a
-//! full sync: a job goes back to the table only with nothing queued.
+//! job's turn, ends the streak at the next boundary, as before. When the
+//! next job is resident and ops are queued (CUDA), the lane *hands over*:
+//! it queues the next job's first iteration, then waits for the last one's
+//! (`State::hand_over`); otherwise it syncs fully. Either way a job goes
+//! back to the table only with nothing of it queued.
 //!
 //! Admission follows [`MemoryLedger`]: a submitted job waits until
 //! [`place`] finds it a lane and memory. A new job's state starts on the
