@@ -101,31 +101,33 @@ note() {
     echo "== $* ($(elapsed) s)" | tee -a "$WORK/summary.txt"
     pack
 }
-# skipped FILE: whether the SKIP regex (unset: none) names this phase.
-skipped() {
-    if [[ -n "${SKIP:-}" && "$1" =~ $SKIP ]]; then
-        note "$1: skipped (SKIP)"
-        return 0
-    fi
-    return 1
-}
-
 # left SECS: SECS, or what is left before DEADLINE if less (0: skip).
 left() {
     local rest=$((DEADLINE - $(elapsed)))
     ((rest < $1)) && echo $((rest > 0 ? rest : 0)) || echo "$1"
 }
 
+# budget FILE SECS: the seconds phase FILE may run; fails, with a note, when
+# SKIP (a regex) names it or the deadline has passed.
+budget() {
+    local rest
+    if [[ -n "${SKIP:-}" && "$1" =~ $SKIP ]]; then
+        note "$1: skipped (SKIP)" >&2
+        return 1
+    fi
+    rest=$(left "$2")
+    if ((rest < 5)); then
+        note "$1: skipped, past the deadline" >&2
+        return 1
+    fi
+    echo "$rest"
+}
+
 # phase FILE SECONDS COMMAND...: runs it into $WORK/FILE and notes how it ended.
 phase() {
     local file=$1 secs
-    skipped "$file" && return
-    secs=$(left "$2")
+    secs=$(budget "$1" "$2") || return
     shift 2
-    if ((secs < 5)); then
-        note "$file: skipped, past the deadline"
-        return
-    fi
     timeout "$secs" "$@" > "$WORK/$file" 2>&1
     local rc=$?
     local last
@@ -138,13 +140,8 @@ phase() {
 # progress to FILE.log.
 bench() {
     local file=$1 secs
-    skipped "$file" && return
-    secs=$(left "$2")
+    secs=$(budget "$1" "$2") || return
     shift 2
-    if ((secs < 5)); then
-        note "$file: skipped, past the deadline"
-        return
-    fi
     timeout "$secs" gpu-build/salus-tune bench packing --device cuda:0 --json "$@" \
         > "$WORK/$file.json" 2> "$WORK/$file.log"
     local rc=$?

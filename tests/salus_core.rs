@@ -44,20 +44,7 @@ fn cfg(width: usize, seed: u64, epochs: u64) -> TrialConfig {
 
 /// The reports of a trial run alone on its own lane.
 fn alone(data: &Data, c: &TrialConfig) -> Vec<Report> {
-    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 9, 1).unwrap();
-    let mut t = TrainTrial::new(&mut lane, data.clone(), c.clone()).unwrap();
-    let mut out = Vec::new();
-    loop {
-        match t.step(&mut lane).unwrap() {
-            StepOutcome::Continue => {}
-            StepOutcome::Report(r) => out.push(r),
-            StepOutcome::Finished(r) => {
-                out.push(r);
-                return out;
-            }
-            StepOutcome::Members(_) => unreachable!("a lone trial"),
-        }
-    }
+    alone_on(&Arc::new(CpuBackend::new()), data, c)
 }
 
 fn job(data: &Data, c: &TrialConfig) -> Box<dyn Job<CpuBackend>> {

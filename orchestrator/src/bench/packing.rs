@@ -492,8 +492,9 @@ struct Switching {
     /// Device time lost per switch, in seconds: the same trials under fifo,
     /// where each runs its iterations as one streak, against round-robin,
     /// over the number of switches (fastest of three runs each, taking
-    /// turns). It adds what the host latency leaves out: the wake-up after
-    /// the full sync and the idle device while the next iteration launches.
+    /// turns). It adds what the host latency leaves out: on the CPU, the
+    /// caches a switch evicts; on CUDA, any gap the device sees between the
+    /// two trials' iterations. Negative differences (noise) count as 0.
     cost: f64,
 }
 
