@@ -1029,8 +1029,11 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         let waited = lane.sync_previous();
                         next.marked = true;
                         let end = shared.epoch.elapsed().as_secs_f64();
-                        // Queued before `run` ended: no time between the two.
+                        // Queued before `run` ended: no time between the two,
+                        // and its first iteration starts on the device when
+                        // `run`'s last ends (segments do not overlap).
                         next.switched = Some((run.id, end));
+                        next.t0 = next.t0.max(end);
                         let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue))
                             .and_then(|r| waited.map(|_| r));
                         let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
