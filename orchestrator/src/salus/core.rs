@@ -268,6 +268,13 @@ struct Shared<B: Backend> {
     epoch: Instant,
 }
 
+impl<B: Backend> Shared<B> {
+    /// The core's state; a lane that panicked holding it leaves it usable.
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The running core. See the module docs.
 pub struct SalusCore<B: Backend> {
     shared: Arc<Shared<B>>,
@@ -315,7 +322,7 @@ impl<B: Backend> SalusCore<B> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<B>> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
     }
 
     /// Queues a job; it runs once memory and a lane allow.
@@ -935,6 +942,14 @@ impl<B: Backend> Running<B> {
         }
     }
 
+    /// Reports the first boundary (once), and adds the last queued
+    /// iteration, from `t0` to `end`, to the lane's timeline segment.
+    fn record(&mut self, st: &State<B>, lane: LaneId, segment: &mut Segment, end: f64) {
+        let (swap_in, switched) = (self.swap_in.take(), self.switched.take());
+        first_boundary(st, lane, self.id, swap_in, switched, self.start);
+        extend(segment, lane, st, self.id, self.t0, end);
+    }
+
     /// Marks the end of the last queued iteration, if nothing does yet.
     fn mark(&mut self, lane: &mut Lane<B>) {
         if !self.marked {
@@ -951,8 +966,7 @@ impl<B: Backend> Running<B> {
     /// lane meanwhile, so nothing else touches its memory.
     fn streak(&mut self, lane: &mut Lane<B>, shared: &Shared<B>, segment: &mut Segment) {
         let lane_id = lane.id();
-        let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut keep = continues(&self.result) && lock().keeps(lane_id, self.id);
+        let mut keep = continues(&self.result) && shared.lock().keeps(lane_id, self.id);
         if keep {
             self.mark(lane);
             keep = continues(&self.result);
@@ -961,10 +975,8 @@ impl<B: Backend> Running<B> {
             let next = self.job.step(lane);
             let waited = lane.sync_previous();
             let end = shared.epoch.elapsed().as_secs_f64();
-            let mut st = lock();
-            let (swap_in, switched) = (self.swap_in.take(), self.switched.take());
-            first_boundary(&st, lane_id, self.id, swap_in, switched, self.start);
-            extend(segment, lane_id, &st, self.id, self.t0, end);
+            let mut st = shared.lock();
+            self.record(&st, lane_id, segment, end);
             st.count_iteration(lane_id, self.id, end - self.t0, true);
             self.t0 = end;
             self.result = waited.and(next);
@@ -981,7 +993,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
         let mut segment: Segment = None;
         loop {
             let (work, previous_live) = {
-                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                let mut st = shared.lock();
                 loop {
                     if let Some(shapes) = st.drop_shapes.remove(&id) {
                         shapes.iter().for_each(|s| lane.release_workspace(s));
@@ -1017,7 +1029,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         // iteration is already done: nothing to overlap.
                         let next = (continues(&run.result) && lane.backend().asynchronous())
                             .then(|| {
-                                let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                                let mut st = shared.lock();
                                 st.hand_over(id, run.id)
                             })
                             .flatten();
@@ -1036,10 +1048,8 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         next.t0 = next.t0.max(end);
                         let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue))
                             .and_then(|r| waited.map(|_| r));
-                        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                        let (swap_in, switched) = (run.swap_in.take(), run.switched.take());
-                        first_boundary(&st, id, run.id, swap_in, switched, run.start);
-                        extend(&mut segment, id, &st, run.id, run.t0, end);
+                        let mut st = shared.lock();
+                        run.record(&st, id, &mut segment, end);
                         if st.return_step(id, run.id, run.job, result, end - run.t0) {
                             st.admit_waiting();
                             drop(st);
@@ -1047,16 +1057,8 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         }
                         run = next;
                     }
-                    let Running {
-                        id: job_id,
-                        mut job,
-                        start,
-                        t0,
-                        switched,
-                        swap_in,
-                        result,
-                        ..
-                    } = run;
+                    let job_id = run.id;
+                    let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue));
                     // The iteration ends when the device says so (an event on
                     // CUDA; at once on the CPU): only then may another lane
                     // take the job or its memory. A failed step syncs too,
@@ -1067,7 +1069,8 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     // Checkpoints at report points: a lone trial's state, or
                     // every member's of a fused group.
                     let checkpoints: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
-                        Ok(StepOutcome::Report(_)) if shared.checkpoints => job
+                        Ok(StepOutcome::Report(_)) if shared.checkpoints => run
+                            .job
                             .export_state(lane)
                             .ok()
                             .map(|s| (None, s))
@@ -1076,19 +1079,21 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         Ok(StepOutcome::Members(steps))
                             if shared.checkpoints && !steps.is_empty() =>
                         {
-                            let states = job.member_states(lane).unwrap_or_default();
+                            let states = run.job.member_states(lane).unwrap_or_default();
                             states.into_iter().map(|(tag, s)| (Some(tag), s)).collect()
                         }
                         _ => Vec::new(),
                     };
                     let finals: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
-                        Ok(StepOutcome::Finished(_)) if shared.keep_final => job
+                        Ok(StepOutcome::Finished(_)) if shared.keep_final => run
+                            .job
                             .export_state(lane)
                             .ok()
                             .map(|s| (None, s))
                             .into_iter()
                             .collect(),
-                        Ok(StepOutcome::Members(_)) if shared.keep_final => job
+                        Ok(StepOutcome::Members(_)) if shared.keep_final => run
+                            .job
                             .take_final_states()
                             .into_iter()
                             .map(|(tag, s)| (Some(tag), s))
@@ -1098,18 +1103,17 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     // A footprint too small for the device: back to waiting,
                     // with its state on the host and a larger estimate.
                     if is_oom(&result) {
-                        let _ = job.swap_out(lane);
-                        let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                        let _ = run.job.swap_out(lane);
+                        let mut st = shared.lock();
                         flush(&mut segment, id, &st);
-                        st.requeue_larger(job_id, job);
+                        st.requeue_larger(job_id, run.job);
                         st.admit_waiting();
                         drop(st);
                         shared.wake.notify_all();
                         continue;
                     }
-                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
-                    first_boundary(&st, id, job_id, swap_in, switched, start);
-                    extend(&mut segment, id, &st, job_id, t0, end);
+                    let mut st = shared.lock();
+                    run.record(&st, id, &mut segment, end);
                     for (member, state) in finals {
                         st.emit(CoreEvent::FinalState {
                             job: job_id,
@@ -1118,7 +1122,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                         });
                     }
                     // Only a job leaving frees memory or changes other lanes' work.
-                    let left = st.return_step(id, job_id, job, result, end - t0);
+                    let left = st.return_step(id, job_id, run.job, result, end - run.t0);
                     // After the report it covers, so that the runner stores
                     // the report's value before the checkpoint.
                     for (member, state) in checkpoints {
@@ -1138,7 +1142,7 @@ fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     let t = Instant::now();
                     let result = job.swap_out(lane);
                     let seconds = t.elapsed().as_secs_f64();
-                    let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut st = shared.lock();
                     let e = st.jobs.get_mut(&job_id).expect("job");
                     e.job = Some(job);
                     e.swap_out = false;
