@@ -49,20 +49,6 @@ pub struct Plan {
     pub overhead: bool,
 }
 
-impl Default for Plan {
-    fn default() -> Plan {
-        Plan {
-            target_gflop: 50.0,
-            repeats: 3,
-            modes: MODES.to_vec(),
-            graphs: true,
-            lanes: None,
-            fused_groups: None,
-            overhead: true,
-        }
-    }
-}
-
 /// The hidden width of a workload: one width for all K trials, or widths
 /// drawn log-uniformly from 64..1024 (seeded), one per trial.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +264,6 @@ fn run_fused<B: Backend>(
     plan: &Plan,
 ) -> Result<f64> {
     let k = trials.len();
-    let graphs = plan.graphs;
     let cap = match plan.fused_groups {
         Some(g) => k.div_ceil(g.max(1)),
         None => fusion::group_cap(
@@ -289,7 +274,7 @@ fn run_fused<B: Backend>(
             k.div_ceil(lanes),
         ),
     };
-    let jobs = fusion::groups_of(trials, cap)
+    let mut groups = fusion::groups_of(trials, cap)
         .into_iter()
         .map(|group| {
             let tagged = group
@@ -300,17 +285,12 @@ fn run_fused<B: Backend>(
             FusedTrials::new(tagged)
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut jobs = jobs;
-    place(backend, &mut jobs)?;
-    let jobs = jobs
+    place(backend, &mut groups)?;
+    let cfg = core_config(kind, Policy::Fifo, groups.len().min(lanes), plan.graphs);
+    let jobs = groups
         .into_iter()
-        .map(|j| Box::new(j) as Box<dyn Job<B>>)
-        .collect::<Vec<_>>();
-    let groups = jobs.len();
-    let cfg = CoreConfig {
-        graphs,
-        ..CoreConfig::for_device(kind, Policy::Fifo, groups.min(lanes), u64::MAX / 4)
-    };
+        .map(|g| Box::new(g) as Box<dyn Job<B>>)
+        .collect();
     Ok(run_core_jobs(backend, jobs, cfg)?.0)
 }
 
@@ -455,24 +435,13 @@ pub fn run<B: Backend>(
     } else {
         (None, None)
     };
-    let switches = switching
-        .as_ref()
-        .map_or(Vec::new(), |s| s.latencies.clone());
-    let switch_cost_us = switching.map(|s| 1e6 * s.cost);
     let gemm_gflops = gemm_best.max(gemm_gflops(backend.as_ref())?);
-    let switch_mean_us =
-        (!switches.is_empty()).then(|| 1e6 * switches.iter().sum::<f64>() / switches.len() as f64);
-    let switch_median_us = (!switches.is_empty()).then(|| {
-        let mut v = switches.clone();
-        v.sort_by(f64::total_cmp);
-        1e6 * v[v.len() / 2]
-    });
     Ok(Results {
         rows,
         overhead_pct,
-        switch_mean_us,
-        switch_median_us,
-        switch_cost_us,
+        switch_mean_us: switching.as_ref().and_then(|s| s.mean_us),
+        switch_median_us: switching.as_ref().and_then(|s| s.median_us),
+        switch_cost_us: switching.map(|s| s.cost_us),
         gemm_gflops,
         device: backend.name(),
         kind,
@@ -486,16 +455,18 @@ pub fn run<B: Backend>(
 /// one lane under `priority` with equal priorities, which runs the least
 /// recently run next, so every boundary is a switch.
 struct Switching {
-    /// Each switch's host latency, in seconds: from the end of one trial's
-    /// iteration (the device done) to the start of the next one's.
-    latencies: Vec<f64>,
-    /// Device time lost per switch, in seconds: the same trials under fifo,
+    /// Each switch's host latency, in microseconds: from the end of one
+    /// trial's iteration (the device done) to the start of the next one's.
+    /// The mean and median; `None` when nothing switched.
+    mean_us: Option<f64>,
+    median_us: Option<f64>,
+    /// Device time lost per switch, in microseconds: the same trials under fifo,
     /// where each runs its iterations as one streak, against round-robin,
     /// over the number of switches (fastest of three runs each, taking
     /// turns). It adds what the host latency leaves out: on the CPU, the
     /// caches a switch evicts; on CUDA, any gap the device sees between the
     /// two trials' iterations. Negative differences (noise) count as 0.
-    cost: f64,
+    cost_us: f64,
 }
 
 fn switching<B: Backend>(
@@ -525,15 +496,19 @@ fn switching<B: Backend>(
         streaks = streaks.min(run(Policy::Fifo)?.0);
     }
     let n = latencies.len().max(1) as f64;
-    let cost = (round_robin - streaks).max(0.0) / n;
+    let cost_us = 1e6 * (round_robin - streaks).max(0.0) / n;
     let mean = 1e6 * latencies.iter().sum::<f64>() / n;
     progress(&format!(
         "switches ({SWITCH_TRIALS} resident trials round-robin on one lane, h={h}, {} switches): \
-         host latency {mean:.1} us mean; device time lost {:.1} us per switch",
+         host latency {mean:.1} us mean; device time lost {cost_us:.1} us per switch",
         latencies.len(),
-        1e6 * cost
     ));
-    Ok(Switching { latencies, cost })
+    latencies.sort_by(f64::total_cmp);
+    Ok(Switching {
+        mean_us: (!latencies.is_empty()).then_some(mean),
+        median_us: latencies.get(latencies.len() / 2).map(|m| 1e6 * m),
+        cost_us,
+    })
 }
 
 /// The core's overhead against a bare loop, in percent: one trial, the
