@@ -559,14 +559,20 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
             ..CoreConfig::for_device(backend.kind(), policy, 2, 1 << 30)
         };
         let core = SalusCore::start(backend.clone(), config, tx).unwrap();
+        // Each job paused as it arrives and all resumed together, so that
+        // none runs alone for long while the others are still submitted (a
+        // loaded machine would otherwise decide how many turns there are).
         let ids: Vec<JobId> = configs
             .iter()
             .map(|c| {
                 let job: Box<dyn Job<B>> =
                     Box::new(TrainTrial::new_on_host(data.clone(), c.clone()).unwrap());
-                core.submit(job, 0.0, "d")
+                let id = core.submit(job, 0.0, "d");
+                core.pause(id);
+                id
             })
             .collect();
+        ids.iter().for_each(|&id| core.resume(id));
         let log = drain(&rx, ids.len(), |_| {});
         for (i, id) in ids.iter().enumerate() {
             assert_eq!(
