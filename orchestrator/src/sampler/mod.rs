@@ -5,11 +5,13 @@
 //! nothing left to propose (an exhausted grid). The same seed gives the
 //! same sequence.
 
+mod gp;
 mod grid;
 mod qmc;
 pub(crate) mod random;
 mod tpe;
 
+pub use gp::GpSampler;
 pub use grid::GridSampler;
 pub use qmc::{QmcSampler, from_unit};
 pub use random::RandomSampler;

@@ -1,0 +1,430 @@
+//! A Gaussian-process regressor with a Matern-5/2 kernel and one length
+//! scale per dimension (automatic relevance determination), as Optuna 5.0's
+//! `GPSampler` builds it.
+//!
+//! Inputs are normalised to `[0, 1]`; a categorical dimension holds the
+//! choice's index and contributes the Hamming distance (0 or 1) instead of
+//! a squared difference. The kernel is `scale * matern52(r)` with
+//! `r = sum_j lambda_j * sqd_j`, where `lambda_j` is the inverse squared
+//! length scale. Kernel parameters are fitted by maximum a posteriori:
+//! the marginal likelihood times Optuna's priors (a gamma prior on the
+//! scale and on the noise, a prior pushing each `lambda_j` towards 1),
+//! minimised over their logarithms by L-BFGS with the exact gradient.
+
+use argmin::core::{CostFunction, Error as ArgminError, Executor, Gradient};
+use argmin::solver::linesearch::MoreThuenteLineSearch;
+use argmin::solver::quasinewton::LBFGS;
+use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
+
+/// The smallest noise variance, as Optuna's `DEFAULT_MINIMUM_NOISE_VAR`:
+/// it keeps the kernel matrix positive definite.
+pub const MINIMUM_NOISE: f64 = 1e-6;
+
+/// `matern52(r)` for a squared distance `r`, and its derivative in `r`.
+pub fn matern52(r: f64) -> (f64, f64) {
+    let s = (5.0 * r).sqrt();
+    let e = (-s).exp();
+    (e * (5.0 / 3.0 * r + s + 1.0), -5.0 / 6.0 * (s + 1.0) * e)
+}
+
+/// The kernel's parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelParams {
+    /// One per dimension: `1 / length_scale^2`.
+    pub inverse_squared_lengthscales: Vec<f64>,
+    pub scale: f64,
+    pub noise: f64,
+}
+
+impl KernelParams {
+    /// Optuna's starting point: every parameter 1.
+    pub fn initial(dims: usize) -> Self {
+        KernelParams {
+            inverse_squared_lengthscales: vec![1.0; dims],
+            scale: 1.0,
+            noise: 1.0,
+        }
+    }
+
+    pub fn length_scales(&self) -> Vec<f64> {
+        self.inverse_squared_lengthscales
+            .iter()
+            .map(|l| 1.0 / l.sqrt())
+            .collect()
+    }
+
+    /// `[ln lambda.., ln scale, ln(noise - MINIMUM_NOISE)]`, the
+    /// coordinates the fit moves in (they keep every parameter positive).
+    fn raw(&self) -> Vec<f64> {
+        let mut raw: Vec<f64> = self
+            .inverse_squared_lengthscales
+            .iter()
+            .map(|l| l.ln())
+            .collect();
+        raw.push(self.scale.ln());
+        // As Optuna: start a hair above the minimum, not on it.
+        raw.push((self.noise - 0.99 * MINIMUM_NOISE).ln());
+        raw
+    }
+
+    fn from_raw(raw: &[f64]) -> Self {
+        let d = raw.len() - 2;
+        KernelParams {
+            inverse_squared_lengthscales: raw[..d].iter().map(|r| r.exp()).collect(),
+            scale: raw[d].exp(),
+            noise: raw[d + 1].exp() + MINIMUM_NOISE,
+        }
+    }
+}
+
+/// Squared distance of one dimension: Hamming for a categorical.
+fn sqd(a: f64, b: f64, categorical: bool) -> f64 {
+    if categorical {
+        if a == b { 0.0 } else { 1.0 }
+    } else {
+        (a - b) * (a - b)
+    }
+}
+
+/// Training inputs with their per-dimension squared distances.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub x: Vec<Vec<f64>>,
+    pub categorical: Vec<bool>,
+    /// `sqd[(a * n + b) * d + j]`.
+    sqd: Vec<f64>,
+}
+
+impl Inputs {
+    pub fn new(x: Vec<Vec<f64>>, categorical: Vec<bool>) -> Self {
+        let (n, d) = (x.len(), categorical.len());
+        let mut sqd_all = vec![0.0; n * n * d];
+        for a in 0..n {
+            for b in 0..n {
+                for j in 0..d {
+                    sqd_all[(a * n + b) * d + j] = sqd(x[a][j], x[b][j], categorical[j]);
+                }
+            }
+        }
+        Inputs {
+            x,
+            categorical,
+            sqd: sqd_all,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    fn dims(&self) -> usize {
+        self.categorical.len()
+    }
+
+    fn r(&self, a: usize, b: usize, lambda: &[f64]) -> f64 {
+        let d = self.dims();
+        let s = &self.sqd[(a * self.len() + b) * d..][..d];
+        s.iter().zip(lambda).map(|(s, l)| s * l).sum()
+    }
+
+    /// The kernel matrix plus the noise on its diagonal.
+    fn covariance(&self, p: &KernelParams) -> DMatrix<f64> {
+        let n = self.len();
+        DMatrix::from_fn(n, n, |a, b| {
+            p.scale * matern52(self.r(a, b, &p.inverse_squared_lengthscales)).0
+                + if a == b { p.noise } else { 0.0 }
+        })
+    }
+}
+
+/// The negative log posterior of the kernel parameters (up to a
+/// constant) and its gradient in the raw coordinates; `None` where the
+/// covariance is not positive definite.
+pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option<(f64, Vec<f64>)> {
+    let (n, d) = (inputs.len(), inputs.dims());
+    let p = KernelParams::from_raw(raw);
+    let chol = Cholesky::new(inputs.covariance(&p))?;
+    let yv = DVector::from_column_slice(y);
+    let alpha = chol.solve(&yv);
+    let log_det_half: f64 = chol.l_dirty().diagonal().iter().map(|v| v.ln()).sum();
+    let log_likelihood = -log_det_half - 0.5 * yv.dot(&alpha);
+    let lambda = &p.inverse_squared_lengthscales;
+    // Optuna's priors (`default_log_prior`), without their constants.
+    let log_prior = -lambda.iter().map(|l| 0.1 / l + 0.1 * l).sum::<f64>()
+        + (p.scale.ln() - p.scale)
+        + (0.1 * p.noise.ln() - 30.0 * p.noise);
+    let loss = -log_likelihood - log_prior;
+
+    // d(log likelihood)/dC = (alpha alpha^T - C^-1) / 2.
+    let inverse = chol.inverse();
+    let mut grad = vec![0.0; d + 2];
+    for a in 0..n {
+        for b in 0..n {
+            let w = alpha[a] * alpha[b] - inverse[(a, b)];
+            let (m, dm) = matern52(inputs.r(a, b, lambda));
+            let s = &inputs.sqd[(a * n + b) * d..][..d];
+            for j in 0..d {
+                grad[j] -= 0.5 * w * p.scale * dm * s[j] * lambda[j];
+            }
+            grad[d] -= 0.5 * w * p.scale * m;
+        }
+    }
+    let noise_raw = raw[d + 1].exp();
+    grad[d + 1] -= 0.5
+        * (0..n)
+            .map(|a| alpha[a] * alpha[a] - inverse[(a, a)])
+            .sum::<f64>()
+        * noise_raw;
+    // Minus the prior's derivatives.
+    for j in 0..d {
+        grad[j] -= 0.1 / lambda[j] - 0.1 * lambda[j];
+    }
+    grad[d] -= 1.0 - p.scale;
+    grad[d + 1] -= (0.1 / p.noise - 30.0) * noise_raw;
+    Some((loss, grad))
+}
+
+struct Fit<'a> {
+    inputs: &'a Inputs,
+    y: &'a [f64],
+}
+
+fn not_positive_definite() -> ArgminError {
+    ArgminError::msg("kernel matrix not positive definite")
+}
+
+impl CostFunction for Fit<'_> {
+    type Param = Vec<f64>;
+    type Output = f64;
+    fn cost(&self, raw: &Vec<f64>) -> Result<f64, ArgminError> {
+        negative_log_posterior(self.inputs, self.y, raw)
+            .map(|(v, _)| v)
+            .ok_or_else(not_positive_definite)
+    }
+}
+
+impl Gradient for Fit<'_> {
+    type Param = Vec<f64>;
+    type Gradient = Vec<f64>;
+    fn gradient(&self, raw: &Vec<f64>) -> Result<Vec<f64>, ArgminError> {
+        negative_log_posterior(self.inputs, self.y, raw)
+            .map(|(_, g)| g)
+            .ok_or_else(not_positive_definite)
+    }
+}
+
+/// A fitted regressor: training data, kernel parameters and the
+/// Cholesky factor of the covariance.
+#[derive(Debug, Clone)]
+pub struct Regressor {
+    pub inputs: Inputs,
+    pub params: KernelParams,
+    chol: Cholesky<f64, Dyn>,
+    /// `C^-1 y`.
+    alpha: DVector<f64>,
+}
+
+impl Regressor {
+    /// The regressor with these kernel parameters; `None` where the
+    /// covariance is not positive definite.
+    pub fn new(inputs: Inputs, y: &[f64], params: KernelParams) -> Option<Self> {
+        let chol = Cholesky::new(inputs.covariance(&params))?;
+        let alpha = chol.solve(&DVector::from_column_slice(y));
+        Some(Regressor {
+            inputs,
+            params,
+            chol,
+            alpha,
+        })
+    }
+
+    /// Fits the kernel parameters by MAP from Optuna's starting point
+    /// (every parameter 1) with L-BFGS, gradient tolerance 1e-2 as Optuna
+    /// uses; the starting point itself where the fit fails.
+    pub fn fit(inputs: Inputs, y: &[f64]) -> Self {
+        let start = KernelParams::initial(inputs.dims());
+        let fitted = {
+            let problem = Fit { inputs: &inputs, y };
+            LBFGS::new(MoreThuenteLineSearch::new(), 10)
+                .with_tolerance_grad(1e-2)
+                .ok()
+                .and_then(|solver| {
+                    Executor::new(problem, solver)
+                        .configure(|s| s.param(start.raw()).max_iters(500))
+                        .run()
+                        .ok()
+                })
+                .and_then(|r| r.state.best_param)
+                .filter(|raw| raw.iter().all(|v| v.is_finite()))
+                .map(|raw| KernelParams::from_raw(&raw))
+        };
+        fitted
+            .and_then(|p| Regressor::new(inputs.clone(), y, p))
+            .or_else(|| Regressor::new(inputs, y, start))
+            .expect("the noise of the starting point keeps the covariance positive definite")
+    }
+
+    /// The kernel row between `x` and the training points, and each
+    /// entry's derivative factor `scale * matern'(r)`.
+    fn kernel_row(&self, x: &[f64]) -> (DVector<f64>, Vec<f64>) {
+        let lambda = &self.params.inverse_squared_lengthscales;
+        let n = self.inputs.len();
+        let mut k = DVector::zeros(n);
+        let mut dk = vec![0.0; n];
+        for (i, xi) in self.inputs.x.iter().enumerate() {
+            let r: f64 = x
+                .iter()
+                .zip(xi)
+                .zip(&self.inputs.categorical)
+                .zip(lambda)
+                .map(|(((a, b), c), l)| sqd(*a, *b, *c) * l)
+                .sum();
+            let (m, dm) = matern52(r);
+            k[i] = self.params.scale * m;
+            dk[i] = self.params.scale * dm;
+        }
+        (k, dk)
+    }
+
+    /// The posterior mean and variance of `f(x)`.
+    pub fn posterior(&self, x: &[f64]) -> (f64, f64) {
+        let (k, _) = self.kernel_row(x);
+        let mean = k.dot(&self.alpha);
+        let v = self
+            .chol
+            .l_dirty()
+            .solve_lower_triangular(&k)
+            .expect("a Cholesky factor has a non-zero diagonal");
+        (mean, (self.params.scale - v.dot(&v)).max(0.0))
+    }
+
+    /// The posterior mean and variance with their gradients in `x`
+    /// (zero along categorical dimensions, which are not differentiable).
+    pub fn posterior_with_gradient(&self, x: &[f64]) -> (f64, f64, Vec<f64>, Vec<f64>) {
+        let (k, dk) = self.kernel_row(x);
+        let mean = k.dot(&self.alpha);
+        let c_inv_k = self.chol.solve(&k);
+        let var = (self.params.scale - k.dot(&c_inv_k)).max(0.0);
+        let lambda = &self.params.inverse_squared_lengthscales;
+        let d = x.len();
+        let (mut dmean, mut dvar) = (vec![0.0; d], vec![0.0; d]);
+        for (i, xi) in self.inputs.x.iter().enumerate() {
+            for j in 0..d {
+                if self.inputs.categorical[j] {
+                    continue;
+                }
+                // d k_i / d x_j = scale * matern'(r) * lambda_j * 2 (x_j - X_ij).
+                let g = dk[i] * lambda[j] * 2.0 * (x[j] - xi[j]);
+                dmean[j] += self.alpha[i] * g;
+                dvar[j] -= 2.0 * c_inv_k[i] * g;
+            }
+        }
+        (mean, var, dmean, dvar)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data() -> (Inputs, Vec<f64>) {
+        let x: Vec<Vec<f64>> = (0..12)
+            .map(|i| {
+                let t = i as f64 / 11.0;
+                vec![t, (3.7 * t).fract(), (i % 3) as f64]
+            })
+            .collect();
+        let y: Vec<f64> = x
+            .iter()
+            .map(|p| (6.0 * p[0]).sin() + p[1] * p[1] - 0.5 * p[2])
+            .collect();
+        (Inputs::new(x, vec![false, false, true]), y)
+    }
+
+    #[test]
+    fn the_posterior_interpolates_noiseless_data() {
+        let (inputs, y) = data();
+        let params = KernelParams {
+            inverse_squared_lengthscales: vec![4.0, 2.0, 1.0],
+            scale: 1.5,
+            noise: 1e-10,
+        };
+        let gp = Regressor::new(inputs.clone(), &y, params).unwrap();
+        for (x, want) in inputs.x.iter().zip(&y) {
+            let (mean, var) = gp.posterior(x);
+            assert!((mean - want).abs() < 1e-6, "{mean} vs {want}");
+            assert!(var < 1e-8, "variance {var} at a training point");
+        }
+        // Away from the data the variance grows towards the prior's.
+        let (_, far) = gp.posterior(&[0.5, 0.5, 7.0]);
+        assert!(far > 0.1, "{far}");
+    }
+
+    #[test]
+    fn the_fit_gradient_matches_finite_differences() {
+        let (inputs, y) = data();
+        for raw in [
+            vec![0.0, 0.0, 0.0, 0.0, 0.0],
+            vec![1.3, -0.4, 0.2, 0.5, -5.0],
+            vec![-1.0, 2.0, -0.5, -0.3, -9.0],
+        ] {
+            let (_, grad) = negative_log_posterior(&inputs, &y, &raw).unwrap();
+            for k in 0..raw.len() {
+                let h = 1e-5;
+                let at = |dh: f64| {
+                    let mut r = raw.clone();
+                    r[k] += dh;
+                    negative_log_posterior(&inputs, &y, &r).unwrap().0
+                };
+                let fd = (at(h) - at(-h)) / (2.0 * h);
+                assert!(
+                    (fd - grad[k]).abs() <= 1e-5 * (1.0 + fd.abs()),
+                    "raw {raw:?}, parameter {k}: analytic {} vs finite difference {fd}",
+                    grad[k]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_posterior_gradient_matches_finite_differences() {
+        let (inputs, y) = data();
+        let gp = Regressor::fit(inputs, &y);
+        for x in [[0.31, 0.77, 1.0], [0.05, 0.4, 2.0], [0.93, 0.12, 0.0]] {
+            let (_, _, dmean, dvar) = gp.posterior_with_gradient(&x);
+            for j in 0..2 {
+                let h = 1e-6;
+                let at = |dh: f64| {
+                    let mut p = x;
+                    p[j] += dh;
+                    gp.posterior(&p)
+                };
+                let (hi, lo) = (at(h), at(-h));
+                let (fd_mean, fd_var) = ((hi.0 - lo.0) / (2.0 * h), (hi.1 - lo.1) / (2.0 * h));
+                assert!((fd_mean - dmean[j]).abs() < 1e-5 * (1.0 + fd_mean.abs()));
+                assert!((fd_var - dvar[j]).abs() < 1e-5 * (1.0 + fd_var.abs()));
+            }
+            assert_eq!(dmean[2], 0.0, "no gradient along a categorical");
+        }
+    }
+
+    #[test]
+    fn the_fit_improves_the_posterior_and_learns_relevance() {
+        // y depends on dimension 0 only: its length scale must come out
+        // shorter than the irrelevant dimension's.
+        let x: Vec<Vec<f64>> = (0..30)
+            .map(|i| vec![(i as f64 * 0.618).fract(), (i as f64 * 0.414).fract()])
+            .collect();
+        let y: Vec<f64> = x.iter().map(|p| (5.0 * p[0]).sin()).collect();
+        let inputs = Inputs::new(x, vec![false, false]);
+        let start = KernelParams::initial(2);
+        let before = negative_log_posterior(&inputs, &y, &start.raw()).unwrap().0;
+        let gp = Regressor::fit(inputs.clone(), &y);
+        let after = negative_log_posterior(&inputs, &y, &gp.params.raw())
+            .unwrap()
+            .0;
+        assert!(after < before - 1.0, "{after} vs {before}");
+        let ls = gp.params.length_scales();
+        assert!(ls[0] < ls[1], "length scales {ls:?}");
+    }
+}
