@@ -177,6 +177,27 @@ fn sampler_and_pruner_sections_resolve() {
         parse("[sampler]\nkind = \"qmc\"\n").unwrap().sampler.kind,
         SamplerKind::Qmc
     );
+    assert_eq!(
+        parse("[sampler]\nkind = \"gp\"\nstartup_trials = 6\n")
+            .unwrap()
+            .sampler
+            .kind,
+        SamplerKind::Gp { startup_trials: 6 }
+    );
+    let err = parse("[sampler]\nkind = \"gp\"\nmultivariate = true\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("multivariate applies only to kind = \"tpe\""),
+        "{err}"
+    );
+    let err = parse("[sampler]\nkind = \"qmc\"\nstartup_trials = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("startup_trials applies only to kind = \"tpe\" and \"gp\""),
+        "{err}"
+    );
     let err = parse("[sampler]\nmultivariate = true\n")
         .unwrap_err()
         .to_string();

@@ -1,13 +1,18 @@
-"""Optuna 5.0's TPESampler on the problems of `salus-tune bench samplers`.
+"""Optuna 5.0's TPESampler and GPSampler on the problems of `salus-tune bench samplers`.
 
-Usage: optuna_samplers.py SEEDS. Prints a JSON array of
-{problem, at_50, at_100}: the median best value over the seeds. The
-functions and spaces mirror orchestrator/src/bench/samplers.rs exactly.
+Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS]], SAMPLERS and
+PROBLEMS comma-separated (default: tpe,gp and every problem). Prints a
+JSON array of {problem, sampler, at_50, at_100, ms_per_trial}: the median
+best value over the seeds, and the median wall time per trial for trials
+91-100 (the objectives cost microseconds, so this is the sampler plus
+Optuna's in-memory storage). The functions and spaces mirror
+orchestrator/src/bench/samplers.rs exactly. GPSampler needs torch and scipy.
 """
 import json
 import math
 import statistics
 import sys
+import time
 
 import optuna
 
@@ -71,16 +76,28 @@ def int_categorical(t):
 
 
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-rows = []
+samplers = sys.argv[2].split(",") if len(sys.argv) > 2 else ["tpe", "gp"]
 PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("mixed", mixed),
             ("ordinal5", ordinal5), ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
+if len(sys.argv) > 3:
+    wanted = sys.argv[3].split(",")
+    PROBLEMS = [p for p in PROBLEMS if p[0] in wanted]
+SAMPLERS = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler}
+rows = []
 for name, f in PROBLEMS:
-    b50, b100 = [], []
-    for seed in range(seeds):
-        study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-        study.optimize(f, n_trials=100)
-        values = [tr.value for tr in study.trials]
-        b50.append(min(values[:50]))
-        b100.append(min(values))
-    rows.append({"problem": name, "at_50": statistics.median(b50), "at_100": statistics.median(b100)})
+    for sampler in samplers:
+        b50, b100, ms = [], [], []
+        for seed in range(seeds):
+            ends = []
+            study = optuna.create_study(sampler=SAMPLERS[sampler](seed=seed))
+            study.optimize(f, n_trials=100, callbacks=[lambda s, t: ends.append(time.perf_counter())])
+            values = [tr.value for tr in study.trials]
+            b50.append(min(values[:50]))
+            b100.append(min(values))
+            ms.append((ends[99] - ends[89]) * 1e3 / 10)
+        row = {"problem": name, "sampler": sampler, "at_50": statistics.median(b50),
+               "at_100": statistics.median(b100), "ms_per_trial": statistics.median(ms)}
+        print(f"  optuna-{sampler} {name}: {row['at_50']:.4f} at 50, {row['at_100']:.4f} at 100, "
+              f"{row['ms_per_trial']:.1f} ms per trial", file=sys.stderr, flush=True)
+        rows.append(row)
 print(json.dumps(rows))

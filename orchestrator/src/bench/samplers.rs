@@ -1,20 +1,24 @@
 //! `salus-tune bench samplers`: sampler quality on standard test functions.
 //!
 //! Each sampler minimises each problem (four continuous or mixed ones,
-//! three discrete ones) for 100 trials under 20 seeds; the
-//! table gives the median best value after 50 and after 100 trials. Optuna
-//! 5.0's `TPESampler` runs the same functions through
+//! three discrete ones) for 100 trials under 20 seeds; the table gives the
+//! median best value after 50 and after 100 trials, and the time per
+//! proposal once 90 trials are in the history. Optuna 5.0's `TPESampler`
+//! and `GPSampler` run the same functions through
 //! `scripts/anchors/optuna_samplers.py`, in the same run, when a Python with
-//! Optuna is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`).
+//! Optuna is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`); the GP
+//! one also needs torch and scipy there, and is skipped with a note
+//! without them.
 
 use std::f64::consts::PI;
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Instant;
 
 use serde_json::json;
 
 use crate::error::Result;
-use crate::sampler::{QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
+use crate::sampler::{GpSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Choice, Distribution, Param, ParamValue, Params, SearchSpace};
 use crate::study::Direction;
 
@@ -318,15 +322,21 @@ pub fn problems() -> Vec<Problem> {
     ]
 }
 
-/// Best value after each trial.
-fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> Vec<f64> {
+/// Best value after each trial, and the mean time of the proposals
+/// made with 90 to 99 trials in the history.
+fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> (Vec<f64>, f64) {
     let mut h: Vec<TrialRecord> = Vec::with_capacity(trials);
     let mut best = f64::INFINITY;
     let mut out = Vec::with_capacity(trials);
-    for _ in 0..trials {
+    let mut late = std::time::Duration::ZERO;
+    for i in 0..trials {
+        let t0 = Instant::now();
         let params = s
             .propose(&p.space, &h)
             .expect("these samplers always propose");
+        if i + 10 >= trials {
+            late += t0.elapsed();
+        }
         let v = (p.f)(&params);
         best = best.min(v);
         out.push(best);
@@ -335,7 +345,7 @@ fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> Vec<f64> {
             value: Some(v),
         });
     }
-    out
+    (out, late.as_secs_f64() * 1e3 / 10.0)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -348,14 +358,19 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One row: problem, sampler, median best at 50 and at 100 trials.
+/// One row: problem, sampler, median best at 50 and at 100 trials, and
+/// the median time per proposal at 90-99 trials.
 #[derive(Debug, Clone)]
 pub struct Row {
     pub problem: &'static str,
     pub sampler: String,
     pub at_50: f64,
     pub at_100: f64,
+    pub ms_per_proposal: f64,
 }
+
+/// Our samplers, then Optuna's (through Python).
+pub const SAMPLERS: [&str; 6] = ["random", "qmc", "tpe", "gp", "optuna-tpe", "optuna-gp"];
 
 fn python() -> Option<PathBuf> {
     let candidate = std::env::var_os("SALUS_TUNE_PYTHON")
@@ -369,76 +384,201 @@ fn python() -> Option<PathBuf> {
         .map(|_| candidate)
 }
 
-pub fn run(
-    seeds: u64,
-    optuna: bool,
-    progress: &mut dyn FnMut(&str),
-) -> Result<(Vec<Row>, Option<String>)> {
+/// Whether `py` can run Optuna's GPSampler (it needs torch and scipy).
+fn has_gp_dependencies(py: &PathBuf) -> bool {
+    Command::new(py)
+        .args(["-c", "import torch, scipy"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// What to run: which samplers and problems (all when empty), how many
+/// seeds.
+pub struct Plan {
+    pub seeds: u64,
+    pub samplers: Vec<String>,
+    pub problems: Vec<String>,
+}
+
+impl Plan {
+    fn runs_sampler(&self, name: &str) -> bool {
+        self.samplers.is_empty() || self.samplers.iter().any(|s| s == name)
+    }
+
+    fn problems(&self) -> Vec<Problem> {
+        problems()
+            .into_iter()
+            .filter(|p| self.problems.is_empty() || self.problems.iter().any(|n| n == p.name))
+            .collect()
+    }
+
+    /// Refuses names that are not samplers or problems.
+    pub fn check(&self) -> Result<()> {
+        let names: Vec<&str> = problems().iter().map(|p| p.name).collect();
+        for s in &self.samplers {
+            if !SAMPLERS.contains(&s.as_str()) {
+                return Err(crate::error::Error::Input(format!(
+                    "--samplers: unknown sampler '{s}'; expected some of: {}",
+                    SAMPLERS.join(", ")
+                )));
+            }
+        }
+        for p in &self.problems {
+            if !names.contains(&p.as_str()) {
+                return Err(crate::error::Error::Input(format!(
+                    "--problems: unknown problem '{p}'; expected some of: {}",
+                    names.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec<String>)> {
+    plan.check()?;
+    let seeds = plan.seeds;
     let mut rows = Vec::new();
-    for p in problems() {
-        for name in ["random", "qmc", "tpe"] {
-            let (mut b50, mut b100) = (Vec::new(), Vec::new());
+    for p in plan.problems() {
+        for name in ["random", "qmc", "tpe", "gp"] {
+            if !plan.runs_sampler(name) {
+                continue;
+            }
+            let (mut b50, mut b100, mut ms) = (Vec::new(), Vec::new(), Vec::new());
             for seed in 0..seeds {
                 let mut s: Box<dyn Sampler> = match name {
                     "random" => Box::new(RandomSampler::new(seed)),
                     "qmc" => Box::new(QmcSampler { seed }),
-                    _ => Box::new(TpeSampler::new(seed, Direction::Minimize)),
+                    "tpe" => Box::new(TpeSampler::new(seed, Direction::Minimize)),
+                    _ => Box::new(GpSampler::new(seed, Direction::Minimize)),
                 };
-                let curve = run_one(s.as_mut(), &p, 100);
+                let (curve, late_ms) = run_one(s.as_mut(), &p, 100);
                 b50.push(curve[49]);
                 b100.push(curve[99]);
+                ms.push(late_ms);
             }
             let row = Row {
                 problem: p.name,
                 sampler: name.into(),
                 at_50: median(b50),
                 at_100: median(b100),
+                ms_per_proposal: median(ms),
             };
             progress(&format!(
-                "{:<13} {:<11} median best {:.4} at 50, {:.4} at 100 (optimum {})",
-                p.name, name, row.at_50, row.at_100, p.optimum
+                "{:<16} {:<11} median best {:.4} at 50, {:.4} at 100 (optimum {}); {:.2} ms per proposal",
+                p.name, name, row.at_50, row.at_100, p.optimum, row.ms_per_proposal
             ));
             rows.push(row);
         }
     }
-    let mut note = None;
-    if optuna {
+    let mut notes = Vec::new();
+    let mut optuna: Vec<&str> = ["tpe", "gp"]
+        .into_iter()
+        .filter(|s| plan.runs_sampler(&format!("optuna-{s}")))
+        .collect();
+    if !optuna.is_empty() {
         match python() {
-            None => note = Some("optuna-tpe: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
+            None => notes.push("optuna-tpe, optuna-gp: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
             Some(py) => {
-                progress("running Optuna's TPESampler through scripts/anchors/optuna_samplers.py ...");
-                // Carried by the binary: an installed one has no source tree.
-                let script = super::carried_file("optuna_samplers.py", include_str!("../../../scripts/anchors/optuna_samplers.py"))?;
-                let out = Command::new(py).arg(script).arg(seeds.to_string()).output().map_err(|source| crate::error::Error::Io { what: "python".into(), source });
-                super::remove_carried_files();
-                let out = out?;
-                if !out.status.success() {
-                    return Err(crate::error::Error::Bench(format!("optuna_samplers.py failed: {}", String::from_utf8_lossy(&out.stderr))));
+                if optuna.contains(&"gp") && !has_gp_dependencies(&py) {
+                    notes.push(format!("optuna-gp: skipped, {} lacks torch or scipy, which Optuna's GPSampler needs (pip install torch scipy)", py.display()));
+                    optuna.retain(|s| *s != "gp");
                 }
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| crate::error::Error::Bench(format!("optuna_samplers.py output: {e}")))?;
-                for r in v.as_array().into_iter().flatten() {
-                    let problem = problems().into_iter().map(|p| p.name).find(|n| Some(*n) == r["problem"].as_str()).unwrap_or("?");
-                    rows.push(Row { problem, sampler: "optuna-tpe".into(), at_50: r["at_50"].as_f64().unwrap_or(f64::NAN), at_100: r["at_100"].as_f64().unwrap_or(f64::NAN) });
+                if !optuna.is_empty() {
+                    rows.extend(run_optuna(&py, &optuna, plan, progress)?);
                 }
             }
         }
     }
     rows.sort_by_key(|r| problems().iter().position(|p| p.name == r.problem));
-    Ok((rows, note))
+    Ok((rows, notes))
+}
+
+/// Optuna's samplers on the same problems, through
+/// `scripts/anchors/optuna_samplers.py`.
+fn run_optuna(
+    py: &PathBuf,
+    samplers: &[&str],
+    plan: &Plan,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Row>> {
+    let problem_names: Vec<&str> = plan.problems().iter().map(|p| p.name).collect();
+    progress(&format!(
+        "running Optuna's {} through scripts/anchors/optuna_samplers.py ...",
+        samplers.join(" and ")
+    ));
+    // Carried by the binary: an installed one has no source tree.
+    let script = super::carried_file(
+        "optuna_samplers.py",
+        include_str!("../../../scripts/anchors/optuna_samplers.py"),
+    )?;
+    let out = Command::new(py)
+        .arg(script)
+        .arg(plan.seeds.to_string())
+        .arg(samplers.join(","))
+        .arg(problem_names.join(","))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|source| crate::error::Error::Io {
+            what: "python".into(),
+            source,
+        });
+    super::remove_carried_files();
+    let out = out?;
+    if !out.status.success() {
+        return Err(crate::error::Error::Bench(
+            "optuna_samplers.py failed (its error is above)".into(),
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| crate::error::Error::Bench(format!("optuna_samplers.py output: {e}")))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let problem = problems()
+                .into_iter()
+                .map(|p| p.name)
+                .find(|n| Some(*n) == r["problem"].as_str())
+                .unwrap_or("?");
+            let num = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            Row {
+                problem,
+                sampler: format!("optuna-{}", r["sampler"].as_str().unwrap_or("?")),
+                at_50: num("at_50"),
+                at_100: num("at_100"),
+                ms_per_proposal: num("ms_per_trial"),
+            }
+        })
+        .collect())
 }
 
 pub fn json(rows: &[Row]) -> serde_json::Value {
-    serde_json::Value::Array(rows.iter().map(|r| json!({ "problem": r.problem, "sampler": r.sampler, "median_best_50": r.at_50, "median_best_100": r.at_100 })).collect())
+    serde_json::Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "problem": r.problem,
+                    "sampler": r.sampler,
+                    "median_best_50": r.at_50,
+                    "median_best_100": r.at_100,
+                    "ms_per_proposal_at_100": r.ms_per_proposal,
+                })
+            })
+            .collect(),
+    )
 }
 
 pub fn table(rows: &[Row], seeds: u64) -> String {
     let mut out = format!(
-        "bench samplers: median best value over {seeds} seeds (minimising; lower is better)\n\nproblem          sampler      @50          @100\n"
+        "bench samplers: median best value over {seeds} seeds (minimising; lower is better);\n\
+         ms: median time per proposal with 90-99 trials in the history (Optuna's: per trial, storage included)\n\n\
+         problem          sampler      @50          @100         ms\n"
     );
     for r in rows {
         out += &format!(
-            "{:<16} {:<12} {:<12.4} {:.4}\n",
-            r.problem, r.sampler, r.at_50, r.at_100
+            "{:<16} {:<12} {:<12.4} {:<12.4} {:.2}\n",
+            r.problem, r.sampler, r.at_50, r.at_100, r.ms_per_proposal
         );
     }
     out

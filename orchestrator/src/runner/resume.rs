@@ -22,7 +22,9 @@ use super::{
 use crate::error::{Error, Result};
 use crate::pruner::{Curve, Curves};
 use crate::salus::core::SalusCore;
-use crate::sampler::{GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
+use crate::sampler::{
+    GpSampler, GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord,
+};
 use crate::storage::writer::{RunInfo, WriteOp};
 use crate::storage::{TrialId, TrialNumber};
 use crate::storage::{TrialRow, TrialState};
@@ -330,6 +332,11 @@ impl Runner<'_> {
                 tpe.startup_trials = startup_trials;
                 tpe.multivariate = multivariate;
                 Box::new(tpe)
+            }
+            SamplerKind::Gp { startup_trials } => {
+                let mut gp = GpSampler::new(sampler_seed, study.direction);
+                gp.startup_trials = startup_trials;
+                Box::new(gp)
             }
             SamplerKind::Grid => {
                 Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)

@@ -118,6 +118,11 @@ pub enum SamplerKind {
     },
     /// Scrambled Sobol quasi-random points.
     Qmc,
+    /// Gaussian-process Bayesian optimisation after `startup_trials`
+    /// random proposals.
+    Gp {
+        startup_trials: usize,
+    },
 }
 
 impl std::fmt::Display for SamplerKind {
@@ -133,6 +138,7 @@ impl std::fmt::Display for SamplerKind {
                 "tpe (startup_trials {startup_trials}, multivariate {multivariate})"
             ),
             SamplerKind::Qmc => write!(f, "qmc"),
+            SamplerKind::Gp { startup_trials } => write!(f, "gp (startup_trials {startup_trials})"),
         }
     }
 }

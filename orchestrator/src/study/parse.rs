@@ -774,7 +774,11 @@ impl Checker<'_> {
         study_seed: u64,
     ) -> Result<SamplerConfig> {
         let (_, s) = inner(section);
-        let kind = match self.one_of(&s.kind, "sampler.kind", &["random", "grid", "tpe", "qmc"])? {
+        let kind = match self.one_of(
+            &s.kind,
+            "sampler.kind",
+            &["random", "grid", "tpe", "qmc", "gp"],
+        )? {
             Some(k) if k.get_ref() == "grid" => {
                 GridSampler::new(space, 0).map_err(|e| self.err(k.span(), "sampler.kind", e))?;
                 SamplerKind::Grid
@@ -785,21 +789,35 @@ impl Checker<'_> {
                     .map_or(10, |n| n as usize),
                 multivariate: s.multivariate.as_ref().is_none_or(|b| b.get_ref().0),
             },
+            Some(k) if k.get_ref() == "gp" => SamplerKind::Gp {
+                startup_trials: self
+                    .at_least(&s.startup_trials, "sampler.startup_trials", 0)?
+                    .map_or(10, |n| n as usize),
+            },
             Some(k) if k.get_ref() == "qmc" => SamplerKind::Qmc,
             _ => SamplerKind::Random,
         };
-        if !matches!(kind, SamplerKind::Tpe { .. }) {
-            for (key, span) in [
-                ("startup_trials", span_of(&s.startup_trials)),
-                ("multivariate", span_of(&s.multivariate)),
-            ] {
-                if let Some(span) = span {
-                    return Err(self.err(
-                        span,
-                        &format!("sampler.{key}"),
-                        format!("{key} applies only to kind = \"tpe\""),
-                    ));
-                }
+        let model_based = matches!(kind, SamplerKind::Tpe { .. } | SamplerKind::Gp { .. });
+        for (key, span, applies, to) in [
+            (
+                "startup_trials",
+                span_of(&s.startup_trials),
+                model_based,
+                "kind = \"tpe\" and \"gp\"",
+            ),
+            (
+                "multivariate",
+                span_of(&s.multivariate),
+                matches!(kind, SamplerKind::Tpe { .. }),
+                "kind = \"tpe\"",
+            ),
+        ] {
+            if let Some(span) = span.filter(|_| !applies) {
+                return Err(self.err(
+                    span,
+                    &format!("sampler.{key}"),
+                    format!("{key} applies only to {to}"),
+                ));
             }
         }
         Ok(SamplerConfig {

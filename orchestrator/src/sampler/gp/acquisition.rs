@@ -16,6 +16,7 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use rand::{RngExt, rngs::StdRng};
 
+use super::LastEvaluation;
 use super::regressor::Regressor;
 
 const SQRT_2: f64 = std::f64::consts::SQRT_2;
@@ -108,9 +109,30 @@ struct Continuous<'a> {
     base: &'a [f64],
     dims: &'a [usize],
     scales: &'a [f64],
+    /// The last coordinates with the negated value and gradient there
+    /// (argmin asks for the two separately at each point).
+    last: LastEvaluation<(f64, Vec<f64>)>,
 }
 
 impl Continuous<'_> {
+    /// The negated value and its gradient in `w`.
+    fn at(&self, w: &[f64]) -> (f64, Vec<f64>) {
+        self.last.get(w, || {
+            let (v, g) = self.acq.value_with_gradient(&self.point(w));
+            let gw = self
+                .dims
+                .iter()
+                .zip(w)
+                .zip(self.scales)
+                .map(|((&j, &wj), &l)| {
+                    let pl = std::f64::consts::PI * l;
+                    -g[j] * 0.5 * pl * (pl * wj).sin()
+                })
+                .collect();
+            (-v, gw)
+        })
+    }
+
     fn point(&self, w: &[f64]) -> Vec<f64> {
         let mut x = self.base.to_vec();
         for ((&j, &wj), &l) in self.dims.iter().zip(w).zip(self.scales) {
@@ -132,7 +154,7 @@ impl CostFunction for Continuous<'_> {
     type Param = Vec<f64>;
     type Output = f64;
     fn cost(&self, w: &Vec<f64>) -> Result<f64, ArgminError> {
-        Ok(-self.acq.value(&self.point(w)))
+        Ok(self.at(w).0)
     }
 }
 
@@ -140,17 +162,7 @@ impl Gradient for Continuous<'_> {
     type Param = Vec<f64>;
     type Gradient = Vec<f64>;
     fn gradient(&self, w: &Vec<f64>) -> Result<Vec<f64>, ArgminError> {
-        let (_, g) = self.acq.value_with_gradient(&self.point(w));
-        Ok(self
-            .dims
-            .iter()
-            .zip(w)
-            .zip(self.scales)
-            .map(|((&j, &wj), &l)| {
-                let pl = std::f64::consts::PI * l;
-                -g[j] * 0.5 * pl * (pl * wj).sin()
-            })
-            .collect())
+        Ok(self.at(w).1)
     }
 }
 
@@ -217,6 +229,7 @@ fn local_search(acq: &LogEi, axes: &[Axis], scales: &[f64], start: Vec<f64>) -> 
                 base: &x,
                 dims: &continuous,
                 scales: &cont_scales,
+                last: LastEvaluation::new(),
             };
             let w0 = problem.coordinates(&x);
             let found = LBFGS::new(MoreThuenteLineSearch::new(), 10)
@@ -235,6 +248,7 @@ fn local_search(acq: &LogEi, axes: &[Axis], scales: &[f64], start: Vec<f64>) -> 
                         base: &x,
                         dims: &continuous,
                         scales: &cont_scales,
+                        last: LastEvaluation::new(),
                     }
                     .point(&w);
                     Some(p)

@@ -34,6 +34,29 @@ use crate::study::Direction;
 use acquisition::{Axis, LogEi};
 use regressor::{Inputs, Regressor};
 
+/// The last point an optimiser evaluated, with what it got there:
+/// argmin asks for the cost and the gradient at each point separately,
+/// and both come from the same factorisation or posterior.
+struct LastEvaluation<T>(std::cell::RefCell<Option<(Vec<f64>, T)>>);
+
+impl<T: Clone> LastEvaluation<T> {
+    fn new() -> Self {
+        LastEvaluation(std::cell::RefCell::new(None))
+    }
+
+    fn get(&self, at: &[f64], evaluate: impl FnOnce() -> T) -> T {
+        let mut last = self.0.borrow_mut();
+        match &*last {
+            Some((p, v)) if p.as_slice() == at => v.clone(),
+            _ => {
+                let v = evaluate();
+                *last = Some((at.to_vec(), v.clone()));
+                v
+            }
+        }
+    }
+}
+
 /// Points scored before the local searches, as Optuna's
 /// `n_preliminary_samples`.
 const PRELIMINARY_POINTS: u32 = 2048;

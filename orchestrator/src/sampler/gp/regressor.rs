@@ -16,6 +16,8 @@ use argmin::solver::linesearch::MoreThuenteLineSearch;
 use argmin::solver::quasinewton::LBFGS;
 use nalgebra::{Cholesky, DMatrix, DVector, Dyn};
 
+use super::LastEvaluation;
+
 /// The smallest noise variance, as Optuna's `DEFAULT_MINIMUM_NOISE_VAR`:
 /// it keeps the kernel matrix positive definite.
 pub const MINIMUM_NOISE: f64 = 1e-6;
@@ -155,18 +157,20 @@ pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option
         + (0.1 * p.noise.ln() - 30.0 * p.noise);
     let loss = -log_likelihood - log_prior;
 
-    // d(log likelihood)/dC = (alpha alpha^T - C^-1) / 2.
+    // d(log likelihood)/dC = (alpha alpha^T - C^-1) / 2; C is symmetric,
+    // so each pair off the diagonal counts twice.
     let inverse = chol.inverse();
     let mut grad = vec![0.0; d + 2];
     for a in 0..n {
-        for b in 0..n {
-            let w = alpha[a] * alpha[b] - inverse[(a, b)];
+        for b in 0..=a {
+            let twice = if a == b { 0.5 } else { 1.0 };
+            let w = twice * (alpha[a] * alpha[b] - inverse[(a, b)]);
             let (m, dm) = matern52(inputs.r(a, b, lambda));
             let s = &inputs.sqd[(a * n + b) * d..][..d];
             for j in 0..d {
-                grad[j] -= 0.5 * w * p.scale * dm * s[j] * lambda[j];
+                grad[j] -= w * p.scale * dm * s[j] * lambda[j];
             }
-            grad[d] -= 0.5 * w * p.scale * m;
+            grad[d] -= w * p.scale * m;
         }
     }
     let noise_raw = raw[d + 1].exp();
@@ -187,6 +191,17 @@ pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option
 struct Fit<'a> {
     inputs: &'a Inputs,
     y: &'a [f64],
+    /// The last point and its value and gradient: argmin asks for the
+    /// cost and the gradient at each point separately, and both need the
+    /// same factorisation.
+    last: LastEvaluation<Option<(f64, Vec<f64>)>>,
+}
+
+impl Fit<'_> {
+    fn at(&self, raw: &[f64]) -> Option<(f64, Vec<f64>)> {
+        self.last
+            .get(raw, || negative_log_posterior(self.inputs, self.y, raw))
+    }
 }
 
 fn not_positive_definite() -> ArgminError {
@@ -197,7 +212,7 @@ impl CostFunction for Fit<'_> {
     type Param = Vec<f64>;
     type Output = f64;
     fn cost(&self, raw: &Vec<f64>) -> Result<f64, ArgminError> {
-        negative_log_posterior(self.inputs, self.y, raw)
+        self.at(raw)
             .map(|(v, _)| v)
             .ok_or_else(not_positive_definite)
     }
@@ -207,7 +222,7 @@ impl Gradient for Fit<'_> {
     type Param = Vec<f64>;
     type Gradient = Vec<f64>;
     fn gradient(&self, raw: &Vec<f64>) -> Result<Vec<f64>, ArgminError> {
-        negative_log_posterior(self.inputs, self.y, raw)
+        self.at(raw)
             .map(|(_, g)| g)
             .ok_or_else(not_positive_definite)
     }
@@ -244,7 +259,11 @@ impl Regressor {
     pub fn fit(inputs: Inputs, y: &[f64]) -> Self {
         let start = KernelParams::initial(inputs.dims());
         let fitted = {
-            let problem = Fit { inputs: &inputs, y };
+            let problem = Fit {
+                inputs: &inputs,
+                y,
+                last: LastEvaluation::new(),
+            };
             LBFGS::new(MoreThuenteLineSearch::new(), 10)
                 .with_tolerance_grad(1e-2)
                 .ok()
