@@ -794,3 +794,34 @@ fn asha_pauses_promotes_and_prunes_at_rungs_with_tpe() {
             .contains("rung  priority")
     );
 }
+
+#[test]
+fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = "[study]\nname = \"gp\"\ntrials = 8\nseed = 3\n[model]\ndepth = 1\nwidth = { int = [16, 64], log = true }\n\
+                 [train]\nlr = { float = [1e-3, 3e-1], log = true }\nbatch_size = 64\nepochs = 2\n\
+                 [sampler]\nkind = \"gp\"\nstartup_trials = 3\n";
+    write(dir.path(), "s.toml", study);
+    let out = run_in(dir.path(), &["check", "s.toml"]);
+    assert!(
+        text(&out).contains("gp (startup_trials 3)"),
+        "{}",
+        text(&out)
+    );
+    let out = run_in(dir.path(), &["s.toml"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("gp.db");
+    let first = trials(&db, None);
+    assert_eq!(first.len(), 8);
+    assert!(first.iter().all(|t| t.state == TrialState::Complete));
+    let points: Vec<_> = first.iter().map(|t| t.params.clone()).collect();
+    for (i, p) in points.iter().enumerate() {
+        assert!(!points[..i].contains(p), "trial {i} repeats a point");
+    }
+    // A larger budget resumes: finished trials stay, the GP proposes more.
+    let out = run_in(dir.path(), &["s.toml", "--trials", "11"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let more = trials(&db, None);
+    assert_eq!(more.len(), 11);
+    assert_eq!(&more[..8], &first[..]);
+}
