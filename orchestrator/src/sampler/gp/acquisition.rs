@@ -94,6 +94,10 @@ pub enum Axis {
     },
 }
 
+/// How far inside the box a local search starts: there the map's slope
+/// is about a fifth of its largest.
+const EDGE: f64 = 0.01;
+
 /// Most values searched one by one; a longer axis gets Brent's method.
 const MAX_EXHAUSTIVE: usize = 16;
 const LOCAL_SEARCHES: usize = 10;
@@ -101,9 +105,12 @@ const MAX_ROUNDS: usize = 100;
 
 /// The continuous part of a point, for L-BFGS: coordinate `w_j` maps to
 /// `x_j = (1 - cos(pi l_j w_j)) / 2`, which keeps `x_j` in `[0, 1]`
-/// without bounds (argmin's L-BFGS has none), and is scaled by the
-/// length scale `l_j` so that every direction is about equally curved, as
-/// Optuna's preconditioning does.
+/// without bounds in the solver (argmin's L-BFGS has none) and stays
+/// smooth, so that the line search converges (a reflecting, piecewise
+/// linear map made it cycle). Scaling by the length scale `l_j` makes
+/// every direction about equally curved, as Optuna's preconditioning
+/// does. The map is flat on the boundary, so a start there would never
+/// move: starts are moved [`EDGE`] inside first.
 struct Continuous<'a> {
     acq: &'a LogEi<'a>,
     base: &'a [f64],
@@ -145,7 +152,9 @@ impl Continuous<'_> {
         self.dims
             .iter()
             .zip(self.scales)
-            .map(|(&j, &l)| (1.0 - 2.0 * x[j].clamp(0.0, 1.0)).acos() / (std::f64::consts::PI * l))
+            .map(|(&j, &l)| {
+                (1.0 - 2.0 * x[j].clamp(EDGE, 1.0 - EDGE)).acos() / (std::f64::consts::PI * l)
+            })
             .collect()
     }
 }

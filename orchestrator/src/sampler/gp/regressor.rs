@@ -253,33 +253,51 @@ impl Regressor {
         })
     }
 
-    /// Fits the kernel parameters by MAP from Optuna's starting point
-    /// (every parameter 1) with L-BFGS, gradient tolerance 1e-2 as Optuna
-    /// uses; the starting point itself where the fit fails.
-    pub fn fit(inputs: Inputs, y: &[f64]) -> Self {
-        let start = KernelParams::initial(inputs.dims());
-        let fitted = {
+    /// Fits the kernel parameters by MAP with L-BFGS (gradient tolerance
+    /// 1e-2, as Optuna), from each of `starts` (Optuna's own start, every
+    /// parameter 1, when empty), keeping the most probable; the first start
+    /// itself where every fit fails.
+    pub fn fit(inputs: Inputs, y: &[f64], starts: &[KernelParams]) -> Self {
+        let initial = [KernelParams::initial(inputs.dims())];
+        let starts = if starts.is_empty() {
+            &initial[..]
+        } else {
+            starts
+        };
+        let fit_from = |start: &KernelParams| {
             let problem = Fit {
                 inputs: &inputs,
                 y,
                 last: LastEvaluation::new(),
             };
-            LBFGS::new(MoreThuenteLineSearch::new(), 10)
+            let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
                 .with_tolerance_grad(1e-2)
-                .ok()
-                .and_then(|solver| {
-                    Executor::new(problem, solver)
-                        .configure(|s| s.param(start.raw()).max_iters(500))
-                        .run()
-                        .ok()
-                })
-                .and_then(|r| r.state.best_param)
-                .filter(|raw| raw.iter().all(|v| v.is_finite()))
-                .map(|raw| KernelParams::from_raw(&raw))
+                .ok()?;
+            let r = Executor::new(problem, solver)
+                .configure(|s| s.param(start.raw()).max_iters(500))
+                .run()
+                .ok()?;
+            let cost = r.state.best_cost;
+            let raw = r.state.best_param?;
+            (cost.is_finite() && raw.iter().all(|v| v.is_finite()))
+                .then(|| (cost, KernelParams::from_raw(&raw)))
         };
+        // Each start on its own thread: the fit is most of a proposal's time.
+        let fitted = std::thread::scope(|scope| {
+            let fits: Vec<_> = starts
+                .iter()
+                .map(|start| scope.spawn(move || fit_from(start)))
+                .collect();
+            fits.into_iter()
+                .filter_map(|f| f.join().ok().flatten())
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, p)| p);
         fitted
             .and_then(|p| Regressor::new(inputs.clone(), y, p))
-            .or_else(|| Regressor::new(inputs, y, start))
+            .or_else(|| Regressor::new(inputs, y, starts[0].clone()))
             .expect("the noise of the starting point keeps the covariance positive definite")
     }
 
@@ -408,7 +426,7 @@ mod tests {
     #[test]
     fn the_posterior_gradient_matches_finite_differences() {
         let (inputs, y) = data();
-        let gp = Regressor::fit(inputs, &y);
+        let gp = Regressor::fit(inputs, &y, &[]);
         for x in [[0.31, 0.77, 1.0], [0.05, 0.4, 2.0], [0.93, 0.12, 0.0]] {
             let (_, _, dmean, dvar) = gp.posterior_with_gradient(&x);
             for j in 0..2 {
@@ -438,7 +456,7 @@ mod tests {
         let inputs = Inputs::new(x, vec![false, false]);
         let start = KernelParams::initial(2);
         let before = negative_log_posterior(&inputs, &y, &start.raw()).unwrap().0;
-        let gp = Regressor::fit(inputs.clone(), &y);
+        let gp = Regressor::fit(inputs.clone(), &y, &[]);
         let after = negative_log_posterior(&inputs, &y, &gp.params.raw())
             .unwrap()
             .0;
