@@ -235,4 +235,9 @@ fn check_prints_the_resolved_search_space() {
         &["check", "studies/grid.toml"],
     ));
     assert!(grid.contains("grid       12 points\n"), "{grid}");
+    let gp = text(&run_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &["check", "studies/digits_gp.toml"],
+    ));
+    assert!(gp.contains("gp (startup_trials 8)"), "{gp}");
 }

@@ -248,3 +248,54 @@ fn bench_storage_measures_postgres_and_optuna_beside_it() {
     );
     assert!(ours["storage_ms_per_trial"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn bench_samplers_runs_the_chosen_samplers_and_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "samplers",
+            "--seeds",
+            "1",
+            "--samplers",
+            "gp,random",
+            "--problems",
+            "branin",
+            "--no-optuna",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["sampler"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["random", "gp"]);
+    for r in rows {
+        assert_eq!(r["problem"], "branin");
+        let (b50, b100) = (
+            r["median_best_50"].as_f64().unwrap(),
+            r["median_best_100"].as_f64().unwrap(),
+        );
+        // Best-so-far never worsens, and never beats the known optimum.
+        assert!(b100 <= b50 && b100 >= 0.397887 - 1e-6, "{r}");
+        assert!(r["ms_per_proposal_at_100"].as_f64().unwrap() >= 0.0);
+    }
+    // The GP gets Branin to within 1% of its optimum in 50 trials.
+    assert!(
+        rows[1]["median_best_50"].as_f64().unwrap() < 0.402,
+        "{}",
+        rows[1]
+    );
+    let out = run_in(dir.path(), &["bench", "samplers", "--samplers", "smac"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("unknown sampler 'smac'"),
+        "{}",
+        text(&out)
+    );
+}
