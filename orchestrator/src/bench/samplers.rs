@@ -573,11 +573,11 @@ pub fn table(rows: &[Row], seeds: u64) -> String {
     let mut out = format!(
         "bench samplers: median best value over {seeds} seeds (minimising; lower is better);\n\
          ms: median time per proposal with 90-99 trials in the history (Optuna's: per trial, storage included)\n\n\
-         problem          sampler      @50          @100         ms\n"
+         problem          sampler      @50            @100           ms\n"
     );
     for r in rows {
         out += &format!(
-            "{:<16} {:<12} {:<12.4} {:<12.4} {:.2}\n",
+            "{:<16} {:<12} {:<14.6} {:<14.6} {:.2}\n",
             r.problem, r.sampler, r.at_50, r.at_100, r.ms_per_proposal
         );
     }
