@@ -419,6 +419,21 @@ mod tests {
         f: fn(&Params) -> f64,
         trials: usize,
     ) -> (f64, Vec<TrialRecord>) {
+        let h = run_trials(s, space, f, trials);
+        let best = h
+            .iter()
+            .filter_map(|t| t.value)
+            .fold(f64::INFINITY, f64::min);
+        (best, h)
+    }
+
+    /// The history after `trials` proposals, each scored by `f`.
+    fn run_trials(
+        s: &mut dyn Sampler,
+        space: &SearchSpace,
+        f: fn(&Params) -> f64,
+        trials: usize,
+    ) -> Vec<TrialRecord> {
         let mut h: Vec<TrialRecord> = Vec::new();
         for _ in 0..trials {
             let params = s.propose(space, &h).unwrap();
@@ -428,11 +443,7 @@ mod tests {
                 value: Some(v),
             });
         }
-        let best = h
-            .iter()
-            .filter_map(|t| t.value)
-            .fold(f64::INFINITY, f64::min);
-        (best, h)
+        h
     }
 
     fn bowl(p: &Params) -> f64 {
@@ -572,17 +583,12 @@ mod tests {
     #[test]
     fn maximising_works_too() {
         let space = SearchSpace::new(vec![float("x", -2.0, 2.0), float("y", -2.0, 2.0)]).unwrap();
-        let neg = |p: &Params| -bowl(p);
-        let mut s = GpSampler::new(4, Direction::Maximize);
-        let mut h: Vec<TrialRecord> = Vec::new();
-        for _ in 0..25 {
-            let params = s.propose(&space, &h).unwrap();
-            let v = neg(&params);
-            h.push(TrialRecord {
-                params,
-                value: Some(v),
-            });
-        }
+        let h = run_trials(
+            &mut GpSampler::new(4, Direction::Maximize),
+            &space,
+            |p| -bowl(p),
+            25,
+        );
         let best = h
             .iter()
             .filter_map(|t| t.value)
