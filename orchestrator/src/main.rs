@@ -403,20 +403,11 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             samplers,
             problems,
         } => {
-            let samplers = if no_optuna && samplers.is_empty() {
-                ["random", "qmc", "tpe", "gp"].map(String::from).to_vec()
-            } else if no_optuna {
-                samplers
-                    .into_iter()
-                    .filter(|s| !s.starts_with("optuna-"))
-                    .collect()
-            } else {
-                samplers
-            };
             let plan = bench::samplers::Plan {
                 seeds,
                 samplers,
                 problems,
+                optuna: !no_optuna,
             };
             let (rows, notes) = bench::samplers::run(&plan, &mut progress)?;
             for n in notes {

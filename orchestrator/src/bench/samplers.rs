@@ -393,16 +393,18 @@ fn has_gp_dependencies(py: &PathBuf) -> bool {
 }
 
 /// What to run: which samplers and problems (all when empty), how many
-/// seeds.
+/// seeds, and whether Optuna's samplers may run at all.
 pub struct Plan {
     pub seeds: u64,
     pub samplers: Vec<String>,
     pub problems: Vec<String>,
+    pub optuna: bool,
 }
 
 impl Plan {
     fn runs_sampler(&self, name: &str) -> bool {
-        self.samplers.is_empty() || self.samplers.iter().any(|s| s == name)
+        (self.optuna || !name.starts_with("optuna-"))
+            && (self.samplers.is_empty() || self.samplers.iter().any(|s| s == name))
     }
 
     fn problems(&self) -> Vec<Problem> {
