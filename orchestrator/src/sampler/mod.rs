@@ -19,6 +19,14 @@ pub use tpe::{TpeSampler, gamma};
 
 use crate::space::{Params, SearchSpace};
 
+/// The random stream of one proposal: a function of the sampler's seed,
+/// the history's length and a per-sampler `salt`, so a resumed study (the
+/// same history) proposes what it would have.
+pub(crate) fn proposal_rng(seed: u64, history_len: usize, salt: u64) -> rand::rngs::StdRng {
+    let stream = kernels::rng::mix64(seed ^ kernels::rng::mix64(history_len as u64 + salt));
+    <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(stream)
+}
+
 /// A trial the sampler may learn from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialRecord {

@@ -20,7 +20,7 @@
 //! its mass does. Trials still pending (running or paused) count as bad
 //! observations, a constant liar, so that parallel proposals spread out.
 
-use rand::{RngExt, SeedableRng, rngs::StdRng};
+use rand::{RngExt, rngs::StdRng};
 use rand_distr::{Distribution as _, Normal};
 
 use super::random::draw;
@@ -540,9 +540,7 @@ impl Sampler for TpeSampler {
     }
 
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
-        let stream =
-            kernels::rng::mix64(self.seed ^ kernels::rng::mix64(history.len() as u64 + 0x7e7e));
-        let mut rng = StdRng::seed_from_u64(stream);
+        let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
         let finished = history
             .iter()
             .filter(|t| t.value.is_some_and(f64::is_finite))
@@ -768,7 +766,7 @@ mod tests {
                 step: Some(0.1),
             },
         ];
-        let mut rng = StdRng::seed_from_u64(1);
+        let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(1);
         for d in dists {
             let g = grid(&d).unwrap();
             let (low, high, _) = bounds(&d);

@@ -25,7 +25,7 @@
 mod acquisition;
 mod regressor;
 
-use rand::{SeedableRng, rngs::StdRng};
+use rand::rngs::StdRng;
 
 use super::random::draw;
 use super::{Sampler, TrialRecord};
@@ -363,9 +363,7 @@ impl Sampler for GpSampler {
     }
 
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
-        let stream =
-            kernels::rng::mix64(self.seed ^ kernels::rng::mix64(history.len() as u64 + 0x6770));
-        let mut rng = StdRng::seed_from_u64(stream);
+        let mut rng = super::proposal_rng(self.seed, history.len(), 0x6770);
         let joint: Vec<&Param> = space
             .params()
             .iter()
