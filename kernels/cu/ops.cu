@@ -318,3 +318,284 @@ extern "C" __global__ void adam_step(
         params[j] = p * h.decay - step_size * mj / denom;
     }
 }
+
+// --- convolutional layers: NHWC images (see kernels/src/ops.rs) ----------
+// Images of slot s start at x + s * slot_stride; outputs and gradients are
+// packed. Each output element is computed by one thread that sums in a fixed
+// order (gathers, never atomics), so results do not depend on the launch.
+
+struct ConvGeom {
+    u64 slots, n, h, w, c, slot_stride, kh, kw, stride, pad, oh, ow;
+};
+
+// Element i of packed NHWC images of h x w x c: its image (counted over
+// all slots), row, column and channel.
+__device__ __forceinline__ void nhwc_index(
+    u64 i, u64 h, u64 w, u64 c, u64* image, u64* y, u64* x, u64* ch) {
+    u64 rest, pix;
+    divmod(i, c, &rest, ch);
+    divmod(rest, h * w, image, &pix);
+    divmod(pix, w, y, x);
+}
+
+extern "C" __global__ void im2col(ConvGeom g, const float* x, float* cols) {
+    u64 patch = g.kh * g.kw * g.c;
+    u64 rows = g.n * g.oh * g.ow;
+    GRID_STRIDE(i, g.slots * rows * patch) {
+        u64 sr, p, s, r, img, pos, oy, ox, kk, ci, ki, kj;
+        divmod(i, patch, &sr, &p);
+        divmod(sr, rows, &s, &r);
+        divmod(r, g.oh * g.ow, &img, &pos);
+        divmod(pos, g.ow, &oy, &ox);
+        divmod(p, g.c, &kk, &ci);
+        divmod(kk, g.kw, &ki, &kj);
+        long long iy = (long long)(oy * g.stride + ki) - (long long)g.pad;
+        long long ix = (long long)(ox * g.stride + kj) - (long long)g.pad;
+        float v = 0.0f;
+        if (iy >= 0 && iy < (long long)g.h && ix >= 0 && ix < (long long)g.w)
+            v = x[s * g.slot_stride + ((img * g.h + (u64)iy) * g.w + (u64)ix) * g.c + ci];
+        cols[i] = v;
+    }
+}
+
+extern "C" __global__ void col2im(ConvGeom g, const float* cols, float* dx, int accumulate) {
+    u64 patch = g.kh * g.kw * g.c;
+    GRID_STRIDE(i, g.slots * g.n * g.h * g.w * g.c) {
+        u64 ci, iy, ix, si, s, img;
+        nhwc_index(i, g.h, g.w, g.c, &si, &iy, &ix, &ci);
+        divmod(si, g.n, &s, &img);
+        float acc = 0.0f;
+        for (u64 ki = 0; ki < g.kh; ++ki) {
+            long long ty = (long long)(iy + g.pad) - (long long)ki;
+            if (ty < 0 || ty % (long long)g.stride != 0) continue;
+            u64 oy = (u64)ty / g.stride;
+            if (oy >= g.oh) continue;
+            for (u64 kj = 0; kj < g.kw; ++kj) {
+                long long tx = (long long)(ix + g.pad) - (long long)kj;
+                if (tx < 0 || tx % (long long)g.stride != 0) continue;
+                u64 ox = (u64)tx / g.stride;
+                if (ox >= g.ow) continue;
+                u64 row = (s * g.n + img) * g.oh * g.ow + oy * g.ow + ox;
+                acc += cols[row * patch + (ki * g.kw + kj) * g.c + ci];
+            }
+        }
+        dx[i] = accumulate ? dx[i] + acc : acc;
+    }
+}
+
+// The first largest value of a window (row-major), NaN winning, as the CPU.
+__device__ __forceinline__ void window_max(
+    ConvGeom g, const float* img, u64 oy, u64 ox, u64 ci, float* best, u64* at) {
+    *best = 0.0f;
+    *at = ~0ULL;
+    for (u64 ki = 0; ki < g.kh; ++ki) {
+        for (u64 kj = 0; kj < g.kw; ++kj) {
+            u64 p = (oy * g.stride + ki) * g.w + ox * g.stride + kj;
+            float v = img[p * g.c + ci];
+            if (*at == ~0ULL || v > *best || (isnan(v) && !isnan(*best))) {
+                *best = v;
+                *at = p;
+            }
+        }
+    }
+}
+
+// kind: 0 max, 1 average. Pooling has no padding (pad is 0 in g).
+extern "C" __global__ void pool2d(int kind, ConvGeom g, const float* x, float* y) {
+    float inv = 1.0f / (float)(g.kh * g.kw);
+    GRID_STRIDE(i, g.slots * g.n * g.oh * g.ow * g.c) {
+        u64 ci, oy, ox, si, s, img;
+        nhwc_index(i, g.oh, g.ow, g.c, &si, &oy, &ox, &ci);
+        divmod(si, g.n, &s, &img);
+        const float* src = x + s * g.slot_stride + img * g.h * g.w * g.c;
+        if (kind == 0) {
+            float best;
+            u64 at;
+            window_max(g, src, oy, ox, ci, &best, &at);
+            y[i] = best;
+        } else {
+            float sum = 0.0f;
+            for (u64 ki = 0; ki < g.kh; ++ki)
+                for (u64 kj = 0; kj < g.kw; ++kj)
+                    sum += src[((oy * g.stride + ki) * g.w + ox * g.stride + kj) * g.c + ci];
+            y[i] = sum * inv;
+        }
+    }
+}
+
+extern "C" __global__ void pool2d_backward(
+    int kind, ConvGeom g, const float* x, const float* dy, float* dx) {
+    float inv = 1.0f / (float)(g.kh * g.kw);
+    GRID_STRIDE(i, g.slots * g.n * g.h * g.w * g.c) {
+        u64 ci, iy, ix, si, s, img;
+        nhwc_index(i, g.h, g.w, g.c, &si, &iy, &ix, &ci);
+        divmod(si, g.n, &s, &img);
+        const float* src = x + s * g.slot_stride + img * g.h * g.w * g.c;
+        const float* d = dy + si * g.oh * g.ow * g.c;
+        u64 oy0 = iy + 1 > g.kh ? (iy + 1 - g.kh + g.stride - 1) / g.stride : 0;
+        u64 ox0 = ix + 1 > g.kw ? (ix + 1 - g.kw + g.stride - 1) / g.stride : 0;
+        float acc = 0.0f;
+        for (u64 oy = oy0; oy <= iy / g.stride && oy < g.oh; ++oy) {
+            for (u64 ox = ox0; ox <= ix / g.stride && ox < g.ow; ++ox) {
+                float grad = d[(oy * g.ow + ox) * g.c + ci];
+                if (kind == 0) {
+                    float best;
+                    u64 at;
+                    window_max(g, src, oy, ox, ci, &best, &at);
+                    if (at == iy * g.w + ix) acc += grad;
+                } else {
+                    acc += grad * inv;
+                }
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+// Batch norm: a block is BN_COLS channels of one slot (blockIdx.y), its
+// BN_ROWS thread rows summing every BN_ROWS-th row, in double, reduced in a
+// fixed order.
+#define BN_COLS 32
+#define BN_ROWS 16
+
+__device__ double bn_block_sum(double v, double (*part)[BN_COLS + 1]) {
+    part[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    double sum = 0.0;
+    for (int k = 0; k < BN_ROWS; ++k) sum += part[k][threadIdx.x];
+    __syncthreads();
+    return sum;
+}
+
+// saved: per slot [mean; cols] then [1/std; cols].
+extern "C" __global__ void bn_stats(
+    u64 rows, u64 cols, u64 running_stride, float momentum, float eps, const float* x,
+    float* running, float* saved) {
+    __shared__ double part[BN_ROWS][BN_COLS + 1];
+    u64 c = (u64)blockIdx.x * BN_COLS + threadIdx.x;
+    u64 slot = blockIdx.y;
+    const float* xs = x + slot * rows * cols;
+    double acc = 0.0;
+    if (c < cols)
+        for (u64 r = threadIdx.y; r < rows; r += BN_ROWS) acc += (double)xs[r * cols + c];
+    double mean = bn_block_sum(acc, part) / (double)rows;
+    acc = 0.0;
+    if (c < cols)
+        for (u64 r = threadIdx.y; r < rows; r += BN_ROWS) {
+            double d = (double)xs[r * cols + c] - mean;
+            acc += d * d;
+        }
+    double sq = bn_block_sum(acc, part);
+    if (threadIdx.y == 0 && c < cols) {
+        double var = sq / (double)rows;
+        saved[slot * 2 * cols + c] = (float)mean;
+        saved[slot * 2 * cols + cols + c] = (float)(1.0 / sqrt(var + (double)eps));
+        float* run = running + slot * running_stride;
+        double m = (double)momentum;
+        run[c] = (float)((1.0 - m) * (double)run[c] + m * mean);
+        run[cols + c] = (float)((1.0 - m) * (double)run[cols + c] + m * sq / (double)(rows - 1));
+    }
+}
+
+// y = gamma * ((x - mean) * inv_std) + beta. stats per slot (stat_stride
+// apart): [mean; cols], then [1/std; cols], or [var; cols] when eval (the
+// running statistics, with eps).
+extern "C" __global__ void bn_apply(
+    int eval, u64 slots, u64 rows, u64 cols, u64 param_stride, u64 stat_stride, float eps,
+    const float* x, const float* params, const float* stats, float* y) {
+    GRID_STRIDE(i, slots * rows * cols) {
+        u64 sr, c, slot, r;
+        divmod(i, cols, &sr, &c);
+        divmod(sr, rows, &slot, &r);
+        const float* st = stats + slot * stat_stride;
+        const float* p = params + slot * param_stride;
+        float inv = eval ? 1.0f / sqrtf(st[cols + c] + eps) : st[cols + c];
+        y[i] = __fadd_rn(__fmul_rn(p[c], __fmul_rn(__fsub_rn(x[i], st[c]), inv)), p[cols + c]);
+    }
+}
+
+// dparams per slot: [d gamma; cols] = sum dy * xhat, [d beta; cols] = sum dy.
+extern "C" __global__ void bn_backward_reduce(
+    u64 rows, u64 cols, u64 param_stride, const float* x, const float* saved, const float* dy,
+    float* dparams) {
+    __shared__ double part[BN_ROWS][BN_COLS + 1];
+    u64 c = (u64)blockIdx.x * BN_COLS + threadIdx.x;
+    u64 slot = blockIdx.y;
+    u64 base = slot * rows * cols;
+    double sdy = 0.0, sdyx = 0.0;
+    if (c < cols) {
+        float mean = saved[slot * 2 * cols + c];
+        float inv = saved[slot * 2 * cols + cols + c];
+        for (u64 r = threadIdx.y; r < rows; r += BN_ROWS) {
+            float g = dy[base + r * cols + c];
+            float xhat = __fmul_rn(__fsub_rn(x[base + r * cols + c], mean), inv);
+            sdy += (double)g;
+            sdyx += (double)g * (double)xhat;
+        }
+    }
+    sdy = bn_block_sum(sdy, part);
+    sdyx = bn_block_sum(sdyx, part);
+    if (threadIdx.y == 0 && c < cols) {
+        dparams[slot * param_stride + c] = (float)sdyx;
+        dparams[slot * param_stride + cols + c] = (float)sdy;
+    }
+}
+
+extern "C" __global__ void bn_backward_dx(
+    u64 slots, u64 rows, u64 cols, u64 param_stride, const float* x, const float* params,
+    const float* saved, const float* dy, const float* dparams, float* dx) {
+    float m = (float)rows;
+    GRID_STRIDE(i, slots * rows * cols) {
+        u64 sr, c, slot, r;
+        divmod(i, cols, &sr, &c);
+        divmod(sr, rows, &slot, &r);
+        float mean = saved[slot * 2 * cols + c];
+        float inv = saved[slot * 2 * cols + cols + c];
+        const float* p = params + slot * param_stride;
+        const float* dp = dparams + slot * param_stride;
+        float xhat = (x[i] - mean) * inv;
+        float scale = p[c] * inv / m;
+        dx[i] = scale * (m * dy[i] - dp[cols + c] - xhat * dp[c]);
+    }
+}
+
+extern "C" __global__ void add(u64 n, const float* x, float* y) {
+    GRID_STRIDE(i, n) {
+        y[i] += x[i];
+    }
+}
+
+// Random crop (a shift of up to pad pixels each way, zeros outside) and
+// horizontal flip of packed NHWC images, per slot; the draws are those of
+// AugmentSlot::draw in kernels/src/ops.rs. steps: two words per slot.
+struct AugmentParam { u64 seed; unsigned int pad; int flip; };
+struct AugmentParams { AugmentParam s[MAX_SLOTS]; };
+#define AUGMENT_STREAM 0xa6a6000000000001ULL
+
+extern "C" __global__ void augment(
+    u64 n, u64 h, u64 w, u64 c, AugmentParams ps, const unsigned int* steps, const float* x,
+    float* y) {
+    AugmentParam a = ps.s[blockIdx.y];
+    u64 step = (u64)steps[2 * blockIdx.y] | ((u64)steps[2 * blockIdx.y + 1] << 32);
+    u64 per_image = h * w * c;
+    u64 base = (u64)blockIdx.y * n * per_image;
+    u64 seed = a.seed ^ AUGMENT_STREAM;
+    u64 span = 2 * (u64)a.pad + 1;
+    GRID_STRIDE(i, n * per_image) {
+        u64 img, rest, pix, ch, r, col;
+        divmod(i, per_image, &img, &rest);
+        divmod(rest, c, &pix, &ch);
+        divmod(pix, w, &r, &col);
+        u64 sy = (u64)(uniform01(seed, step, 3 * img) * (float)span);
+        u64 sx = (u64)(uniform01(seed, step, 3 * img + 1) * (float)span);
+        long long dy = (long long)(sy < span - 1 ? sy : span - 1) - (long long)a.pad;
+        long long dx = (long long)(sx < span - 1 ? sx : span - 1) - (long long)a.pad;
+        int flip = a.flip && uniform01(seed, step, 3 * img + 2) < 0.5f;
+        long long sr = (long long)r + dy;
+        long long sc = (long long)(flip ? w - 1 - col : col) + dx;
+        float v = 0.0f;
+        if (sr >= 0 && sc >= 0 && sr < (long long)h && sc < (long long)w)
+            v = x[base + img * per_image + ((u64)sr * w + (u64)sc) * c + ch];
+        y[base + i] = v;
+    }
+}

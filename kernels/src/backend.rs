@@ -7,7 +7,10 @@
 //! order; `sync` waits for them.
 
 use crate::error::Result;
-use crate::ops::{ActivationOp, AdamSlot, Batched, DropoutSlot, Gemm, Loss, SgdSlot, Slots};
+use crate::ops::{
+    ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, DropoutSlot, Gemm, Loss,
+    Pool2d, SgdSlot, Slots,
+};
 
 /// What kind of device a backend drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -339,5 +342,107 @@ pub trait Backend: Send + Sync + 'static {
         params: ViewMut<'_, Self::Buf>,
         grads: View<'_, Self::Buf>,
         moments: Moments<'_, Self::Buf>,
+    ) -> Result<()>;
+
+    // --- convolutional layers (NHWC, see [`Images`](crate::ops::Images)) ---
+
+    /// The patch matrix of a convolution (see [`Conv2d`]):
+    /// `cols[s][pixel][(ki, kj, ci)]`, zeros where the window hangs over the
+    /// padding. Slot `s` reads its images from `x + s * slot_stride`.
+    fn im2col(
+        &self,
+        ctx: &mut Self::Ctx,
+        conv: &Conv2d,
+        x: View<'_, Self::Buf>,
+        cols: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// The adjoint of [`Backend::im2col`]: every patch value added back onto
+    /// the pixel it came from, into packed images `dx` (overwritten, or
+    /// added to when `accumulate`).
+    fn col2im(
+        &self,
+        ctx: &mut Self::Ctx,
+        conv: &Conv2d,
+        cols: View<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+        accumulate: bool,
+    ) -> Result<()>;
+    /// Max or average pooling of `x` into packed images `y` (see [`Pool2d`]).
+    fn pool2d(
+        &self,
+        ctx: &mut Self::Ctx,
+        pool: &Pool2d,
+        x: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// The gradient of [`Backend::pool2d`] with respect to its input, into
+    /// packed images `dx` (overwritten). Max pooling recomputes the argmax
+    /// from `x`.
+    fn pool2d_backward(
+        &self,
+        ctx: &mut Self::Ctx,
+        pool: &Pool2d,
+        x: View<'_, Self::Buf>,
+        dy: View<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// Batch norm in training (see [`BatchNorm`]): normalises by the batch's
+    /// statistics, saves them (`saved`: per slot `[mean; c]`, `[1/std; c]`)
+    /// for the backward pass, and moves the running statistics.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_train(
+        &self,
+        ctx: &mut Self::Ctx,
+        bn: &BatchNorm,
+        x: View<'_, Self::Buf>,
+        params: View<'_, Self::Buf>,
+        running: ViewMut<'_, Self::Buf>,
+        saved: ViewMut<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// Batch norm in evaluation: normalises by the running statistics.
+    fn batch_norm_eval(
+        &self,
+        ctx: &mut Self::Ctx,
+        bn: &BatchNorm,
+        x: View<'_, Self::Buf>,
+        params: View<'_, Self::Buf>,
+        running: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// The backward pass of [`Backend::batch_norm_train`]: `dx`, and the
+    /// scale and shift gradients into `dparams` (laid out as the parameters).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        ctx: &mut Self::Ctx,
+        bn: &BatchNorm,
+        x: View<'_, Self::Buf>,
+        params: View<'_, Self::Buf>,
+        saved: View<'_, Self::Buf>,
+        dy: View<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+        dparams: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+    /// `y[i] += x[i]` for `i < n`: residual connections and their gradients.
+    fn add(
+        &self,
+        ctx: &mut Self::Ctx,
+        n: usize,
+        x: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()>;
+
+    /// Random crops and flips of packed `images` (see [`AugmentSlot`]), one
+    /// setting per slot; `steps` holds each slot's step
+    /// ([`crate::DROPOUT_STEP_WORDS`] words per slot, from a step block).
+    fn augment(
+        &self,
+        ctx: &mut Self::Ctx,
+        images: &crate::ops::Images,
+        slots: &[AugmentSlot],
+        steps: View<'_, Self::Buf>,
+        x: View<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 }

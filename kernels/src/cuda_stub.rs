@@ -3,7 +3,10 @@
 
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{KernelError, Result};
-use crate::ops::{ActivationOp, AdamSlot, Batched, DropoutSlot, Gemm, Loss, SgdSlot, Slots};
+use crate::ops::{
+    ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, DropoutSlot, Gemm, Loss,
+    Pool2d, SgdSlot, Slots,
+};
 
 /// Says why CUDA cannot be used: this build has no CUDA backend.
 pub fn probe() -> std::result::Result<usize, String> {
@@ -254,6 +257,108 @@ impl Backend for CudaBackend {
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
         moments: Moments<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+    fn im2col(
+        &self,
+        ctx: &mut CudaCtx,
+        conv: &Conv2d,
+        x: View<'_, CudaBuf>,
+        cols: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn col2im(
+        &self,
+        ctx: &mut CudaCtx,
+        conv: &Conv2d,
+        cols: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn pool2d(
+        &self,
+        ctx: &mut CudaCtx,
+        pool: &Pool2d,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn pool2d_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        pool: &Pool2d,
+        x: View<'_, CudaBuf>,
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn batch_norm_train(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        running: ViewMut<'_, CudaBuf>,
+        saved: ViewMut<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn batch_norm_eval(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        running: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn batch_norm_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        saved: View<'_, CudaBuf>,
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+        dparams: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn add(
+        &self,
+        ctx: &mut CudaCtx,
+        n: usize,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        match *self {}
+    }
+
+    fn augment(
+        &self,
+        ctx: &mut CudaCtx,
+        images: &crate::ops::Images,
+        slots: &[AugmentSlot],
+        steps: View<'_, CudaBuf>,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
         match *self {}
     }

@@ -96,3 +96,90 @@ pub(crate) fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<(
         None => Ok(()),
     }
 }
+
+/// Slots' images that do not overlap: a stride of at least one slot's
+/// images, or 0 (one batch shared by all).
+fn check_slot_stride(op: &'static str, i: &crate::ops::Images) -> Result<()> {
+    if i.slots > 1 && i.slot_stride != 0 && i.slot_stride < i.per_slot() {
+        return Err(shape_err(op, "slot_stride is smaller than a slot's images"));
+    }
+    Ok(())
+}
+
+/// A convolution's geometry: positive kernel and stride, and a padded
+/// input at least as large as the kernel.
+pub(crate) fn check_conv(op: &'static str, c: &crate::ops::Conv2d) -> Result<()> {
+    let i = c.input;
+    if c.kh == 0 || c.kw == 0 || c.stride == 0 {
+        return Err(shape_err(op, "kernel and stride must be at least 1"));
+    }
+    if i.h + 2 * c.pad < c.kh || i.w + 2 * c.pad < c.kw {
+        return Err(shape_err(
+            op,
+            format!(
+                "a {}x{} kernel does not fit a {}x{} image padded by {}",
+                c.kh, c.kw, i.h, i.w, c.pad
+            ),
+        ));
+    }
+    check_slot_stride(op, &i)
+}
+
+/// A pooling window that fits the image, and a positive stride.
+pub(crate) fn check_pool(op: &'static str, p: &crate::ops::Pool2d) -> Result<()> {
+    let i = p.input;
+    if p.kh == 0 || p.kw == 0 || p.stride == 0 {
+        return Err(shape_err(op, "window and stride must be at least 1"));
+    }
+    if p.kh > i.h || p.kw > i.w {
+        return Err(shape_err(
+            op,
+            format!(
+                "a {}x{} window does not fit a {}x{} image",
+                p.kh, p.kw, i.h, i.w
+            ),
+        ));
+    }
+    check_slot_stride(op, &i)
+}
+
+/// Batch norm needs a positive epsilon, and in training more than one
+/// value per channel (as PyTorch).
+pub(crate) fn check_batch_norm(
+    op: &'static str,
+    bn: &crate::ops::BatchNorm,
+    training: bool,
+) -> Result<()> {
+    if bn.eps.is_nan() || bn.eps <= 0.0 || !(0.0..=1.0).contains(&bn.momentum) {
+        return Err(shape_err(op, "eps must be > 0 and momentum in [0, 1]"));
+    }
+    if training && bn.shape.rows < 2 && !bn.shape.is_empty() {
+        return Err(shape_err(
+            op,
+            "training needs more than one value per channel",
+        ));
+    }
+    let s = bn.shape;
+    if s.slots > 1 && (bn.param_stride < 2 * s.cols || bn.running_stride < 2 * s.cols) {
+        return Err(shape_err(op, "a slot's parameters overlap the next slot's"));
+    }
+    Ok(())
+}
+
+/// One augmentation setting per slot of packed images.
+pub(crate) fn check_augment(
+    op: &'static str,
+    images: &crate::ops::Images,
+    slots: &[crate::ops::AugmentSlot],
+) -> Result<()> {
+    if slots.len() != images.slots {
+        return Err(shape_err(
+            op,
+            format!("{} settings for {} slots", slots.len(), images.slots),
+        ));
+    }
+    if images.slots > 1 && images.slot_stride != images.per_slot() {
+        return Err(shape_err(op, "augmented images must be packed"));
+    }
+    Ok(())
+}

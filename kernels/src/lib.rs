@@ -23,6 +23,10 @@
 //!   [`Backend::stage_step`]) and read by the kernels, so that the launches
 //!   of an iteration do not change and CUDA can replay them as a graph.
 //!
+//! * **Images are channels-last (NHWC).** A convolution is `im2col` and
+//!   the GEMM the MLP already uses, and its output is NHWC again, so bias,
+//!   activation and batch norm treat pixels as rows and channels as columns.
+//!
 //! [`cpu::CpuBackend`] is the CPU implementation: `matrixmultiply` for GEMM,
 //! hand-split tasks on a rayon pool for the rest.
 
@@ -42,6 +46,7 @@ pub use backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut};
 pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
 pub use error::{KernelError, Result};
 pub use ops::{
-    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot,
-    Gemm, Loss, STATS_LEN, SgdSlot, Slots, StepWords,
+    ADAM_STEP_WORDS, AUGMENT_STREAM, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm,
+    Batched, Conv2d, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Images, Loss, Pool2d, PoolKind,
+    STATS_LEN, SgdSlot, Slots, StepWords,
 };

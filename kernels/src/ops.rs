@@ -301,3 +301,184 @@ pub fn dropout_step(words: &[f32], s: usize) -> u64 {
     word(words[s * DROPOUT_STEP_WORDS]) as u64
         | (word(words[s * DROPOUT_STEP_WORDS + 1]) as u64) << 32
 }
+
+/// `slots x n` images of `h x w x c`, channels last (NHWC): image `i` of
+/// slot `s` starts at element `s * slot_stride + i * h * w * c`. A slot
+/// stride of 0 shares one batch across the slots (validation data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Images {
+    pub slots: usize,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub slot_stride: usize,
+}
+
+impl Images {
+    /// Images of one slot, packed back to back (`slot_stride = n * h * w * c`).
+    pub fn packed(slots: usize, n: usize, h: usize, w: usize, c: usize) -> Self {
+        Images {
+            slots,
+            n,
+            h,
+            w,
+            c,
+            slot_stride: n * h * w * c,
+        }
+    }
+    /// Elements of one image.
+    pub fn image_len(&self) -> usize {
+        self.h * self.w * self.c
+    }
+    /// Elements of one slot's images.
+    pub fn per_slot(&self) -> usize {
+        self.n * self.image_len()
+    }
+    /// Elements of every slot, packed.
+    pub fn len(&self) -> usize {
+        self.slots * self.per_slot()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Elements a view of these images must hold, from its offset.
+    pub fn extent(&self) -> usize {
+        if self.is_empty() {
+            0
+        } else {
+            (self.slots - 1) * self.slot_stride + self.per_slot()
+        }
+    }
+}
+
+/// A 2-D convolution as GEMM: [`crate::Backend::im2col`] lays each output
+/// pixel's receptive field out as one row of `kh * kw * c` values (kernel
+/// row, kernel column, channel), so that the convolution is the product of
+/// that `n * out_h * out_w x patch` matrix with a `patch x out_channels`
+/// weight matrix, and its output is NHWC again. Dilation 1; `pad` zeros on
+/// every side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    pub input: Images,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub pad: usize,
+}
+
+impl Conv2d {
+    pub fn out_h(&self) -> usize {
+        (self.input.h + 2 * self.pad).saturating_sub(self.kh) / self.stride.max(1) + 1
+    }
+    pub fn out_w(&self) -> usize {
+        (self.input.w + 2 * self.pad).saturating_sub(self.kw) / self.stride.max(1) + 1
+    }
+    /// Columns of the patch matrix: one receptive field.
+    pub fn patch(&self) -> usize {
+        self.kh * self.kw * self.input.c
+    }
+    /// Rows of one slot's patch matrix: output pixels of all its images.
+    pub fn out_rows(&self) -> usize {
+        self.input.n * self.out_h() * self.out_w()
+    }
+    /// Elements of the whole patch matrix, every slot.
+    pub fn cols_len(&self) -> usize {
+        self.input.slots * self.out_rows() * self.patch()
+    }
+}
+
+/// Max or average.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// The largest value; its gradient goes to the first largest input of
+    /// the window (row-major), as PyTorch's.
+    Max,
+    /// The mean of the window (no padding, so every window is full).
+    Avg,
+}
+
+/// Pooling over `kh x kw` windows `stride` apart, without padding. Global
+/// average pooling is `kh = h`, `kw = w`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pool2d {
+    pub input: Images,
+    pub kind: PoolKind,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+}
+
+impl Pool2d {
+    pub fn out_h(&self) -> usize {
+        self.input.h.saturating_sub(self.kh) / self.stride.max(1) + 1
+    }
+    pub fn out_w(&self) -> usize {
+        self.input.w.saturating_sub(self.kw) / self.stride.max(1) + 1
+    }
+    /// The output images, packed.
+    pub fn output(&self) -> Images {
+        let i = self.input;
+        Images::packed(i.slots, i.n, self.out_h(), self.out_w(), i.c)
+    }
+}
+
+/// Batch normalisation over `shape` (`rows` = images x pixels, `cols` =
+/// channels, NHWC). Each slot's learned scale and shift (`[gamma; c]` then
+/// `[beta; c]`) lie `param_stride` apart, its running mean and variance
+/// (`[mean; c]` then `[var; c]`) `running_stride` apart. As PyTorch's
+/// `BatchNorm2d`: training normalises by the batch's biased variance and
+/// moves the running variance towards the unbiased one by `momentum`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNorm {
+    pub shape: Batched,
+    pub param_stride: usize,
+    pub running_stride: usize,
+    pub momentum: f32,
+    pub eps: f32,
+}
+
+/// Words a slot's saved batch statistics take: `[mean; c]` then `[1 / std; c]`.
+impl BatchNorm {
+    pub fn saved_len(&self) -> usize {
+        self.shape.slots * 2 * self.shape.cols
+    }
+    pub fn params_extent(&self) -> usize {
+        (self.shape.slots.max(1) - 1) * self.param_stride + 2 * self.shape.cols
+    }
+    pub fn running_extent(&self) -> usize {
+        (self.shape.slots.max(1) - 1) * self.running_stride + 2 * self.shape.cols
+    }
+}
+
+/// Training-time augmentation of one slot's images: a random crop of the
+/// image padded by `pad` zeros on every side (a shift of up to `pad`
+/// pixels each way) and, with `flip`, a horizontal flip half the time. The
+/// draws are a pure function of `(seed, step, image)`, so a trial's
+/// augmented batches are the same however it is scheduled, swapped or
+/// resumed. The step comes from the lane's step block, as dropout's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AugmentSlot {
+    pub seed: u64,
+    pub pad: usize,
+    pub flip: bool,
+}
+
+/// Keeps augmentation's draws apart from dropout's under the same seed.
+pub const AUGMENT_STREAM: u64 = 0xa6a6_0000_0000_0001;
+
+impl AugmentSlot {
+    /// Image `image`'s shift `(dy, dx)` in `-pad..=pad` and whether it is
+    /// flipped, at `step`.
+    #[inline]
+    pub fn draw(&self, step: u64, image: u64) -> (isize, isize, bool) {
+        let seed = self.seed ^ AUGMENT_STREAM;
+        let span = 2 * self.pad as u64 + 1;
+        let shift = |k: u64| {
+            let u = crate::rng::uniform(seed, step, 3 * image + k);
+            ((u * span as f32) as u64).min(span - 1) as isize - self.pad as isize
+        };
+        let flip = self.flip && crate::rng::uniform(seed, step, 3 * image + 2) < 0.5;
+        (shift(0), shift(1), flip)
+    }
+}

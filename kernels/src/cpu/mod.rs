@@ -1,5 +1,6 @@
 //! The CPU backend: buffers are `Vec<f32>`, a context is a lane's thread pool.
 
+mod conv;
 mod elementwise;
 mod gemm;
 mod loss;
@@ -10,11 +11,12 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{
-    KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
+    KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
+    check_gemm, check_pool, check_range, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss,
-    STATS_LEN, SgdSlot, Slots,
+    ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, STATS_LEN, SgdSlot, Slots,
 };
 
 /// The CPU device.
@@ -456,6 +458,195 @@ impl Backend for CpuBackend {
             dst(OP, "v", moments.v, total)?,
         );
         optim::adam(ctx, slots, scalars, p, g, m, v);
+        Ok(())
+    }
+
+    fn im2col(
+        &self,
+        ctx: &mut CpuCtx,
+        c: &Conv2d,
+        x: View<'_, CpuBuf>,
+        cols: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "im2col";
+        check_conv(OP, c)?;
+        if c.input.is_empty() {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, c.input.extent())?;
+        conv::im2col(ctx, c, x, dst(OP, "cols", cols, c.cols_len())?);
+        Ok(())
+    }
+
+    fn col2im(
+        &self,
+        ctx: &mut CpuCtx,
+        c: &Conv2d,
+        cols: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        const OP: &str = "col2im";
+        check_conv(OP, c)?;
+        if c.input.is_empty() {
+            return Ok(());
+        }
+        let cols = src(OP, "cols", cols, c.cols_len())?;
+        conv::col2im(ctx, c, cols, dst(OP, "dx", dx, c.input.len())?, accumulate);
+        Ok(())
+    }
+
+    fn pool2d(
+        &self,
+        ctx: &mut CpuCtx,
+        p: &Pool2d,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "pool2d";
+        check_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, p.input.extent())?;
+        conv::pool2d(ctx, p, x, dst(OP, "y", y, p.output().len())?);
+        Ok(())
+    }
+
+    fn pool2d_backward(
+        &self,
+        ctx: &mut CpuCtx,
+        p: &Pool2d,
+        x: View<'_, CpuBuf>,
+        dy: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "pool2d_backward";
+        check_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, p.input.extent())?;
+        let dy = src(OP, "dy", dy, p.output().len())?;
+        conv::pool2d_backward(ctx, p, x, dy, dst(OP, "dx", dx, p.input.len())?);
+        Ok(())
+    }
+
+    fn batch_norm_train(
+        &self,
+        ctx: &mut CpuCtx,
+        bn: &BatchNorm,
+        x: View<'_, CpuBuf>,
+        params: View<'_, CpuBuf>,
+        running: ViewMut<'_, CpuBuf>,
+        saved: ViewMut<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_train";
+        check_batch_norm(OP, bn, true)?;
+        if bn.shape.is_empty() {
+            return Ok(());
+        }
+        let n = bn.shape.len();
+        conv::batch_norm_train(
+            ctx,
+            bn,
+            src(OP, "x", x, n)?,
+            src(OP, "params", params, bn.params_extent())?,
+            dst(OP, "running", running, bn.running_extent())?,
+            dst(OP, "saved", saved, bn.saved_len())?,
+            dst(OP, "y", y, n)?,
+        );
+        Ok(())
+    }
+
+    fn batch_norm_eval(
+        &self,
+        ctx: &mut CpuCtx,
+        bn: &BatchNorm,
+        x: View<'_, CpuBuf>,
+        params: View<'_, CpuBuf>,
+        running: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_eval";
+        check_batch_norm(OP, bn, false)?;
+        if bn.shape.is_empty() {
+            return Ok(());
+        }
+        let n = bn.shape.len();
+        conv::batch_norm_eval(
+            ctx,
+            bn,
+            src(OP, "x", x, n)?,
+            src(OP, "params", params, bn.params_extent())?,
+            src(OP, "running", running, bn.running_extent())?,
+            dst(OP, "y", y, n)?,
+        );
+        Ok(())
+    }
+
+    fn batch_norm_backward(
+        &self,
+        ctx: &mut CpuCtx,
+        bn: &BatchNorm,
+        x: View<'_, CpuBuf>,
+        params: View<'_, CpuBuf>,
+        saved: View<'_, CpuBuf>,
+        dy: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+        dparams: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_backward";
+        check_batch_norm(OP, bn, true)?;
+        if bn.shape.is_empty() {
+            return Ok(());
+        }
+        let n = bn.shape.len();
+        conv::batch_norm_backward(
+            ctx,
+            bn,
+            src(OP, "x", x, n)?,
+            src(OP, "params", params, bn.params_extent())?,
+            src(OP, "saved", saved, bn.saved_len())?,
+            src(OP, "dy", dy, n)?,
+            dst(OP, "dx", dx, n)?,
+            dst(OP, "dparams", dparams, bn.params_extent())?,
+        );
+        Ok(())
+    }
+
+    fn add(
+        &self,
+        ctx: &mut CpuCtx,
+        n: usize,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        conv::add(ctx, src("add", "x", x, n)?, dst("add", "y", y, n)?);
+        Ok(())
+    }
+    fn augment(
+        &self,
+        ctx: &mut CpuCtx,
+        images: &crate::ops::Images,
+        slots: &[AugmentSlot],
+        steps: View<'_, CpuBuf>,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "augment";
+        check_augment(OP, images, slots)?;
+        let n = images.len();
+        let steps = src(OP, "steps", steps, slots.len() * DROPOUT_STEP_WORDS)?;
+        conv::augment(
+            ctx,
+            images,
+            slots,
+            steps,
+            src(OP, "x", x, n)?,
+            dst(OP, "y", y, n)?,
+        );
         Ok(())
     }
 }

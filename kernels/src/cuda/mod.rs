@@ -49,15 +49,16 @@ use cudarc::driver::{
 
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{
-    KernelError, Result, check_classes, check_dropout, check_gemm, check_range, shape_err,
+    KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
+    check_gemm, check_pool, check_range, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, Batched, DROPOUT_STEP_WORDS, DropoutSlot,
-    Gemm, Loss, STATS_LEN, SgdSlot, Slots,
+    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, PoolKind, STATS_LEN, SgdSlot, Slots,
 };
 use module::KernelSet;
 pub use module::{MAX_SLOTS, OPS_CU, Target};
-use params::SlotParams;
+use params::{ConvGeom, SlotParams};
 
 const THREADS: u32 = 256;
 /// Enough blocks to fill an H200 several times; the kernels stride over the rest.
@@ -423,6 +424,33 @@ macro_rules! launch {
         // the arguments match the kernel's signature in ops.cu.
         unsafe { b.launch($cfg) }.map(|_| ()).map_err(dev)
     }};
+}
+
+/// Slots per batch-norm launch: grid.y is at most 65535.
+const MAX_BLOCKS_Y: usize = 65535;
+
+/// `(first slot, slots)` of each batch-norm launch.
+fn slot_chunks(slots: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..slots)
+        .step_by(MAX_BLOCKS_Y)
+        .map(move |first| (first, (slots - first).min(MAX_BLOCKS_Y)))
+}
+
+/// Batch norm's reductions: `BN_COLS x BN_ROWS` threads per block (as in
+/// ops.cu), a block per 32 channels of a slot.
+fn bn_grid(cols: usize, slots: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (cols.div_ceil(32) as u32, slots as u32, 1),
+        block_dim: (32, 16, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn pool_code(k: PoolKind) -> i32 {
+    match k {
+        PoolKind::Max => 0,
+        PoolKind::Avg => 1,
+    }
 }
 
 fn act_code(a: Activation) -> i32 {
@@ -1148,6 +1176,353 @@ impl Backend for CudaBackend {
                 &g,
                 &m,
                 &v
+            )?;
+        }
+        Ok(())
+    }
+
+    fn im2col(
+        &self,
+        ctx: &mut CudaCtx,
+        c: &Conv2d,
+        x: View<'_, CudaBuf>,
+        cols: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "im2col";
+        check_conv(OP, c)?;
+        if c.input.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr(OP, "x", x, c.input.extent(), s)?;
+        let pc = view_mut_ptr(OP, "cols", cols, c.cols_len(), s)?;
+        let g = ConvGeom::conv(c);
+        launch!(s, &self.kernels.im2col, grid(c.cols_len(), 1), &g, &px, &pc)
+    }
+
+    fn col2im(
+        &self,
+        ctx: &mut CudaCtx,
+        c: &Conv2d,
+        cols: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        const OP: &str = "col2im";
+        check_conv(OP, c)?;
+        if c.input.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let pc = view_ptr(OP, "cols", cols, c.cols_len(), s)?;
+        let pd = view_mut_ptr(OP, "dx", dx, c.input.len(), s)?;
+        let (g, acc) = (ConvGeom::conv(c), accumulate as i32);
+        launch!(
+            s,
+            &self.kernels.col2im,
+            grid(c.input.len(), 1),
+            &g,
+            &pc,
+            &pd,
+            &acc
+        )
+    }
+
+    fn pool2d(
+        &self,
+        ctx: &mut CudaCtx,
+        p: &Pool2d,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "pool2d";
+        check_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let n = p.output().len();
+        let px = view_ptr(OP, "x", x, p.input.extent(), s)?;
+        let py = view_mut_ptr(OP, "y", y, n, s)?;
+        let (kind, g) = (pool_code(p.kind), ConvGeom::pool(p));
+        launch!(s, &self.kernels.pool2d, grid(n, 1), &kind, &g, &px, &py)
+    }
+
+    fn pool2d_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        p: &Pool2d,
+        x: View<'_, CudaBuf>,
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "pool2d_backward";
+        check_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr(OP, "x", x, p.input.extent(), s)?;
+        let pdy = view_ptr(OP, "dy", dy, p.output().len(), s)?;
+        let pdx = view_mut_ptr(OP, "dx", dx, p.input.len(), s)?;
+        let (kind, g) = (pool_code(p.kind), ConvGeom::pool(p));
+        launch!(
+            s,
+            &self.kernels.pool2d_backward,
+            grid(p.input.len(), 1),
+            &kind,
+            &g,
+            &px,
+            &pdy,
+            &pdx
+        )
+    }
+
+    fn batch_norm_train(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        running: ViewMut<'_, CudaBuf>,
+        saved: ViewMut<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_train";
+        check_batch_norm(OP, bn, true)?;
+        let sh = bn.shape;
+        if sh.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr(OP, "x", x, sh.len(), s)?;
+        let pp = view_ptr(OP, "params", params, bn.params_extent(), s)?;
+        let pr = view_mut_ptr(OP, "running", running, bn.running_extent(), s)?;
+        let psv = view_mut_ptr(OP, "saved", saved, bn.saved_len(), s)?;
+        let py = view_mut_ptr(OP, "y", y, sh.len(), s)?;
+        let (rows, cols, rs) = (sh.rows as u64, sh.cols as u64, bn.running_stride as u64);
+        for (first, k) in slot_chunks(sh.slots) {
+            let (xo, ro, so) = (
+                px + 4 * (first * sh.per_slot()) as u64,
+                pr + 4 * (first * bn.running_stride) as u64,
+                psv + 4 * (first * 2 * sh.cols) as u64,
+            );
+            launch!(
+                s,
+                &self.kernels.bn_stats,
+                bn_grid(sh.cols, k),
+                &rows,
+                &cols,
+                &rs,
+                &bn.momentum,
+                &bn.eps,
+                &xo,
+                &ro,
+                &so
+            )?;
+        }
+        let (eval, sl, ps, ss) = (
+            0i32,
+            sh.slots as u64,
+            bn.param_stride as u64,
+            2 * sh.cols as u64,
+        );
+        launch!(
+            s,
+            &self.kernels.bn_apply,
+            grid(sh.len(), 1),
+            &eval,
+            &sl,
+            &rows,
+            &cols,
+            &ps,
+            &ss,
+            &bn.eps,
+            &px,
+            &pp,
+            &psv,
+            &py
+        )
+    }
+
+    fn batch_norm_eval(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        running: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_eval";
+        check_batch_norm(OP, bn, false)?;
+        let sh = bn.shape;
+        if sh.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr(OP, "x", x, sh.len(), s)?;
+        let pp = view_ptr(OP, "params", params, bn.params_extent(), s)?;
+        let pr = view_ptr(OP, "running", running, bn.running_extent(), s)?;
+        let py = view_mut_ptr(OP, "y", y, sh.len(), s)?;
+        let (eval, sl, rows, cols, ps, rs) = (
+            1i32,
+            sh.slots as u64,
+            sh.rows as u64,
+            sh.cols as u64,
+            bn.param_stride as u64,
+            bn.running_stride as u64,
+        );
+        launch!(
+            s,
+            &self.kernels.bn_apply,
+            grid(sh.len(), 1),
+            &eval,
+            &sl,
+            &rows,
+            &cols,
+            &ps,
+            &rs,
+            &bn.eps,
+            &px,
+            &pp,
+            &pr,
+            &py
+        )
+    }
+
+    fn batch_norm_backward(
+        &self,
+        ctx: &mut CudaCtx,
+        bn: &BatchNorm,
+        x: View<'_, CudaBuf>,
+        params: View<'_, CudaBuf>,
+        saved: View<'_, CudaBuf>,
+        dy: View<'_, CudaBuf>,
+        dx: ViewMut<'_, CudaBuf>,
+        dparams: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_backward";
+        check_batch_norm(OP, bn, true)?;
+        let sh = bn.shape;
+        if sh.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr(OP, "x", x, sh.len(), s)?;
+        let pp = view_ptr(OP, "params", params, bn.params_extent(), s)?;
+        let psv = view_ptr(OP, "saved", saved, bn.saved_len(), s)?;
+        let pdy = view_ptr(OP, "dy", dy, sh.len(), s)?;
+        let pdx = view_mut_ptr(OP, "dx", dx, sh.len(), s)?;
+        let pdp = view_mut_ptr(OP, "dparams", dparams, bn.params_extent(), s)?;
+        let (rows, cols, ps) = (sh.rows as u64, sh.cols as u64, bn.param_stride as u64);
+        for (first, k) in slot_chunks(sh.slots) {
+            let (xo, so, yo, po) = (
+                px + 4 * (first * sh.per_slot()) as u64,
+                psv + 4 * (first * 2 * sh.cols) as u64,
+                pdy + 4 * (first * sh.per_slot()) as u64,
+                pdp + 4 * (first * bn.param_stride) as u64,
+            );
+            launch!(
+                s,
+                &self.kernels.bn_backward_reduce,
+                bn_grid(sh.cols, k),
+                &rows,
+                &cols,
+                &ps,
+                &xo,
+                &so,
+                &yo,
+                &po
+            )?;
+        }
+        let sl = sh.slots as u64;
+        launch!(
+            s,
+            &self.kernels.bn_backward_dx,
+            grid(sh.len(), 1),
+            &sl,
+            &rows,
+            &cols,
+            &ps,
+            &px,
+            &pp,
+            &psv,
+            &pdy,
+            &pdp,
+            &pdx
+        )
+    }
+
+    fn add(
+        &self,
+        ctx: &mut CudaCtx,
+        n: usize,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let px = view_ptr("add", "x", x, n, s)?;
+        let py = view_mut_ptr("add", "y", y, n, s)?;
+        let n64 = n as u64;
+        launch!(s, &self.kernels.add, grid(n, 1), &n64, &px, &py)
+    }
+
+    fn augment(
+        &self,
+        ctx: &mut CudaCtx,
+        images: &crate::ops::Images,
+        slots: &[AugmentSlot],
+        steps: View<'_, CudaBuf>,
+        x: View<'_, CudaBuf>,
+        y: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        const OP: &str = "augment";
+        check_augment(OP, images, slots)?;
+        let n = images.len();
+        if n == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let s = &ctx.stream;
+        let pst = view_ptr(OP, "steps", steps, slots.len() * DROPOUT_STEP_WORDS, s)?;
+        let px = view_ptr(OP, "x", x, n, s)?;
+        let py = view_mut_ptr(OP, "y", y, n, s)?;
+        let per_slot = images.per_slot();
+        let (imgs, h, w, c) = (
+            images.n as u64,
+            images.h as u64,
+            images.w as u64,
+            images.c as u64,
+        );
+        for (k, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
+            let off = (k * MAX_SLOTS * per_slot * 4) as u64;
+            let soff = (k * MAX_SLOTS * DROPOUT_STEP_WORDS * 4) as u64;
+            let ps = SlotParams::pack(chunk, params::augment);
+            let (st, x, y) = (pst + soff, px + off, py + off);
+            launch!(
+                s,
+                &self.kernels.augment,
+                grid(per_slot, chunk.len()),
+                &imgs,
+                &h,
+                &w,
+                &c,
+                &ps,
+                &st,
+                &x,
+                &y
             )?;
         }
         Ok(())

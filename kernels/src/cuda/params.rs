@@ -4,7 +4,7 @@
 use cudarc::driver::DeviceRepr;
 
 use super::module::MAX_SLOTS;
-use crate::ops::{AdamSlot, DropoutSlot, SgdSlot};
+use crate::ops::{AdamSlot, AugmentSlot, Conv2d, DropoutSlot, Pool2d, SgdSlot};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -34,6 +34,14 @@ pub struct DropoutParam {
     scale: f32,
 }
 
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct AugmentParam {
+    seed: u64,
+    pad: u32,
+    flip: i32,
+}
+
 /// Up to [`MAX_SLOTS`] per-slot entries, as one kernel argument.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -45,6 +53,7 @@ pub struct SlotParams<T: Copy> {
 unsafe impl DeviceRepr for SlotParams<SgdParam> {}
 unsafe impl DeviceRepr for SlotParams<AdamParam> {}
 unsafe impl DeviceRepr for SlotParams<DropoutParam> {}
+unsafe impl DeviceRepr for SlotParams<AugmentParam> {}
 
 impl<T: Copy + Default> SlotParams<T> {
     /// Packs `chunk` (at most [`MAX_SLOTS`] slots) through `f`.
@@ -104,5 +113,71 @@ mod tests {
         assert_eq!(std::mem::align_of::<DropoutParam>(), 8);
         // Kernel parameters are limited to 4 KiB.
         assert!(std::mem::size_of::<SlotParams<AdamParam>>() <= 4096 - 64);
+    }
+}
+
+pub fn augment(a: &AugmentSlot) -> AugmentParam {
+    AugmentParam {
+        seed: a.seed,
+        pad: a.pad as u32,
+        flip: a.flip as i32,
+    }
+}
+
+/// The geometry of a convolution or pooling, as `ConvGeom` in ops.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ConvGeom {
+    slots: u64,
+    n: u64,
+    h: u64,
+    w: u64,
+    c: u64,
+    slot_stride: u64,
+    kh: u64,
+    kw: u64,
+    stride: u64,
+    pad: u64,
+    oh: u64,
+    ow: u64,
+}
+
+// SAFETY: plain `#[repr(C)]` data with the layout of `ConvGeom` in ops.cu.
+unsafe impl DeviceRepr for ConvGeom {}
+
+impl ConvGeom {
+    pub fn conv(c: &Conv2d) -> Self {
+        let i = c.input;
+        ConvGeom {
+            slots: i.slots as u64,
+            n: i.n as u64,
+            h: i.h as u64,
+            w: i.w as u64,
+            c: i.c as u64,
+            slot_stride: i.slot_stride as u64,
+            kh: c.kh as u64,
+            kw: c.kw as u64,
+            stride: c.stride as u64,
+            pad: c.pad as u64,
+            oh: c.out_h() as u64,
+            ow: c.out_w() as u64,
+        }
+    }
+    pub fn pool(p: &Pool2d) -> Self {
+        let i = p.input;
+        ConvGeom {
+            slots: i.slots as u64,
+            n: i.n as u64,
+            h: i.h as u64,
+            w: i.w as u64,
+            c: i.c as u64,
+            slot_stride: i.slot_stride as u64,
+            kh: p.kh as u64,
+            kw: p.kw as u64,
+            stride: p.stride as u64,
+            pad: 0,
+            oh: p.out_h() as u64,
+            ow: p.out_w() as u64,
+        }
     }
 }

@@ -1,0 +1,442 @@
+//! Convolutional ops on NHWC images: im2col and its adjoint, pooling,
+//! batch norm and residual addition.
+//!
+//! Work is split by whole images (or whole slots for batch norm's
+//! statistics), and each task sums in a fixed order, so a slot's bits do
+//! not depend on how many slots share the call or how many threads run it:
+//! a fused trial computes what it would alone.
+
+use super::CpuCtx;
+use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
+use crate::ops::{AugmentSlot, BatchNorm, Conv2d, Images, Pool2d, PoolKind, dropout_step};
+
+/// `(slot, image)` tasks over packed output images of `image_len` elements.
+fn image_tasks(
+    ctx: &CpuCtx,
+    slots: usize,
+    n: usize,
+    image_len: usize,
+) -> Vec<std::ops::Range<usize>> {
+    // Whole images per task, enough of them to be worth a hand-off.
+    let per_task = (MIN_ELEMS_PER_TASK / image_len.max(1)).max(1);
+    let total = slots * n;
+    let tasks = total
+        .div_ceil(per_task)
+        .min(ctx.threads().max(1) * 4)
+        .max(1);
+    let chunk = total.div_ceil(tasks).max(1);
+    (0..total)
+        .step_by(chunk)
+        .map(|start| start..(start + chunk).min(total))
+        .collect()
+}
+
+/// The start of image `img` of `slot` in an input view.
+fn image_at(i: &Images, slot: usize, img: usize) -> usize {
+    slot * i.slot_stride + img * i.image_len()
+}
+
+pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
+    let i = conv.input;
+    let (oh, ow, patch) = (conv.out_h(), conv.out_w(), conv.patch());
+    let per_image = oh * ow * patch;
+    let tasks = image_tasks(ctx, i.slots, i.n, per_image);
+    let outs = split_ranges(
+        cols,
+        tasks.iter().map(|r| r.start * per_image..r.end * per_image),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
+        for (t, out) in images.clone().zip(out.chunks_exact_mut(per_image)) {
+            let src = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
+            for (row, dst) in out.chunks_exact_mut(patch).enumerate() {
+                let (oy, ox) = (row / ow, row % ow);
+                for ki in 0..conv.kh {
+                    let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
+                    let run = &mut dst[ki * conv.kw * i.c..(ki + 1) * conv.kw * i.c];
+                    if iy < 0 || iy >= i.h as isize {
+                        run.fill(0.0);
+                        continue;
+                    }
+                    for kj in 0..conv.kw {
+                        let ix = (ox * conv.stride + kj) as isize - conv.pad as isize;
+                        let d = &mut run[kj * i.c..(kj + 1) * i.c];
+                        if ix < 0 || ix >= i.w as isize {
+                            d.fill(0.0);
+                        } else {
+                            let at = (iy as usize * i.w + ix as usize) * i.c;
+                            d.copy_from_slice(&src[at..at + i.c]);
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], accumulate: bool) {
+    let i = conv.input;
+    let (oh, ow, patch) = (conv.out_h(), conv.out_w(), conv.patch());
+    let per_image = oh * ow * patch;
+    let image_len = i.image_len();
+    let tasks = image_tasks(ctx, i.slots, i.n, image_len);
+    let outs = split_ranges(
+        dx,
+        tasks.iter().map(|r| r.start * image_len..r.end * image_len),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
+        for (t, img) in images.clone().zip(out.chunks_exact_mut(image_len)) {
+            if !accumulate {
+                img.fill(0.0);
+            }
+            let src = &cols[t * per_image..(t + 1) * per_image];
+            // Scatter in a fixed order: output pixel, then kernel position.
+            for (row, patch_row) in src.chunks_exact(patch).enumerate() {
+                let (oy, ox) = (row / ow, row % ow);
+                for ki in 0..conv.kh {
+                    let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
+                    if iy < 0 || iy >= i.h as isize {
+                        continue;
+                    }
+                    for kj in 0..conv.kw {
+                        let ix = (ox * conv.stride + kj) as isize - conv.pad as isize;
+                        if ix < 0 || ix >= i.w as isize {
+                            continue;
+                        }
+                        let at = (iy as usize * i.w + ix as usize) * i.c;
+                        let from = &patch_row[(ki * conv.kw + kj) * i.c..][..i.c];
+                        img[at..at + i.c]
+                            .iter_mut()
+                            .zip(from)
+                            .for_each(|(d, &s)| *d += s);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Whether `v` replaces `best` as a window's maximum: larger, or NaN over a
+/// number (NaN propagates, as PyTorch's), the first of equals staying.
+#[inline(always)]
+fn beats(v: f32, best: f32) -> bool {
+    v > best || (v.is_nan() && !best.is_nan())
+}
+
+/// The pixel (row-major index) of window `(oy, ox)`'s `(ki, kj)`.
+#[inline(always)]
+fn window_pixel(p: &Pool2d, oy: usize, ox: usize, ki: usize, kj: usize) -> usize {
+    (oy * p.stride + ki) * p.input.w + ox * p.stride + kj
+}
+
+// Pooling walks each window's pixels and works on whole channel vectors
+// (contiguous in NHWC), which the compiler vectorises; a task is a few
+// whole images, smaller than for element-wise ops since each output reads
+// a window.
+pub(crate) fn pool2d(ctx: &CpuCtx, p: &Pool2d, x: &[f32], y: &mut [f32]) {
+    let i = p.input;
+    let o = p.output();
+    let c = i.c;
+    let inv = 1.0 / (p.kh * p.kw) as f32;
+    let tasks = image_tasks(ctx, i.slots, i.n, 4 * i.image_len());
+    let outs = split_ranges(
+        y,
+        tasks
+            .iter()
+            .map(|r| r.start * o.image_len()..r.end * o.image_len()),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
+        for (t, dst) in images.clone().zip(out.chunks_exact_mut(o.image_len())) {
+            let img = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
+            for oy in 0..o.h {
+                for ox in 0..o.w {
+                    let d = &mut dst[(oy * o.w + ox) * c..][..c];
+                    let first = window_pixel(p, oy, ox, 0, 0) * c;
+                    d.copy_from_slice(&img[first..first + c]);
+                    for ki in 0..p.kh {
+                        for kj in 0..p.kw {
+                            if ki == 0 && kj == 0 {
+                                continue;
+                            }
+                            let at = window_pixel(p, oy, ox, ki, kj) * c;
+                            let v = &img[at..at + c];
+                            match p.kind {
+                                PoolKind::Max => d.iter_mut().zip(v).for_each(|(b, &v)| {
+                                    if beats(v, *b) {
+                                        *b = v
+                                    }
+                                }),
+                                PoolKind::Avg => d.iter_mut().zip(v).for_each(|(b, &v)| *b += v),
+                            }
+                        }
+                    }
+                    if p.kind == PoolKind::Avg {
+                        d.iter_mut().for_each(|v| *v *= inv);
+                    }
+                }
+            }
+        }
+    });
+}
+
+pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], dx: &mut [f32]) {
+    let i = p.input;
+    let o = p.output();
+    let c = i.c;
+    let inv = 1.0 / (p.kh * p.kw) as f32;
+    let image_len = i.image_len();
+    let tasks = image_tasks(ctx, i.slots, i.n, 4 * image_len);
+    let outs = split_ranges(
+        dx,
+        tasks.iter().map(|r| r.start * image_len..r.end * image_len),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
+        // Per channel: the window's best value and pixel so far.
+        let (mut best, mut arg) = (vec![0.0f32; c], vec![0usize; c]);
+        for (t, dimg) in images.clone().zip(out.chunks_exact_mut(image_len)) {
+            dimg.fill(0.0);
+            let img = &x[image_at(&i, t / i.n, t % i.n)..][..image_len];
+            let g = &dy[t * o.image_len()..(t + 1) * o.image_len()];
+            for oy in 0..o.h {
+                for ox in 0..o.w {
+                    let gd = &g[(oy * o.w + ox) * c..][..c];
+                    match p.kind {
+                        PoolKind::Max => {
+                            let first = window_pixel(p, oy, ox, 0, 0);
+                            best.copy_from_slice(&img[first * c..first * c + c]);
+                            arg.fill(first);
+                            for ki in 0..p.kh {
+                                for kj in 0..p.kw {
+                                    let px = window_pixel(p, oy, ox, ki, kj);
+                                    let v = &img[px * c..px * c + c];
+                                    for ch in 0..c {
+                                        if beats(v[ch], best[ch]) {
+                                            best[ch] = v[ch];
+                                            arg[ch] = px;
+                                        }
+                                    }
+                                }
+                            }
+                            for ch in 0..c {
+                                dimg[arg[ch] * c + ch] += gd[ch];
+                            }
+                        }
+                        PoolKind::Avg => {
+                            for ki in 0..p.kh {
+                                for kj in 0..p.kw {
+                                    let at = window_pixel(p, oy, ox, ki, kj) * c;
+                                    dimg[at..at + c]
+                                        .iter_mut()
+                                        .zip(gd)
+                                        .for_each(|(d, &g)| *d += g * inv);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Per channel of one slot: `(sum of a, sum of b)` over rows, in f64.
+fn channel_sums(
+    rows: usize,
+    cols: usize,
+    mut f: impl FnMut(usize, usize) -> (f64, f64),
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut a, mut b) = (vec![0.0f64; cols], vec![0.0f64; cols]);
+    for r in 0..rows {
+        for c in 0..cols {
+            let (x, y) = f(r, c);
+            a[c] += x;
+            b[c] += y;
+        }
+    }
+    (a, b)
+}
+
+pub(crate) fn batch_norm_train(
+    ctx: &CpuCtx,
+    bn: &BatchNorm,
+    x: &[f32],
+    params: &[f32],
+    running: &mut [f32],
+    saved: &mut [f32],
+    y: &mut [f32],
+) {
+    let s = bn.shape;
+    let (rows, c) = (s.rows, s.cols);
+    for slot in 0..s.slots {
+        let xs = &x[slot * s.per_slot()..][..s.per_slot()];
+        let (sum, _) = channel_sums(rows, c, |r, ch| (xs[r * c + ch] as f64, 0.0));
+        let mean: Vec<f64> = sum.iter().map(|v| v / rows as f64).collect();
+        let (sq, _) = channel_sums(rows, c, |r, ch| {
+            let d = xs[r * c + ch] as f64 - mean[ch];
+            (d * d, 0.0)
+        });
+        let sv = &mut saved[slot * 2 * c..(slot + 1) * 2 * c];
+        let run = &mut running[slot * bn.running_stride..][..2 * c];
+        let m = bn.momentum as f64;
+        for ch in 0..c {
+            let var = sq[ch] / rows as f64;
+            sv[ch] = mean[ch] as f32;
+            sv[c + ch] = (1.0 / (var + bn.eps as f64).sqrt()) as f32;
+            let unbiased = sq[ch] / (rows - 1) as f64;
+            run[ch] = ((1.0 - m) * run[ch] as f64 + m * mean[ch]) as f32;
+            run[c + ch] = ((1.0 - m) * run[c + ch] as f64 + m * unbiased) as f32;
+        }
+    }
+    apply(ctx, bn, x, params, saved, 2 * c, None, y);
+}
+
+pub(crate) fn batch_norm_eval(
+    ctx: &CpuCtx,
+    bn: &BatchNorm,
+    x: &[f32],
+    params: &[f32],
+    running: &[f32],
+    y: &mut [f32],
+) {
+    apply(
+        ctx,
+        bn,
+        x,
+        params,
+        running,
+        bn.running_stride,
+        Some(bn.eps),
+        y,
+    );
+}
+
+/// `y = gamma * ((x - mean) * inv_std) + beta`, with `[mean; c]` and then
+/// `[1/std; c]` per slot in `stats` (`stat_stride` apart), or `[mean; c]`
+/// and `[var; c]` when `eps` is given (the running statistics).
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    ctx: &CpuCtx,
+    bn: &BatchNorm,
+    x: &[f32],
+    params: &[f32],
+    stats: &[f32],
+    stat_stride: usize,
+    eps: Option<f32>,
+    y: &mut [f32],
+) {
+    let s = bn.shape;
+    let c = s.cols;
+    let segs = par::segments(ctx, s.slots, s.rows, MIN_ELEMS_PER_TASK / c.max(1));
+    let ys = split_ranges(
+        y,
+        segs.iter()
+            .map(|g| (g.slot * s.rows + g.start) * c..(g.slot * s.rows + g.end) * c),
+    );
+    par::run(ctx, segs.iter().zip(ys), |(g, y)| {
+        let st = &stats[g.slot * stat_stride..][..2 * c];
+        let p = &params[g.slot * bn.param_stride..][..2 * c];
+        let inv: Vec<f32> = match eps {
+            Some(eps) => st[c..].iter().map(|&v| 1.0 / (v + eps).sqrt()).collect(),
+            None => st[c..].to_vec(),
+        };
+        let xs = &x[(g.slot * s.rows + g.start) * c..(g.slot * s.rows + g.end) * c];
+        for (yr, xr) in y.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+            for ch in 0..c {
+                yr[ch] = p[ch] * ((xr[ch] - st[ch]) * inv[ch]) + p[c + ch];
+            }
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn batch_norm_backward(
+    ctx: &CpuCtx,
+    bn: &BatchNorm,
+    x: &[f32],
+    params: &[f32],
+    saved: &[f32],
+    dy: &[f32],
+    dx: &mut [f32],
+    dparams: &mut [f32],
+) {
+    let s = bn.shape;
+    let (rows, c) = (s.rows, s.cols);
+    for slot in 0..s.slots {
+        let base = slot * s.per_slot();
+        let sv = &saved[slot * 2 * c..(slot + 1) * 2 * c];
+        let (dbeta, dgamma) = channel_sums(rows, c, |r, ch| {
+            let (xv, g) = (x[base + r * c + ch], dy[base + r * c + ch]);
+            let xhat = (xv - sv[ch]) * sv[c + ch];
+            (g as f64, g as f64 * xhat as f64)
+        });
+        let dp = &mut dparams[slot * bn.param_stride..][..2 * c];
+        for ch in 0..c {
+            dp[ch] = dgamma[ch] as f32;
+            dp[c + ch] = dbeta[ch] as f32;
+        }
+    }
+    let segs = par::segments(ctx, s.slots, rows, MIN_ELEMS_PER_TASK / c.max(1));
+    let dxs = split_ranges(
+        dx,
+        segs.iter()
+            .map(|g| (g.slot * rows + g.start) * c..(g.slot * rows + g.end) * c),
+    );
+    let dparams = &*dparams;
+    par::run(ctx, segs.iter().zip(dxs), |(g, dx)| {
+        let sv = &saved[g.slot * 2 * c..(g.slot + 1) * 2 * c];
+        let p = &params[g.slot * bn.param_stride..][..2 * c];
+        let dp = &dparams[g.slot * bn.param_stride..][..2 * c];
+        let m = rows as f32;
+        for (k, dxr) in dx.chunks_exact_mut(c).enumerate() {
+            let at = (g.slot * rows + g.start + k) * c;
+            for ch in 0..c {
+                let xhat = (x[at + ch] - sv[ch]) * sv[c + ch];
+                let scale = p[ch] * sv[c + ch] / m;
+                dxr[ch] = scale * (m * dy[at + ch] - dp[c + ch] - xhat * dp[ch]);
+            }
+        }
+    });
+}
+
+pub(crate) fn add(ctx: &CpuCtx, x: &[f32], y: &mut [f32]) {
+    let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
+    let ys = split_ranges(y, segs.iter().map(|s| s.start..s.end));
+    par::run(ctx, segs.iter().zip(ys), |(s, y)| {
+        y.iter_mut()
+            .zip(&x[s.start..s.end])
+            .for_each(|(y, &x)| *y += x);
+    });
+}
+
+pub(crate) fn augment(
+    ctx: &CpuCtx,
+    images: &Images,
+    slots: &[AugmentSlot],
+    steps: &[f32],
+    x: &[f32],
+    y: &mut [f32],
+) {
+    let i = *images;
+    let len = i.image_len();
+    let tasks = image_tasks(ctx, i.slots, i.n, len);
+    let outs = split_ranges(y, tasks.iter().map(|r| r.start * len..r.end * len));
+    par::run(ctx, tasks.iter().zip(outs), |(range, out)| {
+        for (t, dst) in range.clone().zip(out.chunks_exact_mut(len)) {
+            let (slot, img) = (t / i.n, t % i.n);
+            let (dy, dx, flip) = slots[slot].draw(dropout_step(steps, slot), img as u64);
+            let src = &x[t * len..(t + 1) * len];
+            for r in 0..i.h {
+                for c in 0..i.w {
+                    let sr = r as isize + dy;
+                    let sc = if flip { i.w - 1 - c } else { c } as isize + dx;
+                    let d = &mut dst[(r * i.w + c) * i.c..][..i.c];
+                    if sr < 0 || sc < 0 || sr >= i.h as isize || sc >= i.w as isize {
+                        d.fill(0.0);
+                    } else {
+                        let at = (sr as usize * i.w + sc as usize) * i.c;
+                        d.copy_from_slice(&src[at..at + i.c]);
+                    }
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,727 @@
+//! The convolutional ops (im2col and col2im, pooling, batch norm, residual
+//! addition) against float64 references and finite differences, and their
+//! batched form against single-slot calls, bit for bit. Each body runs on
+//! every backend present (`backend_tests!`).
+
+mod common;
+
+use common::*;
+use kernels::*;
+
+type D<B> = Dev<B>;
+/// One op run over `slots` slots of the given input, its outputs slot-major.
+type SlotRun<'a, B> = &'a dyn Fn(&mut D<B>, usize, &<B as Backend>::Buf) -> Vec<f32>;
+
+/// f64 reference convolution of NHWC images `x` (`n x h x w x c`) with
+/// weights `w` (`(kh, kw, c) x oc`, row-major): NHWC output.
+#[allow(clippy::too_many_arguments)]
+fn conv_ref(
+    x: &[f64],
+    w: &[f64],
+    (n, h, wd, c): (usize, usize, usize, usize),
+    k: usize,
+    stride: usize,
+    pad: usize,
+    oc: usize,
+) -> Vec<f64> {
+    let oh = (h + 2 * pad - k) / stride + 1;
+    let ow = (wd + 2 * pad - k) / stride + 1;
+    let mut y = vec![0.0; n * oh * ow * oc];
+    for img in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for o in 0..oc {
+                    let mut acc = 0.0;
+                    for ki in 0..k {
+                        for kj in 0..k {
+                            let iy = (oy * stride + ki) as isize - pad as isize;
+                            let ix = (ox * stride + kj) as isize - pad as isize;
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                continue;
+                            }
+                            for ci in 0..c {
+                                let xv = x[((img * h + iy as usize) * wd + ix as usize) * c + ci];
+                                acc += xv * w[((ki * k + kj) * c + ci) * oc + o];
+                            }
+                        }
+                    }
+                    y[((img * oh + oy) * ow + ox) * oc + o] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+/// f64 reference pooling without padding.
+fn pool_ref(x: &[f64], (n, h, w, c): (usize, usize, usize, usize), p: &Pool2d) -> Vec<f64> {
+    let (oh, ow) = (p.out_h(), p.out_w());
+    let mut y = vec![0.0; n * oh * ow * c];
+    for img in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for ci in 0..c {
+                    let vals = (0..p.kh).flat_map(|ki| {
+                        (0..p.kw).map(move |kj| {
+                            x[((img * h + oy * p.stride + ki) * w + ox * p.stride + kj) * c + ci]
+                        })
+                    });
+                    y[((img * oh + oy) * ow + ox) * c + ci] = match p.kind {
+                        PoolKind::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                        PoolKind::Avg => vals.sum::<f64>() / (p.kh * p.kw) as f64,
+                    };
+                }
+            }
+        }
+    }
+    y
+}
+
+/// f64 reference batch norm of one slot in training: `(y, mean, biased var)`.
+fn bn_ref(
+    x: &[f64],
+    rows: usize,
+    c: usize,
+    gb: &[f64],
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mean: Vec<f64> = (0..c)
+        .map(|ch| (0..rows).map(|r| x[r * c + ch]).sum::<f64>() / rows as f64)
+        .collect();
+    let var: Vec<f64> = (0..c)
+        .map(|ch| {
+            (0..rows)
+                .map(|r| (x[r * c + ch] - mean[ch]).powi(2))
+                .sum::<f64>()
+                / rows as f64
+        })
+        .collect();
+    let y = (0..rows * c)
+        .map(|i| {
+            let ch = i % c;
+            gb[ch] * (x[i] - mean[ch]) / (var[ch] + eps).sqrt() + gb[c + ch]
+        })
+        .collect();
+    (y, mean, var)
+}
+
+fn dot(a: &[f64], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(a, &b)| a * b as f64).sum()
+}
+
+/// (n, h, w, c, kernel, stride, pad, out channels).
+type ConvCase = (usize, usize, usize, usize, usize, usize, usize, usize);
+
+const CONVS: [ConvCase; 4] = [
+    (2, 5, 6, 3, 3, 1, 1, 4),
+    (3, 7, 7, 2, 5, 2, 2, 3),
+    (1, 4, 4, 1, 3, 1, 0, 2),
+    (2, 6, 5, 4, 1, 2, 0, 3),
+];
+
+fn conv_of(
+    slots: usize,
+    (n, h, w, c, k, stride, pad): (usize, usize, usize, usize, usize, usize, usize),
+    slot_stride: usize,
+) -> Conv2d {
+    Conv2d {
+        input: Images {
+            slots,
+            n,
+            h,
+            w,
+            c,
+            slot_stride,
+        },
+        kh: k,
+        kw: k,
+        stride,
+        pad,
+    }
+}
+
+/// im2col then a batched GEMM equals the direct convolution, per slot,
+/// with a gap between slots' images and with one batch shared by all.
+fn conv_forward_matches_reference<B: Backend>(d: &mut D<B>) {
+    for (case, &(n, h, w, c, k, stride, pad, oc)) in CONVS.iter().enumerate() {
+        for shared in [false, true] {
+            let slots = 2;
+            let per = n * h * w * c;
+            let ss = if shared { 0 } else { per + 7 };
+            let conv = conv_of(slots, (n, h, w, c, k, stride, pad), ss);
+            let x = rand_vec(ss * (slots - 1) + per, 10 + case as u64, 1.0);
+            let (patch, rows) = (conv.patch(), conv.out_rows());
+            let wts = rand_vec(slots * patch * oc, 20 + case as u64, 1.0);
+            let (xb, wb) = (d.put(&x), d.put(&wts));
+            let mut cols = d.zeros(conv.cols_len());
+            d.b.im2col(&mut d.ctx, &conv, at(&xb, 0), at_mut(&mut cols, 0))
+                .unwrap();
+            let mut y = d.zeros(slots * rows * oc);
+            let g = Gemm::new(rows, oc, patch).batched(slots, rows * patch, patch * oc, rows * oc);
+            d.b.gemm(&mut d.ctx, &g, at(&cols, 0), at(&wb, 0), at_mut(&mut y, 0))
+                .unwrap();
+            let got = d.get(&y);
+            for s in 0..slots {
+                let want = conv_ref(
+                    &to64(&x[s * ss..s * ss + per]),
+                    &to64(&wts[s * patch * oc..(s + 1) * patch * oc]),
+                    (n, h, w, c),
+                    k,
+                    stride,
+                    pad,
+                    oc,
+                );
+                assert_close(
+                    &format!("conv case {case} shared={shared} slot {s}"),
+                    &got[s * rows * oc..(s + 1) * rows * oc],
+                    &want,
+                    1e-5,
+                );
+            }
+        }
+    }
+}
+
+/// The input and weight gradients (col2im of dY W^T, and cols^T dY) against
+/// finite differences of L = sum(G * conv(x, W)); col2im with `accumulate`
+/// adds onto what is there.
+fn conv_backward_finite_differences<B: Backend>(d: &mut D<B>) {
+    for (case, &(n, h, w, c, k, stride, pad, oc)) in CONVS.iter().enumerate() {
+        let conv = conv_of(1, (n, h, w, c, k, stride, pad), n * h * w * c);
+        let (patch, rows) = (conv.patch(), conv.out_rows());
+        let x = rand_vec(n * h * w * c, 30 + case as u64, 1.0);
+        let wts = rand_vec(patch * oc, 40 + case as u64, 1.0);
+        let gy = rand_vec(rows * oc, 50 + case as u64, 1.0);
+        let (x64, w64) = (to64(&x), to64(&wts));
+        let loss =
+            |x: &[f64], wt: &[f64]| dot(&conv_ref(x, wt, (n, h, w, c), k, stride, pad, oc), &gy);
+        let (xb, wb, gb) = (d.put(&x), d.put(&wts), d.put(&gy));
+        let mut cols = d.zeros(conv.cols_len());
+        d.b.im2col(&mut d.ctx, &conv, at(&xb, 0), at_mut(&mut cols, 0))
+            .unwrap();
+        let mut dw = d.zeros(patch * oc);
+        let gw = Gemm::new(patch, oc, rows).trans_a();
+        d.b.gemm(
+            &mut d.ctx,
+            &gw,
+            at(&cols, 0),
+            at(&gb, 0),
+            at_mut(&mut dw, 0),
+        )
+        .unwrap();
+        let gx = Gemm::new(rows, patch, oc).trans_b();
+        d.b.gemm(
+            &mut d.ctx,
+            &gx,
+            at(&gb, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+        )
+        .unwrap();
+        let base = rand_vec(n * h * w * c, 60, 1.0);
+        let mut dx = d.put(&base);
+        d.b.col2im(&mut d.ctx, &conv, at(&cols, 0), at_mut(&mut dx, 0), false)
+            .unwrap();
+        let want_dx = numeric_grad(|v| loss(v, &w64), &x64);
+        assert_close(&format!("conv {case} dx"), &d.get(&dx), &want_dx, 1e-5);
+        let mut acc = d.put(&base);
+        d.b.col2im(&mut d.ctx, &conv, at(&cols, 0), at_mut(&mut acc, 0), true)
+            .unwrap();
+        let want_acc: Vec<f64> = want_dx
+            .iter()
+            .zip(&base)
+            .map(|(g, &b)| g + b as f64)
+            .collect();
+        assert_close(
+            &format!("conv {case} dx accumulated"),
+            &d.get(&acc),
+            &want_acc,
+            1e-5,
+        );
+        let want_dw = numeric_grad(|v| loss(&x64, v), &w64);
+        assert_close(&format!("conv {case} dW"), &d.get(&dw), &want_dw, 1e-5);
+    }
+}
+
+fn pools() -> Vec<(PoolKind, usize, usize, usize, usize)> {
+    // (kind, h, w, window, stride); the last of each kind is global.
+    let mut v = Vec::new();
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        v.extend([
+            (kind, 6, 6, 2, 2),
+            (kind, 7, 5, 3, 2),
+            (kind, 5, 4, 2, 1),
+            (kind, 4, 3, 0, 1),
+        ]);
+    }
+    v
+}
+
+fn pool_of(
+    slots: usize,
+    n: usize,
+    c: usize,
+    slot_stride: usize,
+    (kind, h, w, k, stride): (PoolKind, usize, usize, usize, usize),
+) -> Pool2d {
+    let (kh, kw) = if k == 0 { (h, w) } else { (k, k) };
+    Pool2d {
+        input: Images {
+            slots,
+            n,
+            h,
+            w,
+            c,
+            slot_stride,
+        },
+        kind,
+        kh,
+        kw,
+        stride,
+    }
+}
+
+/// Max and average pooling (overlapping, non-square and global windows)
+/// against a float64 reference, and their gradients against finite
+/// differences of L = sum(G * pool(x)).
+fn pooling_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
+    let (n, c) = (2, 3);
+    for (case, geom) in pools().into_iter().enumerate() {
+        let (h, w) = (geom.1, geom.2);
+        let p = pool_of(1, n, c, n * h * w * c, geom);
+        let x = rand_vec(n * h * w * c, 70 + case as u64, 1.0);
+        let out = p.output().len();
+        let gy = rand_vec(out, 80 + case as u64, 1.0);
+        let (xb, gb) = (d.put(&x), d.put(&gy));
+        let mut y = d.zeros(out);
+        d.b.pool2d(&mut d.ctx, &p, at(&xb, 0), at_mut(&mut y, 0))
+            .unwrap();
+        let want = pool_ref(&to64(&x), (n, h, w, c), &p);
+        assert_close(&format!("pool {case} {geom:?}"), &d.get(&y), &want, 1e-6);
+        let mut dx = d.put(&rand_vec(n * h * w * c, 1, 1.0));
+        d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
+            .unwrap();
+        let want = numeric_grad(|v| dot(&pool_ref(v, (n, h, w, c), &p), &gy), &to64(&x));
+        assert_close(
+            &format!("pool {case} {geom:?} dx"),
+            &d.get(&dx),
+            &want,
+            1e-5,
+        );
+    }
+}
+
+/// Max pooling passes the gradient to the first largest input of a window,
+/// as PyTorch does, when values tie.
+fn max_pool_ties_go_to_the_first<B: Backend>(d: &mut D<B>) {
+    let p = pool_of(1, 1, 1, 4, (PoolKind::Max, 2, 2, 2, 2));
+    let xb = d.put(&[1.0, 3.0, 3.0, 2.0]);
+    let gb = d.put(&[5.0]);
+    let mut dx = d.zeros(4);
+    d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
+        .unwrap();
+    assert_eq!(d.get(&dx), vec![0.0, 5.0, 0.0, 0.0]);
+}
+
+/// Batch norm in training against float64 (output, saved statistics and the
+/// running update), in evaluation from the running statistics, and its
+/// three gradients against finite differences; more than 32 channels cross
+/// a CUDA block.
+fn batch_norm_matches_reference_and_finite_differences<B: Backend>(d: &mut D<B>) {
+    for (case, &(rows, c)) in [(10usize, 3usize), (7, 40)].iter().enumerate() {
+        let slots = 2;
+        let (ps, rs) = (2 * c + 5, 2 * c + 3);
+        let bn = BatchNorm {
+            shape: Batched::new(slots, rows, c),
+            param_stride: ps,
+            running_stride: rs,
+            momentum: 0.1,
+            eps: 1e-5,
+        };
+        let x: Vec<f32> = rand_vec(slots * rows * c, 90 + case as u64, 2.0)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + (i % c) as f32 * 0.3)
+            .collect();
+        let mut params = rand_vec(slots * ps, 91, 1.0);
+        params.iter_mut().step_by(2).for_each(|g| *g += 1.5);
+        let running0: Vec<f32> = (0..slots * rs)
+            .map(|i| 0.5 + (i % 7) as f32 * 0.1)
+            .collect();
+        let gy = rand_vec(slots * rows * c, 92 + case as u64, 1.0);
+        let (xb, pb, gb) = (d.put(&x), d.put(&params), d.put(&gy));
+        let mut running = d.put(&running0);
+        let (mut saved, mut y) = (d.zeros(bn.saved_len()), d.zeros(slots * rows * c));
+        d.b.batch_norm_train(
+            &mut d.ctx,
+            &bn,
+            at(&xb, 0),
+            at(&pb, 0),
+            at_mut(&mut running, 0),
+            at_mut(&mut saved, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        let (yv, sv, rv) = (d.get(&y), d.get(&saved), d.get(&running));
+        let (mut dx, mut dp) = (d.zeros(slots * rows * c), d.put(&vec![7.0; slots * ps]));
+        d.b.batch_norm_backward(
+            &mut d.ctx,
+            &bn,
+            at(&xb, 0),
+            at(&pb, 0),
+            at(&saved, 0),
+            at(&gb, 0),
+            at_mut(&mut dx, 0),
+            at_mut(&mut dp, 0),
+        )
+        .unwrap();
+        let (dxv, dpv) = (d.get(&dx), d.get(&dp));
+        let mut ye = d.zeros(slots * rows * c);
+        d.b.batch_norm_eval(
+            &mut d.ctx,
+            &bn,
+            at(&xb, 0),
+            at(&pb, 0),
+            at(&running, 0),
+            at_mut(&mut ye, 0),
+        )
+        .unwrap();
+        let yev = d.get(&ye);
+        for s in 0..slots {
+            let what = format!("bn case {case} slot {s}");
+            let xs = to64(&x[s * rows * c..(s + 1) * rows * c]);
+            let gbv = to64(&params[s * ps..s * ps + 2 * c]);
+            let g = &gy[s * rows * c..(s + 1) * rows * c];
+            let (want, mean, var) = bn_ref(&xs, rows, c, &gbv, 1e-5);
+            let span = s * rows * c..(s + 1) * rows * c;
+            assert_close(&format!("{what} y"), &yv[span.clone()], &want, 1e-5);
+            let inv: Vec<f64> = var.iter().map(|v| 1.0 / (v + 1e-5f64).sqrt()).collect();
+            let saved_want: Vec<f64> = mean.iter().chain(&inv).copied().collect();
+            assert_close(
+                &format!("{what} saved"),
+                &sv[s * 2 * c..(s + 1) * 2 * c],
+                &saved_want,
+                1e-5,
+            );
+            let r0 = &running0[s * rs..s * rs + 2 * c];
+            let run_want: Vec<f64> = (0..2 * c)
+                .map(|i| {
+                    let batch = if i < c {
+                        mean[i]
+                    } else {
+                        var[i - c] * rows as f64 / (rows - 1) as f64
+                    };
+                    0.9 * r0[i] as f64 + 0.1 * batch
+                })
+                .collect();
+            assert_close(
+                &format!("{what} running"),
+                &rv[s * rs..s * rs + 2 * c],
+                &run_want,
+                1e-5,
+            );
+            assert_eq!(
+                &rv[s * rs + 2 * c..(s + 1) * rs],
+                &running0[s * rs + 2 * c..(s + 1) * rs],
+                "{what}: past the running stats"
+            );
+            let rm = &rv[s * rs..s * rs + 2 * c];
+            let eval_want: Vec<f64> = (0..rows * c)
+                .map(|i| {
+                    let ch = i % c;
+                    gbv[ch] * (xs[i] - rm[ch] as f64) / (rm[c + ch] as f64 + 1e-5).sqrt()
+                        + gbv[c + ch]
+                })
+                .collect();
+            assert_close(
+                &format!("{what} eval"),
+                &yev[span.clone()],
+                &eval_want,
+                1e-5,
+            );
+            let loss = |xv: &[f64], p: &[f64]| dot(&bn_ref(xv, rows, c, p, 1e-5).0, g);
+            assert_close(
+                &format!("{what} dx"),
+                &dxv[span],
+                &numeric_grad(|v| loss(v, &gbv), &xs),
+                1e-4,
+            );
+            assert_close(
+                &format!("{what} dgamma dbeta"),
+                &dpv[s * ps..s * ps + 2 * c],
+                &numeric_grad(|v| loss(&xs, v), &gbv),
+                1e-5,
+            );
+            assert!(
+                dpv[s * ps + 2 * c..(s + 1) * ps].iter().all(|&v| v == 7.0),
+                "{what}: past dparams"
+            );
+        }
+    }
+}
+
+/// Every conv op over K slots gives, bit for bit, what K single-slot calls
+/// give: what fused trials rely on.
+fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
+    let (k, n, h, w, c) = (3, 2, 6, 6, 4);
+    let per = n * h * w * c;
+    let x = rand_vec(k * per, 100, 1.0);
+    let xb = d.put(&x);
+    let single = |d: &mut D<B>, s: usize, f: SlotRun<'_, B>| {
+        let xs = d.put(&x[s * per..(s + 1) * per]);
+        f(d, 1, &xs)
+    };
+    let check = |d: &mut D<B>, what: &str, f: SlotRun<'_, B>| {
+        let all = f(d, k, &xb);
+        let each = all.len() / k;
+        for s in 0..k {
+            assert_eq!(
+                all[s * each..(s + 1) * each],
+                single(d, s, f)[..],
+                "{what} slot {s}"
+            );
+        }
+    };
+    let conv = |slots| conv_of(slots, (n, h, w, c, 3, 1, 1), per);
+    check(d, "im2col", &|d, slots, xb| {
+        let cv = conv(slots);
+        let mut cols = d.zeros(cv.cols_len());
+        d.b.im2col(&mut d.ctx, &cv, at(xb, 0), at_mut(&mut cols, 0))
+            .unwrap();
+        d.get(&cols)
+    });
+    check(d, "col2im", &|d, slots, xb| {
+        let cv = conv(slots);
+        let mut cols = d.zeros(cv.cols_len());
+        d.b.im2col(&mut d.ctx, &cv, at(xb, 0), at_mut(&mut cols, 0))
+            .unwrap();
+        let mut dx = d.zeros(slots * per);
+        d.b.col2im(&mut d.ctx, &cv, at(&cols, 0), at_mut(&mut dx, 0), false)
+            .unwrap();
+        d.get(&dx)
+    });
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        check(d, "pool2d and backward", &|d, slots, xb| {
+            let p = pool_of(slots, n, c, per, (kind, h, w, 3, 2));
+            let mut y = d.zeros(p.output().len());
+            d.b.pool2d(&mut d.ctx, &p, at(xb, 0), at_mut(&mut y, 0))
+                .unwrap();
+            let mut dx = d.zeros(slots * per);
+            d.b.pool2d_backward(&mut d.ctx, &p, at(xb, 0), at(&y, 0), at_mut(&mut dx, 0))
+                .unwrap();
+            let mut out = d.get(&y);
+            out.extend(d.get(&dx));
+            // Slot-major: regroup so each slot's pooled and gradient values are together.
+            let (py, pd) = (p.output().len() / slots, per);
+            (0..slots)
+                .flat_map(|s| {
+                    let mut v = out[s * py..(s + 1) * py].to_vec();
+                    v.extend(&out[slots * py + s * pd..slots * py + (s + 1) * pd]);
+                    v
+                })
+                .collect()
+        });
+    }
+    check(d, "batch norm", &|d, slots, xb| {
+        let bn = BatchNorm {
+            shape: Batched::new(slots, n * h * w, c),
+            param_stride: 2 * c,
+            running_stride: 2 * c,
+            momentum: 0.1,
+            eps: 1e-5,
+        };
+        let pb = d.put(&vec![1.25; slots * 2 * c]);
+        let mut run = d.put(&vec![0.5; slots * 2 * c]);
+        let (mut saved, mut y) = (d.zeros(bn.saved_len()), d.zeros(slots * per));
+        d.b.batch_norm_train(
+            &mut d.ctx,
+            &bn,
+            at(xb, 0),
+            at(&pb, 0),
+            at_mut(&mut run, 0),
+            at_mut(&mut saved, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        let (mut dx, mut dp) = (d.zeros(slots * per), d.zeros(slots * 2 * c));
+        d.b.batch_norm_backward(
+            &mut d.ctx,
+            &bn,
+            at(xb, 0),
+            at(&pb, 0),
+            at(&saved, 0),
+            at(&y, 0),
+            at_mut(&mut dx, 0),
+            at_mut(&mut dp, 0),
+        )
+        .unwrap();
+        let parts = [
+            (d.get(&y), per),
+            (d.get(&dx), per),
+            (d.get(&run), 2 * c),
+            (d.get(&dp), 2 * c),
+        ];
+        (0..slots)
+            .flat_map(|s| {
+                parts
+                    .iter()
+                    .flat_map(move |(v, each)| v[s * each..(s + 1) * each].to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
+}
+
+fn add_adds<B: Backend>(d: &mut D<B>) {
+    let (x, y0) = (rand_vec(1000, 110, 1.0), rand_vec(1003, 111, 1.0));
+    let xb = d.put(&x);
+    let mut yb = d.put(&y0);
+    d.b.add(&mut d.ctx, 1000, at(&xb, 0), at_mut(&mut yb, 2))
+        .unwrap();
+    let got = d.get(&yb);
+    for i in 0..1003 {
+        let want = if (2..1002).contains(&i) {
+            y0[i] + x[i - 2]
+        } else {
+            y0[i]
+        };
+        assert_eq!(got[i], want, "add[{i}]");
+    }
+}
+
+/// Geometry that cannot work is refused with a shape error, not run.
+fn conv_ops_refuse_bad_geometry<B: Backend>(d: &mut D<B>) {
+    let xb = d.zeros(64);
+    let mut out = d.zeros(4096);
+    let big = conv_of(1, (1, 2, 2, 1, 5, 1, 1), 4);
+    let err =
+        d.b.im2col(&mut d.ctx, &big, at(&xb, 0), at_mut(&mut out, 0))
+            .unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    let p = pool_of(1, 1, 1, 4, (PoolKind::Max, 2, 2, 3, 1));
+    let err =
+        d.b.pool2d(&mut d.ctx, &p, at(&xb, 0), at_mut(&mut out, 0))
+            .unwrap_err();
+    assert!(err.to_string().contains("does not fit"), "{err}");
+    let bn = BatchNorm {
+        shape: Batched::new(1, 1, 3),
+        param_stride: 6,
+        running_stride: 6,
+        momentum: 0.1,
+        eps: 1e-5,
+    };
+    let (pb, mut run, mut sv) = (d.zeros(6), d.zeros(6), d.zeros(6));
+    let err =
+        d.b.batch_norm_train(
+            &mut d.ctx,
+            &bn,
+            at(&xb, 0),
+            at(&pb, 0),
+            at_mut(&mut run, 0),
+            at_mut(&mut sv, 0),
+            at_mut(&mut out, 0),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("more than one value"), "{err}");
+}
+
+/// Random crops and flips against a host reference of the same draws;
+/// with no padding and no flip, the identity; each slot its own setting.
+fn augment_matches_reference<B: Backend>(d: &mut D<B>) {
+    let (n, h, w, c) = (5, 6, 7, 2);
+    let per = n * h * w * c;
+    let slots = [
+        AugmentSlot {
+            seed: 1,
+            pad: 2,
+            flip: true,
+        },
+        AugmentSlot {
+            seed: 2,
+            pad: 0,
+            flip: false,
+        },
+        AugmentSlot {
+            seed: 3,
+            pad: 1,
+            flip: false,
+        },
+    ];
+    let steps_v = [7u64, 8, 1 << 40];
+    let x = rand_vec(slots.len() * per, 120, 1.0);
+    let (xb, st) = (d.put(&x), d.dropout_steps(&steps_v));
+    let images = Images::packed(slots.len(), n, h, w, c);
+    let mut y = d.zeros(slots.len() * per);
+    d.b.augment(
+        &mut d.ctx,
+        &images,
+        &slots,
+        at(&st, 0),
+        at(&xb, 0),
+        at_mut(&mut y, 0),
+    )
+    .unwrap();
+    let got = d.get(&y);
+    let mut shifted = 0;
+    for (s, a) in slots.iter().enumerate() {
+        for img in 0..n {
+            let (dy, dx, flip) = a.draw(steps_v[s], img as u64);
+            assert!(dy.unsigned_abs() <= a.pad && dx.unsigned_abs() <= a.pad);
+            shifted += (dy != 0 || dx != 0 || flip) as usize;
+            for r in 0..h {
+                for col in 0..w {
+                    for ch in 0..c {
+                        let (sr, sc) = (
+                            r as isize + dy,
+                            if flip { w - 1 - col } else { col } as isize + dx,
+                        );
+                        let want = if sr < 0 || sc < 0 || sr >= h as isize || sc >= w as isize {
+                            0.0
+                        } else {
+                            x[s * per + img * h * w * c + (sr as usize * w + sc as usize) * c + ch]
+                        };
+                        let at = s * per + img * h * w * c + (r * w + col) * c + ch;
+                        assert_eq!(got[at], want, "slot {s} image {img} ({r}, {col}, {ch})");
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(
+        got[per..2 * per],
+        x[per..2 * per],
+        "no padding, no flip: the identity"
+    );
+    assert!(
+        shifted >= 5,
+        "the draws move most images ({shifted} of {})",
+        2 * n
+    );
+    // The same slot alone gives the same bits.
+    let st0 = d.dropout_steps(&steps_v[..1]);
+    let x0 = d.put(&x[..per]);
+    let mut y0 = d.zeros(per);
+    let one = Images::packed(1, n, h, w, c);
+    d.b.augment(
+        &mut d.ctx,
+        &one,
+        &slots[..1],
+        at(&st0, 0),
+        at(&x0, 0),
+        at_mut(&mut y0, 0),
+    )
+    .unwrap();
+    assert_eq!(d.get(&y0), got[..per]);
+}
+
+backend_tests!(
+    augment_matches_reference,
+    conv_forward_matches_reference,
+    conv_backward_finite_differences,
+    pooling_forward_and_finite_differences,
+    max_pool_ties_go_to_the_first,
+    batch_norm_matches_reference_and_finite_differences,
+    conv_ops_batched_equal_single_calls,
+    add_adds,
+    conv_ops_refuse_bad_geometry,
+);
