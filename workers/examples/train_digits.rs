@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             seed: 0,
         },
         report_every: None,
+        conv: None,
     };
     let mut trial = TrainTrial::new(&mut lane, device_data, cfg)?;
     println!(

@@ -7,12 +7,15 @@ use kernels::{Backend, at_mut};
 use crate::data::{SplitData, Task};
 use crate::error::{Result, WorkerError};
 use crate::lane::Lane;
+use crate::model::ImageShape;
 
 /// Training and validation parts on the device, uploaded once.
 pub struct DeviceData<B: Backend> {
     pub name: String,
     pub task: Task,
     pub features: usize,
+    /// The shape of each row, when rows are images (HWC).
+    pub image: Option<ImageShape>,
     pub target_cols: usize,
     pub n_train: usize,
     pub n_val: usize,
@@ -70,6 +73,7 @@ impl<B: Backend> DeviceData<B> {
             name: data.name.clone(),
             task: data.task,
             features: data.features,
+            image: data.image,
             target_cols: t,
             n_train: data.n_train,
             n_val: data.n_val,

@@ -3,7 +3,7 @@
 //! Members keep everything that makes them separate trials: their own
 //! hyper-parameters (per-slot scalars), seeds, permutations, iteration
 //! counters and report points. Only their weights and optimizer state live
-//! side by side in one [`MlpGroup`], so each iteration of all K is one
+//! side by side in one [`ModelGroup`], so each iteration of all K is one
 //! batched pass: one strided-batched GEMM per layer step instead of K.
 //!
 //! Membership changes at iteration boundaries only. A member that finishes,
@@ -22,7 +22,7 @@ use kernels::Backend;
 
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
-use crate::group::{LossStats, MlpGroup};
+use crate::group::{LossStats, ModelGroup};
 use crate::job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
 use crate::lane::Lane;
 use crate::state::TrialSnapshot;
@@ -120,7 +120,7 @@ pub struct FusedTrials<B: Backend> {
     /// The most members the group takes; its footprint reserves them all,
     /// so that joining never needs more memory than the core admitted.
     capacity: usize,
-    group: Option<MlpGroup<B>>,
+    group: Option<ModelGroup<B>>,
     control: FusedControl<B>,
     last_report: Option<Report>,
     /// Export finishing members' states (see [`Job::take_final_states`]).
@@ -487,7 +487,7 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
             .collect();
         let spec = self.members[0].trial.spec().clone();
         let batch = self.members[0].trial.config().batch_size;
-        let mut group = MlpGroup::zeroed(lane, spec, batch, self.data.target_cols, hparams)?;
+        let mut group = ModelGroup::zeroed(lane, spec, batch, self.data.target_cols, hparams)?;
         let mut states: Vec<TrialSnapshot> = Vec::with_capacity(self.members.len());
         for m in &mut self.members {
             states.push(m.trial.take_host_state().ok_or(WorkerError::NotResident)?);

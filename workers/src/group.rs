@@ -1,4 +1,4 @@
-//! `MlpGroup`: K same-shape MLP trials trained as one, slot by slot.
+//! `ModelGroup`: K same-shape MLP trials trained as one, slot by slot.
 //!
 //! A group owns the persistent state of its slots (parameters, optimizer
 //! state, running training statistics) laid out `[slot][...]`, so that each
@@ -24,16 +24,17 @@ use kernels::{
     Moments, STATS_LEN, Slots, StepWords, View, ViewMut, at, at_mut,
 };
 
+use crate::convnet::{ConvWorkspace, Running};
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::hparams::{OptimizerFamily, SlotHparams};
 use crate::lane::Lane;
-use crate::model::{Layer, LossKind, MlpSpec};
+use crate::model::{Layer, LossKind, ModelSpec};
 
 /// Everything that fixes the size of a group's buffers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GroupShape {
-    pub spec: MlpSpec,
+    pub spec: ModelSpec,
     pub slots: usize,
     pub batch: usize,
     /// Whether hidden layers apply dropout (its `p` is per slot).
@@ -51,7 +52,8 @@ impl GroupShape {
         let s = &self.spec;
         let kb = self.slots * self.batch;
         let per_hidden = if self.dropout { 3 } else { 2 };
-        kb * s.input
+        kb * s.data_features() * if self.augment().is_some() { 2 } else { 1 }
+            + crate::convnet::workspace_elems(s, kb, self.slots)
             + self.step_words()
             + kb * self.target_cols
             + kb * s.hidden.iter().sum::<usize>() * per_hidden
@@ -59,6 +61,11 @@ impl GroupShape {
             + self.scratch_buffers() * kb * s.max_width()
             + self.slots * s.n_params()
             + self.slots * STATS_LEN
+    }
+
+    /// The conv net's training-time augmentation, if any.
+    pub fn augment(&self) -> Option<crate::model::Augment> {
+        self.spec.conv.as_ref().and_then(|c| c.augment)
     }
 
     /// Words of the step block: batch indices, then dropout steps, then Adam scalars.
@@ -72,7 +79,8 @@ impl GroupShape {
 
     /// Bytes of the slots' parameters, optimizer state and statistics.
     pub fn persistent_bytes(&self, family: OptimizerFamily) -> usize {
-        4 * self.slots * (self.spec.n_params() * (1 + family.state_vectors()) + STATS_LEN)
+        let s = &self.spec;
+        4 * self.slots * (s.n_params() * (1 + family.state_vectors()) + s.n_running() + STATS_LEN)
     }
 }
 
@@ -92,6 +100,10 @@ pub struct Workspace<B: Backend> {
     dtmp: Option<B::Buf>,
     grads: B::Buf,
     eval_stats: B::Buf,
+    /// The conv net's buffers, for image models.
+    conv: Option<ConvWorkspace<B>>,
+    /// The gathered batch before augmentation, when the net augments.
+    raw: Option<B::Buf>,
 }
 
 impl<B: Backend> Workspace<B> {
@@ -114,7 +126,8 @@ impl<B: Backend> Workspace<B> {
             .chain(&self.a)
             .chain(&self.d)
             .chain(&self.dtmp);
-        one.into_iter().chain(layers)
+        let conv = self.conv.iter().flat_map(|c| c.buffers());
+        one.into_iter().chain(layers).chain(conv).chain(&self.raw)
     }
 
     /// Elements actually allocated, to check [`GroupShape::ephemeral_elems`].
@@ -133,7 +146,7 @@ impl<B: Backend> Workspace<B> {
         };
         let wide = kb * s.max_width();
         Ok(Workspace {
-            x: b.alloc_zeroed(kb * s.input)?,
+            x: b.alloc_zeroed(kb * s.data_features())?,
             step: b.alloc_zeroed(shape.step_words())?,
             y: b.alloc_zeroed(kb * shape.target_cols)?,
             z: hidden(b)?,
@@ -154,6 +167,11 @@ impl<B: Backend> Workspace<B> {
             },
             grads: b.alloc_zeroed(shape.slots * s.n_params())?,
             eval_stats: b.alloc_zeroed(shape.slots * STATS_LEN)?,
+            conv: ConvWorkspace::new(b, s, shape.slots, shape.batch)?,
+            raw: match shape.augment() {
+                Some(_) => Some(b.alloc_zeroed(kb * s.data_features())?),
+                None => None,
+            },
         })
     }
 }
@@ -181,6 +199,9 @@ pub struct SlotState {
     /// One vector per optimizer state (velocity; or first and second moments).
     pub opt_state: Vec<Vec<f32>>,
     pub train_stats: Vec<f32>,
+    /// Batch norm's running statistics ([`ModelSpec::n_running`] words;
+    /// empty without batch norm).
+    pub running: Vec<f32>,
 }
 
 /// Per-slot sums from the loss op: see [`kernels::STATS_LEN`].
@@ -221,7 +242,7 @@ impl LossStats {
 }
 
 /// K same-shape trials trained together. See the module docs.
-pub struct MlpGroup<B: Backend> {
+pub struct ModelGroup<B: Backend> {
     shape: GroupShape,
     layers: Vec<Layer>,
     n: usize,
@@ -230,6 +251,9 @@ pub struct MlpGroup<B: Backend> {
     params: B::Buf,
     state: Vec<B::Buf>,
     train_stats: B::Buf,
+    /// Batch norm's running statistics, `n_running` per slot.
+    running: B::Buf,
+    n_running: usize,
     /// This step's values on the host, reused from step to step.
     words: StepWords,
     /// Captured iterations by key (see the module docs), newest last.
@@ -243,27 +267,29 @@ pub struct MlpGroup<B: Backend> {
 /// Graphs a group keeps: one per lane it moves between, a few at most.
 const MAX_GRAPHS: usize = 4;
 
-impl<B: Backend> MlpGroup<B> {
+impl<B: Backend> ModelGroup<B> {
     /// A group with freshly initialised slots (each from its own seed).
     pub fn new(
         lane: &mut Lane<B>,
-        spec: MlpSpec,
+        spec: ModelSpec,
         batch: usize,
         target_cols: usize,
         slots: Vec<SlotHparams>,
     ) -> Result<Self> {
         let mut group = Self::zeroed(lane, spec, batch, target_cols, slots)?;
         let (b, ctx) = lane.device();
+        let running = group.shape.spec.init_running();
         for (s, h) in group.slots.iter().enumerate() {
             let init = group.shape.spec.init_params(h.seed);
             b.upload(ctx, &init, at_mut(&mut group.params, s * group.n))?;
+            b.upload(ctx, &running, at_mut(&mut group.running, s * running.len()))?;
         }
         Ok(group)
     }
 
     /// The shape a group of these slots has, without allocating it.
     pub fn shape_of(
-        spec: MlpSpec,
+        spec: ModelSpec,
         batch: usize,
         target_cols: usize,
         slots: &[SlotHparams],
@@ -294,7 +320,7 @@ impl<B: Backend> MlpGroup<B> {
     /// A group whose parameters and state are all zero, to import into.
     pub fn zeroed(
         lane: &mut Lane<B>,
-        spec: MlpSpec,
+        spec: ModelSpec,
         batch: usize,
         target_cols: usize,
         slots: Vec<SlotHparams>,
@@ -306,7 +332,10 @@ impl<B: Backend> MlpGroup<B> {
         let state = (0..family.state_vectors())
             .map(|_| b.alloc_zeroed(k * n))
             .collect::<kernels::Result<_>>()?;
-        Ok(MlpGroup {
+        let n_running = shape.spec.n_running();
+        Ok(ModelGroup {
+            running: b.alloc_zeroed(k * n_running)?,
+            n_running,
             layers: shape.spec.layers(),
             params: b.alloc_zeroed(k * n)?,
             train_stats: b.alloc_zeroed(k * STATS_LEN)?,
@@ -335,7 +364,7 @@ impl<B: Backend> MlpGroup<B> {
     pub fn allocated_elems(&self, b: &B) -> usize {
         std::iter::once(&self.params)
             .chain(&self.state)
-            .chain([&self.train_stats])
+            .chain([&self.train_stats, &self.running])
             .map(|buf| b.buf_len(buf))
             .sum()
     }
@@ -479,7 +508,8 @@ impl<B: Backend> MlpGroup<B> {
         key.extend(
             std::iter::once(&self.params)
                 .chain(&self.state)
-                .chain([&self.train_stats, &data.train_x, &data.train_y])
+                .chain([&self.running, &self.train_stats, &data.train_x])
+                .chain([&data.train_y])
                 .map(|x| b.buf_addr(x) as u64),
         );
         key.extend(ws.buffers().map(|x| b.buf_addr(x) as u64));
@@ -498,8 +528,11 @@ impl<B: Backend> MlpGroup<B> {
         offsets: StepOffsets,
     ) -> Result<()> {
         let (k, rows) = (self.slots.len(), self.shape.batch);
+        // With augmentation the batch lands in `raw` and is cropped and
+        // flipped from there into `x`, each slot by its own seed and step.
+        let x_dst = ws.raw.as_mut().unwrap_or(&mut ws.x);
         for (cols, from, to) in [
-            (data.features, &data.train_x, &mut ws.x),
+            (data.features, &data.train_x, x_dst),
             (data.target_cols, &data.train_y, &mut ws.y),
         ] {
             b.gather_rows(
@@ -510,6 +543,33 @@ impl<B: Backend> MlpGroup<B> {
                 at(from, 0),
                 at_mut(to, 0),
             )?;
+        }
+        if let (Some(a), Some(raw), Some(image)) = (self.shape.augment(), &ws.raw, data.image) {
+            let slots: Vec<_> = self
+                .slots
+                .iter()
+                .map(|h| kernels::AugmentSlot {
+                    seed: h.seed,
+                    pad: a.crop,
+                    flip: a.flip,
+                })
+                .collect();
+            let images = kernels::Images::packed(k, rows, image.h, image.w, image.c);
+            let steps = at(&ws.step, offsets.dropout);
+            b.augment(
+                ctx,
+                &images,
+                &slots,
+                steps,
+                at(raw, 0),
+                at_mut(&mut ws.x, 0),
+            )?;
+        }
+        if let Some(cw) = ws.conv.as_mut() {
+            let params = (&self.params, self.n);
+            let running = Running::Train(&mut self.running);
+            let x = at(&ws.x, 0);
+            cw.forward(b, ctx, (k, rows), x, rows * data.features, params, running)?;
         }
         self.forward(b, ctx, ws, data, Input::Batch, Some(offsets))?;
         let out = self.shape.spec.output;
@@ -556,6 +616,10 @@ impl<B: Backend> MlpGroup<B> {
         let batch_stride = rows * data.features;
         for (l, layer) in self.layers.iter().enumerate() {
             let (a_in, a_stride) = match (l, input) {
+                (0, _) if ws.conv.is_some() => {
+                    let cw = ws.conv.as_ref().expect("conv workspace");
+                    (cw.head_input(), rows * layer.fan_in)
+                }
                 (0, Input::Batch) => (at(&ws.x, 0), batch_stride),
                 (0, Input::Val { row, .. }) => (at(&data.val_x, row * data.features), 0),
                 _ if dropout => (at(&ws.d[l - 1], 0), rows * layer.fan_in),
@@ -633,8 +697,9 @@ impl<B: Backend> MlpGroup<B> {
         let mut in_dz = false; // where dL/dz of the current layer lives: dlogits, then dz
         for (l, layer) in self.layers.iter().enumerate().rev() {
             let (fi, fo) = (layer.fan_in, layer.fan_out);
-            let h_in = match l {
-                0 => at(&ws.x, 0),
+            let h_in = match (l, &ws.conv) {
+                (0, Some(cw)) => cw.head_input(),
+                (0, None) => at(&ws.x, 0),
                 _ if dropout => at(&ws.d[l - 1], 0),
                 _ => at(&ws.a[l - 1], 0),
             };
@@ -655,6 +720,18 @@ impl<B: Backend> MlpGroup<B> {
                 at_mut(&mut ws.grads, layer.b_off),
             )?;
             if l == 0 {
+                if let Some(cw) = ws.conv.as_mut() {
+                    // The head's input gradient, then the conv net's backward pass.
+                    let dh = Gemm::new(rows, fi, fo)
+                        .trans_b()
+                        .batched(k, rows * fo, n, rows * fi);
+                    let w = at(&self.params, layer.w_off);
+                    b.gemm(ctx, &dh, dz, w, cw.head_input_grad())?;
+                    let x = at(&ws.x, 0);
+                    let params = (&self.params, n);
+                    let stride = rows * self.shape.spec.data_features();
+                    cw.backward(b, ctx, (k, rows), x, stride, params, &mut ws.grads)?;
+                }
                 break;
             }
             let dh = Gemm::new(rows, fi, fo)
@@ -749,6 +826,19 @@ impl<B: Backend> MlpGroup<B> {
         let mut row = 0;
         while row < data.n_val {
             let rows = chunk.min(data.n_val - row);
+            if let Some(cw) = ws.conv.as_mut() {
+                let x = at(&data.val_x, row * data.features);
+                let params = (&self.params, self.n);
+                cw.forward(
+                    b,
+                    ctx,
+                    (k, rows),
+                    x,
+                    0,
+                    params,
+                    Running::Eval(&self.running),
+                )?;
+            }
             self.forward(b, ctx, ws, data, Input::Val { row, rows }, None)?;
             let shape = Batched::new(k, rows, out);
             let targets = at(&data.val_y, row * data.target_cols);
@@ -802,6 +892,7 @@ impl<B: Backend> MlpGroup<B> {
                 .map(|st| read(st, s * n, n))
                 .collect::<Result<_>>()?,
             train_stats: read(&self.train_stats, s * STATS_LEN, STATS_LEN)?,
+            running: read(&self.running, s * self.n_running, self.n_running)?,
         })
     }
 
@@ -812,6 +903,7 @@ impl<B: Backend> MlpGroup<B> {
             || st.opt_state.len() != self.state.len()
             || st.opt_state.iter().any(|v| v.len() != n)
             || st.train_stats.len() != STATS_LEN
+            || st.running.len() != self.n_running
         {
             return Err(WorkerError::BadState(format!(
                 "state does not fit a slot of {n} parameters with {} optimizer vectors",
@@ -828,6 +920,8 @@ impl<B: Backend> MlpGroup<B> {
             &st.train_stats,
             at_mut(&mut self.train_stats, s * STATS_LEN),
         )?;
+        let m = self.n_running;
+        b.upload(ctx, &st.running, at_mut(&mut self.running, s * m))?;
         Ok(())
     }
 }

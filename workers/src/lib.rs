@@ -10,7 +10,7 @@
 //!   and splits and standardises them; [`DeviceData`] puts a split on the
 //!   device once for every trial that uses it.
 //! * [`model`] describes the MLP template and its parameter layout.
-//! * [`group::MlpGroup`] trains K same-shape trials as one, through the
+//! * [`group::ModelGroup`] trains K same-shape trials as one, through the
 //!   batched ops of `kernels`. A lone trial is a group of one, so fusion
 //!   needs no second code path.
 //! * [`trial::TrainTrial`] is one trial as a [`Job`]: it knows its
@@ -20,13 +20,14 @@
 //!
 //! * [`FusedTrials`] is a *fused group* as a [`Job`]: trials of one fusion
 //!   key that the core schedules as one, each a member that can leave and
-//!   join at a boundary. Its buffers are one [`group::MlpGroup`] of K slots.
+//!   join at a boundary. Its buffers are one [`group::ModelGroup`] of K slots.
 //!   "Fused group" is the one word for this idea across the crates; the
 //!   runner's bookkeeping of one is `runner::groups::Group`.
 //!
 //! Everything is generic over [`kernels::Backend`], so the CPU and CUDA run
 //! the same code.
 
+mod convnet;
 pub mod data;
 pub mod device_data;
 pub mod error;
@@ -47,6 +48,6 @@ pub use job::{
     Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras, StepOutcome,
 };
 pub use lane::Lane;
-pub use model::{LossKind, MlpSpec};
+pub use model::{LossKind, ModelSpec};
 pub use state::TrialSnapshot;
 pub use trial::{TrainTrial, TrialConfig};

@@ -7,7 +7,10 @@
 use crate::error::{Result, WorkerError};
 use crate::group::SlotState;
 
-const MAGIC: &[u8; 8] = b"SALUSTS1";
+/// Version 2 adds batch norm's running statistics; version 1 states
+/// (which have none) are still read.
+const MAGIC: &[u8; 8] = b"SALUSTS2";
+const MAGIC_V1: &[u8; 8] = b"SALUSTS1";
 
 /// Everything needed to continue a trial exactly where it stopped.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,7 +29,8 @@ impl TrialSnapshot {
     pub fn float_bytes(&self) -> usize {
         4 * (self.slot.params.len()
             + self.slot.opt_state.iter().map(Vec::len).sum::<usize>()
-            + self.slot.train_stats.len())
+            + self.slot.train_stats.len()
+            + self.slot.running.len())
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -40,12 +44,13 @@ impl TrialSnapshot {
             s.params.len() as u64,
             s.opt_state.len() as u64,
             s.train_stats.len() as u64,
+            s.running.len() as u64,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for vec in std::iter::once(&s.params)
             .chain(&s.opt_state)
-            .chain(std::iter::once(&s.train_stats))
+            .chain([&s.train_stats, &s.running])
         {
             vec.iter()
                 .for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
@@ -55,20 +60,27 @@ impl TrialSnapshot {
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let bad = |m: &str| WorkerError::BadState(m.to_string());
-        if bytes.len() < 56 || &bytes[..8] != MAGIC {
-            return Err(bad("not a salus-tune trial state (magic mismatch)"));
+        let header = match bytes.get(..8) {
+            Some(m) if m == MAGIC => 64,
+            Some(m) if m == MAGIC_V1 => 56,
+            _ => return Err(bad("not a salus-tune trial state (magic mismatch)")),
+        };
+        if bytes.len() < header {
+            return Err(bad("truncated header"));
         }
         let word = |i: usize| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().unwrap());
         let (fingerprint, iteration, reports) = (word(0), word(1), word(2));
         let (n, n_state, n_stats) = (word(3) as usize, word(4) as usize, word(5) as usize);
+        let n_running = if header == 64 { word(6) as usize } else { 0 };
         if n_state > 8 || n_stats > 64 {
             return Err(bad("implausible header"));
         }
         let floats = n
             .checked_mul(n_state + 1)
             .and_then(|v| v.checked_add(n_stats))
+            .and_then(|v| v.checked_add(n_running))
             .ok_or_else(|| bad("size overflow"))?;
-        let body = &bytes[56..];
+        let body = &bytes[header..];
         if body.len() != floats.checked_mul(4).ok_or_else(|| bad("size overflow"))? {
             return Err(bad("length does not match the header"));
         }
@@ -79,6 +91,7 @@ impl TrialSnapshot {
         let params = take(n);
         let opt_state = (0..n_state).map(|_| take(n)).collect();
         let train_stats = take(n_stats);
+        let running = take(n_running);
         Ok(TrialSnapshot {
             fingerprint,
             iteration,
@@ -87,6 +100,7 @@ impl TrialSnapshot {
                 params,
                 opt_state,
                 train_stats,
+                running,
             },
         })
     }

@@ -14,11 +14,11 @@ use rand::{SeedableRng, rngs::StdRng};
 use crate::data::Task;
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
-use crate::group::{GroupShape, LossStats, MlpGroup, SlotState};
+use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
 use crate::job::{Footprint, FusionKey, Job, Report, StepOutcome};
 use crate::lane::Lane;
-use crate::model::{LossKind, MlpSpec};
+use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
 use crate::state::{TrialSnapshot, fnv1a};
 
 /// What a trial trains, before it is bound to data.
@@ -32,13 +32,48 @@ pub struct TrialConfig {
     pub hparams: SlotHparams,
     /// Iterations between report points; `None` reports once per epoch.
     pub report_every: Option<u64>,
+    /// A conv net in front of the MLP (`hidden` is then its head). Its
+    /// image shape is the data's, set when the trial is bound to data.
+    pub conv: Option<ConvNetSpec>,
 }
 
 impl TrialConfig {
-    /// The model for `task` with `features` inputs.
-    pub fn spec(&self, features: usize, task: Task) -> MlpSpec {
-        MlpSpec {
-            input: features,
+    /// Training FLOPs of one iteration on `data`, without building the
+    /// trial (which would fill its initial state).
+    pub fn flops_per_iteration<B: Backend>(&self, data: &DeviceData<B>) -> Result<f64> {
+        let spec = self.spec(data.features, data.task, data.image)?;
+        Ok(spec.flops_per_iteration(self.batch_size))
+    }
+
+    /// The model for `task` with `features` inputs, which are images of
+    /// `image` when the data has that shape.
+    pub fn spec(
+        &self,
+        features: usize,
+        task: Task,
+        image: Option<ImageShape>,
+    ) -> Result<ModelSpec> {
+        let conv = match (&self.conv, image) {
+            (None, _) => None,
+            (Some(c), Some(image)) => Some(ConvNetSpec { image, ..c.clone() }),
+            (Some(_), None) => {
+                return Err(WorkerError::Config(
+                    "a convolutional model needs image data (npy with a layout, idx, cifar10, or digits as images)".into(),
+                ));
+            }
+        };
+        if let Some(c) = &conv
+            && (c.stages.is_empty() || c.stages.contains(&0) || c.kernel % 2 == 0)
+        {
+            return Err(WorkerError::Config(format!(
+                "a convolutional model needs at least one stage, no empty stage and an odd kernel (got stages {:?}, kernel {})",
+                c.stages, c.kernel
+            )));
+        }
+        let input = conv.as_ref().map_or(features, |c| c.plan().features);
+        Ok(ModelSpec {
+            input,
+            conv,
             hidden: self.hidden.clone(),
             output: task.outputs(),
             activation: self.activation,
@@ -46,7 +81,7 @@ impl TrialConfig {
                 Task::Classification { .. } => LossKind::CrossEntropy,
                 Task::Regression { .. } => LossKind::Mse,
             },
-        }
+        })
     }
 }
 
@@ -55,7 +90,7 @@ pub struct TrainTrial<B: Backend> {
     cfg: TrialConfig,
     data: Arc<DeviceData<B>>,
     shape: GroupShape,
-    group: Option<MlpGroup<B>>,
+    group: Option<ModelGroup<B>>,
     swapped: Option<TrialSnapshot>,
     iteration: u64,
     reports: u64,
@@ -95,9 +130,9 @@ impl<B: Backend> TrainTrial<B> {
                 cfg.hparams.dropout
             )));
         }
-        let spec = cfg.spec(data.features, data.task);
+        let spec = cfg.spec(data.features, data.task, data.image)?;
         let (shape, family) =
-            MlpGroup::<B>::shape_of(spec, cfg.batch_size, data.target_cols, &[cfg.hparams])?;
+            ModelGroup::<B>::shape_of(spec, cfg.batch_size, data.target_cols, &[cfg.hparams])?;
         let n = shape.spec.n_params();
         let iters_per_epoch = (data.n_train / cfg.batch_size) as u64;
         let report_every = cfg.report_every.unwrap_or(iters_per_epoch).max(1);
@@ -119,6 +154,7 @@ impl<B: Backend> TrainTrial<B> {
             params: trial.shape.spec.init_params(trial.cfg.hparams.seed),
             opt_state: vec![vec![0.0; n]; family.state_vectors()],
             train_stats: vec![0.0; kernels::STATS_LEN],
+            running: trial.shape.spec.init_running(),
         };
         trial.swapped = Some(TrialSnapshot {
             fingerprint: trial.fingerprint(),
@@ -162,9 +198,9 @@ impl<B: Backend> TrainTrial<B> {
         self.iters_per_epoch
     }
 
-    /// Training FLOPs of one iteration (6 x batch x weights).
+    /// Training FLOPs of one iteration (see [`ModelSpec::flops_per_iteration`]).
     pub fn flops_per_iteration(&self) -> f64 {
-        6.0 * (self.cfg.batch_size * self.shape.spec.macs_per_sample()) as f64
+        self.shape.spec.flops_per_iteration(self.cfg.batch_size)
     }
 
     fn fingerprint(&self) -> u64 {
@@ -250,7 +286,7 @@ impl<B: Backend> TrainTrial<B> {
         &self.data
     }
 
-    pub(crate) fn spec(&self) -> &MlpSpec {
+    pub(crate) fn spec(&self) -> &ModelSpec {
         &self.shape.spec
     }
 
@@ -380,7 +416,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         }
         if self.group.is_none() {
             let spec = self.shape.spec.clone();
-            self.group = Some(MlpGroup::zeroed(
+            self.group = Some(ModelGroup::zeroed(
                 lane,
                 spec,
                 self.cfg.batch_size,

@@ -7,25 +7,64 @@ mod common;
 use common::*;
 use kernels::{Activation, Backend};
 use workers::data::{digits, split};
-use workers::group::MlpGroup;
-use workers::{Job, Lane, MlpSpec, Optimizer, StepOutcome, TrainTrial};
+use workers::group::ModelGroup;
+use workers::{Job, Lane, ModelSpec, Optimizer, StepOutcome, TrainTrial};
 
 fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
     let data = small_classification();
     let dev = upload(lane, &data);
-    let spec = MlpSpec {
+    let spec = ModelSpec {
         input: data.features,
         hidden: vec![32, 16],
         output: data.task.outputs(),
         activation: act,
         loss: workers::LossKind::CrossEntropy,
+        conv: None,
     };
     let hps: Vec<_> = (0..3)
         .map(|s| hparams(Optimizer::adam(), 1e-3, 0.25, 5 + s))
         .collect();
-    let mut group = MlpGroup::new(lane, spec, 16, data.target_cols(), hps).unwrap();
+    let mut group = ModelGroup::new(lane, spec, 16, data.target_cols(), hps).unwrap();
     let idx: Vec<u32> = (0..48).map(|i| (i * 7 % data.n_train) as u32).collect();
     group.gradients(lane, &dev, &idx, &[3, 4, 5]).unwrap()
+}
+
+/// A conv net's gradients (batch norm, a residual block, max pooling) over
+/// two slots.
+fn cnn_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<f32> {
+    let shape = workers::data::ImageShape { h: 8, w: 8, c: 3 };
+    let data = split(&workers::data::synthetic_images(80, shape, 4, 2), 0.25, 0).unwrap();
+    let dev = upload(lane, &data);
+    let conv = residual_net(shape, vec![6, 8]);
+    let spec = ModelSpec {
+        input: conv.plan().features,
+        hidden: vec![16],
+        output: data.task.outputs(),
+        activation: Activation::Relu,
+        loss: workers::LossKind::CrossEntropy,
+        conv: Some(conv),
+    };
+    let hps: Vec<_> = (0..2)
+        .map(|s| hparams(Optimizer::adam(), 1e-3, 0.0, 5 + s))
+        .collect();
+    let mut group = ModelGroup::new(lane, spec, 12, data.target_cols(), hps).unwrap();
+    let idx: Vec<u32> = (0..24).map(|i| (i * 5 % data.n_train) as u32).collect();
+    group.gradients(lane, &dev, &idx, &[3, 4]).unwrap()
+}
+
+#[test]
+fn cpu_and_cuda_cnn_gradients_agree() {
+    let Some(mut gpu) = cuda_lane("cpu_and_cuda_cnn_gradients_agree") else {
+        return;
+    };
+    let (a, b) = (cnn_gradients(&mut cpu_lane(1)), cnn_gradients(&mut gpu));
+    let scale = a.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-3 * scale,
+            "cnn gradient {i}: cpu {x}, cuda {y} (max |g| {scale})"
+        );
+    }
 }
 
 #[test]

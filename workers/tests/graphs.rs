@@ -17,9 +17,9 @@ use std::sync::Arc;
 use common::*;
 use kernels::{Activation, Backend};
 use workers::data::{digits, split};
-use workers::group::MlpGroup;
+use workers::group::ModelGroup;
 use workers::{
-    FusedTrials, Job, Lane, LossKind, MemberOutcome, MlpSpec, Optimizer, Report, StepOutcome,
+    FusedTrials, Job, Lane, LossKind, MemberOutcome, ModelSpec, Optimizer, Report, StepOutcome,
     TrainTrial, TrialConfig,
 };
 
@@ -37,15 +37,23 @@ fn two_lanes<B: Backend>(b: Arc<B>) -> (Lane<B>, Lane<B>) {
 fn fifty_steps<B: Backend>(
     lane: &mut Lane<B>,
     sgd: bool,
+    cnn: bool,
 ) -> (Vec<workers::group::SlotState>, Vec<f64>, usize) {
-    let data = split(&digits(), 0.2, 0).unwrap();
+    let data = if cnn {
+        split(&workers::data::digit_images(), 0.2, 0).unwrap()
+    } else {
+        split(&digits(), 0.2, 0).unwrap()
+    };
     let dev = upload(lane, &data);
-    let spec = MlpSpec {
-        input: data.features,
+    // A conv net with batch norm, residual blocks and augmentation in front of the head.
+    let conv = cnn.then(|| residual_net(data.image.unwrap(), vec![8, 12]));
+    let spec = ModelSpec {
+        input: conv.as_ref().map_or(data.features, |c| c.plan().features),
         hidden: vec![48, 24],
         output: data.task.outputs(),
         activation: Activation::Gelu,
         loss: LossKind::CrossEntropy,
+        conv,
     };
     let opts = if sgd {
         [Optimizer::Sgd {
@@ -69,7 +77,7 @@ fn fifty_steps<B: Backend>(
         .map(|(s, &o)| hparams(o, 2e-3 * (s + 1) as f32, 0.1 * s as f32, 40 + s as u64))
         .collect();
     let (k, batch) = (hps.len(), 32);
-    let mut group = MlpGroup::new(lane, spec, batch, data.target_cols(), hps).unwrap();
+    let mut group = ModelGroup::new(lane, spec, batch, data.target_cols(), hps).unwrap();
     for it in 0..50u64 {
         let idx: Vec<u32> = (0..k * batch)
             .map(|i| ((i as u64 * 131 + it * 977) % data.n_train as u64) as u32)
@@ -99,9 +107,9 @@ fn fifty_steps<B: Backend>(
 
 fn replay_equals_eager_over_50_iterations<B: Backend>(b: Arc<B>) {
     let (mut eager, mut graphs) = two_lanes(b);
-    for sgd in [false, true] {
-        let (want, want_val, none) = fifty_steps(&mut eager, sgd);
-        let (got, got_val, held) = fifty_steps(&mut graphs, sgd);
+    for (sgd, cnn) in [(false, false), (true, false), (false, true)] {
+        let (want, want_val, none) = fifty_steps(&mut eager, sgd, cnn);
+        let (got, got_val, held) = fifty_steps(&mut graphs, sgd, cnn);
         assert_eq!(none, 0, "the eager lane captured a graph");
         // Captured after the first iteration, then replayed: one graph.
         let one = graphs.graphs() as usize;
@@ -116,6 +124,11 @@ fn replay_equals_eager_over_50_iterations<B: Backend>(b: Arc<B>) {
             for (a, b) in g.opt_state.iter().zip(&w.opt_state) {
                 assert_eq!(bits(a), bits(b), "sgd {sgd} slot {s}: optimizer state");
             }
+            assert_eq!(
+                bits(&g.running),
+                bits(&w.running),
+                "cnn {cnn} slot {s}: batch norm's running statistics"
+            );
         }
         assert_eq!(got_val, want_val, "sgd {sgd}: statistics");
     }

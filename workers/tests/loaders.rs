@@ -1,11 +1,15 @@
-//! Data loaders on good and bad files: errors name line and column, and
-//! no input makes them panic.
+//! Data loaders on good and bad files (CSV, `.npy`, and the image formats:
+//! `.npy` images, IDX, CIFAR-10): errors name the file, line and column
+//! where the format has them, and no input makes them panic.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use workers::data::{Task, TaskKind, digits, load_csv, load_npy_pair, parse_npy, split};
+use workers::data::{
+    ImageLayout, ImageShape, Task, TaskKind, digits, load_cifar10, load_csv, load_idx,
+    load_npy_images, load_npy_pair, parse_cifar10, parse_idx, parse_npy, split,
+};
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let path = dir.join(name);
@@ -286,6 +290,205 @@ fn split_is_seeded_stratified_and_standardised_on_train_only() {
     assert!(split(&d, 1.5, 0).is_err());
 }
 
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `n` images of `c x h x w` whose pixel value encodes (image, y, x, channel).
+fn pixel(i: usize, y: usize, x: usize, ch: usize) -> f32 {
+    (i * 1000 + y * 100 + x * 10 + ch) as f32
+}
+
+#[test]
+fn npy_images_in_either_layout_load_channels_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, c, h, w) = (4, 3, 2, 5);
+    let mut nchw = Vec::new();
+    let mut nhwc = Vec::new();
+    for i in 0..n {
+        for ch in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    nchw.push(pixel(i, y, x, ch));
+                }
+            }
+        }
+        for y in 0..h {
+            for x in 0..w {
+                for ch in 0..c {
+                    nhwc.push(pixel(i, y, x, ch));
+                }
+            }
+        }
+    }
+    let labels = write(
+        dir.path(),
+        "y.npy",
+        &npy(
+            "<i8",
+            "(4,)",
+            &[0i64, 1, 1, 0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+        ),
+    );
+    let a = write(
+        dir.path(),
+        "a.npy",
+        &npy("<f4", "(4, 3, 2, 5)", &f32_bytes(&nchw)),
+    );
+    let b = write(
+        dir.path(),
+        "b.npy",
+        &npy("<f4", "(4, 2, 5, 3)", &f32_bytes(&nhwc)),
+    );
+    let from_nchw = load_npy_images(&a, &labels, ImageLayout::Nchw).unwrap();
+    let from_nhwc = load_npy_images(&b, &labels, ImageLayout::Nhwc).unwrap();
+    assert_eq!(from_nchw.image, Some(ImageShape { h, w, c }));
+    assert_eq!(from_nchw.x, nhwc, "NCHW is transposed to channels last");
+    assert_eq!(from_nchw.x, from_nhwc.x);
+    assert_eq!(from_nhwc.y, vec![0.0, 1.0, 1.0, 0.0]);
+    // A 2-D array is not images; the error says which layout was expected.
+    let flat = write(
+        dir.path(),
+        "flat.npy",
+        &npy("<f4", "(4, 30)", &f32_bytes(&nhwc)),
+    );
+    let err = load_npy_images(&flat, &labels, ImageLayout::Nchw)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("flat.npy") && err.contains("4-D") && err.contains("NCHW"),
+        "{err}"
+    );
+}
+
+fn idx(dims: &[u32], body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    for d in dims {
+        out.extend(d.to_be_bytes());
+    }
+    out.extend(body);
+    out
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn idx_files_load_gzipped_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, h, w) = (3usize, 4usize, 2usize);
+    let px: Vec<u8> = (0..n * h * w).map(|i| (i * 7 % 256) as u8).collect();
+    let images = idx(&[n as u32, h as u32, w as u32], &px);
+    let labels = idx(&[n as u32], &[2, 0, 1]);
+    let plain = load_idx(
+        &write(dir.path(), "x-idx3-ubyte", &images),
+        &write(dir.path(), "y-idx1-ubyte", &labels),
+    )
+    .unwrap();
+    let zipped = load_idx(
+        &write(dir.path(), "x.gz", &gzip(&images)),
+        &write(dir.path(), "y.gz", &gzip(&labels)),
+    )
+    .unwrap();
+    assert_eq!(plain.image, Some(ImageShape { h, w, c: 1 }));
+    assert_eq!(plain.x, px.iter().map(|&v| v as f32).collect::<Vec<_>>());
+    assert_eq!(plain.y, vec![2.0, 0.0, 1.0]);
+    assert_eq!(plain.task, Task::Classification { classes: 3 });
+    assert_eq!((plain.x, plain.y), (zipped.x, zipped.y));
+
+    let short = write(
+        dir.path(),
+        "short",
+        &idx(&[n as u32, h as u32, w as u32], &px[1..]),
+    );
+    let y = write(dir.path(), "y", &labels);
+    let err = load_idx(&short, &y).unwrap_err().to_string();
+    assert!(err.contains("short") && err.contains("holds 23"), "{err}");
+    let two = write(dir.path(), "two", &idx(&[2], &[0, 1]));
+    let x = write(dir.path(), "x", &images);
+    let err = load_idx(&x, &two).unwrap_err().to_string();
+    assert!(err.contains("3 values to match"), "{err}");
+    let floats = write(dir.path(), "f", &[0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0]);
+    let err = load_idx(&floats, &y).unwrap_err().to_string();
+    assert!(err.contains("0x0d is not supported"), "{err}");
+}
+
+fn cifar_record(label: u8, seed: usize) -> Vec<u8> {
+    let mut r = vec![label];
+    r.extend((0..3072).map(|i| ((i + seed) % 251) as u8));
+    r
+}
+
+#[test]
+fn cifar10_batches_load_from_a_file_or_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let one: Vec<u8> = [cifar_record(3, 0), cifar_record(9, 5)].concat();
+    let two: Vec<u8> = cifar_record(0, 9);
+    write(dir.path(), "data_batch_1.bin", &one);
+    write(dir.path(), "data_batch_2.bin", &two);
+    write(dir.path(), "test_batch.bin", &cifar_record(1, 1));
+    let all = load_cifar10(dir.path()).unwrap();
+    assert_eq!(all.rows, 3, "training batches only, in name order");
+    assert_eq!(all.y, vec![3.0, 9.0, 0.0]);
+    assert_eq!(all.image, Some(ImageShape { h: 32, w: 32, c: 3 }));
+    assert_eq!(all.classes[3], "cat");
+    // Pixel (y, x) of channel ch sits at ch * 1024 + y * 32 + x in the record.
+    let (y, x, ch) = (5usize, 7usize, 2usize);
+    assert_eq!(
+        all.x[(y * 32 + x) * 3 + ch],
+        one[1 + ch * 1024 + y * 32 + x] as f32
+    );
+    let single = load_cifar10(&dir.path().join("data_batch_2.bin")).unwrap();
+    assert_eq!(single.rows, 1);
+
+    let bad = write(dir.path(), "bad.bin", &one[..3000]);
+    let err = load_cifar10(&bad).unwrap_err().to_string();
+    assert!(
+        err.contains("bad.bin") && err.contains("3073-byte records"),
+        "{err}"
+    );
+    let label = write(dir.path(), "label.bin", &cifar_record(10, 0));
+    let err = load_cifar10(&label).unwrap_err().to_string();
+    assert!(err.contains("label 10"), "{err}");
+    let empty = tempfile::tempdir().unwrap();
+    let err = load_cifar10(empty.path()).unwrap_err().to_string();
+    assert!(err.contains("data_batch_"), "{err}");
+}
+
+#[test]
+fn images_are_standardised_per_channel_on_the_training_split() {
+    let ds = workers::data::synthetic_images(60, ImageShape { h: 4, w: 5, c: 3 }, 3, 1);
+    let s = split(&ds, 0.25, 0).unwrap();
+    assert_eq!(s.image, ds.image);
+    for ch in 0..3 {
+        let vals: Vec<f64> = s
+            .train_x
+            .iter()
+            .skip(ch)
+            .step_by(3)
+            .map(|&v| v as f64)
+            .collect();
+        let mean = vals.iter().sum::<f64>() / vals.len() as f64;
+        let var = vals.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / vals.len() as f64;
+        assert!(
+            mean.abs() < 1e-4 && (var - 1.0).abs() < 1e-3,
+            "channel {ch}: mean {mean} var {var}"
+        );
+    }
+    // Every pixel of a channel shares the channel's statistics.
+    assert!(
+        s.feature_mean
+            .chunks(3)
+            .all(|px| px == &s.feature_mean[..3])
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
@@ -307,5 +510,21 @@ proptest! {
         bytes.truncate(cut.max(1) + tail.len());
         let _ = parse_npy(&bytes, Path::new("f.npy"));
         let _ = parse_npy(&tail, Path::new("f.npy"));
+    }
+
+    #[test]
+    fn idx_parser_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..200), dims in proptest::collection::vec(0u32..6, 1..4), zip in any::<bool>()) {
+        let mut bytes = idx(&dims, &tail);
+        if zip {
+            bytes = gzip(&bytes);
+        }
+        let _ = parse_idx(bytes, Path::new("f.idx"));
+        let _ = parse_idx(tail.clone(), Path::new("f.idx"));
+        let _ = parse_idx(gzip(&tail)[..tail.len().min(10)].to_vec(), Path::new("f.gz"));
+    }
+
+    #[test]
+    fn cifar10_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..7000)) {
+        let _ = parse_cifar10(&bytes, Path::new("b.bin"));
     }
 }

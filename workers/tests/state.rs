@@ -4,21 +4,7 @@ mod common;
 
 use common::*;
 use kernels::Activation;
-use workers::{Job, Optimizer, Report, StepOutcome, TrainTrial, TrialSnapshot, WorkerError};
-
-fn run_iterations(
-    trial: &mut TrainTrial<kernels::CpuBackend>,
-    lane: &mut workers::Lane<kernels::CpuBackend>,
-    n: u64,
-) -> Vec<Report> {
-    (0..n)
-        .filter_map(|_| match trial.step(lane).unwrap() {
-            StepOutcome::Report(r) | StepOutcome::Finished(r) => Some(r),
-            StepOutcome::Continue => None,
-            StepOutcome::Members(_) => unreachable!("a lone trial"),
-        })
-        .collect()
-}
+use workers::{Job, Optimizer, TrainTrial, TrialSnapshot, WorkerError};
 
 fn configs() -> Vec<workers::TrialConfig> {
     vec![

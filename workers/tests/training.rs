@@ -6,8 +6,8 @@ mod common;
 use common::*;
 use kernels::{Activation, Backend, CpuBackend};
 use workers::data::{digits, split};
-use workers::group::MlpGroup;
-use workers::{Job, LossKind, MlpSpec, Optimizer, StepOutcome, TrainTrial, WorkerError};
+use workers::group::ModelGroup;
+use workers::{Job, LossKind, ModelSpec, Optimizer, StepOutcome, TrainTrial, WorkerError};
 
 fn finish(
     trial: &mut TrainTrial<CpuBackend>,
@@ -55,8 +55,8 @@ fn footprint_equals_what_is_allocated() {
         assert_eq!(lane.arena_allocated_elems() * 4, fp.ephemeral_bytes);
         assert_eq!(lane.arena_bytes(), fp.ephemeral_bytes);
         assert_eq!(fp.shared_bytes, dev.bytes());
-        let spec = cfg.spec(data.features, data.task);
-        let group = MlpGroup::new(&mut lane, spec, 12, 1, vec![cfg.hparams]).unwrap();
+        let spec = cfg.spec(data.features, data.task, None).unwrap();
+        let group = ModelGroup::new(&mut lane, spec, 12, 1, vec![cfg.hparams]).unwrap();
         assert_eq!(
             group.allocated_elems(&CpuBackend::new()) * 4,
             fp.persistent_bytes
@@ -125,12 +125,13 @@ fn fused_slots_match_lone_trials() {
     let data = small_classification();
     let mut lane = cpu_lane(2);
     let dev = upload(&mut lane, &data);
-    let spec = MlpSpec {
+    let spec = ModelSpec {
         input: data.features,
         hidden: vec![16, 16],
         output: 3,
         activation: Activation::Gelu,
         loss: LossKind::CrossEntropy,
+        conv: None,
     };
     let slots = vec![
         hparams(Optimizer::adam(), 1e-2, 0.0, 1),
@@ -147,10 +148,10 @@ fn fused_slots_match_lone_trials() {
         hparams(Optimizer::adam(), 5e-2, 0.1, 3),
     ];
     let batch = 10;
-    let mut fused = MlpGroup::new(&mut lane, spec.clone(), batch, 1, slots.clone()).unwrap();
+    let mut fused = ModelGroup::new(&mut lane, spec.clone(), batch, 1, slots.clone()).unwrap();
     let mut lone: Vec<_> = slots
         .iter()
-        .map(|h| MlpGroup::new(&mut lane, spec.clone(), batch, 1, vec![*h]).unwrap())
+        .map(|h| ModelGroup::new(&mut lane, spec.clone(), batch, 1, vec![*h]).unwrap())
         .collect();
     for it in 0..12u64 {
         let idx: Vec<u32> = (0..3 * batch)
@@ -365,6 +366,7 @@ fn bad_labels_are_refused_at_upload_and_fail_a_trial_that_meets_them() {
         name: data.name.clone(),
         task: data.task,
         features: data.features,
+        image: None,
         target_cols: data.target_cols(),
         n_train: data.n_train,
         n_val: data.n_val,

@@ -179,6 +179,7 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
         name: format!("csv:{}:{target}", path.display()),
         rows,
         features,
+        image: None,
         x,
         y,
         task,

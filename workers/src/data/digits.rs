@@ -2,7 +2,7 @@
 
 use std::io::Read;
 
-use super::{Dataset, Task};
+use super::{Dataset, ImageShape, Task};
 
 const DIGITS_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
@@ -26,10 +26,22 @@ pub fn digits() -> Dataset {
         name: "digits".into(),
         rows: y.len(),
         features: 64,
+        image: None,
         x,
         y,
         task: Task::Classification { classes: 10 },
         classes: (0..10).map(|c| c.to_string()).collect(),
+    }
+}
+
+/// The same digits as `1 x 8 x 8` images, for convolutional models. Its
+/// own name, so that trials on the two never fuse (their standardisation
+/// differs: per channel here, per pixel there).
+pub fn digit_images() -> Dataset {
+    Dataset {
+        name: "digits-images".into(),
+        image: Some(ImageShape { h: 8, w: 8, c: 1 }),
+        ..digits()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Data sets: the built-in digits, seeded synthetic generators, CSV and
-//! `.npy` files, and the seeded train/validation split.
+//! `.npy` files, image files (`.npy` images, MNIST's IDX, CIFAR-10), and
+//! the seeded train/validation split.
 //!
 //! Every loader produces a [`Dataset`]: a dense row-major `f32` feature
 //! matrix and a target matrix (class indices as `f32` for classification,
@@ -9,15 +10,21 @@
 
 mod csv;
 mod digits;
+mod images;
 mod npy;
 mod split;
 mod synthetic;
 
 pub use self::csv::{load_csv, parse_csv};
-pub use digits::digits;
+pub use digits::{digit_images, digits};
+pub use images::{
+    IdxArray, ImageLayout, load_cifar10, load_idx, load_npy_images, parse_cifar10, parse_idx,
+};
 pub use npy::{NpyArray, load_npy, load_npy_pair, parse_npy};
 pub use split::{SplitData, split};
-pub use synthetic::{synthetic_classification, synthetic_regression};
+pub use synthetic::{synthetic_classification, synthetic_images, synthetic_regression};
+
+pub use crate::model::ImageShape;
 
 /// What a data set's targets are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,6 +70,9 @@ pub struct Dataset {
     pub name: String,
     pub rows: usize,
     pub features: usize,
+    /// The shape of each row, when rows are images: `features = h * w * c`,
+    /// pixels channels-last (HWC).
+    pub image: Option<ImageShape>,
     /// `rows x features`, row-major.
     pub x: Vec<f32>,
     /// `rows x task.target_cols()`, row-major.

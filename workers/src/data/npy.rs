@@ -135,8 +135,18 @@ fn decoder(descr: &str) -> Option<(usize, Decode)> {
 
 /// A data set from a 2-D feature array and a 1-D (or `rows x 1`) target array.
 pub fn load_npy_pair(x_path: &Path, y_path: &Path, kind: TaskKind) -> Result<Dataset> {
-    let x = load_npy(x_path)?;
-    let y = load_npy(y_path)?;
+    dataset_from_arrays(load_npy(x_path)?, load_npy(y_path)?, x_path, y_path, kind)
+}
+
+/// A data set from a decoded 2-D feature array and its targets (see
+/// [`load_npy_pair`]); the paths name the arrays in errors.
+pub(crate) fn dataset_from_arrays(
+    x: NpyArray,
+    y: NpyArray,
+    x_path: &Path,
+    y_path: &Path,
+    kind: TaskKind,
+) -> Result<Dataset> {
     let err = |p: &Path, msg: String| WorkerError::data(p, None, None, msg);
     if x.shape.len() != 2 || x.shape[1] == 0 {
         return Err(err(
@@ -201,6 +211,7 @@ pub fn load_npy_pair(x_path: &Path, y_path: &Path, kind: TaskKind) -> Result<Dat
         name,
         rows,
         features: x.shape[1],
+        image: None,
         x: x.data,
         y: y.data,
         task,

@@ -4,7 +4,7 @@
 use rand::seq::SliceRandom;
 use rand::{SeedableRng, rngs::StdRng};
 
-use super::{Dataset, Task};
+use super::{Dataset, ImageShape, Task};
 use crate::error::{Result, WorkerError};
 
 /// A split, standardised data set, ready to upload to a device.
@@ -14,12 +14,16 @@ pub struct SplitData {
     pub name: String,
     pub task: Task,
     pub features: usize,
+    /// The shape of each row, when rows are images (see [`super::Dataset::image`]).
+    pub image: Option<ImageShape>,
     pub n_train: usize,
     pub n_val: usize,
     pub train_x: Vec<f32>,
     pub train_y: Vec<f32>,
     pub val_x: Vec<f32>,
     pub val_y: Vec<f32>,
+    /// Per feature column; for images, each pixel column holds its
+    /// channel's statistics (images are standardised per channel).
     pub feature_mean: Vec<f32>,
     pub feature_std: Vec<f32>,
     /// Regression targets are standardised too; metrics are reported in the
@@ -79,7 +83,15 @@ pub fn split(ds: &Dataset, val_fraction: f64, seed: u64) -> Result<SplitData> {
     };
     let (mut train_x, mut val_x) = (gather(&train_idx, &ds.x, f), gather(&val_idx, &ds.x, f));
     let (mut train_y, mut val_y) = (gather(&train_idx, &ds.y, t), gather(&val_idx, &ds.y, t));
-    let (feature_mean, feature_std) = standardise(&mut train_x, &mut val_x, f);
+    let (feature_mean, feature_std) = match ds.image {
+        // Per channel: pixels of one channel share a mean and a std.
+        Some(img) => {
+            let (m, s) = standardise(&mut train_x, &mut val_x, img.c);
+            let per_pixel = |v: &[f32]| (0..f).map(|i| v[i % img.c]).collect::<Vec<f32>>();
+            (per_pixel(&m), per_pixel(&s))
+        }
+        None => standardise(&mut train_x, &mut val_x, f),
+    };
     let (target_mean, target_std) = match ds.task {
         Task::Regression { .. } => standardise(&mut train_y, &mut val_y, t),
         Task::Classification { .. } => (Vec::new(), Vec::new()),
@@ -88,6 +100,7 @@ pub fn split(ds: &Dataset, val_fraction: f64, seed: u64) -> Result<SplitData> {
         name: format!("{}|val={val_fraction}|seed={seed}", ds.name),
         task: ds.task,
         features: f,
+        image: ds.image,
         n_train: train_idx.len(),
         n_val: val_idx.len(),
         train_x,

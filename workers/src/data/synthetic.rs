@@ -3,7 +3,7 @@
 use rand::{SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{Dataset, Task};
+use super::{Dataset, ImageShape, Task};
 
 fn normal(rng: &mut StdRng) -> f32 {
     StandardNormal.sample(rng)
@@ -44,6 +44,7 @@ pub fn synthetic_classification(
         name: format!("synthetic-classification:{rows}x{features}:{classes}:{informative}:{seed}"),
         rows,
         features,
+        image: None,
         x,
         y,
         task: Task::Classification { classes },
@@ -76,10 +77,70 @@ pub fn synthetic_regression(
         name: format!("synthetic-regression:{rows}x{features}:{informative}:{noise}:{seed}"),
         rows,
         features,
+        image: None,
         x,
         y,
         task: Task::Regression { targets: 1 },
         classes: Vec::new(),
+    }
+}
+
+/// Images of `shape` in `classes` classes: each class is a smooth random
+/// pattern (a sum of a few plane waves per channel), shifted by up to a
+/// quarter of the image, plus pixel noise, so that a class is a shape to
+/// find rather than fixed pixels to read. The same arguments give the same
+/// data.
+pub fn synthetic_images(rows: usize, shape: ImageShape, classes: usize, seed: u64) -> Dataset {
+    let classes = classes.max(2);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x1a6e_0000_0000_0001);
+    const WAVES: usize = 3;
+    // Per class and channel: WAVES (frequency y, frequency x, phase) triples.
+    let waves: Vec<[f32; 3]> = (0..classes * shape.c * WAVES)
+        .map(|_| {
+            let f = |rng: &mut StdRng| 0.5 + 1.5 * normal(rng).abs();
+            [
+                f(&mut rng),
+                f(&mut rng),
+                std::f32::consts::TAU * normal(&mut rng),
+            ]
+        })
+        .collect();
+    let (h, w, c) = (shape.h, shape.w, shape.c);
+    let max_shift = (h.min(w) / 4) as i64;
+    let (mut x, mut y) = (
+        Vec::with_capacity(rows * shape.len()),
+        Vec::with_capacity(rows),
+    );
+    for r in 0..rows {
+        let class = r % classes;
+        let shift = |rng: &mut StdRng| {
+            (normal(rng).abs() * max_shift as f32 * 0.5).min(max_shift as f32) as i64
+        };
+        let (sy, sx) = (shift(&mut rng), shift(&mut rng));
+        for py in 0..h as i64 {
+            for px in 0..w as i64 {
+                for ch in 0..c {
+                    let (u, v) = ((py - sy) as f32 / h as f32, (px - sx) as f32 / w as f32);
+                    let base = (class * c + ch) * WAVES;
+                    let signal: f32 = waves[base..base + WAVES]
+                        .iter()
+                        .map(|[fy, fx, ph]| (std::f32::consts::TAU * (fy * u + fx * v) + ph).sin())
+                        .sum();
+                    x.push(signal + 0.8 * normal(&mut rng));
+                }
+            }
+        }
+        y.push(class as f32);
+    }
+    Dataset {
+        name: format!("synthetic-images:{rows}x{shape}:{classes}:{seed}"),
+        rows,
+        features: shape.len(),
+        image: Some(shape),
+        x,
+        y,
+        task: Task::Classification { classes },
+        classes: (0..classes).map(|c| c.to_string()).collect(),
     }
 }
 

@@ -71,6 +71,44 @@ pub fn config(
         epochs,
         hparams: hp,
         report_every: None,
+        conv: None,
+    }
+}
+
+/// Steps a lone trial `n` iterations, collecting the reports it makes.
+pub fn run_iterations<B: Backend>(
+    trial: &mut TrainTrial<B>,
+    lane: &mut Lane<B>,
+    n: u64,
+) -> Vec<Report> {
+    (0..n)
+        .filter_map(|_| match trial.step(lane).unwrap() {
+            StepOutcome::Report(r) | StepOutcome::Finished(r) => Some(r),
+            StepOutcome::Continue => None,
+            StepOutcome::Members(_) => unreachable!("a lone trial"),
+        })
+        .collect()
+}
+
+/// A conv net with every part the device tests compare: batch norm,
+/// residual blocks, max pooling, and augmentation.
+pub fn residual_net(
+    image: workers::data::ImageShape,
+    stages: Vec<usize>,
+) -> workers::model::ConvNetSpec {
+    workers::model::ConvNetSpec {
+        image,
+        stages,
+        blocks_per_stage: 2,
+        kernel: 3,
+        residual: true,
+        batch_norm: true,
+        pool: kernels::PoolKind::Max,
+        global_pool: false,
+        augment: Some(workers::model::Augment {
+            crop: 1,
+            flip: true,
+        }),
     }
 }
 
