@@ -240,4 +240,14 @@ fn check_prints_the_resolved_search_space() {
         &["check", "studies/digits_gp.toml"],
     ));
     assert!(gp.contains("gp (startup_trials 8)"), "{gp}");
+    let cnn = text(&run_in(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        &["check", "studies/digits_cnn.toml"],
+    ));
+    assert!(
+        cnn.contains("digits (built in), as 1x8x8 images")
+            && cnn.contains("1x8x8 images, classification, 10 classes")
+            && cnn.contains("model          cnn"),
+        "{cnn}"
+    );
 }

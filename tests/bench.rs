@@ -75,10 +75,74 @@ fn bench_packing_measures_mixed_widths() {
     let bad = run_in(dir.path(), &["bench", "packing", "--h", "wide"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad).contains("expected a positive width or `mixed`"),
+        text(&bad).contains("expected a positive width, `mixed`, `cnn-digits` or `cnn-32`"),
         "{}",
         text(&bad)
     );
+}
+
+/// The conv-net workloads in every mode, with images per second, and
+/// PyTorch beside them when the test's Python has torch (CI installs it
+/// into the venv; otherwise the note says why it is missing).
+#[test]
+fn bench_packing_measures_conv_nets_beside_pytorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "packing",
+            "--json",
+            "--device",
+            "cpu",
+            "--h",
+            "cnn-digits",
+            "--k",
+            "1,2",
+            "--gflop",
+            "1",
+            "--repeats",
+            "1",
+            "--no-overhead",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<&serde_json::Value> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["h"] == "cnn-digits")
+        .collect();
+    let modes: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| (r["k"].as_u64().unwrap(), r["mode"].as_str().unwrap()))
+        .filter(|(_, m)| *m != "torch")
+        .collect();
+    assert_eq!(
+        modes,
+        [
+            (1, "seq"),
+            (1, "lanes"),
+            (2, "seq"),
+            (2, "lanes"),
+            (2, "fused")
+        ]
+    );
+    for r in &rows {
+        assert!(r["images_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let torch = rows.iter().filter(|r| r["mode"] == "torch").count();
+    let note = text(&out).contains("no PyTorch anchor");
+    assert!(
+        torch == 2 || note,
+        "PyTorch beside each K, or a note: {}",
+        text(&out)
+    );
+    if torch == 2 {
+        let seq = rows.iter().find(|r| r["mode"] == "seq").unwrap();
+        assert!(seq["ratio_vs_torch"].as_f64().unwrap() > 0.0, "{seq}");
+    }
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn cfg(width: usize, seed: u64, epochs: u64) -> TrialConfig {
             seed,
         },
         report_every: None,
+        conv: None,
     }
 }
 
@@ -596,6 +597,86 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
                 "{}: {switches} switches in 180 iterations under round-robin",
                 backend.name()
             );
+        }
+        core.shutdown();
+    }
+}
+
+/// Conv-net jobs (batch norm, residual blocks, augmentation) taking turns
+/// at every boundary on one lane and packed on two, one of them paused and
+/// swapped out to the host while the others run: each reports, bit for
+/// bit, what it reports alone.
+#[test]
+fn interleaved_and_swapped_cnn_jobs_give_exactly_what_they_give_alone() {
+    use workers::data::{ImageShape, synthetic_images};
+    use workers::model::{Augment, ConvNetSpec};
+    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1).unwrap();
+    let shape = ImageShape { h: 8, w: 8, c: 2 };
+    let data = DeviceData::upload(
+        &mut lane,
+        &split(&synthetic_images(90, shape, 3, 4), 0.25, 0).unwrap(),
+    )
+    .unwrap();
+    let configs: Vec<TrialConfig> = (0..4u64)
+        .map(|i| TrialConfig {
+            batch_size: 16,
+            conv: Some(ConvNetSpec {
+                image: shape,
+                stages: vec![4, 6],
+                blocks_per_stage: 1 + (i as usize % 2),
+                kernel: 3,
+                residual: i % 2 == 1,
+                batch_norm: i != 2,
+                pool: kernels::PoolKind::Max,
+                global_pool: i == 3,
+                augment: (i >= 2).then_some(Augment {
+                    crop: 1,
+                    flip: true,
+                }),
+            }),
+            ..cfg(12, i, 3)
+        })
+        .collect();
+    let expected: Vec<Vec<Report>> = configs.iter().map(|c| alone(&data, c)).collect();
+    for (policy, lanes) in [(Policy::Priority, 1), (Policy::Pack, 2)] {
+        let (tx, rx) = channel();
+        let core = SalusCore::start(
+            Arc::new(CpuBackend::new()),
+            CoreConfig::cpu(policy, lanes, 1, 1 << 30),
+            tx,
+        )
+        .unwrap();
+        let ids: Vec<JobId> = configs
+            .iter()
+            .map(|c| core.submit(job(&data, c), 0.0, "d"))
+            .collect();
+        // The first job is paused and moved to the host at once, and
+        // resumed at another job's first report after the swap (or when
+        // the others are done), whatever the machine's timing.
+        core.pause(ids[0]);
+        core.swap_out(ids[0]);
+        let (mut resumed, mut swapped_out, mut others_done) = (false, false, 0);
+        let log = drain(&rx, ids.len(), |e| {
+            let other = match e {
+                CoreEvent::Swapped { job, out: true, .. } if *job == ids[0] => {
+                    swapped_out = true;
+                    false
+                }
+                CoreEvent::Finished { job, .. } if *job != ids[0] => {
+                    others_done += 1;
+                    true
+                }
+                CoreEvent::Report { job, .. } => *job != ids[0],
+                _ => false,
+            };
+            if other && !resumed && (swapped_out || others_done == ids.len() - 1) {
+                resumed = true;
+                core.resume(ids[0]);
+            }
+        });
+        assert!(swapped_out, "{policy:?}: the paused job was swapped out");
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(log.reports[id], expected[i], "{policy:?}: job {i}");
         }
         core.shutdown();
     }

@@ -58,6 +58,58 @@ fn digits_example_resolves_its_space_and_defaults() {
 }
 
 #[test]
+fn cnn_studies_resolve_to_conv_nets() {
+    let s = load(Path::new("studies/digits_cnn.toml")).unwrap();
+    assert!(s.data.images, "a conv net reads the digits as images");
+    let mut params = Params::new();
+    for (name, v) in [
+        ("width", ParamValue::Choice(1)),
+        ("channels", ParamValue::Choice(0)),
+        ("blocks_per_stage", ParamValue::Int(2)),
+        ("kernel", ParamValue::Choice(1)),
+        ("residual", ParamValue::Choice(1)),
+        ("lr", ParamValue::Float(0.01)),
+        ("batch_size", ParamValue::Choice(0)),
+        ("weight_decay", ParamValue::Float(1e-4)),
+        ("dropout", ParamValue::Float(0.1)),
+    ] {
+        params.insert(name.into(), v);
+    }
+    let cfg = s.trial_config(&params, 3);
+    let conv = cfg.conv.expect("a conv net");
+    assert_eq!(conv.stages, vec![16, 32], "each stage doubles the channels");
+    assert_eq!((conv.blocks_per_stage, conv.kernel), (2, 5));
+    assert!(conv.residual && conv.batch_norm && !conv.global_pool);
+    assert_eq!(conv.pool, kernels::PoolKind::Max);
+    assert_eq!(cfg.hidden, vec![128], "a head of depth x width");
+    assert_eq!(s.fixed["model"], KnobValue::Str("cnn".into()));
+
+    let preset =
+        parse("[model]\nkind = \"cnn\"\npreset = \"cuda-convnet\"\n[data]\nsource = \"digits\"\n")
+            .unwrap();
+    let cfg = preset.trial_config(&Params::new(), 0);
+    let conv = cfg.conv.unwrap();
+    assert_eq!((conv.stages, conv.kernel), (vec![32, 32, 64], 5));
+    assert!(!conv.batch_norm && !conv.residual);
+    assert!(
+        cfg.hidden.is_empty(),
+        "the output layer follows the convolutions"
+    );
+    let augmented = parse("[model]\nkind = \"cnn\"\n[data]\ncrop = 4\nflip = true\n").unwrap();
+    let conv = augmented.trial_config(&Params::new(), 0).conv.unwrap();
+    assert_eq!(
+        conv.augment,
+        Some(workers::model::Augment {
+            crop: 4,
+            flip: true
+        })
+    );
+    // An MLP study stores nothing new: its fixed values are as before.
+    let mlp = load(Path::new("studies/digits.toml")).unwrap();
+    assert!(!mlp.fixed.contains_key("model") && !mlp.data.images);
+}
+
+#[test]
 fn optimizer_sections_are_conditional_parameters() {
     let s = load(Path::new("studies/optimizers.toml")).unwrap();
     let momentum = s

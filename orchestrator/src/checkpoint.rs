@@ -150,6 +150,7 @@ mod tests {
                 params: vec![1.0, -2.5, iteration as f32],
                 opt_state: vec![vec![0.5; 3]],
                 train_stats: vec![0.0; 4],
+                running: vec![0.25, 4.0],
             },
         }
     }

@@ -250,11 +250,25 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
             .map_or(String::new(), |t| format!(" (timeout {t:?})"))
     );
     let data = match &s.data.source {
+        DataSource::Digits if s.data.images => "digits (built in), as 1x8x8 images".to_string(),
         DataSource::Digits => "digits (built in)".to_string(),
         DataSource::Csv { path, target } => format!("csv {} (target '{target}')", path.display()),
-        DataSource::Npy { path, targets } => {
-            format!("npy {} / {}", path.display(), targets.display())
+        DataSource::Npy {
+            path,
+            targets,
+            layout,
+        } => {
+            let images = match layout {
+                Some(workers::data::ImageLayout::Nchw) => ", NCHW images",
+                Some(workers::data::ImageLayout::Nhwc) => ", NHWC images",
+                None => "",
+            };
+            format!("npy {} / {}{images}", path.display(), targets.display())
         }
+        DataSource::Idx { images, labels } => {
+            format!("idx {} / {}", images.display(), labels.display())
+        }
+        DataSource::Cifar10 { path } => format!("cifar10 {}", path.display()),
         DataSource::SyntheticClassification {
             rows,
             features,
@@ -288,9 +302,13 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
                 }
             };
             out += &format!("data       {data}\n");
+            let features = match split.image {
+                Some(shape) => format!("{shape} images"),
+                None => format!("{} features", split.features),
+            };
             out += &format!(
-                "           {} features, {task}; {} training rows, {} validation rows ({})\n",
-                split.features, split.n_train, split.n_val, s.data.validation
+                "           {features}, {task}; {} training rows, {} validation rows ({})\n",
+                split.n_train, split.n_val, s.data.validation
             );
         }
     }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::{Value, json};
 use workers::data::{SplitData, Task};
-use workers::{MlpSpec, TrialSnapshot};
+use workers::{ModelSpec, TrialSnapshot};
 
 /// What the model needs of the data: its standardisation and task.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +40,7 @@ impl Standardisation {
 /// The weights of `state` (a trial of `spec`) and the standardisation, as
 /// a safetensors file's bytes.
 pub fn safetensors(
-    spec: &MlpSpec,
+    spec: &ModelSpec,
     state: &TrialSnapshot,
     norm: &Standardisation,
 ) -> Result<Vec<u8>, String> {
@@ -87,7 +87,7 @@ pub fn safetensors(
 }
 
 /// How to run the weights: the network, the standardisation and the trial.
-pub fn architecture(spec: &MlpSpec, norm: &Standardisation, trial: Value) -> Value {
+pub fn architecture(spec: &ModelSpec, norm: &Standardisation, trial: Value) -> Value {
     let task = match norm.task {
         Task::Classification { classes } => json!({
             "kind": "classification",

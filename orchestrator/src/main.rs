@@ -114,9 +114,10 @@ enum BenchCmd {
         #[arg(long, value_delimiter = ',')]
         problems: Vec<String>,
     },
-    /// K same-shape 784-h-h-10 trials one at a time (seq) and through the
-    /// core's lanes: aggregate TFLOP/s, ratio to seq, switch latency, the
-    /// core's overhead against a bare loop, and the CPU's GEMM rate.
+    /// K same-shape trials (784-h-h-10 MLPs, or conv nets) one at a time
+    /// (seq), through the core's lanes and fused: aggregate TFLOP/s, images
+    /// per second, ratio to seq and to PyTorch (conv nets), switch latency,
+    /// the core's overhead against a bare loop, and the GEMM rate.
     Packing {
         /// auto, cpu or cuda:N.
         #[arg(long, default_value = "auto")]
@@ -127,8 +128,10 @@ enum BenchCmd {
         /// A small configuration that runs in seconds (h=64, K in {1, 4}).
         #[arg(long)]
         quick: bool,
-        /// Hidden widths to measure, comma-separated; `mixed` draws K widths
-        /// log-uniformly from 64..1024 [default: 256,1024,mixed].
+        /// Workloads to measure, comma-separated: an MLP's hidden width;
+        /// `mixed`, K widths drawn log-uniformly from 64..1024; `cnn-digits`,
+        /// a conv net on the digits as 1x8x8 images; `cnn-32`, the
+        /// cuda-convnet preset on 32x32x3 images [default: 256,1024,mixed].
         #[arg(long = "h", value_delimiter = ',', value_parser = parse_width)]
         widths: Vec<Width>,
         /// Trial counts to measure, comma-separated [default: 1,4,16,64].
@@ -160,6 +163,10 @@ enum BenchCmd {
         /// Skip the core's overhead and switch-latency measurements.
         #[arg(long)]
         no_overhead: bool,
+        /// Skip the PyTorch anchor of the conv-net workloads (it runs on the
+        /// CPU when SALUS_TUNE_PYTHON, or .venv/bin/python, imports torch).
+        #[arg(long)]
+        no_torch: bool,
     },
     /// External workers: the round trip of one gated iteration of a Python
     /// worker, and a study of K one-iteration trials of a small Python
@@ -302,7 +309,9 @@ const COMMANDS: &[&str] = &[
 
 /// `bench packing` on whichever device `--device` opened.
 fn parse_width(s: &str) -> std::result::Result<Width, String> {
-    Width::parse(s).ok_or_else(|| format!("expected a positive width or `mixed`, got `{s}`"))
+    Width::parse(s).ok_or_else(|| {
+        format!("expected a positive width, `mixed`, `cnn-digits` or `cnn-32`, got `{s}`")
+    })
 }
 
 struct Packing {
@@ -354,6 +363,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             lanes,
             fused_groups,
             no_overhead,
+            no_torch,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
                 match (given.is_empty(), quick) {
@@ -373,6 +383,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 lanes: lanes.map(|l| l as usize),
                 fused_groups: fused_groups.map(|g| g as usize),
                 overhead: !no_overhead,
+                torch: !no_torch,
             };
             let job = Packing {
                 plan,

@@ -41,6 +41,49 @@ pub fn carried_file(name: &str, contents: &str) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
+/// The Python the anchor scripts run with: `SALUS_TUNE_PYTHON`, else
+/// `.venv/bin/python` (what `scripts/test.sh` makes).
+pub fn anchor_python() -> std::path::PathBuf {
+    std::env::var_os("SALUS_TUNE_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| ".venv/bin/python".into())
+}
+
+/// Whether `py` runs `import {modules}` (for example `"torch, scipy"`).
+pub fn python_imports(py: &std::path::Path, modules: &str) -> bool {
+    std::process::Command::new(py)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs an anchor script the binary carries (`name`, `contents`) with
+/// `py` and `args`, its errors shown as they come, and parses the JSON it
+/// prints.
+pub fn run_anchor_script(
+    py: &std::path::Path,
+    name: &str,
+    contents: &str,
+    args: &[String],
+) -> Result<serde_json::Value> {
+    let script = carried_file(name, contents)?;
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .args(args)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|source| Error::Io {
+            what: "python".into(),
+            source,
+        });
+    remove_carried_files();
+    let out = out?;
+    if !out.status.success() {
+        return Err(Error::Bench(format!("{name} failed (its error is above)")));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| Error::Bench(format!("{name} output: {e}")))
+}
+
 /// Removes what [`carried_file`] wrote.
 pub fn remove_carried_files() {
     let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
@@ -87,5 +130,6 @@ pub fn trial_config(hidden: Vec<usize>, batch: usize, iterations: u64, seed: u64
             seed,
         },
         report_every: Some(u64::MAX / 2),
+        conv: None,
     }
 }

@@ -6,9 +6,13 @@ use std::time::Instant;
 
 use kernels::{Backend, DeviceKind, Gemm, at, at_mut};
 use serde_json::json;
+use workers::data::ImageShape;
+use workers::model::ConvNetSpec;
 use workers::{
     DeviceData, FusedTrials, Job, Lane, MemberOutcome, StepOutcome, TrainTrial, TrialConfig,
 };
+
+use crate::study::CnnPreset;
 
 use crate::error::Result;
 use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
@@ -47,21 +51,92 @@ pub struct Plan {
     /// Measure the core's overhead against a bare loop (14 runs of one
     /// trial) and its switch latency.
     pub overhead: bool,
+    /// Run the PyTorch anchor for conv-net cells on the CPU, when a Python
+    /// with torch is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`).
+    pub torch: bool,
 }
 
-/// The hidden width of a workload: one width for all K trials, or widths
-/// drawn log-uniformly from 64..1024 (seeded), one per trial.
+/// A cell's workload: 784-h-h-10 MLPs of one hidden width for all K
+/// trials, or of widths drawn log-uniformly from 64..1024 (seeded), one per
+/// trial; or a conv net ([`ImageWorkload`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Width {
     Fixed(usize),
     Mixed,
+    Cnn(ImageWorkload),
+}
+
+/// The conv-net workloads, mirrored in `scripts/anchors/torch_cnn.py`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageWorkload {
+    /// The built-in digits as 1x8x8 images: two 3x3 stages of 16 and 32
+    /// channels with batch norm and max pooling, a 64-wide head.
+    Digits,
+    /// 32x32x3 synthetic images through the cuda-convnet preset.
+    Synthetic32,
+}
+
+/// The batch of the conv-net workloads.
+const CNN_BATCH: usize = 64;
+
+impl ImageWorkload {
+    fn name(self) -> &'static str {
+        match self {
+            ImageWorkload::Digits => "cnn-digits",
+            ImageWorkload::Synthetic32 => "cnn-32",
+        }
+    }
+
+    fn config(self, iterations: u64, seed: u64) -> TrialConfig {
+        let (hidden, conv) = match self {
+            ImageWorkload::Digits => (
+                vec![64],
+                ConvNetSpec {
+                    image: ImageShape { h: 0, w: 0, c: 0 },
+                    stages: vec![16, 32],
+                    blocks_per_stage: 1,
+                    kernel: 3,
+                    residual: false,
+                    batch_norm: true,
+                    pool: kernels::PoolKind::Max,
+                    global_pool: false,
+                    augment: None,
+                },
+            ),
+            ImageWorkload::Synthetic32 => (Vec::new(), CnnPreset::CudaConvnet.net()),
+        };
+        TrialConfig {
+            conv: Some(conv),
+            ..super::trial_config(hidden, CNN_BATCH, iterations, seed)
+        }
+    }
+
+    /// About 1.5 batches of training images, so that an epoch is one
+    /// iteration, and a small validation part.
+    fn data<B: Backend>(self, backend: &Arc<B>) -> Result<Arc<DeviceData<B>>> {
+        let rows = CNN_BATCH + CNN_BATCH / 2 + 64;
+        let mut ds = match self {
+            ImageWorkload::Digits => workers::data::digit_images(),
+            ImageWorkload::Synthetic32 => {
+                workers::data::synthetic_images(rows, ImageShape { h: 32, w: 32, c: 3 }, 10, 7)
+            }
+        };
+        ds.rows = rows;
+        ds.x.truncate(rows * ds.features);
+        ds.y.truncate(rows);
+        let data = workers::data::split(&ds, 64.0 / rows as f64, 7)?;
+        let mut lane = Lane::new(backend.clone(), 0, 1)?;
+        Ok(DeviceData::upload(&mut lane, &data)?)
+    }
 }
 
 impl Width {
-    /// `256` or `mixed`.
+    /// `256`, `mixed`, `cnn-digits` or `cnn-32`.
     pub fn parse(s: &str) -> Option<Width> {
         match s {
             "mixed" => Some(Width::Mixed),
+            "cnn-digits" => Some(Width::Cnn(ImageWorkload::Digits)),
+            "cnn-32" => Some(Width::Cnn(ImageWorkload::Synthetic32)),
             n => n.parse().ok().filter(|&n| n > 0).map(Width::Fixed),
         }
     }
@@ -70,6 +145,7 @@ impl Width {
     pub fn widths(self, k: usize) -> Vec<usize> {
         match self {
             Width::Fixed(h) => vec![h; k],
+            Width::Cnn(_) => vec![0; k],
             Width::Mixed => (0..k as u64)
                 .map(|i| {
                     let u = kernels::rng::uniform(0x006d_6978_6564, 0, i) as f64;
@@ -83,6 +159,7 @@ impl Width {
         match self {
             Width::Fixed(h) => json!(h),
             Width::Mixed => json!("mixed"),
+            Width::Cnn(w) => json!(w.name()),
         }
     }
 }
@@ -92,6 +169,7 @@ impl std::fmt::Display for Width {
         match self {
             Width::Fixed(h) => write!(f, "{h}"),
             Width::Mixed => write!(f, "mixed"),
+            Width::Cnn(w) => write!(f, "{}", w.name()),
         }
     }
 }
@@ -106,6 +184,11 @@ pub struct Row {
     pub ratio_vs_seq: f64,
     pub seconds: f64,
     pub iterations: u64,
+    /// Training images (samples) per second, all trials together.
+    pub images_per_s: f64,
+    /// PyTorch's seconds for the same K trials one after another over
+    /// this row's (conv-net cells on the CPU, when PyTorch is there).
+    pub vs_torch: f64,
 }
 
 pub struct Results {
@@ -124,11 +207,6 @@ pub struct Results {
     pub cores: usize,
     /// Whether lanes replayed captured iterations (CUDA graphs).
     pub graphs: bool,
-}
-
-/// Training FLOPs of one iteration of a 784-h-h-10 MLP at batch `BATCH`.
-fn flops_per_iteration(h: usize) -> f64 {
-    6.0 * (BATCH * (784 * h + h * h + h * 10)) as f64
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
@@ -340,24 +418,34 @@ pub fn run<B: Backend>(
         DeviceKind::Cpu => cores,
         DeviceKind::Cuda(_) => CUDA_LANES,
     });
-    let (_, dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
+    let (_, mlp_dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
     let mut rows = Vec::new();
     let mut gemm_best: f64 = 0.0;
     for &h in hs {
+        let dev = match h {
+            Width::Cnn(w) => w.data(backend)?,
+            _ => mlp_dev.clone(),
+        };
         for &k in ks {
             let widths = h.widths(k);
-            let flops_round: f64 = widths.iter().map(|&w| flops_per_iteration(w)).sum();
+            let trial_config = |s: usize, iterations| match h {
+                Width::Cnn(w) => w.config(iterations, s as u64),
+                _ => config(widths[s], iterations, s as u64),
+            };
+            let flops_round: f64 = (0..k)
+                .map(|s| Ok(trial_config(s, 1).flops_per_iteration(&dev)?))
+                .sum::<Result<f64>>()?;
             let iterations = ((target_gflop * 1e9 / flops_round).ceil() as u64).max(2);
             let make = |dev: &Arc<DeviceData<B>>| -> Result<Vec<TrainTrial<B>>> {
                 build_parallel(widths.len(), |s| {
                     Ok(TrainTrial::new_on_host(
                         dev.clone(),
-                        config(widths[s], iterations, s as u64),
+                        trial_config(s, iterations),
                     )?)
                 })
             };
             let total_flops = flops_round * iterations as f64;
-            let fusable = k > 1 && matches!(h, Width::Fixed(_));
+            let fusable = k > 1 && matches!(h, Width::Fixed(_) | Width::Cnn(_));
             let names: Vec<&'static str> = plan
                 .modes
                 .iter()
@@ -397,7 +485,22 @@ pub fn run<B: Backend>(
                 .iter()
                 .position(|&m| m == "seq")
                 .map_or(f64::NAN, |i| best[i]);
-            let modes: Vec<(&str, f64)> = names.into_iter().zip(best).collect();
+            let mut modes: Vec<(&str, f64)> = names.into_iter().zip(best).collect();
+            let batch = match h {
+                Width::Cnn(_) => CNN_BATCH,
+                _ => BATCH,
+            };
+            // PyTorch on the same CPU, the K trials one after another.
+            let torch_s = match (h, kind, plan.torch) {
+                (Width::Cnn(w), DeviceKind::Cpu, true) => {
+                    let s = torch_anchor(w, k, iterations, batch, cores, progress)?;
+                    if let Some(s) = s {
+                        modes.push(("torch", s));
+                    }
+                    s.unwrap_or(f64::NAN)
+                }
+                _ => f64::NAN,
+            };
             // The reference GEMM is measured between cells too, and its
             // best counts, as each mode's does.
             gemm_best = gemm_best.max(gemm_gflops(backend.as_ref())?);
@@ -410,9 +513,16 @@ pub fn run<B: Backend>(
                     ratio_vs_seq: seq_s / s,
                     seconds: s,
                     iterations: k as u64 * iterations,
+                    images_per_s: (k as u64 * iterations * batch as u64) as f64 / s,
+                    vs_torch: torch_s / s,
+                };
+                let torch = if row.vs_torch.is_nan() {
+                    String::new()
+                } else {
+                    format!("  x{:.2} vs torch", row.vs_torch)
                 };
                 progress(&format!(
-                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq  ({:.2} s)",
+                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq{torch}  ({:.2} s)",
                     row.tflops, row.ratio_vs_seq, s
                 ));
                 rows.push(row);
@@ -424,9 +534,10 @@ pub fn run<B: Backend>(
         .iter()
         .find_map(|w| match w {
             Width::Fixed(h) => Some(*h),
-            Width::Mixed => None,
+            _ => None,
         })
         .unwrap_or(256);
+    let dev = mlp_dev;
     let (overhead_pct, switching) = if plan.overhead {
         (
             Some(overhead_pct(backend, &dev, h, plan, progress)?),
@@ -523,7 +634,7 @@ fn overhead_pct<B: Backend>(
     let cores = super::cores();
     let lane_of = |id, threads| lane(backend, id, threads, plan.graphs);
     let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan.graphs);
-    let flops_iter = flops_per_iteration(h);
+    let flops_iter = config(h, 1, 1).flops_per_iteration(dev)?;
     let iterations = ((plan.target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
@@ -573,7 +684,7 @@ impl Results {
         let mut v: Vec<serde_json::Value> = self
             .rows
             .iter()
-            .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations }))
+            .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations, "images_per_s": r.images_per_s, "ratio_vs_torch": r.vs_torch }))
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
         v.push(json!({ "switch_mean_us": self.switch_mean_us, "switch_median_us": self.switch_median_us, "switch_cost_us": self.switch_cost_us }));
@@ -591,8 +702,14 @@ impl Results {
     }
 
     pub fn table(&self) -> String {
+        let mlp = self.rows.iter().any(|r| !matches!(r.h, Width::Cnn(_)));
+        let what = if mlp {
+            format!("784-h-h-10 MLPs, batch {BATCH}, Adam")
+        } else {
+            "conv nets".to_string()
+        };
         let mut out = format!(
-            "bench packing: 784-h-h-10 MLPs, batch {BATCH}, Adam; {}, {} host cores\n",
+            "bench packing: {what}; {}, {} host cores\n",
             self.device, self.cores
         );
         out += &format!(
@@ -600,17 +717,33 @@ impl Results {
              fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes); mixed: widths log-uniform in 64..1024\n\n",
             self.cores, self.lanes
         );
-        out += "h       K    mode    TFLOP/s   vs seq   % gemm   seconds\n";
+        let cnn = self.rows.iter().any(|r| matches!(r.h, Width::Cnn(_)));
+        if cnn {
+            out += &format!(
+                "cnn-digits: 1x8x8 digits, 3x3 convs of 16 and 32 channels with batch norm and max pooling, a 64-wide head; \
+                 cnn-32: 32x32x3 synthetic images through the cuda-convnet preset; batch {CNN_BATCH}, Adam; \
+                 torch: PyTorch {} threads, the K trials one after another (scripts/anchors/torch_cnn.py); vs torch: its seconds over the row's\n\n",
+                self.cores
+            );
+        }
+        out +=
+            "h          K    mode    TFLOP/s   vs seq   % gemm   seconds   images/s   vs torch\n";
         for r in &self.rows {
             out += &format!(
-                "{:<7} {:<4} {:<7} {:<9.4} {:<8.2} {:<8.1} {:.2}\n",
+                "{:<10} {:<4} {:<7} {:<9.4} {:<8.2} {:<8.1} {:<9.2} {:<10.0} {}\n",
                 r.h.to_string(),
                 r.k,
                 r.mode,
                 r.tflops,
                 r.ratio_vs_seq,
                 self.pct_of_gemm(r),
-                r.seconds
+                r.seconds,
+                r.images_per_s,
+                if r.vs_torch.is_nan() {
+                    "-".to_string()
+                } else {
+                    format!("{:.2}", r.vs_torch)
+                }
             );
         }
         if let (Some(mean), Some(median), Some(cost)) = (
@@ -632,4 +765,38 @@ impl Results {
         );
         out
     }
+}
+
+/// PyTorch's seconds for K conv-net trials one after another
+/// (`scripts/anchors/torch_cnn.py`), or `None` with a note when no Python
+/// with torch is found.
+fn torch_anchor(
+    w: ImageWorkload,
+    k: usize,
+    iterations: u64,
+    batch: usize,
+    threads: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Option<f64>> {
+    let py = super::anchor_python();
+    if !super::python_imports(&py, "torch") {
+        progress(&format!(
+            "{}: no PyTorch anchor ({} cannot import torch; set SALUS_TUNE_PYTHON)",
+            w.name(),
+            py.display()
+        ));
+        return Ok(None);
+    }
+    // Carried by the binary: an installed one has no source tree.
+    let args = [w.name().to_string(), k.to_string(), iterations.to_string()]
+        .into_iter()
+        .chain([batch.to_string(), threads.to_string()])
+        .collect::<Vec<_>>();
+    let v = super::run_anchor_script(
+        &py,
+        "torch_cnn.py",
+        include_str!("../../../scripts/anchors/torch_cnn.py"),
+        &args,
+    )?;
+    Ok(v["seconds"].as_f64())
 }

@@ -12,7 +12,6 @@
 
 use std::f64::consts::PI;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 use serde_json::json;
@@ -373,23 +372,8 @@ pub struct Row {
 pub const SAMPLERS: [&str; 6] = ["random", "qmc", "tpe", "gp", "optuna-tpe", "optuna-gp"];
 
 fn python() -> Option<PathBuf> {
-    let candidate = std::env::var_os("SALUS_TUNE_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(".venv/bin/python"));
-    Command::new(&candidate)
-        .args(["-c", "import optuna"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| candidate)
-}
-
-/// Whether `py` can run Optuna's GPSampler (it needs torch and scipy).
-fn has_gp_dependencies(py: &PathBuf) -> bool {
-    Command::new(py)
-        .args(["-c", "import torch, scipy"])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    let py = super::anchor_python();
+    super::python_imports(&py, "optuna").then_some(py)
 }
 
 /// What to run: which samplers and problems (all when empty), how many
@@ -482,7 +466,8 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
         match python() {
             None => notes.push("optuna-tpe, optuna-gp: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
             Some(py) => {
-                if optuna.contains(&"gp") && !has_gp_dependencies(&py) {
+                // Optuna's GPSampler needs torch and scipy.
+                if optuna.contains(&"gp") && !super::python_imports(&py, "torch, scipy") {
                     notes.push(format!("optuna-gp: skipped, {} lacks torch or scipy, which Optuna's GPSampler needs (pip install torch scipy)", py.display()));
                     optuna.retain(|s| *s != "gp");
                 }
@@ -499,7 +484,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
 /// Optuna's samplers on the same problems, through
 /// `scripts/anchors/optuna_samplers.py`.
 fn run_optuna(
-    py: &PathBuf,
+    py: &std::path::Path,
     samplers: &[&str],
     plan: &Plan,
     progress: &mut dyn FnMut(&str),
@@ -510,30 +495,16 @@ fn run_optuna(
         samplers.join(" and ")
     ));
     // Carried by the binary: an installed one has no source tree.
-    let script = super::carried_file(
+    let v = super::run_anchor_script(
+        py,
         "optuna_samplers.py",
         include_str!("../../../scripts/anchors/optuna_samplers.py"),
+        &[
+            plan.seeds.to_string(),
+            samplers.join(","),
+            problem_names.join(","),
+        ],
     )?;
-    let out = Command::new(py)
-        .arg(script)
-        .arg(plan.seeds.to_string())
-        .arg(samplers.join(","))
-        .arg(problem_names.join(","))
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|source| crate::error::Error::Io {
-            what: "python".into(),
-            source,
-        });
-    super::remove_carried_files();
-    let out = out?;
-    if !out.status.success() {
-        return Err(crate::error::Error::Bench(
-            "optuna_samplers.py failed (its error is above)".into(),
-        ));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| crate::error::Error::Bench(format!("optuna_samplers.py output: {e}")))?;
     Ok(v.as_array()
         .into_iter()
         .flatten()

@@ -28,7 +28,7 @@ use serde_json::Value;
 use workers::group::GroupShape;
 use workers::state::TrialSnapshot;
 use workers::{
-    Footprint, FusionKey, Job, Lane, LossKind, MlpSpec, OptimizerFamily, Report, StepOutcome,
+    Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, OptimizerFamily, Report, StepOutcome,
     WorkerError,
 };
 
@@ -506,12 +506,13 @@ impl<B: Backend> Job<B> for ExternalTrial {
     fn fusion_key(&self) -> FusionKey {
         FusionKey {
             shape: GroupShape {
-                spec: MlpSpec {
+                spec: ModelSpec {
                     input: 0,
                     hidden: vec![],
                     output: 0,
                     activation: Activation::Relu,
                     loss: LossKind::Mse,
+                    conv: None,
                 },
                 slots: 0,
                 batch: 0,

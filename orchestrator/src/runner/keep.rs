@@ -40,10 +40,14 @@ impl Runner<'_> {
             Keep::Best => Some(study.direction == Direction::Maximize),
             Keep::All => None,
         };
+        // A kept model is an MLP (the study file refuses `keep` for a conv net).
         let spec = study
             .trial_config(&pending.params, 0)
-            .spec(norm.feature_mean.len(), norm.task);
-        let weights = match kept_model::safetensors(&spec, &state, norm) {
+            .spec(norm.feature_mean.len(), norm.task, None)
+            .map_err(|e| e.to_string());
+        let (weights, spec) = match spec
+            .and_then(|spec| kept_model::safetensors(&spec, &state, norm).map(|w| (w, spec)))
+        {
             Ok(w) => w,
             Err(why) => {
                 self.reporter.note(&format!(

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kernels::Activation;
-use workers::data::{SplitData, TaskKind};
+use kernels::{Activation, PoolKind};
+use workers::data::{ImageLayout, ImageShape, SplitData, TaskKind};
+use workers::model::{Augment, ConvNetSpec};
 use workers::{Optimizer, SlotHparams, TrialConfig};
 
 pub use parse::{load, parse_str};
@@ -47,17 +48,79 @@ impl Direction {
     }
 }
 
+/// What the built-in trainer trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// An MLP of `depth x width` (`kind = "mlp"`, the default).
+    Mlp,
+    /// A conv net whose head is a `depth x width` MLP (`kind = "cnn"`), or
+    /// a preset that fixes the whole net.
+    Cnn { preset: Option<CnnPreset> },
+}
+
+/// Conv nets of the papers, fixed but for the training knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CnnPreset {
+    /// Hyperband's and ASHA's cuda-convnet on CIFAR-10: three 5x5
+    /// convolutions of 32, 32 and 64 channels, each followed by ReLU and
+    /// 2x2 max pooling, then the output layer.
+    CudaConvnet,
+}
+
+impl CnnPreset {
+    pub const NAMES: &[&str] = &["cuda-convnet"];
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        (s == "cuda-convnet").then_some(CnnPreset::CudaConvnet)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CnnPreset::CudaConvnet => "cuda-convnet",
+        }
+    }
+
+    /// The net (its image shape is the data's, set later).
+    pub fn net(self) -> ConvNetSpec {
+        match self {
+            CnnPreset::CudaConvnet => ConvNetSpec {
+                image: ImageShape { h: 0, w: 0, c: 0 },
+                stages: vec![32, 32, 64],
+                blocks_per_stage: 1,
+                kernel: 5,
+                residual: false,
+                batch_norm: false,
+                pool: PoolKind::Max,
+                global_pool: false,
+                augment: None,
+            },
+        }
+    }
+}
+
 /// Where the data comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DataSource {
+    /// The built-in digits: 64 features, or `1 x 8 x 8` images for a conv net.
     Digits,
     Csv {
         path: PathBuf,
         target: String,
     },
+    /// A feature matrix, or images when a layout is given.
     Npy {
         path: PathBuf,
         targets: PathBuf,
+        layout: Option<ImageLayout>,
+    },
+    /// MNIST's or Fashion-MNIST's IDX files.
+    Idx {
+        images: PathBuf,
+        labels: PathBuf,
+    },
+    /// CIFAR-10's binary batches: one file, or a directory of them.
+    Cifar10 {
+        path: PathBuf,
     },
     SyntheticClassification {
         rows: usize,
@@ -76,6 +139,10 @@ pub enum DataSource {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataConfig {
     pub source: DataSource,
+    /// Rows are images for a conv net (the built-in digits become `1 x 8 x 8`).
+    pub images: bool,
+    /// Random crops and flips of the training images (`crop`, `flip`).
+    pub augment: Option<Augment>,
     pub task: TaskKind,
     pub validation: f64,
     pub split_seed: u64,
@@ -85,9 +152,17 @@ impl DataConfig {
     pub fn load(&self) -> Result<SplitData> {
         use workers::data::*;
         let ds = match &self.source {
+            DataSource::Digits if self.images => digit_images(),
             DataSource::Digits => digits(),
             DataSource::Csv { path, target } => load_csv(path, target, self.task)?,
-            DataSource::Npy { path, targets } => load_npy_pair(path, targets, self.task)?,
+            DataSource::Npy {
+                path,
+                targets,
+                layout: Some(layout),
+            } => load_npy_images(path, targets, *layout)?,
+            DataSource::Npy { path, targets, .. } => load_npy_pair(path, targets, self.task)?,
+            DataSource::Idx { images, labels } => load_idx(images, labels)?,
+            DataSource::Cifar10 { path } => load_cifar10(path)?,
             DataSource::SyntheticClassification {
                 rows,
                 features,
@@ -427,6 +502,18 @@ pub enum KnobDefault {
 }
 
 const ACTIVATIONS: &[&str] = &["relu", "gelu", "tanh", "sigmoid"];
+const POOLS: &[&str] = &["max", "avg"];
+/// The `[model]` knobs of a conv net (`kind = "cnn"`) alone.
+pub const CNN_KNOBS: &[&str] = &[
+    "channels",
+    "stages",
+    "blocks_per_stage",
+    "kernel",
+    "residual",
+    "batch_norm",
+    "pool",
+    "global_pool",
+];
 const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
 const POSITIVE: KnobKind = KnobKind::Float {
     min: 0.0,
@@ -486,6 +573,70 @@ pub static KNOBS: &[Knob] = &[
         "activation",
         KnobKind::Str(ACTIVATIONS),
         KnobDefault::Str("relu"),
+        None,
+    ),
+    knob(
+        "channels",
+        "model",
+        "channels",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(16),
+        None,
+    ),
+    knob(
+        "stages",
+        "model",
+        "stages",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(2),
+        None,
+    ),
+    knob(
+        "blocks_per_stage",
+        "model",
+        "blocks_per_stage",
+        KnobKind::Int { min: 1 },
+        KnobDefault::Int(1),
+        None,
+    ),
+    knob(
+        "kernel",
+        "model",
+        "kernel",
+        KnobKind::Int { min: 3 },
+        KnobDefault::Int(3),
+        None,
+    ),
+    knob(
+        "residual",
+        "model",
+        "residual",
+        KnobKind::Bool,
+        KnobDefault::Bool(false),
+        None,
+    ),
+    knob(
+        "batch_norm",
+        "model",
+        "batch_norm",
+        KnobKind::Bool,
+        KnobDefault::Bool(true),
+        None,
+    ),
+    knob(
+        "pool",
+        "model",
+        "pool",
+        KnobKind::Str(POOLS),
+        KnobDefault::Str("max"),
+        None,
+    ),
+    knob(
+        "global_pool",
+        "model",
+        "global_pool",
+        KnobKind::Bool,
+        KnobDefault::Bool(false),
         None,
     ),
     knob(
@@ -622,6 +773,7 @@ pub struct Study {
     /// Whose final models are kept (built-in MLP trials only).
     pub keep: Keep,
     pub data: DataConfig,
+    pub model: ModelKind,
     pub space: SearchSpace,
     /// Knobs given a fixed value, by parameter name.
     pub fixed: BTreeMap<String, KnobValue>,
@@ -744,8 +896,50 @@ impl Study {
                 }
             }
         };
+        let (hidden, conv) = match self.model {
+            ModelKind::Mlp => (
+                vec![v("width").as_i64() as usize; v("depth").as_i64() as usize],
+                None,
+            ),
+            ModelKind::Cnn { preset: None } => {
+                let channels = v("channels").as_i64() as usize;
+                let conv = ConvNetSpec {
+                    // The data's shape is set when a trial is bound to it.
+                    image: ImageShape { h: 0, w: 0, c: 0 },
+                    // Each stage doubles the channels, as ResNet's and VGG's do.
+                    stages: (0..v("stages").as_i64() as u32)
+                        .map(|s| channels << s)
+                        .collect(),
+                    blocks_per_stage: v("blocks_per_stage").as_i64() as usize,
+                    kernel: v("kernel").as_i64() as usize,
+                    residual: v("residual") == KnobValue::Bool(true),
+                    batch_norm: v("batch_norm") == KnobValue::Bool(true),
+                    pool: if v("pool").as_str() == "avg" {
+                        PoolKind::Avg
+                    } else {
+                        PoolKind::Max
+                    },
+                    global_pool: v("global_pool") == KnobValue::Bool(true),
+                    augment: self.data.augment,
+                };
+                (
+                    vec![v("width").as_i64() as usize; v("depth").as_i64() as usize],
+                    Some(conv),
+                )
+            }
+            ModelKind::Cnn {
+                preset: Some(CnnPreset::CudaConvnet),
+            } => {
+                let net = ConvNetSpec {
+                    augment: self.data.augment,
+                    ..CnnPreset::CudaConvnet.net()
+                };
+                (Vec::new(), Some(net))
+            }
+        };
         TrialConfig {
-            hidden: vec![v("width").as_i64() as usize; v("depth").as_i64() as usize],
+            hidden,
+            conv,
             activation: Activation::from_name(v("activation").as_str()).unwrap_or(Activation::Relu),
             batch_size: v("batch_size").as_i64() as usize,
             epochs: v("epochs").as_i64() as u64,

@@ -74,6 +74,9 @@ impl Knobs {
     }
 }
 
+/// Where a key was written, and its full name.
+type KeySpan = (Range<usize>, &'static str);
+
 /// The span of an optional section, or nothing.
 fn span_of<T>(field: &Option<Spanned<T>>) -> Option<Range<usize>> {
     field.as_ref().map(Spanned::span)
@@ -184,6 +187,16 @@ impl Checker<'_> {
 
     /// A data file, relative to the study file's folder.
     fn data_file(&self, field: &Option<Spanned<Str>>, key: &str) -> Result<Option<PathBuf>> {
+        self.data_path(field, key, false)
+    }
+
+    /// A data file, or a directory too when `dir` says so, relative to the study file.
+    fn data_path(
+        &self,
+        field: &Option<Spanned<Str>>,
+        key: &str,
+        dir: bool,
+    ) -> Result<Option<PathBuf>> {
         let Some(v) = field else { return Ok(None) };
         let p = Path::new(&v.get_ref().0);
         let base = self.src.path.parent().unwrap_or(Path::new("."));
@@ -192,11 +205,16 @@ impl Checker<'_> {
         } else {
             base.join(p)
         };
-        if !full.is_file() {
+        if !(full.is_file() || dir && full.is_dir()) {
+            let what = if dir {
+                "data file or directory"
+            } else {
+                "data file"
+            };
             return Err(self.err(
                 v.span(),
                 key,
-                format!("data file not found: {}", full.display()),
+                format!("{what} not found: {}", full.display()),
             ));
         }
         Ok(Some(full))
@@ -222,7 +240,7 @@ impl Checker<'_> {
         let seed = self
             .at_least(&study.seed, "study.seed", 0)?
             .map_or(0, |n| n as u64);
-        let data = self.data(root.data, seed)?;
+        let (data, augment_span) = self.data(root.data, seed)?;
         let name = match &study.name {
             Some(n) if n.get_ref().0.trim().is_empty() => {
                 return Err(self.err(n.span(), "study.name", "the name must not be empty"));
@@ -288,7 +306,24 @@ impl Checker<'_> {
         let keep = self.keep(&study.keep, worker.is_some())?;
 
         let (_, model) = inner(root.model);
-        self.one_of(&model.kind, "model.kind", &["mlp"])?;
+        let model_kind = self.model_kind(&model, &data)?;
+        // Kept models are MLPs: the export has no convolution layers yet.
+        let keep = match (model_kind, &study.keep) {
+            (ModelKind::Mlp, _) => keep,
+            (_, Some(k)) if keep != Keep::None => {
+                return Err(self.err(k.span(), "study.keep", "keeping a conv net's model is not supported yet; use keep = \"none\" (the default for kind = \"cnn\")"));
+            }
+            _ => Keep::None,
+        };
+        if let (Some((span, key)), ModelKind::Mlp) = (augment_span, model_kind) {
+            return Err(self.err(
+                span,
+                key,
+                "crop and flip augment images for a conv net: they need [model] kind = \"cnn\"",
+            ));
+        }
+        let mut data = data;
+        data.images = matches!(model_kind, ModelKind::Cnn { .. });
         let (_, train) = inner(root.train);
         let report_every = self
             .at_least(&train.report_every, "train.report_every", 1)?
@@ -299,6 +334,17 @@ impl Checker<'_> {
             self.command_params(root.params, &mut knobs)?;
         } else {
             self.builtin_knobs(&model, &train, &mut knobs)?;
+            if let ModelKind::Cnn { preset } = model_kind {
+                // Stored with the study, so that a resume under another model is refused.
+                knobs
+                    .fixed
+                    .insert("model".into(), KnobValue::Str("cnn".into()));
+                if let Some(p) = preset {
+                    knobs
+                        .fixed
+                        .insert("preset".into(), KnobValue::Str(p.name().into()));
+                }
+            }
         }
         let space = SearchSpace::new(knobs.params)
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
@@ -319,6 +365,7 @@ impl Checker<'_> {
             max_consecutive_failures,
             keep,
             data,
+            model: model_kind,
             space,
             fixed: knobs.fixed,
             report_every,
@@ -482,6 +529,60 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// `[model] kind` and `preset`, with the knobs each allows, and image
+    /// data for a conv net.
+    fn model_kind(&self, model: &raw::ModelSection, data: &DataConfig) -> Result<ModelKind> {
+        let kind = self.one_of(&model.kind, "model.kind", &["mlp", "cnn"])?;
+        let cnn = kind.as_ref().is_some_and(|k| k.get_ref() == "cnn");
+        let preset = self.one_of(&model.preset, "model.preset", CnnPreset::NAMES)?;
+        if !cnn {
+            if let Some(p) = &preset {
+                return Err(self.err(
+                    p.span(),
+                    "model.preset",
+                    "a preset is a conv net: it needs kind = \"cnn\"",
+                ));
+            }
+            if let Some((key, v)) = CNN_KNOBS.iter().find_map(|k| model.knob(k).map(|v| (k, v))) {
+                return Err(self.err(
+                    v.span(),
+                    &format!("model.{key}"),
+                    format!(
+                        "'{key}' applies only to kind = \"cnn\" (a conv net); this model is an MLP"
+                    ),
+                ));
+            }
+            return Ok(ModelKind::Mlp);
+        }
+        let preset = preset.map(|p| CnnPreset::from_name(p.get_ref()).expect("a known preset"));
+        if let Some(p) = preset {
+            let fixed = CNN_KNOBS.iter().chain(&["depth", "width", "activation"]);
+            if let Some((key, v)) = fixed
+                .into_iter()
+                .find_map(|k| model.knob(k).map(|v| (k, v)))
+            {
+                return Err(self.err(
+                    v.span(),
+                    &format!("model.{key}"),
+                    format!(
+                        "'{key}' is fixed by preset = \"{}\"; remove it, or the preset",
+                        p.name()
+                    ),
+                ));
+            }
+        }
+        let images = match &data.source {
+            DataSource::Digits | DataSource::Idx { .. } | DataSource::Cifar10 { .. } => true,
+            DataSource::Npy { layout, .. } => layout.is_some(),
+            _ => false,
+        };
+        if !images {
+            let span = kind.map_or(0..0, |k| k.span());
+            return Err(self.err(span, "model.kind", "kind = \"cnn\" needs image data: [data] source = \"digits\", \"idx\", \"cifar10\", or \"npy\" with a layout"));
+        }
+        Ok(ModelKind::Cnn { preset })
+    }
+
     /// `[model]`, `[train]` and the optimizer sections of the built-in MLP.
     fn builtin_knobs(
         &mut self,
@@ -598,6 +699,9 @@ impl Checker<'_> {
         };
         if let Some(hint) = hint {
             return Err(self.err(pair.span(), key, format!("{} {hint}", knob.key)));
+        }
+        if knob.name == "kernel" {
+            return Err(self.err(pair.span(), key, "kernel is 3 or 5: use choices = [3, 5]"));
         }
         let form_key = format!("{key}.{form}");
         let step_key = format!("{key}.step");
@@ -753,6 +857,11 @@ impl Checker<'_> {
             }
             (KnobKind::Int { min }, KnobValue::Int(i)) if *i < min => {
                 Err(format!("{} must be >= {min}, got {i}", knob.key))
+            }
+            (KnobKind::Int { .. }, KnobValue::Int(i))
+                if knob.name == "kernel" && ![3, 5].contains(i) =>
+            {
+                Err(format!("kernel must be 3 or 5, got {i}"))
             }
             (KnobKind::Str(allowed), KnobValue::Str(s)) if !allowed.contains(&s.as_str()) => {
                 let hint =
@@ -911,12 +1020,14 @@ impl Checker<'_> {
         &self,
         section: Option<Spanned<raw::Table<raw::DataSection>>>,
         study_seed: u64,
-    ) -> Result<DataConfig> {
+    ) -> Result<(DataConfig, Option<KeySpan>)> {
         let (section_span, s) = inner(section);
         let sources = [
             "digits",
             "csv",
             "npy",
+            "idx",
+            "cifar10",
             "synthetic-classification",
             "synthetic-regression",
         ];
@@ -924,9 +1035,11 @@ impl Checker<'_> {
             .one_of(&s.source, "data.source", &sources)?
             .unwrap_or_else(|| Spanned::new(section_span, "digits".into()));
         let applies: &[&str] = match source.get_ref().as_str() {
-            "digits" => &[],
+            "digits" => &["crop", "flip"],
             "csv" => &["path", "target", "task"],
-            "npy" => &["path", "targets", "task"],
+            "npy" => &["path", "targets", "task", "layout", "crop", "flip"],
+            "idx" => &["path", "targets", "crop", "flip"],
+            "cifar10" => &["path", "crop", "flip"],
             "synthetic-classification" => &["rows", "features", "classes", "informative"],
             _ => &["rows", "features", "informative", "noise"],
         };
@@ -979,6 +1092,29 @@ impl Checker<'_> {
                 targets: self
                     .data_file(&s.targets, "data.targets")?
                     .ok_or_else(|| required("targets"))?,
+                layout: match self.one_of(&s.layout, "data.layout", &["NCHW", "NHWC"])? {
+                    Some(l) if task == TaskKind::Regression => {
+                        return Err(self.err(
+                            l.span(),
+                            "data.layout",
+                            "images are classified: a layout needs task = \"classification\"",
+                        ));
+                    }
+                    l => l.map(|l| ImageLayout::from_name(l.get_ref()).expect("checked")),
+                },
+            },
+            "idx" => DataSource::Idx {
+                images: self
+                    .data_file(&s.path, "data.path")?
+                    .ok_or_else(|| required("path"))?,
+                labels: self
+                    .data_file(&s.targets, "data.targets")?
+                    .ok_or_else(|| required("targets"))?,
+            },
+            "cifar10" => DataSource::Cifar10 {
+                path: self
+                    .data_path(&s.path, "data.path", true)?
+                    .ok_or_else(|| required("path"))?,
             },
             "synthetic-classification" => DataSource::SyntheticClassification {
                 rows: count(&s.rows, "rows", 4, 1000)?,
@@ -1016,12 +1152,26 @@ impl Checker<'_> {
         let split_seed = self
             .at_least(&s.split_seed, "data.split_seed", 0)?
             .map_or(study_seed, |n| n as u64);
-        Ok(DataConfig {
-            source,
-            task,
-            validation,
-            split_seed,
-        })
+        let crop = self.at_least(&s.crop, "data.crop", 0)?.unwrap_or(0) as usize;
+        let flip = s.flip.as_ref().is_some_and(|b| b.get_ref().0);
+        let augment = (crop > 0 || flip).then_some(Augment { crop, flip });
+        // Where an augmentation is set, for the error when the model is no conv net.
+        let augment_span = match (&s.crop, &s.flip) {
+            (Some(c), _) if crop > 0 => Some((c.span(), "data.crop")),
+            (_, Some(f)) => Some((f.span(), "data.flip")),
+            _ => None,
+        };
+        Ok((
+            DataConfig {
+                source,
+                images: false,
+                augment,
+                task,
+                validation,
+                split_seed,
+            },
+            augment_span.filter(|_| augment.is_some()),
+        ))
     }
 
     /// `[worker]`: the built-in MLP (`kind = "mlp"`, the default, `None`)

@@ -57,6 +57,9 @@ pub struct DataSection {
     pub path: Field<Str>,
     pub target: Field<Str>,
     pub targets: Field<Str>,
+    pub layout: Field<Str>,
+    pub crop: Field<Int>,
+    pub flip: Field<Bool>,
     pub task: Field<Str>,
     pub validation: Field<Num>,
     pub split_seed: Field<Int>,
@@ -74,6 +77,9 @@ impl DataSection {
             ("path", self.path.as_ref().map(Spanned::span)),
             ("target", self.target.as_ref().map(Spanned::span)),
             ("targets", self.targets.as_ref().map(Spanned::span)),
+            ("layout", self.layout.as_ref().map(Spanned::span)),
+            ("crop", self.crop.as_ref().map(Spanned::span)),
+            ("flip", self.flip.as_ref().map(Spanned::span)),
             ("task", self.task.as_ref().map(Spanned::span)),
             ("rows", self.rows.as_ref().map(Spanned::span)),
             ("features", self.features.as_ref().map(Spanned::span)),
@@ -97,9 +103,18 @@ pub trait KnobSection {
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
     pub kind: Field<Str>,
+    pub preset: Field<Str>,
     pub depth: Field<KnobRaw>,
     pub width: Field<KnobRaw>,
     pub activation: Field<KnobRaw>,
+    pub channels: Field<KnobRaw>,
+    pub stages: Field<KnobRaw>,
+    pub blocks_per_stage: Field<KnobRaw>,
+    pub kernel: Field<KnobRaw>,
+    pub residual: Field<KnobRaw>,
+    pub batch_norm: Field<KnobRaw>,
+    pub pool: Field<KnobRaw>,
+    pub global_pool: Field<KnobRaw>,
 }
 
 impl KnobSection for ModelSection {
@@ -108,6 +123,14 @@ impl KnobSection for ModelSection {
             "depth" => self.depth.as_ref(),
             "width" => self.width.as_ref(),
             "activation" => self.activation.as_ref(),
+            "channels" => self.channels.as_ref(),
+            "stages" => self.stages.as_ref(),
+            "blocks_per_stage" => self.blocks_per_stage.as_ref(),
+            "kernel" => self.kernel.as_ref(),
+            "residual" => self.residual.as_ref(),
+            "batch_norm" => self.batch_norm.as_ref(),
+            "pool" => self.pool.as_ref(),
+            "global_pool" => self.global_pool.as_ref(),
             _ => None,
         }
     }

@@ -1,0 +1,214 @@
+//! Conv-net studies end to end: image files the test makes (IDX, CIFAR-10,
+//! `.npy` images) run through the binary, train fused, land in the database
+//! and show in the dashboard; a fused conv net stores what it stores alone.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+
+use common::*;
+use salus_tune::dash::snapshot::Phase;
+use salus_tune::storage::TrialState;
+use workers::data::{ImageShape, synthetic_images};
+
+/// `n` learnable `h x w x c` images as bytes (0-255), channels last, and labels.
+fn image_bytes(n: usize, shape: ImageShape, classes: usize) -> (Vec<u8>, Vec<u8>) {
+    let ds = synthetic_images(n, shape, classes, 9);
+    let px =
+        ds.x.iter()
+            .map(|v| (128.0 + 40.0 * v).clamp(0.0, 255.0) as u8)
+            .collect();
+    (px, ds.y.iter().map(|&l| l as u8).collect())
+}
+
+fn idx(dims: &[u32], body: &[u8]) -> Vec<u8> {
+    let mut out = vec![0, 0, 0x08, dims.len() as u8];
+    dims.iter().for_each(|d| out.extend(d.to_be_bytes()));
+    out.extend(body);
+    out
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(name), bytes).unwrap();
+}
+
+fn cnn_study(name: &str, trials: u64, data: &str, fuse: u64) -> String {
+    format!(
+        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 4\n\n{data}\n\
+         [model]\nkind = \"cnn\"\nchannels = 4\nstages = 2\nblocks_per_stage = 2\nresidual = true\n\
+         kernel = 3\ndepth = 1\nwidth = 16\n\n\
+         [train]\nlr = {{ float = [1e-3, 1e-2], log = true }}\nbatch_size = 16\nepochs = 3\n\n\
+         [sampler]\nkind = \"random\"\n\n[scheduler]\nfuse = {fuse}\n"
+    )
+}
+
+#[test]
+fn a_cnn_study_on_idx_files_trains_fused_and_shows_in_the_dashboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let (px, labels) = image_bytes(160, ImageShape { h: 8, w: 8, c: 1 }, 4);
+    write_bytes(
+        dir.path(),
+        "x-idx3-ubyte.gz",
+        &gzip(&idx(&[160, 8, 8], &px)),
+    );
+    write_bytes(dir.path(), "y-idx1-ubyte", &idx(&[160], &labels));
+    let data = "[data]\nsource = \"idx\"\npath = \"x-idx3-ubyte.gz\"\ntargets = \"y-idx1-ubyte\"\n";
+    write(dir.path(), "s.toml", &cnn_study("idx", 4, data, 4));
+    let check = run_in(dir.path(), &["check", "s.toml"]);
+    assert!(
+        text(&check).contains("1x8x8 images, classification, 4 classes"),
+        "{}",
+        text(&check)
+    );
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+
+    let db = dir.path().join("idx.db");
+    let rows = trials(&db, Some("idx"));
+    assert_eq!(rows.len(), 4);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete);
+        assert_eq!(t.intermediate.len(), 3, "one value per epoch");
+    }
+    let best = rows.iter().map(|t| t.value.unwrap()).fold(0.0, f64::max);
+    assert!(best > 0.5, "4 classes, best accuracy {best}");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'salus:fused_with'"
+        ),
+        4,
+        "one shape: the four trials ran as one fused group"
+    );
+    let fixed = scalar_text(
+        &db,
+        "SELECT value_json FROM study_user_attributes WHERE key = 'fixed_params'",
+    )
+    .unwrap();
+    assert!(
+        fixed.contains(r#""model":"cnn""#),
+        "the model kind is stored with the study: {fixed}"
+    );
+
+    let snap = block_on(salus_tune::dash::read(&db.display().to_string(), None)).unwrap();
+    assert_eq!(snap.count(Phase::Complete), 4);
+    assert!(
+        snap.trials
+            .iter()
+            .all(|t| t.curve.len() == 3 && t.persistent_bytes > 0)
+    );
+
+    // Rerunning resumes the study; an MLP on the same storage is refused.
+    let again = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(trials(&db, Some("idx")).len(), 4);
+    let mlp = std::fs::read_to_string(dir.path().join("s.toml"))
+        .unwrap()
+        .replace("kind = \"cnn\"\nchannels = 4\nstages = 2\nblocks_per_stage = 2\nresidual = true\nkernel = 3\n", "kind = \"mlp\"\n");
+    write(dir.path(), "s.toml", &mlp);
+    let refused = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("'model' is no longer fixed"),
+        "{}",
+        text(&refused)
+    );
+}
+
+/// The same study with fusion on and off stores the same curves: fused
+/// conv nets (batch norm and residual blocks) compute what they compute
+/// alone.
+#[test]
+fn fused_cnn_trials_store_what_they_store_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (px, labels) = image_bytes(120, ImageShape { h: 8, w: 8, c: 3 }, 3);
+    // CIFAR-10's record: a label, then the red, green and blue planes.
+    let mut cifar = Vec::new();
+    for (i, &l) in labels.iter().enumerate() {
+        cifar.push(l);
+        let img = &px[i * 192..(i + 1) * 192];
+        for ch in 0..3 {
+            // Each 8x8 plane repeated into the 32x32 record (4x4 blocks).
+            for y in 0..32 {
+                for x in 0..32 {
+                    cifar.push(img[((y / 4) * 8 + x / 4) * 3 + ch]);
+                }
+            }
+        }
+    }
+    std::fs::create_dir(dir.path().join("cifar")).unwrap();
+    write_bytes(&dir.path().join("cifar"), "data_batch_1.bin", &cifar);
+    let data = "[data]\nsource = \"cifar10\"\npath = \"cifar\"\n";
+    write(dir.path(), "fused.toml", &cnn_study("fused", 3, data, 3));
+    write(dir.path(), "alone.toml", &cnn_study("alone", 3, data, 1));
+    for f in ["fused.toml", "alone.toml"] {
+        let out = run_in(dir.path(), &[f, "--no-progress"]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out));
+    }
+    let (fused, alone) = (
+        trials(&dir.path().join("fused.db"), None),
+        trials(&dir.path().join("alone.db"), None),
+    );
+    assert_eq!(fused.len(), 3);
+    for (f, a) in fused.iter().zip(&alone) {
+        assert_eq!(f.params, a.params, "same seed, same proposals");
+        assert_eq!(
+            f.intermediate, a.intermediate,
+            "trial {}: bit for bit",
+            f.number
+        );
+    }
+}
+
+/// ASHA on conv nets: trials pause at their rungs (swapped out when memory
+/// is wanted), are promoted or end PRUNED, and the study completes.
+#[test]
+fn asha_pauses_and_prunes_conv_net_trials_at_rungs() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = cnn_study("asha", 8, "[data]\nsource = \"digits\"\n", 4)
+        .replace("epochs = 3", "epochs = 4")
+        + "\n[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n";
+    write(dir.path(), "s.toml", &body);
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("asha.db"), Some("asha"));
+    assert_eq!(rows.len(), 8);
+    let pruned = rows
+        .iter()
+        .filter(|t| t.state == TrialState::Pruned)
+        .count();
+    let complete = rows
+        .iter()
+        .filter(|t| t.state == TrialState::Complete)
+        .count();
+    assert!(
+        pruned >= 3 && complete >= 1,
+        "{pruned} pruned, {complete} complete"
+    );
+    for t in rows.iter().filter(|t| t.state == TrialState::Complete) {
+        assert_eq!(t.intermediate.len(), 4, "a completed trial ran every epoch");
+    }
+    let db = dir.path().join("asha.db");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE \"key\" = 'salus:rung'"
+        ),
+        pruned as i64,
+        "each pruned trial records its rung"
+    );
+    assert!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'"
+        ) >= pruned as i64,
+        "trials paused at their rungs"
+    );
+}
