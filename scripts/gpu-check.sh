@@ -9,8 +9,12 @@
 # from ../shared/gpu/ into gpu-anchors/. Both folders are ignored by git and
 # must be carried (the device tool's `carry`); the anchors are never committed.
 #
-# The device half fits one device call. SKIP, a regex, leaves out the
-# phases whose file it matches (SKIP='^08-fused|^10-'). It stops starting phases at
+# With the conv-net phases (17-19, about 120 s) every phase together no
+# longer fits one call: the later phases are skipped at DEADLINE. Split it
+# in two calls with SKIP, for example SKIP='^1[4-9]-|^10-' and then
+# SKIP='^0[2-9]-|^1[1-3]-' (run 5 to run 9 skipped the MLP phases measured
+# before). SKIP, a regex, leaves out the
+# phases whose file it matches. It stops starting phases at
 # DEADLINE seconds (default 450; a call may run 600 s, and a session has
 # 900 s of device time in all), and each phase's timeout is cut to what is
 # left. The tool brings back at most 8 files from $OUT, so the phases write
@@ -20,9 +24,11 @@
 #   01-devices.txt      nvidia-smi and `salus-tune devices` (target, pool, pinned)
 #   02-first-op.txt     one op test: the first kernel and cuBLAS call
 #   03-ops.txt          every CUDA op test
-#   04-gradients.txt    gradient checks on every device
-#   05-devices.txt      CPU against CUDA
-#   06-graphs.txt       graph replay against eager, bit for bit
+#   03-conv-ops.txt     every CUDA conv op test (im2col, col2im, pooling,
+#                       batch norm, residual add)
+#   04-gradients.txt    gradient checks on every device (MLPs and conv nets)
+#   05-devices.txt      CPU against CUDA (MLPs and conv nets)
+#   06-graphs.txt       graph replay against eager, bit for bit (a conv net too)
 #   06-core.txt         the Salus core's lanes (streaks, switches) against
 #                       trials run alone, bit for bit
 #   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on:
@@ -36,20 +42,26 @@
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
 #   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
 #                       256, 1024) and a lone h=4096 one (ncu)
+#   17-bench-cnn-*.json / .log    bench packing's conv-net cells on cuda:0:
+#                       cnn-digits and cnn-32, K = 1, 8, 64
+#   18-digits-cnn-cuda.txt        studies/digits_cnn.toml on cuda:0 (and
+#                       18-digits-cnn-asha-cuda.txt, its ASHA variant)
+#   19-torch-cnn.txt    PyTorch on the GPU (scripts/anchors/torch_cnn.py):
+#                       each seq cell of 17- again, beside our seq and fused
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
 #   device-tests.txt    each device test, run or skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-TESTS=(ops gradients devices graphs salus_core)
+TESTS=(ops conv_ops gradients devices graphs salus_core)
 
 if [[ "${1:-}" == "prepare" ]]; then
     set -e
     rm -rf gpu-build gpu-anchors && mkdir -p gpu-build gpu-anchors
     cargo build --release --bin salus-tune
     cp target/release/salus-tune gpu-build/
-    # kernels/tests/ops.rs, workers/tests/{gradients,devices,graphs}.rs,
+    # kernels/tests/{ops,conv_ops}.rs, workers/tests/{gradients,devices,graphs}.rs,
     # tests/salus_core.rs
     {
         cargo test --release --no-run --message-format=json -p kernels -p workers
@@ -148,16 +160,16 @@ bench() {
     note "$file: rc=$rc $(tail -1 "$WORK/$file.log")"
 }
 
-# study FILE SECONDS DEVICE: studies/digits.toml on DEVICE into a fresh
-# database; the wall time and the best trial.
+# study FILE SECONDS DEVICE [STUDY]: a study file (studies/digits.toml by
+# default) on DEVICE into a fresh database; the wall time and the best trial.
 study() {
-    local file=$1 secs=$2 device=$3
-    local db="$WORK/digits-${device/:/}.db"
+    local file=$1 secs=$2 device=$3 toml=${4:-studies/digits.toml}
+    local db="$WORK/$(basename "$toml" .toml)-${device/:/}.db"
     phase "$file" "$secs" bash -c "
         s=\$(date +%s%N)
-        gpu-build/salus-tune studies/digits.toml --device $device --storage $db --no-progress || exit
+        gpu-build/salus-tune $toml --device $device --storage $db --no-progress || exit
         echo \"wall_ms \$(( (\$(date +%s%N) - s) / 1000000 ))\"
-        gpu-build/salus-tune best studies/digits.toml --storage $db"
+        gpu-build/salus-tune best $toml --storage $db"
 }
 
 note "start; deadline ${DEADLINE} s; LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -170,6 +182,7 @@ note "01-devices.txt: $(tr '\n' ';' < "$WORK/01-devices.txt")"
 T=(--test-threads 1 --nocapture)
 phase 02-first-op.txt 45 gpu-build/test-ops cuda::gemm_matches_reference --exact "${T[@]}"
 phase 03-ops.txt 60 gpu-build/test-ops cuda:: "${T[@]}"
+phase 03-conv-ops.txt 60 gpu-build/test-conv_ops cuda:: "${T[@]}"
 phase 04-gradients.txt 30 gpu-build/test-gradients "${T[@]}"
 phase 05-devices.txt 45 gpu-build/test-devices "${T[@]}"
 phase 06-graphs.txt 45 gpu-build/test-graphs "${T[@]}"
@@ -188,6 +201,30 @@ phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anch
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu
+
+# The conv nets: the digits as images (small kernels, launch-bound) and the
+# cuda-convnet preset on 32x32x3 images (about 4.7 GFLOP per iteration at
+# batch 64), sized for at least ~20 iterations per trial at K = 64.
+bench 17-bench-cnn-digits 60 --h cnn-digits --k 1,8,64 --gflop "${GFLOP_CNN_DIGITS:-300}" --repeats 1 --no-overhead
+bench 17-bench-cnn-32 90 --h cnn-32 --k 1,8,64 --gflop "${GFLOP_CNN_32:-6000}" --repeats 1 --no-overhead
+study 18-digits-cnn-cuda.txt 90 cuda:0 studies/digits_cnn.toml
+study 18-digits-cnn-asha-cuda.txt 90 cuda:0 studies/digits_cnn_asha.toml
+# PyTorch on the GPU, the same nets and the same iterations per trial as
+# each seq cell of 17-, the K trials one after another.
+phase 19-torch-cnn.txt 90 python3 -c '
+import json, subprocess, sys
+for wl in ("cnn-digits", "cnn-32"):
+    rows = json.load(open(sys.argv[1] + "/17-bench-" + wl + ".json"))
+    for r in rows:
+        if r.get("mode") == "seq":
+            per_trial = r["iterations"] // r["k"]
+            out = subprocess.run([sys.executable, "scripts/anchors/torch_cnn.py", wl, str(r["k"]), str(per_trial), "64", "16", "cuda"], capture_output=True, text=True)
+            t = json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr[-500:]}
+            t["ours_seq_s"] = r["seconds"]
+            fused = [f for f in rows if f.get("mode") == "fused" and f.get("k") == r["k"]]
+            t["ours_fused_s"] = fused[0]["seconds"] if fused else None
+            print(json.dumps(t), flush=True)
+' "$WORK"
 
 # Where a fused and a lone iteration spend their time: each kernel's
 # duration (one metric, so one pass per kernel), some iterations in.
