@@ -348,6 +348,9 @@ fn bench_samplers_runs_the_chosen_samplers_and_problems() {
         // Best-so-far never worsens, and never beats the known optimum.
         assert!(b100 <= b50 && b100 >= 0.397887 - 1e-6, "{r}");
         assert!(r["ms_per_proposal_at_100"].as_f64().unwrap() >= 0.0);
+        // One seed: its own best values are the medians.
+        assert_eq!(r["best_50_per_seed"], serde_json::json!([b50]), "{r}");
+        assert_eq!(r["best_100_per_seed"], serde_json::json!([b100]), "{r}");
     }
     // The GP gets Branin to within 1% of its optimum in 50 trials.
     assert!(

@@ -2,8 +2,9 @@
 
 Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS]], SAMPLERS and
 PROBLEMS comma-separated (default: tpe,gp and every problem). Prints a
-JSON array of {problem, sampler, at_50, at_100, ms_per_trial}: the median
-best value over the seeds, and the median wall time per trial for trials
+JSON array of {problem, sampler, at_50, at_100, ms_per_trial, best_50,
+best_100}: the median best value over the seeds, each seed's best value
+(in seed order), and the median wall time per trial for trials
 91-100 (the objectives cost microseconds, so this is the sampler plus
 Optuna's in-memory storage). The functions and spaces mirror
 orchestrator/src/bench/samplers.rs exactly. GPSampler needs torch and scipy.
@@ -96,7 +97,8 @@ for name, f in PROBLEMS:
             b100.append(min(values))
             ms.append((ends[99] - ends[89]) * 1e3 / 10)
         row = {"problem": name, "sampler": sampler, "at_50": statistics.median(b50),
-               "at_100": statistics.median(b100), "ms_per_trial": statistics.median(ms)}
+               "at_100": statistics.median(b100), "ms_per_trial": statistics.median(ms),
+               "best_50": b50, "best_100": b100}
         print(f"  optuna-{sampler} {name}: {row['at_50']:.4f} at 50, {row['at_100']:.4f} at 100, "
               f"{row['ms_per_trial']:.1f} ms per trial", file=sys.stderr, flush=True)
         rows.append(row)

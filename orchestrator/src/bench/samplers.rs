@@ -357,8 +357,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One row: problem, sampler, median best at 50 and at 100 trials, and
-/// the median time per proposal at 90-99 trials.
+/// One row: problem, sampler, median best at 50 and at 100 trials, the
+/// median time per proposal at 90-99 trials, and each seed's best values
+/// (in seed order), so that two samplers can be compared seed by seed or
+/// by resampling, not only by their medians.
 #[derive(Debug, Clone)]
 pub struct Row {
     pub problem: &'static str,
@@ -366,6 +368,8 @@ pub struct Row {
     pub at_50: f64,
     pub at_100: f64,
     pub ms_per_proposal: f64,
+    pub best_50: Vec<f64>,
+    pub best_100: Vec<f64>,
 }
 
 /// Our samplers, then Optuna's (through Python).
@@ -446,9 +450,11 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
             let row = Row {
                 problem: p.name,
                 sampler: name.into(),
-                at_50: median(b50),
-                at_100: median(b100),
+                at_50: median(b50.clone()),
+                at_100: median(b100.clone()),
                 ms_per_proposal: median(ms),
+                best_50: b50,
+                best_100: b100,
             };
             progress(&format!(
                 "{:<16} {:<11} median best {:.4} at 50, {:.4} at 100 (optimum {}); {:.2} ms per proposal",
@@ -515,12 +521,21 @@ fn run_optuna(
                 .find(|n| Some(*n) == r["problem"].as_str())
                 .unwrap_or("?");
             let num = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            let per_seed = |k: &str| -> Vec<f64> {
+                r[k].as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| v.as_f64().unwrap_or(f64::NAN))
+                    .collect()
+            };
             Row {
                 problem,
                 sampler: format!("optuna-{}", r["sampler"].as_str().unwrap_or("?")),
                 at_50: num("at_50"),
                 at_100: num("at_100"),
                 ms_per_proposal: num("ms_per_trial"),
+                best_50: per_seed("best_50"),
+                best_100: per_seed("best_100"),
             }
         })
         .collect())
@@ -536,6 +551,8 @@ pub fn json(rows: &[Row]) -> serde_json::Value {
                     "median_best_50": r.at_50,
                     "median_best_100": r.at_100,
                     "ms_per_proposal_at_100": r.ms_per_proposal,
+                    "best_50_per_seed": r.best_50,
+                    "best_100_per_seed": r.best_100,
                 })
             })
             .collect(),
