@@ -129,6 +129,21 @@ impl Inputs {
         s.iter().zip(lambda).map(|(s, l)| s * l).sum()
     }
 
+    /// The Matern-5/2 value and derivative (in `r`) of each pair `b <= a`,
+    /// row by row (pair `(a, b)` at `a (a + 1) / 2 + b`): the kernel is
+    /// symmetric, so the fit computes each pair's distance and exponential
+    /// once and uses it for the matrix and for the gradient.
+    fn lower_triangle(&self, lambda: &[f64]) -> Vec<(f64, f64)> {
+        let n = self.len();
+        let mut tri = Vec::with_capacity(n * (n + 1) / 2);
+        for a in 0..n {
+            for b in 0..=a {
+                tri.push(matern52(self.r(a, b, lambda)));
+            }
+        }
+        tri
+    }
+
     /// The kernel matrix plus the noise on its diagonal.
     fn covariance(&self, p: &KernelParams) -> DMatrix<f64> {
         let n = self.len();
@@ -145,12 +160,24 @@ impl Inputs {
 pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option<(f64, Vec<f64>)> {
     let (n, d) = (inputs.len(), inputs.dims());
     let p = KernelParams::from_raw(raw);
-    let chol = Cholesky::new(inputs.covariance(&p))?;
+    let lambda = &p.inverse_squared_lengthscales;
+    let tri = inputs.lower_triangle(lambda);
+    let pair = |a: usize, b: usize| {
+        if a >= b {
+            tri[a * (a + 1) / 2 + b]
+        } else {
+            tri[b * (b + 1) / 2 + a]
+        }
+    };
+    // The same entries as `Inputs::covariance`, bit for bit.
+    let covariance = DMatrix::from_fn(n, n, |a, b| {
+        p.scale * pair(a, b).0 + if a == b { p.noise } else { 0.0 }
+    });
+    let chol = Cholesky::new(covariance)?;
     let yv = DVector::from_column_slice(y);
     let alpha = chol.solve(&yv);
     let log_det_half: f64 = chol.l_dirty().diagonal().iter().map(|v| v.ln()).sum();
     let log_likelihood = -log_det_half - 0.5 * yv.dot(&alpha);
-    let lambda = &p.inverse_squared_lengthscales;
     // Optuna's priors (`default_log_prior`), without their constants.
     let log_prior = -lambda.iter().map(|l| 0.1 / l + 0.1 * l).sum::<f64>()
         + (p.scale.ln() - p.scale)
@@ -165,7 +192,7 @@ pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option
         for b in 0..=a {
             let twice = if a == b { 0.5 } else { 1.0 };
             let w = twice * (alpha[a] * alpha[b] - inverse[(a, b)]);
-            let (m, dm) = matern52(inputs.r(a, b, lambda));
+            let (m, dm) = pair(a, b);
             let s = &inputs.sqd[(a * n + b) * d..][..d];
             for j in 0..d {
                 grad[j] -= w * p.scale * dm * s[j] * lambda[j];
