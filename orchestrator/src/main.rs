@@ -94,7 +94,7 @@ enum Command {
 enum BenchCmd {
     /// Sampler quality: random, qmc, tpe and gp (and Optuna's TPE and GP
     /// samplers, through Python, when available) on Branin, Hartmann-6, a
-    /// 10-D Rosenbrock, a mixed space and three discrete ones: median best
+    /// 10-D Rosenbrock, Levy-5, a mixed space and four discrete ones: median best
     /// value over seeds at 50 and 100 trials, and time per proposal.
     Samplers {
         #[arg(long)]

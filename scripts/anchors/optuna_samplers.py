@@ -31,9 +31,12 @@ def branin(t):
     return (x2 - b * x1 * x1 + c * x1 - 6) ** 2 + 10 * (1 - s) * math.cos(x1) + 10
 
 
-def hartmann6(t):
-    x = [t.suggest_float(f"x{j}", 0, 1) for j in range(6)]
+def hartmann6_at(x):
     return -sum(ALPHA[i] * math.exp(-sum(A[i][j] * (x[j] - 1e-4 * P[i][j]) ** 2 for j in range(6))) for i in range(4))
+
+
+def hartmann6(t):
+    return hartmann6_at([t.suggest_float(f"x{j}", 0, 1) for j in range(6)])
 
 
 def rosenbrock10(t):
@@ -60,6 +63,21 @@ def ordinal5(t):
             + (u[4] - 0.22) ** 2 + 2 * (u[2] - u[3]) ** 2 + 1.5 * (u[0] - u[4]) ** 2 + u[1] * u[3])
 
 
+def levy5(t):
+    w = [1 + (t.suggest_float(f"x{j}", -10, 10) - 1) / 4 for j in range(5)]
+    return (math.sin(math.pi * w[0]) ** 2
+            + sum((wi - 1) ** 2 * (1 + 10 * math.sin(math.pi * wi + 1) ** 2) for wi in w[:4])
+            + (w[4] - 1) ** 2 * (1 + math.sin(2 * math.pi * w[4]) ** 2))
+
+
+ORDINAL_HARTMANN_LEVELS = [4, 5, 6, 7, 8, 10]
+
+
+def ordinal_hartmann6(t):
+    u = [t.suggest_int(f"h{j}", 0, l - 1) / (l - 1) for j, l in enumerate(ORDINAL_HARTMANN_LEVELS)]
+    return hartmann6_at(u)
+
+
 def int_styblinski4(t):
     return sum(0.5 * (v ** 4 - 16 * v * v + 5 * v) for v in (t.suggest_int(f"k{i}", -5, 5) for i in range(4)))
 
@@ -78,8 +96,9 @@ def int_categorical(t):
 
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 samplers = sys.argv[2].split(",") if len(sys.argv) > 2 else ["tpe", "gp"]
-PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("mixed", mixed),
-            ("ordinal5", ordinal5), ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
+PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("levy5", levy5),
+            ("mixed", mixed), ("ordinal5", ordinal5), ("ordinal-hartmann6", ordinal_hartmann6),
+            ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
 if len(sys.argv) > 3:
     wanted = sys.argv[3].split(",")
     PROBLEMS = [p for p in PROBLEMS if p[0] in wanted]
