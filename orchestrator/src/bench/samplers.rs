@@ -236,6 +236,31 @@ fn exhaustive_minimum(space: &SearchSpace, f: fn(&Params) -> f64) -> f64 {
 }
 
 /// The benchmark's problems (mirrored in `scripts/anchors/optuna_samplers.py`).
+/// A problem over integer indices `{prefix}0`, `{prefix}1`, ... into
+/// `levels[i]` ordered values each; its optimum found exhaustively.
+fn ordinal_problem(
+    name: &'static str,
+    prefix: &str,
+    levels: &[i64],
+    f: fn(&Params) -> f64,
+) -> Problem {
+    let space = SearchSpace::new(
+        levels
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| int(&format!("{prefix}{i}"), 0, l - 1, false))
+            .collect(),
+    )
+    .expect("valid");
+    let optimum = exhaustive_minimum(&space, f);
+    Problem {
+        name,
+        space,
+        f,
+        optimum,
+    }
+}
+
 pub fn problems() -> Vec<Problem> {
     let unit = |n: usize, low: f64, high: f64| {
         SearchSpace::new(
@@ -313,40 +338,13 @@ pub fn problems() -> Vec<Problem> {
             f: mixed,
             optimum: 0.0,
         },
-        {
-            let space = SearchSpace::new(
-                ORDINAL_LEVELS
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &l)| int(&format!("o{i}"), 0, l - 1, false))
-                    .collect(),
-            )
-            .expect("valid");
-            let optimum = exhaustive_minimum(&space, ordinal5);
-            Problem {
-                name: "ordinal5",
-                space,
-                f: ordinal5,
-                optimum,
-            }
-        },
-        {
-            let space = SearchSpace::new(
-                ORDINAL_HARTMANN_LEVELS
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &l)| int(&format!("h{j}"), 0, l - 1, false))
-                    .collect(),
-            )
-            .expect("valid");
-            let optimum = exhaustive_minimum(&space, ordinal_hartmann6);
-            Problem {
-                name: "ordinal-hartmann6",
-                space,
-                f: ordinal_hartmann6,
-                optimum,
-            }
-        },
+        ordinal_problem("ordinal5", "o", &ORDINAL_LEVELS, ordinal5),
+        ordinal_problem(
+            "ordinal-hartmann6",
+            "h",
+            &ORDINAL_HARTMANN_LEVELS,
+            ordinal_hartmann6,
+        ),
         Problem {
             name: "int-styblinski4",
             space: SearchSpace::new(
