@@ -97,20 +97,24 @@ enum BenchCmd {
     /// 10-D Rosenbrock, Levy-5, a mixed space and four discrete ones: median best
     /// value over seeds at 50 and 100 trials, and time per proposal.
     Samplers {
+        /// Print rows as JSON, with each seed's best values
+        /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians.
         #[arg(long)]
         json: bool,
+        /// Seeds 0 to N-1 per sampler and problem.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
         /// Skip Optuna's samplers.
         #[arg(long)]
         no_optuna: bool,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,
-        /// optuna-tpe, optuna-gp. Optuna's GPSampler takes about 15 s per
-        /// 100-trial run on 2 cores.
+        /// optuna-tpe, optuna-gp. Optuna's GPSampler takes 5-60 s per
+        /// 100-trial run on 2 cores (longest on the discrete problems).
         #[arg(long, value_delimiter = ',')]
         samplers: Vec<String>,
         /// Run only these problems (comma-separated): branin, hartmann6,
-        /// rosenbrock10, mixed, ordinal5, int-styblinski4, int-categorical.
+        /// rosenbrock10, levy5, mixed, ordinal5, ordinal-hartmann6,
+        /// int-styblinski4, int-categorical.
         #[arg(long, value_delimiter = ',')]
         problems: Vec<String>,
     },
