@@ -129,28 +129,39 @@ impl Inputs {
         s.iter().zip(lambda).map(|(s, l)| s * l).sum()
     }
 
-    /// The Matern-5/2 value and derivative (in `r`) of each pair `b <= a`,
-    /// row by row (pair `(a, b)` at `a (a + 1) / 2 + b`): the kernel is
-    /// symmetric, so the fit computes each pair's distance and exponential
-    /// once and uses it for the matrix and for the gradient.
-    fn lower_triangle(&self, lambda: &[f64]) -> Vec<(f64, f64)> {
+    /// The Matern-5/2 value and derivative of every pair of inputs.
+    fn pair_kernel(&self, lambda: &[f64]) -> PairKernel {
         let n = self.len();
-        let mut tri = Vec::with_capacity(n * (n + 1) / 2);
+        let mut lower = Vec::with_capacity(n * (n + 1) / 2);
         for a in 0..n {
             for b in 0..=a {
-                tri.push(matern52(self.r(a, b, lambda)));
+                lower.push(matern52(self.r(a, b, lambda)));
             }
         }
-        tri
+        PairKernel { lower }
     }
 
     /// The kernel matrix plus the noise on its diagonal.
-    fn covariance(&self, p: &KernelParams) -> DMatrix<f64> {
+    fn covariance(&self, p: &KernelParams, k: &PairKernel) -> DMatrix<f64> {
         let n = self.len();
         DMatrix::from_fn(n, n, |a, b| {
-            p.scale * matern52(self.r(a, b, &p.inverse_squared_lengthscales)).0
-                + if a == b { p.noise } else { 0.0 }
+            p.scale * k.at(a, b).0 + if a == b { p.noise } else { 0.0 }
         })
+    }
+}
+
+/// The Matern-5/2 value and derivative (in `r`) of each pair `b <= a`,
+/// row by row (pair `(a, b)` at `a (a + 1) / 2 + b`): the kernel is
+/// symmetric, so each pair's distance and exponential are computed once,
+/// and the fit uses them for the matrix and for the gradient.
+struct PairKernel {
+    lower: Vec<(f64, f64)>,
+}
+
+impl PairKernel {
+    fn at(&self, a: usize, b: usize) -> (f64, f64) {
+        let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+        self.lower[hi * (hi + 1) / 2 + lo]
     }
 }
 
@@ -161,19 +172,8 @@ pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option
     let (n, d) = (inputs.len(), inputs.dims());
     let p = KernelParams::from_raw(raw);
     let lambda = &p.inverse_squared_lengthscales;
-    let tri = inputs.lower_triangle(lambda);
-    let pair = |a: usize, b: usize| {
-        if a >= b {
-            tri[a * (a + 1) / 2 + b]
-        } else {
-            tri[b * (b + 1) / 2 + a]
-        }
-    };
-    // The same entries as `Inputs::covariance`, bit for bit.
-    let covariance = DMatrix::from_fn(n, n, |a, b| {
-        p.scale * pair(a, b).0 + if a == b { p.noise } else { 0.0 }
-    });
-    let chol = Cholesky::new(covariance)?;
+    let kernel = inputs.pair_kernel(lambda);
+    let chol = Cholesky::new(inputs.covariance(&p, &kernel))?;
     let yv = DVector::from_column_slice(y);
     let alpha = chol.solve(&yv);
     let log_det_half: f64 = chol.l_dirty().diagonal().iter().map(|v| v.ln()).sum();
@@ -192,7 +192,7 @@ pub fn negative_log_posterior(inputs: &Inputs, y: &[f64], raw: &[f64]) -> Option
         for b in 0..=a {
             let twice = if a == b { 0.5 } else { 1.0 };
             let w = twice * (alpha[a] * alpha[b] - inverse[(a, b)]);
-            let (m, dm) = pair(a, b);
+            let (m, dm) = kernel.at(a, b);
             let s = &inputs.sqd[(a * n + b) * d..][..d];
             for j in 0..d {
                 grad[j] -= w * p.scale * dm * s[j] * lambda[j];
@@ -270,7 +270,8 @@ impl Regressor {
     /// The regressor with these kernel parameters; `None` where the
     /// covariance is not positive definite.
     pub fn new(inputs: Inputs, y: &[f64], params: KernelParams) -> Option<Self> {
-        let chol = Cholesky::new(inputs.covariance(&params))?;
+        let kernel = inputs.pair_kernel(&params.inverse_squared_lengthscales);
+        let chol = Cholesky::new(inputs.covariance(&params, &kernel))?;
         let alpha = chol.solve(&DVector::from_column_slice(y));
         Some(Regressor {
             inputs,
