@@ -4,7 +4,7 @@
 use cudarc::driver::DeviceRepr;
 
 use super::module::MAX_SLOTS;
-use crate::ops::{AdamSlot, AugmentSlot, Conv2d, DropoutSlot, Pool2d, SgdSlot};
+use crate::ops::{AdamSlot, AugmentSlot, Conv2d, DropoutSlot, Images, Pool2d, SgdSlot};
 
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
@@ -147,24 +147,19 @@ unsafe impl DeviceRepr for ConvGeom {}
 
 impl ConvGeom {
     pub fn conv(c: &Conv2d) -> Self {
-        let i = c.input;
-        ConvGeom {
-            slots: i.slots as u64,
-            n: i.n as u64,
-            h: i.h as u64,
-            w: i.w as u64,
-            c: i.c as u64,
-            slot_stride: i.slot_stride as u64,
-            kh: c.kh as u64,
-            kw: c.kw as u64,
-            stride: c.stride as u64,
-            pad: c.pad as u64,
-            oh: c.out_h() as u64,
-            ow: c.out_w() as u64,
-        }
+        Self::over(
+            &c.input,
+            [c.kh, c.kw, c.stride, c.pad],
+            [c.out_h(), c.out_w()],
+        )
     }
+
     pub fn pool(p: &Pool2d) -> Self {
-        let i = p.input;
+        Self::over(&p.input, [p.kh, p.kw, p.stride, 0], [p.out_h(), p.out_w()])
+    }
+
+    /// A window `[kh, kw, stride, pad]` sliding over `i` to an `[oh, ow]` output.
+    fn over(i: &Images, [kh, kw, stride, pad]: [usize; 4], [oh, ow]: [usize; 2]) -> Self {
         ConvGeom {
             slots: i.slots as u64,
             n: i.n as u64,
@@ -172,12 +167,12 @@ impl ConvGeom {
             w: i.w as u64,
             c: i.c as u64,
             slot_stride: i.slot_stride as u64,
-            kh: p.kh as u64,
-            kw: p.kw as u64,
-            stride: p.stride as u64,
-            pad: 0,
-            oh: p.out_h() as u64,
-            ow: p.out_w() as u64,
+            kh: kh as u64,
+            kw: kw as u64,
+            stride: stride as u64,
+            pad: pad as u64,
+            oh: oh as u64,
+            ow: ow as u64,
         }
     }
 }
