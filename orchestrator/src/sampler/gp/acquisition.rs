@@ -58,6 +58,19 @@ const STABILIZING_NOISE: f64 = 1e-12;
 impl LogEi<'_> {
     pub fn value(&self, x: &[f64]) -> f64 {
         let (mean, var) = self.gp.posterior(x);
+        self.of_posterior(mean, var)
+    }
+
+    /// The values at each of `xs` (one batch through the regressor).
+    pub fn values(&self, xs: &[Vec<f64>]) -> Vec<f64> {
+        self.gp
+            .posteriors(xs)
+            .into_iter()
+            .map(|(mean, var)| self.of_posterior(mean, var))
+            .collect()
+    }
+
+    fn of_posterior(&self, mean: f64, var: f64) -> f64 {
         let sigma = (var + STABILIZING_NOISE).sqrt();
         log_h((mean - self.threshold) / sigma).0 + sigma.ln()
     }
@@ -101,6 +114,8 @@ const EDGE: f64 = 0.01;
 /// Most values searched one by one; a longer axis gets Brent's method.
 const MAX_EXHAUSTIVE: usize = 16;
 const LOCAL_SEARCHES: usize = 10;
+/// How far (normalised) the search from the best trial starts off it.
+const WARM_STEP: f64 = 1e-3;
 const MAX_ROUNDS: usize = 100;
 
 /// The continuous part of a point, for L-BFGS: coordinate `w_j` maps to
@@ -148,12 +163,12 @@ impl Continuous<'_> {
         x
     }
 
-    fn coordinates(&self, x: &[f64]) -> Vec<f64> {
+    fn coordinates(&self, x: &[f64], edge: f64) -> Vec<f64> {
         self.dims
             .iter()
             .zip(self.scales)
             .map(|(&j, &l)| {
-                (1.0 - 2.0 * x[j].clamp(EDGE, 1.0 - EDGE)).acos() / (std::f64::consts::PI * l)
+                (1.0 - 2.0 * x[j].clamp(edge, 1.0 - edge)).acos() / (std::f64::consts::PI * l)
             })
             .collect()
     }
@@ -221,6 +236,33 @@ impl CostFunction for Along<'_> {
     }
 }
 
+/// L-BFGS over the `dims` of `base`, from `base` moved `edge` inside the
+/// box; the point it ends at.
+fn continuous_search(
+    acq: &LogEi,
+    base: &[f64],
+    dims: &[usize],
+    scales: &[f64],
+    edge: f64,
+) -> Option<Vec<f64>> {
+    let problem = || Continuous {
+        acq,
+        base,
+        dims,
+        scales,
+        last: LastEvaluation::new(),
+    };
+    let w0 = problem().coordinates(base, edge);
+    let solver = LBFGS::new(MoreThuenteLineSearch::new(), 10)
+        .with_tolerance_grad(1e-2)
+        .ok()?;
+    let r = Executor::new(problem(), solver)
+        .configure(|s| s.param(w0).max_iters(200))
+        .run()
+        .ok()?;
+    Some(problem().point(&r.state.best_param?))
+}
+
 /// Maximises `acq` from one start; returns the point and its value.
 fn local_search(acq: &LogEi, axes: &[Axis], scales: &[f64], start: Vec<f64>) -> (Vec<f64>, f64) {
     let continuous: Vec<usize> = (0..axes.len())
@@ -233,39 +275,18 @@ fn local_search(acq: &LogEi, axes: &[Axis], scales: &[f64], start: Vec<f64>) -> 
     let mut last_changed: Option<usize> = None;
     for _ in 0..MAX_ROUNDS {
         if !continuous.is_empty() {
-            let problem = Continuous {
-                acq,
-                base: &x,
-                dims: &continuous,
-                scales: &cont_scales,
-                last: LastEvaluation::new(),
-            };
-            let w0 = problem.coordinates(&x);
-            let found = LBFGS::new(MoreThuenteLineSearch::new(), 10)
-                .with_tolerance_grad(1e-2)
-                .ok()
-                .and_then(|solver| {
-                    Executor::new(problem, solver)
-                        .configure(|s| s.param(w0).max_iters(200))
-                        .run()
-                        .ok()
-                })
-                .and_then(|r| {
-                    let w = r.state.best_param?;
-                    let p = Continuous {
-                        acq,
-                        base: &x,
-                        dims: &continuous,
-                        scales: &cont_scales,
-                        last: LastEvaluation::new(),
+            // A start on a face of the box searches that face too: the
+            // map is flat there, so its boundary coordinates stay put,
+            // where a start moved inside may not find its way back.
+            let on_face = continuous.iter().any(|&j| x[j] <= 0.0 || x[j] >= 1.0);
+            let edges: &[f64] = if on_face { &[EDGE, 0.0] } else { &[EDGE] };
+            for &edge in edges {
+                let found = continuous_search(acq, &x, &continuous, &cont_scales, edge);
+                if let Some(p) = found {
+                    let fp = acq.value(&p);
+                    if fp > f {
+                        (x, f, last_changed) = (p, fp, None);
                     }
-                    .point(&w);
-                    Some(p)
-                });
-            if let Some(p) = found {
-                let fp = acq.value(&p);
-                if fp > f {
-                    (x, f, last_changed) = (p, fp, None);
                 }
             }
         }
@@ -348,7 +369,7 @@ pub fn maximise(
     tried: &dyn Fn(&[f64]) -> bool,
     rng: &mut StdRng,
 ) -> Option<Vec<f64>> {
-    let scores: Vec<f64> = candidates.iter().map(|x| acq.value(x)).collect();
+    let scores = acq.values(&candidates);
     let best = (0..scores.len()).max_by(|&a, &b| scores[a].total_cmp(&scores[b]))?;
     let mut weights: Vec<f64> = scores.iter().map(|s| (s - scores[best]).exp()).collect();
     weights[best] = 0.0;
@@ -370,7 +391,22 @@ pub fn maximise(
         starts.push(candidates[i].clone());
         weights[i] = 0.0;
     }
-    starts.extend(warm_start);
+    // The best trial is a stationary point of log EI (the variance is
+    // at its minimum there), where a gradient search would not move:
+    // it starts a step off it.
+    starts.extend(warm_start.map(|mut x| {
+        for (xj, axis) in x.iter_mut().zip(axes) {
+            if matches!(axis, Axis::Continuous) {
+                let step = if rng.random_bool(0.5) {
+                    WARM_STEP
+                } else {
+                    -WARM_STEP
+                };
+                *xj = (*xj + step).clamp(0.0, 1.0);
+            }
+        }
+        x
+    }));
     let scales = acq.gp.params.length_scales();
     let mut found: Vec<(Vec<f64>, f64)> = starts
         .into_iter()

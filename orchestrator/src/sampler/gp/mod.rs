@@ -334,17 +334,15 @@ impl GpSampler {
             })
             .collect();
         let acq = LogEi { gp: &gp, threshold };
-        // Where every axis is discrete, a point already tried (or pending)
-        // teaches nothing new of a deterministic objective: the best
-        // untried one wins, as in our TPE. Optuna re-proposes it.
-        let discrete = axes.iter().all(|a| matches!(a, Axis::Discrete { .. }));
+        // A point already tried (or pending) teaches nothing new of a
+        // deterministic objective: the best untried one wins, as in our
+        // TPE. Optuna re-proposes it. In a continuous space this happens
+        // where the maximum is the best trial itself, on the box's edge.
         let tried = |p: &[f64]| {
-            discrete
-                && gp
-                    .inputs
-                    .x
-                    .iter()
-                    .any(|q| q.iter().zip(p).all(|(a, b)| (a - b).abs() < 1e-9))
+            gp.inputs
+                .x
+                .iter()
+                .any(|q| q.iter().zip(p).all(|(a, b)| (a - b).abs() < 1e-9))
         };
         let x = acquisition::maximise(&acq, &axes, candidates, Some(warm_start), &tried, rng)?;
         Some(
@@ -460,6 +458,30 @@ mod tests {
         let (random, _) = minimise(&mut RandomSampler::new(3), &space, bowl, 25);
         assert!(gp < 1e-3, "gp best {gp}");
         assert!(gp < random / 20.0, "gp {gp} vs random {random}");
+    }
+
+    #[test]
+    fn the_best_trial_is_not_proposed_again() {
+        // The minimum lies on the box's edge, where the search from the
+        // best trial once stayed put and re-proposed it, trial after trial.
+        let space = SearchSpace::new(vec![float("x", -2.0, 2.0), float("y", -2.0, 2.0)]).unwrap();
+        let edge =
+            |p: &Params| (p["x"].internal() - 2.5).powi(2) + (p["y"].internal() + 1.2).powi(2);
+        for seed in 0..4 {
+            let h = run_trials(
+                &mut GpSampler::new(seed, Direction::Minimize),
+                &space,
+                edge,
+                30,
+            );
+            for (i, t) in h.iter().enumerate() {
+                assert!(
+                    !h[..i].iter().any(|u| u.params == t.params),
+                    "seed {seed}: trial {i} repeats {:?}",
+                    t.params
+                );
+            }
+        }
     }
 
     #[test]
