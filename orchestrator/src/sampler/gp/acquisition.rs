@@ -5,7 +5,7 @@
 //! plain EI underflows to 0 and is flat. It is maximised as Optuna 5.0's
 //! `optimize_acqf_mixed` does: 2048 scrambled Sobol points, then local
 //! searches from the best of them, from 8 more drawn with probability
-//! `exp(f - f_max)`, and from the best trial so far. A local search
+//! `exp(f - f_max)`, and from a step off the best trial so far. A local search
 //! alternates L-BFGS over the continuous dimensions with a search along
 //! each discrete one (every value when there are at most 16, else Brent's
 //! method on the interpolated values) until no step improves.
