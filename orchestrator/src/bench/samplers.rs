@@ -99,18 +99,23 @@ fn levy5(p: &Params) -> f64 {
         + (last - 1.0).powi(2) * (1.0 + (2.0 * PI * last).sin().powi(2))
 }
 
+/// Parameters `{prefix}0, {prefix}1, ...`, each an index into `levels[j]`
+/// evenly spaced values, as points of `[0, 1]`.
+fn level_units(p: &Params, prefix: &str, levels: &[i64]) -> Vec<f64> {
+    levels
+        .iter()
+        .enumerate()
+        .map(|(j, &l)| x(p, &format!("{prefix}{j}")) / (l - 1) as f64)
+        .collect()
+}
+
 /// The levels of the ordinal Hartmann-6 problem's parameters.
 const ORDINAL_HARTMANN_LEVELS: [i64; 6] = [4, 5, 6, 7, 8, 10];
 
 /// Hartmann-6 on a grid: each coordinate an integer index into evenly
 /// spaced levels of `[0, 1]`. Held out like [`levy5`].
 fn ordinal_hartmann6(p: &Params) -> f64 {
-    let u: Vec<f64> = ORDINAL_HARTMANN_LEVELS
-        .iter()
-        .enumerate()
-        .map(|(j, &l)| x(p, &format!("h{j}")) / (l - 1) as f64)
-        .collect();
-    hartmann6_at(&u)
+    hartmann6_at(&level_units(p, "h", &ORDINAL_HARTMANN_LEVELS))
 }
 
 fn rosenbrock10(p: &Params) -> f64 {
@@ -142,11 +147,7 @@ const ORDINAL_LEVELS: [i64; 5] = [3, 4, 6, 8, 10];
 /// as users map widths, depths or batch sizes to `suggest_int`), with
 /// interactions between them; its minimum is off every edge.
 fn ordinal5(p: &Params) -> f64 {
-    let u: Vec<f64> = ORDINAL_LEVELS
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| x(p, &format!("o{i}")) / (l - 1) as f64)
-        .collect();
+    let u = level_units(p, "o", &ORDINAL_LEVELS);
     (u[0] - 0.5).powi(2)
         + (u[1] - 0.33).powi(2)
         + 2.0 * (u[2] - 0.6).powi(2)

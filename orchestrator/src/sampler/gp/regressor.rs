@@ -403,8 +403,8 @@ impl Regressor {
                 .ok()?;
             let r = Executor::new(problem, solver)
                 .configure(|s| s.param(start.raw()).max_iters(500))
-                .run();
-            let r = r.ok()?;
+                .run()
+                .ok()?;
             let cost = r.state.best_cost;
             let raw = r.state.best_param?;
             (cost.is_finite() && raw.iter().all(|v| v.is_finite()))
