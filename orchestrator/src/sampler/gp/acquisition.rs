@@ -63,11 +63,13 @@ impl LogEi<'_> {
 
     /// The values at each of `xs` (one batch through the regressor).
     pub fn values(&self, xs: &[Vec<f64>]) -> Vec<f64> {
-        self.gp
-            .posteriors(xs)
-            .into_iter()
-            .map(|(mean, var)| self.of_posterior(mean, var))
-            .collect()
+        super::in_parallel(xs, |part| {
+            self.gp
+                .posteriors(part)
+                .into_iter()
+                .map(|(mean, var)| self.of_posterior(mean, var))
+                .collect()
+        })
     }
 
     fn of_posterior(&self, mean: f64, var: f64) -> f64 {
@@ -408,10 +410,12 @@ pub fn maximise(
         x
     }));
     let scales = acq.gp.params.length_scales();
-    let mut found: Vec<(Vec<f64>, f64)> = starts
-        .into_iter()
-        .map(|s| local_search(acq, axes, &scales, s))
-        .collect();
+    // The searches are independent.
+    let mut found = super::in_parallel(&starts, |part| {
+        part.iter()
+            .map(|s| local_search(acq, axes, &scales, s.clone()))
+            .collect()
+    });
     found.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut rest: Vec<(Vec<f64>, f64)> = candidates.into_iter().zip(scores).collect();
     rest.sort_by(|a, b| b.1.total_cmp(&a.1));

@@ -57,6 +57,26 @@ impl<T: Clone> LastEvaluation<T> {
     }
 }
 
+/// `f` over `items` split into one run of consecutive items per core,
+/// the results in the items' order: the result does not depend on the
+/// number of cores.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&[T]) -> Vec<R> + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 || items.len() < 2 {
+        return f(items);
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = items
+            .chunks(items.len().div_ceil(cores))
+            .map(|part| scope.spawn(move || f(part)))
+            .collect();
+        runs.into_iter()
+            .flat_map(|r| r.join().expect("the work does not panic"))
+            .collect()
+    })
+}
+
 /// Points scored before the local searches, as Optuna's
 /// `n_preliminary_samples`.
 const PRELIMINARY_POINTS: u32 = 2048;
@@ -614,6 +634,14 @@ mod tests {
             .filter_map(|t| t.value)
             .fold(f64::NEG_INFINITY, f64::max);
         assert!(best > -1e-3, "{best}");
+    }
+
+    #[test]
+    fn work_split_over_cores_comes_back_in_order() {
+        let items: Vec<u32> = (0..1001).collect();
+        let doubled = in_parallel(&items, |part| part.iter().map(|i| 2 * i).collect());
+        assert_eq!(doubled, (0..1001).map(|i| 2 * i).collect::<Vec<_>>());
+        assert!(in_parallel(&[] as &[u32], |part| part.to_vec()).is_empty());
     }
 
     #[test]
