@@ -410,19 +410,12 @@ impl Regressor {
             (cost.is_finite() && raw.iter().all(|v| v.is_finite()))
                 .then(|| (cost, KernelParams::from_raw(&raw)))
         };
-        // Each start on its own thread: the fit is most of a proposal's time.
-        let fitted = std::thread::scope(|scope| {
-            let fits: Vec<_> = starts
-                .iter()
-                .map(|start| scope.spawn(move || fit_from(start)))
-                .collect();
-            fits.into_iter()
-                .filter_map(|f| f.join().ok().flatten())
-                .collect::<Vec<_>>()
-        })
-        .into_iter()
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, p)| p);
+        // The starts spread over the cores: the fit is most of a proposal's time.
+        let fitted = super::in_parallel(starts, |part| part.iter().map(fit_from).collect())
+            .into_iter()
+            .flatten()
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, p)| p);
         fitted
             .and_then(|p| Regressor::new(inputs.clone(), y, p))
             .or_else(|| Regressor::new(inputs, y, starts[0].clone()))
@@ -522,14 +515,19 @@ mod tests {
         (Inputs::new(x, vec![false, false, true]), y)
     }
 
+    /// Fixed kernel parameters for [`data`]'s three dimensions.
+    fn data_params(noise: f64) -> KernelParams {
+        KernelParams {
+            inverse_squared_lengthscales: vec![4.0, 2.0, 1.0],
+            scale: 1.5,
+            noise,
+        }
+    }
+
     #[test]
     fn the_factor_inverts_the_covariance() {
         let (inputs, _) = data();
-        let p = KernelParams {
-            inverse_squared_lengthscales: vec![4.0, 2.0, 1.0],
-            scale: 1.5,
-            noise: 1e-4,
-        };
+        let p = data_params(1e-4);
         let c = inputs.covariance(&p, &inputs.pair_kernel(&p.inverse_squared_lengthscales));
         let factor = Factor::new(c.clone()).unwrap();
         let identity = &c * factor.inverse();
@@ -563,12 +561,7 @@ mod tests {
     #[test]
     fn the_posterior_interpolates_noiseless_data() {
         let (inputs, y) = data();
-        let params = KernelParams {
-            inverse_squared_lengthscales: vec![4.0, 2.0, 1.0],
-            scale: 1.5,
-            noise: 1e-10,
-        };
-        let gp = Regressor::new(inputs.clone(), &y, params).unwrap();
+        let gp = Regressor::new(inputs.clone(), &y, data_params(1e-10)).unwrap();
         for (x, want) in inputs.x.iter().zip(&y) {
             let (mean, var) = gp.posterior(x);
             assert!((mean - want).abs() < 1e-6, "{mean} vs {want}");
