@@ -358,6 +358,28 @@ fn bench_samplers_runs_the_chosen_samplers_and_problems() {
         "{}",
         rows[1]
     );
+    // `--first-seed` runs a later stretch of the same seeds: seeds 3 and 4
+    // alone give what seeds 3 and 4 of a five-seed run give.
+    let random_per_seed = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "samplers",
+            "--samplers",
+            "random",
+            "--problems",
+            "branin",
+            "--no-optuna",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = run_in(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v[0]["best_50_per_seed"].as_array().unwrap().clone()
+    };
+    let five = random_per_seed(&["--seeds", "5"]);
+    let later = random_per_seed(&["--seeds", "2", "--first-seed", "3"]);
+    assert_eq!(later, five[3..], "seeds 3-4 against seeds 0-4");
     let out = run_in(dir.path(), &["bench", "samplers", "--samplers", "smac"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(

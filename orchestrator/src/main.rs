@@ -104,6 +104,10 @@ enum BenchCmd {
         /// Seeds 0 to N-1 per sampler and problem.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
+        /// The first seed: the runs take seeds F to F+N-1, so that a
+        /// comparison can grow in new seeds without rerunning the old ones.
+        #[arg(long, default_value_t = 0)]
+        first_seed: u64,
         /// Skip Optuna's samplers.
         #[arg(long)]
         no_optuna: bool,
@@ -414,12 +418,14 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
         BenchCmd::Samplers {
             json,
             seeds,
+            first_seed,
             no_optuna,
             samplers,
             problems,
         } => {
             let plan = bench::samplers::Plan {
                 seeds,
+                first_seed,
                 samplers,
                 problems,
                 optuna: !no_optuna,
@@ -434,7 +440,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     serde_json::to_string_pretty(&bench::samplers::json(&rows)).expect("JSON")
                 );
             } else {
-                print!("{}", bench::samplers::table(&rows, seeds));
+                print!("{}", bench::samplers::table(&rows, seeds, first_seed));
             }
         }
         BenchCmd::Workers {

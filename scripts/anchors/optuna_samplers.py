@@ -1,7 +1,8 @@
 """Optuna 5.0's TPESampler and GPSampler on the problems of `salus-tune bench samplers`.
 
-Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS]], SAMPLERS and
-PROBLEMS comma-separated (default: tpe,gp and every problem). Prints a
+Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS [FIRST]]], SAMPLERS and
+PROBLEMS comma-separated (default: tpe,gp and every problem), the seeds
+FIRST to FIRST+SEEDS-1 (FIRST defaults to 0). Prints a
 JSON array of {problem, sampler, at_50, at_100, ms_per_trial, best_50,
 best_100}: the median best value over the seeds, each seed's best value
 (in seed order), and the median wall time per trial for trials
@@ -99,7 +100,8 @@ samplers = sys.argv[2].split(",") if len(sys.argv) > 2 else ["tpe", "gp"]
 PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("levy5", levy5),
             ("mixed", mixed), ("ordinal5", ordinal5), ("ordinal-hartmann6", ordinal_hartmann6),
             ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
-if len(sys.argv) > 3:
+first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+if len(sys.argv) > 3 and sys.argv[3]:
     wanted = sys.argv[3].split(",")
     PROBLEMS = [p for p in PROBLEMS if p[0] in wanted]
 SAMPLERS = {"tpe": optuna.samplers.TPESampler, "gp": optuna.samplers.GPSampler}
@@ -107,7 +109,7 @@ rows = []
 for name, f in PROBLEMS:
     for sampler in samplers:
         b50, b100, ms = [], [], []
-        for seed in range(seeds):
+        for seed in range(first, first + seeds):
             ends = []
             study = optuna.create_study(sampler=SAMPLERS[sampler](seed=seed))
             study.optimize(f, n_trials=100, callbacks=[lambda s, t: ends.append(time.perf_counter())])

@@ -436,10 +436,12 @@ fn python() -> Option<PathBuf> {
     super::python_imports(&py, "optuna").then_some(py)
 }
 
-/// What to run: which samplers and problems (all when empty), how many
-/// seeds, and whether Optuna's samplers may run at all.
+/// What to run: which samplers and problems (all when empty), which
+/// seeds (`first_seed` on, `seeds` of them), and whether Optuna's samplers
+/// may run at all.
 pub struct Plan {
     pub seeds: u64,
+    pub first_seed: u64,
     pub samplers: Vec<String>,
     pub problems: Vec<String>,
     pub optuna: bool,
@@ -483,7 +485,7 @@ impl Plan {
 
 pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec<String>)> {
     plan.check()?;
-    let seeds = plan.seeds;
+    let seeds = plan.first_seed..plan.first_seed + plan.seeds;
     let mut rows = Vec::new();
     for p in plan.problems() {
         for name in ["random", "qmc", "tpe", "gp"] {
@@ -491,7 +493,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
                 continue;
             }
             let (mut b50, mut b100, mut ms) = (Vec::new(), Vec::new(), Vec::new());
-            for seed in 0..seeds {
+            for seed in seeds.clone() {
                 let mut s: Box<dyn Sampler> = match name {
                     "random" => Box::new(RandomSampler::new(seed)),
                     "qmc" => Box::new(QmcSampler { seed }),
@@ -565,6 +567,7 @@ fn run_optuna(
             plan.seeds.to_string(),
             samplers.join(","),
             problem_names.join(","),
+            plan.first_seed.to_string(),
         ],
     )?;
     Ok(v.as_array()
@@ -615,9 +618,10 @@ pub fn json(rows: &[Row]) -> serde_json::Value {
     )
 }
 
-pub fn table(rows: &[Row], seeds: u64) -> String {
+pub fn table(rows: &[Row], seeds: u64, first_seed: u64) -> String {
+    let last = first_seed + seeds - 1;
     let mut out = format!(
-        "bench samplers: median best value over {seeds} seeds (minimising; lower is better);\n\
+        "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better);\n\
          ms: median time per proposal with 90-99 trials in the history (Optuna's: per trial, storage included)\n\n\
          problem            sampler      @50            @100           ms\n"
     );
