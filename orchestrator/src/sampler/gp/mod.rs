@@ -9,7 +9,8 @@
 //!    owns an equal cell; a categorical keeps its index), and standardises
 //!    the objective, negated when minimising;
 //! 2. fits a Matern-5/2 regressor with one length scale per dimension by
-//!    maximum a posteriori ([`regressor`]);
+//!    maximum a posteriori, with a constant prior mean fitted by
+//!    generalised least squares where Optuna's is zero ([`regressor`]);
 //! 3. adds the trials still pending (running here, in another lane,
 //!    process or machine) at their posterior mean, the kriging believer:
 //!    the mean is unchanged and the variance there drops, so parallel
