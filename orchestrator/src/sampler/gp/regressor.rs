@@ -14,7 +14,7 @@
 //! Unlike Optuna's zero prior mean, the prior mean is a constant fitted by
 //! generalised least squares (`1' C^-1 y / 1' C^-1 1`, the maximum of the
 //! likelihood for given kernel parameters, as BoTorch's learned constant
-//! mean). Clustered good trials count as one there, so far from the data
+//! mean). Clustered good trials count about once there, so far from the data
 //! the posterior reverts to a typical value rather than the average of
 //! the standardised values. With a zero mean, that average lies above
 //! most trials of an objective with a few deep wells, and the corners of
@@ -118,26 +118,21 @@ pub struct Inputs {
     pair_sqd: Vec<Vec<f64>>,
 }
 
-/// The index of pair `(a, b)`, `b <= a`, in the lower triangle row by row.
-fn pair_index(a: usize, b: usize) -> usize {
-    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
-    hi * (hi + 1) / 2 + lo
-}
-
 impl Inputs {
     pub fn new(x: Vec<Vec<f64>>, categorical: Vec<bool>) -> Self {
-        let n = x.len();
-        let pair_sqd = (0..categorical.len())
-            .map(|j| {
-                let mut row = Vec::with_capacity(n * (n + 1) / 2);
-                for a in 0..n {
-                    row.extend((0..=a).map(|b| sqd(x[a][j], x[b][j], categorical[j])));
+        let columns: Vec<Vec<f64>> = (0..categorical.len())
+            .map(|j| x.iter().map(|p| p[j]).collect())
+            .collect();
+        let pair_sqd = columns
+            .iter()
+            .zip(&categorical)
+            .map(|(col, &cat)| {
+                let mut row = Vec::with_capacity(col.len() * (col.len() + 1) / 2);
+                for (a, &va) in col.iter().enumerate() {
+                    row.extend(col[..=a].iter().map(|&vb| sqd(va, vb, cat)));
                 }
                 row
             })
-            .collect();
-        let columns = (0..categorical.len())
-            .map(|j| x.iter().map(|p| p[j]).collect())
             .collect();
         Inputs {
             x,
@@ -189,13 +184,15 @@ impl Inputs {
     fn covariance(&self, p: &KernelParams, k: &PairKernel) -> DMatrix<f64> {
         let n = self.len();
         let mut c = DMatrix::zeros(n, n);
+        // The pairs come in the order of `pair_sqd`: row a, b = 0..=a.
+        let mut values = k.value.iter();
         for a in 0..n {
-            for b in 0..a {
-                let v = p.scale * k.value[pair_index(a, b)];
+            for b in 0..=a {
+                let v = p.scale * values.next().expect("one value per pair");
                 c[(a, b)] = v;
                 c[(b, a)] = v;
             }
-            c[(a, a)] = p.scale * k.value[pair_index(a, a)] + p.noise;
+            c[(a, a)] += p.noise;
         }
         c
     }
