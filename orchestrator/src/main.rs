@@ -101,7 +101,8 @@ enum BenchCmd {
         /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians.
         #[arg(long)]
         json: bool,
-        /// Seeds 0 to N-1 per sampler and problem.
+        /// How many seeds per sampler and problem: 0 to N-1, or F to F+N-1
+        /// with --first-seed F.
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
         seeds: u64,
         /// The first seed: the runs take seeds F to F+N-1, so that a
