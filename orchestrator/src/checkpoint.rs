@@ -3,15 +3,24 @@
 //!
 //! `digits-mlp.db` keeps its checkpoints in `digits-mlp.db.checkpoints/`,
 //! as `trial-<trial_id>.state` (`workers::TrialSnapshot::to_bytes`). A file is
-//! written to a temporary name and renamed, so a crash at any moment leaves
-//! either the previous checkpoint or the new one, never half of one. A
-//! trial's file is deleted when it finishes, fails or is pruned, and files
-//! of trials that are not live any more are swept at the start of a run:
-//! disk use is bounded by one state per live trial.
+//! written to a temporary name of its own process and renamed, so a crash
+//! at any moment leaves either the previous checkpoint or the new one,
+//! never half of one, and two processes never write through one temporary
+//! file. A trial's file is deleted when it finishes, fails or is pruned,
+//! and files of trials that are not live any more are swept at the start
+//! of a run: disk use is bounded by one state per live trial.
 //!
-//! During a run the writer task saves checkpoints, after committing the
-//! transaction that holds the intermediate values they cover, so that a
-//! checkpoint is never ahead of the stored curve.
+//! During a run the writer task puts checkpoints in place inside the
+//! transaction that checks the trial's claim (see `storage::writer`), so
+//! that a process that lost a trial never replaces or removes the
+//! checkpoint of the process that holds it now. A checkpoint is never
+//! ahead of the stored curve where it counts: one that is (its values'
+//! transaction rolled back) is not loaded on resume.
+//!
+//! An external worker writes its own checkpoint, which no transaction can
+//! fence: each claim of the trial (attempt) gets its own file,
+//! `trial-<trial_id>.a<attempt>.external`, and the database records which
+//! attempt's file is the trial's latest checkpoint.
 
 use std::path::{Path, PathBuf};
 
@@ -81,18 +90,27 @@ impl Checkpoints {
         TrialSnapshot::from_bytes(&bytes).ok()
     }
 
-    /// Where an external worker of `trial_id` saves its own checkpoint.
-    pub fn external_path(&self, trial_id: TrialId) -> PathBuf {
+    /// Where attempt `attempt` of an external worker of `trial_id` saves
+    /// its own checkpoint (see the module docs).
+    pub fn external_path(&self, trial_id: TrialId, attempt: i64) -> PathBuf {
         let _ = std::fs::create_dir_all(&self.dir);
-        self.dir.join(format!("trial-{trial_id}.external"))
+        self.dir
+            .join(format!("trial-{trial_id}.a{attempt}.external"))
     }
 
-    /// Every file a trial's checkpoints may use.
-    pub fn paths_of(&self, trial_id: TrialId) -> Vec<PathBuf> {
-        vec![
-            self.path(trial_id),
-            self.dir.join(format!("trial-{trial_id}.external")),
-        ]
+    /// Every file of `trial_id` in the folder now: its checkpoint, each
+    /// attempt's external one, and what a killed process left staged.
+    pub fn files_of(&self, trial_id: TrialId) -> Vec<PathBuf> {
+        let prefix = format!("trial-{trial_id}.");
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .map(|e| e.path())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Deletes the files of `finished` trials (left by a crash between a
@@ -114,23 +132,53 @@ impl Checkpoints {
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename, so a
-/// crash leaves the old file or the new one, never half of one. The file is
-/// synced before the rename and the folder after it: without both, a power
-/// loss can leave the new name pointing at nothing written.
+/// crash leaves the old file or the new one, never half of one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = staging_path(path);
+    let written = write_synced(&tmp, bytes).and_then(|()| put_in_place(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// This process's temporary name for `path`: two processes (or two
+/// threads of one) never write through the same one.
+pub fn staging_path(path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".{}-{n}.tmp", std::process::id()));
+    PathBuf::from(tmp)
+}
+
+/// Writes `bytes` to a new file at `path` and syncs it. The folder is made
+/// first, and made again if a finishing process removed it (empty) in
+/// between: a shared folder comes and goes.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    if let Some(dir) = dir {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_os_string();
-    tmp.push(".tmp");
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut tries = 0;
+    let mut f = loop {
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        match std::fs::File::create(path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    };
     f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    if let Some(dir) = dir {
+    f.sync_all()
+}
+
+/// Renames the synced file `tmp` to `path`, and syncs the folder: without
+/// both syncs, a power loss can leave the new name pointing at nothing
+/// written.
+pub fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    std::fs::rename(tmp, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::File::open(dir)?.sync_all()?;
     }
     Ok(())

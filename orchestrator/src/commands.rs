@@ -78,7 +78,8 @@ pub async fn run(args: RunArgs) -> Result<i32> {
             );
         }
     }
-    let (writer, writer_task) = Writer::spawn(store.connect_writer().await?, &url);
+    let [conn, reader, beat] = store.writer_connections().await?;
+    let (writer, writer_task) = Writer::spawn(conn, reader, beat, &url);
 
     let checkpoint_dir = Checkpoints::for_study(&study, store.location());
     let checkpoints = Some(checkpoint_dir.clone());
@@ -151,9 +152,16 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     }
     println!("results: {}", storage::masked(&url));
     let completed = trials.iter().any(|t| t.state == TrialState::Complete);
+    // Nothing waits for a checkpoint any more when none is left and no
+    // other process runs the study (a peer that starts meanwhile makes the
+    // folder again: see `checkpoint::write_synced`).
+    let others = storage::live_runs(store.conn(), study_id, study.liveness.as_secs_f64())
+        .await
+        .map_err(|e| Error::storage(&store.url, e))?;
     store.close().await?;
-    // Nothing waits for a checkpoint any more when none is left.
-    let _ = std::fs::remove_dir(checkpoint_dir.dir());
+    if others.is_empty() {
+        let _ = std::fs::remove_dir(checkpoint_dir.dir());
+    }
     drop(lock);
     Ok(if summary.interrupted {
         EXIT_INTERRUPTED

@@ -146,7 +146,7 @@ pub fn run(
         heartbeat_timeout: std::time::Duration::from_secs(30),
     });
     let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1)?;
-    let mut trial = ExternalTrial::new(cfg, TrialNumber(0), json!({}), dir.join("rt.ckpt"));
+    let mut trial = ExternalTrial::new(cfg, TrialNumber(0), json!({}), dir.join("rt.ckpt"), None);
     Job::<CpuBackend>::swap_in(&mut trial, &mut lane)?;
     let mut times = Vec::with_capacity(rounds as usize);
     loop {

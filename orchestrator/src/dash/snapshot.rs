@@ -381,14 +381,15 @@ async fn run_status(
     // so a study that several processes share shows as running while any
     // of them does. A database from before runs beat: a run that started
     // and has not stopped, whose process holds the database's lock.
-    let running = match crate::storage::live_runs(conn, study_id).await {
-        Ok(runs) => !runs.is_empty(),
-        Err(_) => {
-            last.as_ref()
-                .is_some_and(|r| r.get::<String, _>(0) == "study_start")
-                && run_alive(store_path)
-        }
-    };
+    let running =
+        match crate::storage::live_runs(conn, study_id, crate::storage::STALE_AFTER_S).await {
+            Ok(runs) => !runs.is_empty(),
+            Err(_) => {
+                last.as_ref()
+                    .is_some_and(|r| r.get::<String, _>(0) == "study_start")
+                    && run_alive(store_path)
+            }
+        };
     let budget = Dialect::of(conn).json_member("detail", "budget");
     let budget_trials: Option<i64> = sqlx::query_scalar(&sql(
         conn,

@@ -181,16 +181,17 @@ fn tail_text(tail: &Tail) -> String {
 
 impl ExternalTrial {
     /// Trial `number` with `params` (a JSON object); checkpoints go to
-    /// `checkpoint_path`. Nothing starts until the core admits it.
+    /// `checkpoint_path`, and it starts from `resume_from` (an earlier
+    /// checkpoint of the trial) where given. Nothing starts until the core
+    /// admits it.
     pub fn new(
         cfg: Arc<WorkerConfig>,
         number: TrialNumber,
         params: Value,
         checkpoint_path: PathBuf,
+        resume_from: Option<PathBuf>,
     ) -> Self {
-        let resume_from = checkpoint_path
-            .exists()
-            .then(|| checkpoint_path.display().to_string());
+        let resume_from = resume_from.map(|p| p.display().to_string());
         ExternalTrial {
             cfg,
             number,

@@ -14,7 +14,7 @@ use crate::pruner::{Curves, Decision, priority, value_at};
 use crate::salus::core::CoreEvent;
 use crate::storage::TrialState;
 use crate::storage::writer::{TrialEnd, WriteOp};
-use crate::storage::{TrialId, TrialNumber};
+use crate::storage::{Claim, TrialNumber};
 use crate::study::PrunerKind;
 
 impl Runner<'_> {
@@ -34,7 +34,7 @@ impl Runner<'_> {
                 };
                 for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
                     self.writer.send(WriteOp::Resources {
-                        trial_id: f.pending.trial_id,
+                        claim: f.pending.claim,
                         resources: st.resources(f, lane),
                     })?;
                 }
@@ -116,8 +116,10 @@ impl Runner<'_> {
                 // Through the writer: saved once the values it covers are committed.
                 if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&run)) {
                     self.writer.send(WriteOp::SaveFile {
-                        path: c.path_of(f.pending.trial_id),
+                        claim: f.pending.claim,
+                        path: c.path_of(f.pending.claim.trial_id),
                         bytes: state.to_bytes(),
+                        step: state.reports as i64,
                     })?;
                 }
                 Ok(())
@@ -166,17 +168,39 @@ impl Runner<'_> {
                 iterations,
                 device_seconds,
             } => self.on_pruned(st, RunId::Alone(job), iterations, device_seconds),
+            CoreEvent::Swapped {
+                job,
+                out: true,
+                bytes,
+                ..
+            } if self.study.worker.is_some() && bytes > 0 => {
+                // An external worker swapped out saved its checkpoint,
+                // covering every step it reported.
+                if let Some(f) = st.in_flight.get_mut(&RunId::Alone(job)) {
+                    let step = st
+                        .curves
+                        .get(&f.pending.number)
+                        .and_then(|c| c.values.keys().next_back().copied())
+                        .map_or(0, |s| s as i64);
+                    f.external_checkpoint = Some(step);
+                    self.writer.send(WriteOp::CheckpointSaved {
+                        claim: f.pending.claim,
+                        step,
+                    })?;
+                }
+                self.telemetry(st, event)
+            }
             telemetry => self.telemetry(st, telemetry),
         }
     }
 
     /// An external worker's auxiliary metrics and user attributes.
-    fn store_extras(&self, trial_id: TrialId, report: &Report) -> Result<()> {
+    fn store_extras(&self, claim: Claim, report: &Report) -> Result<()> {
         if report.extras.is_empty() {
             return Ok(());
         }
         self.writer.send(WriteOp::Extras {
-            trial_id,
+            claim,
             step: report.step as i64,
             extras: report.extras.clone(),
         })
@@ -195,13 +219,13 @@ impl Runner<'_> {
             return Ok(());
         };
         let value = report.metric(&study.metric).unwrap_or(f64::NAN);
-        let (trial_id, number) = (f.pending.trial_id, f.pending.number);
+        let (claim, number) = (f.pending.claim, f.pending.number);
         self.writer.send(WriteOp::Intermediate {
-            trial_id,
+            claim,
             step: report.step as i64,
             value,
         })?;
-        self.store_extras(trial_id, &report)?;
+        self.store_extras(claim, &report)?;
         self.reporter
             .trial_report(number, report.step, &study.metric, value);
         st.curves
@@ -220,7 +244,7 @@ impl Runner<'_> {
                 if let (Some(k), Some(p)) = (rung, priority) {
                     st.set_priority(run, p);
                     self.writer.send(WriteOp::Priority {
-                        trial_id,
+                        claim,
                         priority: p,
                         rung: Some(k as i64),
                         reason: "rung",
@@ -235,7 +259,7 @@ impl Runner<'_> {
                 st.release(run);
                 st.paused.insert(run, k);
                 self.writer.send(WriteOp::Priority {
-                    trial_id,
+                    claim,
                     priority: p,
                     rung: Some(k as i64),
                     reason: "paused",
@@ -245,7 +269,7 @@ impl Runner<'_> {
                 st.closing.insert(run);
                 let member = st.prune(run);
                 self.writer.send(WriteOp::Priority {
-                    trial_id,
+                    claim,
                     priority: priority.unwrap_or(0.0),
                     rung: rung.map(|k| k as i64),
                     reason: "pruned",
@@ -280,11 +304,11 @@ impl Runner<'_> {
         curve.finished = true;
         self.promote(st)?;
         self.writer.send(WriteOp::Intermediate {
-            trial_id: f.pending.trial_id,
+            claim: f.pending.claim,
             step: report.step as i64,
             value,
         })?;
-        self.store_extras(f.pending.trial_id, &report)?;
+        self.store_extras(f.pending.claim, &report)?;
         if !value.is_finite() {
             st.kept.finals.remove(&run);
             return self.fail(
@@ -296,9 +320,9 @@ impl Runner<'_> {
             );
         }
         st.failures = (0, None);
-        self.forget_checkpoint(f.pending.trial_id);
+        self.forget_checkpoint(f.pending.claim);
         self.writer.send(WriteOp::Finish(TrialEnd {
-            trial_id: f.pending.trial_id,
+            claim: f.pending.claim,
             state: TrialState::Complete,
             value: Some(value),
             iterations: iterations as i64,
@@ -341,7 +365,7 @@ impl Runner<'_> {
         });
         if let Some(k) = rung {
             self.writer.send(WriteOp::TrialAttr {
-                trial_id: f.pending.trial_id,
+                claim: f.pending.claim,
                 key: "salus:rung",
                 value_json: k.to_string(),
             })?;
@@ -350,9 +374,9 @@ impl Runner<'_> {
             c.finished = true;
         }
         st.failures = (0, None);
-        self.forget_checkpoint(f.pending.trial_id);
+        self.forget_checkpoint(f.pending.claim);
         self.writer.send(WriteOp::Finish(TrialEnd {
-            trial_id: f.pending.trial_id,
+            claim: f.pending.claim,
             state: TrialState::Pruned,
             value: None,
             iterations: iterations as i64,
@@ -393,11 +417,11 @@ impl Runner<'_> {
                 .and_then(|c| c.values.keys().next_back().copied())
                 .unwrap_or(0);
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
-            let trial_id = f.pending.trial_id;
+            let claim = f.pending.claim;
             st.set_priority(run, p);
             st.resume(run);
             self.writer.send(WriteOp::Priority {
-                trial_id,
+                claim,
                 priority: p,
                 rung: Some(k as i64),
                 reason: "promoted",
@@ -441,10 +465,10 @@ impl Runner<'_> {
         reason: String,
     ) -> Result<()> {
         st.failures = (st.failures.0 + 1, Some(reason.clone()));
-        self.forget_checkpoint(p.trial_id);
+        self.forget_checkpoint(p.claim);
         self.reporter.trial_failed(p.number, &reason);
         self.writer.send(WriteOp::Finish(TrialEnd {
-            trial_id: p.trial_id,
+            claim: p.claim,
             state: TrialState::Fail,
             value: None,
             iterations,
@@ -453,11 +477,19 @@ impl Runner<'_> {
         }))?;
         self.writer.flush()
     }
-    /// Deletes a trial's checkpoints, in order after any save still queued.
-    pub(super) fn forget_checkpoint(&self, trial_id: TrialId) {
+    /// Deletes a trial's checkpoints (every attempt's, and files a killed
+    /// process left staged), in order after any save still queued, while
+    /// its claim holds. Its own checkpoint goes even where it is not there
+    /// yet: a save may still be queued.
+    pub(super) fn forget_checkpoint(&self, claim: Claim) {
         if let Some(c) = &self.checkpoints {
-            for path in c.paths_of(trial_id) {
-                let _ = self.writer.send(WriteOp::RemoveFile { path });
+            let mut paths = c.files_of(claim.trial_id);
+            let own = c.path_of(claim.trial_id);
+            if !paths.contains(&own) {
+                paths.push(own);
+            }
+            for path in paths {
+                let _ = self.writer.send(WriteOp::RemoveFile { claim, path });
             }
         }
     }

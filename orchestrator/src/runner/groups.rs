@@ -226,7 +226,9 @@ impl Runner<'_> {
         if st.fusion.fuse <= 1 {
             for (trial, flight) in new {
                 let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
-                st.timeline.trial_ids.insert(id, flight.pending.trial_id);
+                st.timeline
+                    .trial_ids
+                    .insert(id, flight.pending.claim.trial_id);
                 st.in_flight.insert(RunId::Alone(id), flight);
             }
             return Ok(());
@@ -295,7 +297,7 @@ impl Runner<'_> {
                     if let Some(f) = st.in_flight.get(&RunId::Member(m)) {
                         self.writer.send(WriteOp::Event {
                             study_id: self.info.id,
-                            trial_id: Some(f.pending.trial_id),
+                            trial_id: Some(f.pending.claim.trial_id),
                             kind: "preempted",
                             detail: serde_json::json!({ "for": joining }).to_string(),
                         })?;
@@ -359,7 +361,7 @@ impl Runner<'_> {
         let key = fused.fusion_key();
         let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
         // The group's timeline is filed under its first member.
-        let first = st.in_flight[&RunId::Member(tags[0])].pending.trial_id;
+        let first = st.in_flight[&RunId::Member(tags[0])].pending.claim.trial_id;
         st.timeline.trial_ids.insert(id, first);
         for &m in &tags {
             st.fusion.member_group.insert(m, id);
@@ -410,14 +412,14 @@ impl Runner<'_> {
             };
             if numbers.len() > 1 {
                 self.writer.send(WriteOp::TrialAttr {
-                    trial_id: f.pending.trial_id,
+                    claim: f.pending.claim,
                     key: "salus:fused_with",
                     value_json: serde_json::json!(numbers).to_string(),
                 })?;
             }
             if let (true, Some(lane)) = (joined.contains(m), group.lane) {
                 self.writer.send(WriteOp::Resources {
-                    trial_id: f.pending.trial_id,
+                    claim: f.pending.claim,
                     resources: st.resources(f, lane),
                 })?;
             }

@@ -71,7 +71,7 @@ impl Runner<'_> {
             "fixed": study.fixed_json(),
         });
         self.writer.send(WriteOp::KeepModel {
-            trial_id: pending.trial_id,
+            claim: pending.claim,
             architecture: kept_model::architecture(&spec, norm, trial).to_string(),
             weights,
             best_of,

@@ -51,7 +51,7 @@ use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{Sampler, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
-use crate::storage::{StoredParam, StudyInfo, TrialRow, Writer};
+use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, Writer};
 use crate::storage::{TrialId, TrialNumber};
 use crate::study::{GraphsMode, PrunerKind, Study};
 
@@ -80,7 +80,8 @@ pub struct RunSummary {
 
 /// A trial the runner is about to run.
 struct Pending {
-    trial_id: TrialId,
+    /// Its claim once this run took it (attempt 0 until then: fenced).
+    claim: Claim,
     number: TrialNumber,
     params: Params,
     /// The checkpoint it continues from, if it has one.
@@ -88,6 +89,9 @@ struct Pending {
     /// An enqueued trial's: what its claim stores as its parameters (its
     /// fixed values, the rest sampled), or why they are refused.
     enqueued: Option<std::result::Result<Vec<StoredParam>, String>>,
+    /// An external trial's checkpoint to resume from: the attempt that
+    /// wrote it and the step it covers.
+    external_resume: Option<(i64, i64)>,
 }
 
 /// Decodes stored parameters through the current search space.
@@ -139,11 +143,10 @@ pub struct Runner<'a> {
     pub checkpoints: Option<Checkpoints>,
 }
 
-/// How often the runner tells the database its trials are alive.
-const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(2);
 /// How often the runner looks at what other processes did to the study.
 const SYNC: std::time::Duration = std::time::Duration::from_secs(2);
-/// A RUNNING trial whose heartbeat is older than this belongs to a dead process.
+/// A RUNNING trial whose heartbeat is older than this (by default) belongs
+/// to a dead process.
 pub use crate::storage::STALE_AFTER_S;
 
 /// A trial handed to the core.
@@ -154,6 +157,8 @@ struct Flight {
     total_iterations: u64,
     /// Its latest priority (0 until it reaches a rung).
     priority: f64,
+    /// An external trial's latest checkpoint: the step it covers.
+    external_checkpoint: Option<i64>,
 }
 
 /// Per-lane totals for `salus_lane_stats`.
@@ -213,8 +218,9 @@ impl Runner<'_> {
                 .timeout
                 .is_some_and(|t| st.timeline.started.elapsed() >= t);
             let halted = st.failures.0 >= study.max_consecutive_failures;
+            self.drop_lost(&mut st)?;
             self.take_commands(&mut st)?;
-            self.heartbeat(&mut st)?;
+            self.beat_claims(&mut st);
             self.sync(&mut st)?;
             self.fill(&mut st, timed_out || halted)?;
             self.close_paused(&mut st, timed_out || halted)?;
@@ -274,7 +280,7 @@ impl Runner<'_> {
                 < st.budget
         {
             let mut pending = match self.next_pending(st)? {
-                Next::Run(p) => p,
+                Next::Run(p) => *p,
                 Next::Skip => continue,
                 Next::Stop => break,
             };
@@ -286,16 +292,30 @@ impl Runner<'_> {
             if let Some(w) = &study.worker {
                 // The user's script: one process per trial, never fused.
                 st.ran += 1;
-                let ckpt = match &self.checkpoints {
-                    Some(c) => c.external_path(pending.trial_id),
-                    None => std::env::temp_dir()
-                        .join(format!("salus-trial-{}.external", pending.trial_id)),
+                // Each attempt writes its own file; it resumes from the
+                // one the trial's latest recorded checkpoint names.
+                let claim = pending.claim;
+                let (ckpt, resume_from) = match &self.checkpoints {
+                    Some(c) => (
+                        c.external_path(claim.trial_id, claim.attempt),
+                        pending
+                            .external_resume
+                            .map(|(attempt, _)| c.external_path(claim.trial_id, attempt)),
+                    ),
+                    None => (
+                        std::env::temp_dir().join(format!(
+                            "salus-trial-{}.a{}.external",
+                            claim.trial_id, claim.attempt
+                        )),
+                        None,
+                    ),
                 };
                 let trial = ExternalTrial::new(
                     Arc::new(w.clone()),
                     pending.number,
                     external_params(study, &pending.params),
                     ckpt,
+                    resume_from.filter(|p| p.exists()),
                 );
                 self.reporter.trial_start(
                     pending.number,
@@ -306,11 +326,14 @@ impl Runner<'_> {
                     footprint: Job::<B>::footprint(&trial),
                     total_iterations: w.iterations,
                     history_index,
+                    external_checkpoint: pending.external_resume.map(|(_, step)| step),
                     pending,
                     priority: 0.0,
                 };
                 let id = st.core.submit(Box::new(trial), 0.0, "external");
-                st.timeline.trial_ids.insert(id, flight.pending.trial_id);
+                st.timeline
+                    .trial_ids
+                    .insert(id, flight.pending.claim.trial_id);
                 st.in_flight.insert(RunId::Alone(id), flight);
                 continue;
             }
@@ -338,6 +361,7 @@ impl Runner<'_> {
                         history_index,
                         pending,
                         priority: 0.0,
+                        external_checkpoint: None,
                     };
                     batch.push((trial, flight));
                 }
@@ -400,6 +424,7 @@ impl Runner<'_> {
             fusion: Fusion { groups, parked, .. },
             backend,
             timeline,
+            curves,
             ..
         } = st;
         let mut st_lanes = timeline.lanes;
@@ -409,10 +434,18 @@ impl Runner<'_> {
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
         let mut states: BTreeMap<RunId, workers::TrialSnapshot> = BTreeMap::new();
+        // External trials whose worker saved its state as it stopped.
+        let mut saved_by_worker: BTreeSet<RunId> = BTreeSet::new();
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
                 let Some(lane) = lane.as_mut() else { break };
-                if groups.contains_key(&job) {
+                if self.study.worker.is_some() {
+                    // A worker checkpoints itself when asked, covering
+                    // every step it reported.
+                    if boxed.swap_out(lane).is_ok_and(|bytes| bytes > 0) {
+                        saved_by_worker.insert(RunId::Alone(job));
+                    }
+                } else if groups.contains_key(&job) {
                     let members = boxed.member_states(lane).unwrap_or_default();
                     states.extend(
                         members
@@ -430,20 +463,32 @@ impl Runner<'_> {
             }
         }
         for (job, f) in in_flight {
+            let claim = f.pending.claim;
             let keep = match (&self.checkpoints, states.get(&job)) {
                 (Some(c), Some(s)) => {
                     self.writer.send(WriteOp::SaveFile {
-                        path: c.path_of(f.pending.trial_id),
+                        claim,
+                        path: c.path_of(claim.trial_id),
                         bytes: s.to_bytes(),
+                        step: s.reports as i64,
                     })?;
                     s.reports as i64
                 }
-                _ => 0,
+                (Some(_), None) if saved_by_worker.contains(&job) => {
+                    let step = curves
+                        .get(&f.pending.number)
+                        .and_then(|c| c.values.keys().next_back().copied())
+                        .map_or(0, |s| s as i64);
+                    self.writer.send(WriteOp::CheckpointSaved { claim, step })?;
+                    step
+                }
+                // An external trial keeps what its last checkpoint covers.
+                (Some(_), None) => f.external_checkpoint.unwrap_or(0),
+                (None, _) => 0,
             };
             self.writer.send(WriteOp::Requeue {
-                trial_id: f.pending.trial_id,
+                by: Requeuer::Holder(claim),
                 keep_steps: keep,
-                held_by: Some(timeline.run_id),
             })?;
             self.reporter.trial_interrupted(f.pending.number);
         }
@@ -492,10 +537,16 @@ impl Runner<'_> {
                 "writer_max_ms": self.writer.stats().max_ms,
                 "writer_total_ms": self.writer.stats().total_ms,
                 "writer_over_100ms": self.writer.stats().over_100ms,
+                "writer_retries": self.writer.stats().retries,
+                "heartbeats": self.writer.beat_stats().beats,
+                "heartbeat_failures": self.writer.beat_stats().failures,
+                "heartbeat_max_gap_s": self.writer.beat_stats().max_gap_s,
             })
             .to_string(),
         })?;
         self.writer.flush()?;
+        // Beats until here: the run has ended, and its trials are requeued.
+        self.writer.beat().stop();
         let summary = RunSummary {
             finished: st.finished,
             ran: st.ran,
@@ -600,12 +651,17 @@ struct Timeline {
 struct Liveness {
     /// RUNNING trials that another live process runs.
     elsewhere: u64,
-    last_heartbeat: Instant,
     last_sync: Instant,
     /// The database said the study has its budget of trials: no new ones.
     target_met: bool,
     /// Where this process runs, as `salus_runs` records it.
-    host: String,
+    place: crate::storage::Place,
+    /// The liveness limit (`[study] liveness`), in seconds.
+    limit_s: f64,
+    /// RUNNING trials no salus-tune run claims (Optuna's): the heartbeat
+    /// each had when this run first saw it so, and when. One whose
+    /// heartbeat has not moved for the liveness limit is requeued.
+    unclaimed: BTreeMap<TrialId, (Option<String>, Instant)>,
     /// Trials paused from the dashboard: they keep their slot.
     user_paused: BTreeSet<RunId>,
     last_commands: Instant,

@@ -6,9 +6,12 @@
 //!   pending (TPE's constant liar treats them as its own running trials),
 //!   finished ones with their values;
 //! * a RUNNING trial whose run is gone is requeued (once, by whichever
-//!   process is first: see `storage::claims`) and joins this run's
-//!   waiting list with its checkpoint; so does any WAITING trial (an
-//!   enqueued one, or one another process requeued).
+//!   process is first, and only while the database still says its run is
+//!   gone: see `storage::claims`) and joins this run's waiting list with
+//!   its checkpoint; so does any WAITING trial (an enqueued one, or one
+//!   another process requeued);
+//! * a RUNNING trial that no salus-tune run claims (an Optuna process's)
+//!   is left alone while its heartbeat moves, and when it has none.
 //!
 //! Taking a WAITING trial is a claim in the database, so two processes
 //! that both list it never both run it, and a new trial is created only
@@ -19,15 +22,14 @@ use std::time::Instant;
 
 use kernels::Backend;
 
-use super::resume::held_elsewhere;
 use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
 use crate::sampler::TrialRecord;
-use crate::storage::TrialState;
+use crate::storage::{Requeuer, TrialState, owner_gone_here, pid_exists, run_alive};
 
 /// What [`Runner::next_pending`] found.
 pub(super) enum Next {
-    Run(Pending),
+    Run(Box<Pending>),
     /// That one is gone (another process took it, or it failed): look again.
     Skip,
     /// Nothing more to start.
@@ -39,17 +41,18 @@ impl Runner<'_> {
     /// else a new proposal, created only while the study's budget allows.
     pub(super) fn next_pending<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<Next> {
         let study = self.study;
-        if let Some(p) = st.waiting.pop_front() {
+        if let Some(mut p) = st.waiting.pop_front() {
             let store = match &p.enqueued {
                 Some(Ok(params)) => params.clone(),
                 _ => Vec::new(),
             };
             // Another process may have taken it first.
-            if !self
+            match self
                 .writer
-                .claim_waiting(p.trial_id, st.timeline.run_id, store)?
+                .claim_waiting(p.claim.trial_id, st.timeline.run_id, store)?
             {
-                return Ok(Next::Skip);
+                Some(claim) => p.claim = claim,
+                None => return Ok(Next::Skip),
             }
             if let Some(Err(why)) = &p.enqueued {
                 // Its values are not in the space: it fails, the study goes on.
@@ -58,7 +61,7 @@ impl Runner<'_> {
                 self.fail(st, &p, 0, 0.0, reason)?;
                 return Ok(Next::Skip);
             }
-            return Ok(Next::Run(p));
+            return Ok(Next::Run(Box::new(p)));
         }
         if st.liveness.target_met {
             return Ok(Next::Stop);
@@ -68,7 +71,7 @@ impl Runner<'_> {
             st.exhausted = true;
             return Ok(Next::Stop);
         };
-        let Some((trial_id, number)) = self.writer.create_trial(
+        let Some((claim, number)) = self.writer.create_trial(
             self.info.id,
             encode_params(study, &params),
             study.fixed_json().to_string(),
@@ -81,13 +84,14 @@ impl Runner<'_> {
             return Ok(Next::Skip);
         };
         st.record(number, params.clone());
-        Ok(Next::Run(Pending {
-            trial_id,
+        Ok(Next::Run(Box::new(Pending {
+            claim,
             number,
             params,
             resume: None,
             enqueued: None,
-        }))
+            external_resume: None,
+        })))
     }
 
     /// See the module docs.
@@ -103,10 +107,19 @@ impl Runner<'_> {
     pub(super) fn sync_now<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
         st.liveness.last_sync = Instant::now();
         let rows = self.writer.read_trials(self.info.id)?;
-        let mine: Vec<_> = st.in_flight.values().map(|f| f.pending.trial_id).collect();
-        let listed: Vec<_> = st.waiting.iter().map(|p| p.trial_id).collect();
+        let mine: Vec<_> = st
+            .in_flight
+            .values()
+            .map(|f| f.pending.claim.trial_id)
+            .collect();
+        let listed: Vec<_> = st.waiting.iter().map(|p| p.claim.trial_id).collect();
         let data = Arc::clone(&st.data);
+        // Judging others dead by age waits while this process's own
+        // heartbeats were held up (see `storage::heartbeat`); a dead pid
+        // on this host is judged at once.
+        let judge = self.writer.beat().may_judge_others();
         st.liveness.elsewhere = 0;
+        let mut unclaimed = std::collections::BTreeMap::new();
         for row in &rows {
             // An enqueued trial's parameters are settled when it is taken.
             let unsettled = row.params.is_empty() && row.fixed_params.is_some();
@@ -120,16 +133,65 @@ impl Runner<'_> {
             if mine.contains(&row.trial_id) || listed.contains(&row.trial_id) {
                 continue;
             }
-            let running_elsewhere = row.state == TrialState::Running
-                && (row.owner.as_ref()).is_none_or(|o| o.run_id != st.timeline.run_id);
-            let alive = running_elsewhere && held_elsewhere(row, &st.liveness.host);
-            st.liveness.elsewhere += u64::from(alive);
-            if (running_elsewhere && !alive) || row.state == TrialState::Waiting {
+            if row.state == TrialState::Waiting {
                 let params = decode_params(self.study, row);
-                let (pending, _) = self.pending_of(&data, row, params)?;
+                let (pending, _) = self.pending_of(&data, row, params, None)?;
                 st.waiting.push_back(pending);
+                continue;
+            }
+            if row.state != TrialState::Running {
+                continue;
+            }
+            let requeue = match &row.owner {
+                Some(owner) => {
+                    let pid_gone = owner_gone_here(owner, &st.liveness.place, pid_exists);
+                    let dead = pid_gone
+                        || (judge
+                            && !run_alive(
+                                owner,
+                                &st.liveness.place,
+                                st.liveness.limit_s,
+                                pid_exists,
+                            ));
+                    dead.then_some(Requeuer::Finder {
+                        trial_id: row.trial_id,
+                        seen: (owner.run_id, owner.attempt),
+                        pid_gone,
+                        limit_s: st.liveness.limit_s,
+                    })
+                }
+                // Only Optuna (or an older salus-tune) holds it: requeued
+                // once its heartbeat has stood still for the limit, as this
+                // run watched it; never when it has none.
+                None => {
+                    let seen = st
+                        .liveness
+                        .unclaimed
+                        .get(&row.trial_id)
+                        .filter(|(beat, _)| *beat == row.heartbeat)
+                        .map_or_else(|| (row.heartbeat.clone(), Instant::now()), Clone::clone);
+                    let still = seen.1.elapsed().as_secs_f64() >= st.liveness.limit_s;
+                    let stale = match (&seen.0, still && judge) {
+                        (Some(beat), true) => Some(Requeuer::Unclaimed {
+                            trial_id: row.trial_id,
+                            beat: beat.clone(),
+                        }),
+                        _ => None,
+                    };
+                    unclaimed.insert(row.trial_id, seen);
+                    stale
+                }
+            };
+            match requeue {
+                Some(by) => {
+                    let params = decode_params(self.study, row);
+                    let (pending, _) = self.pending_of(&data, row, params, Some(by))?;
+                    st.waiting.push_back(pending);
+                }
+                None => st.liveness.elsewhere += 1,
             }
         }
+        st.liveness.unclaimed = unclaimed;
         Ok(())
     }
 }

@@ -4,8 +4,9 @@
 //! budget. A trial left RUNNING by a process that died, or interrupted by
 //! Ctrl-C, goes back to WAITING and runs again first, with the same
 //! parameters, from its checkpoint when one fits the stored curve. A
-//! RUNNING trial with a fresh heartbeat belongs to another live process and
-//! is left alone. Then the sampler is built from the history, the run is
+//! RUNNING trial whose run is alive belongs to another live process and is
+//! left alone, as is one that no salus-tune run claims (an Optuna
+//! process's: the syncs watch its heartbeat). Then the sampler is built from the history, the run is
 //! registered, and the core starts.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -26,8 +27,8 @@ use crate::sampler::{
     GpSampler, GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord,
 };
 use crate::storage::writer::{RunInfo, WriteOp};
-use crate::storage::{TrialId, TrialNumber};
-use crate::storage::{TrialRow, TrialState};
+use crate::storage::{Claim, Place, Requeuer, TrialId, TrialNumber};
+use crate::storage::{TrialRow, TrialState, owner_gone_here, pid_exists, run_alive};
 use crate::study::SamplerKind;
 
 /// What [`Runner::take_stock`] found.
@@ -52,7 +53,9 @@ impl Runner<'_> {
         let study = self.study;
         let config = self.core_config(backend.as_ref());
         let device = backend.name();
-        let host = crate::storage::host_name();
+        let place = crate::storage::Place::here();
+        let host = place.host.clone();
+        let limit_s = study.liveness.as_secs_f64();
         // Registered first, so that no other process takes this run's
         // trials for a dead one's while it starts.
         let (run_id, process_index) = self.writer.start_run(
@@ -60,6 +63,8 @@ impl Runner<'_> {
             RunInfo {
                 host: host.clone(),
                 pid: std::process::id() as i64,
+                pid_namespace: place.pid_namespace.clone(),
+                liveness_s: limit_s,
                 device: device.clone(),
                 policy: config.policy.name().to_string(),
                 lanes: config.lanes as i64,
@@ -67,6 +72,7 @@ impl Runner<'_> {
                 budget_bytes: config.budget as i64,
             },
         )?;
+        self.writer.beat().start(run_id, limit_s);
         // The trials as they are now that this run is registered, not as
         // the command read them before the device and the data were ready:
         // a process that took a dead one's index replays its sampler's
@@ -80,7 +86,7 @@ impl Runner<'_> {
             best,
             elsewhere,
             kept_steps,
-        } = self.take_stock(&data, &existing, &host)?;
+        } = self.take_stock(&data, &existing, &place, limit_s)?;
         let budget = match self.options.more {
             Some(n) => finished + n,
             None => self.options.trials.unwrap_or(study.trials),
@@ -166,10 +172,11 @@ impl Runner<'_> {
             },
             liveness: Liveness {
                 elsewhere,
-                last_heartbeat: Instant::now(),
                 last_sync: Instant::now(),
                 target_met: false,
-                host,
+                place,
+                limit_s,
+                unclaimed: BTreeMap::new(),
                 user_paused: BTreeSet::new(),
                 last_commands: Instant::now(),
             },
@@ -185,7 +192,8 @@ impl Runner<'_> {
         &self,
         data: &Arc<DeviceData<B>>,
         existing: &[TrialRow],
-        host: &str,
+        here: &Place,
+        limit_s: f64,
     ) -> Result<Stock> {
         let study = self.study;
         let mut history: Vec<TrialRecord> = Vec::new();
@@ -196,7 +204,24 @@ impl Runner<'_> {
         let mut kept_steps: BTreeMap<TrialNumber, i64> = BTreeMap::new();
         for row in existing {
             let params = decode_params(study, row);
-            if row.state == TrialState::Running && held_elsewhere(row, host) {
+            let requeue = match (&row.owner, row.state) {
+                (_, TrialState::Waiting) => None,
+                (Some(owner), TrialState::Running) => {
+                    let pid_gone = owner_gone_here(owner, here, pid_exists);
+                    (pid_gone || !run_alive(owner, here, limit_s, pid_exists)).then_some(
+                        Requeuer::Finder {
+                            trial_id: row.trial_id,
+                            seen: (owner.run_id, owner.attempt),
+                            pid_gone,
+                            limit_s,
+                        },
+                    )
+                }
+                // Optuna's (no run claims it): the runs' syncs watch its
+                // heartbeat; at the start it is left alone.
+                _ => None,
+            };
+            if row.state == TrialState::Running && requeue.is_none() {
                 elsewhere += 1;
                 history.push(TrialRecord {
                     params,
@@ -206,7 +231,7 @@ impl Runner<'_> {
             }
             let mut params = params;
             if matches!(row.state, TrialState::Running | TrialState::Waiting) {
-                let (pending, keep) = self.pending_of(data, row, params)?;
+                let (pending, keep) = self.pending_of(data, row, params, requeue)?;
                 params = pending.params.clone();
                 kept_steps.insert(row.number, keep);
                 waiting.push_back(pending);
@@ -235,14 +260,16 @@ impl Runner<'_> {
     }
 
     /// A stored trial to run (again): from its checkpoint when one fits it.
-    /// A RUNNING one (an orphan) goes back to WAITING first, its curve cut
-    /// to what the checkpoint covers; the requeue changes nothing when
-    /// another process requeued it already. Answers the steps it keeps.
+    /// A RUNNING one (an orphan) goes back to WAITING first under
+    /// `requeue`'s rules, its curve cut to what the checkpoint covers; the
+    /// requeue changes nothing when another process requeued it already.
+    /// Answers the steps it keeps.
     pub(super) fn pending_of<B: Backend>(
         &self,
         data: &Arc<DeviceData<B>>,
         row: &TrialRow,
         params: crate::space::Params,
+        requeue: Option<Requeuer>,
     ) -> Result<(Pending, i64)> {
         let study = self.study;
         let (params, enqueued) = match &row.fixed_params {
@@ -257,27 +284,49 @@ impl Runner<'_> {
         // checkpoint and its report's value would lose a step. A missing or
         // unreadable one means a restart from zero.
         let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
-        let resume = self
-            .checkpoints
-            .as_ref()
-            .and_then(|c| c.load(row.trial_id))
-            .filter(|s| s.reports as i64 <= stored)
-            .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
-        let keep = resume.as_ref().map_or(0, |s| s.reports as i64);
-        if row.state == TrialState::Running {
+        let (resume, external_resume) = match &study.worker {
+            None => {
+                let resume = self
+                    .checkpoints
+                    .as_ref()
+                    .and_then(|c| c.load(row.trial_id))
+                    .filter(|s| s.reports as i64 <= stored)
+                    .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
+                (resume, None)
+            }
+            // A worker checkpoints itself, each attempt into its own file;
+            // the latest recorded one says which file and what it covers.
+            Some(_) => {
+                let external = self.checkpoints.as_ref().and_then(|c| {
+                    row.checkpoint
+                        .filter(|&(attempt, _)| c.external_path(row.trial_id, attempt).is_file())
+                });
+                (None, external)
+            }
+        };
+        let keep = match (&resume, external_resume) {
+            (Some(s), _) => s.reports as i64,
+            (None, Some((_, step))) => step,
+            (None, None) => 0,
+        };
+        if let Some(by) = requeue {
             self.writer.send(WriteOp::Requeue {
-                trial_id: row.trial_id,
+                by,
                 keep_steps: keep,
-                held_by: row.owner.as_ref().map(|o| o.run_id),
             })?;
         }
         Ok((
             Pending {
-                trial_id: row.trial_id,
+                claim: Claim {
+                    trial_id: row.trial_id,
+                    run_id: 0,
+                    attempt: 0,
+                },
                 number: row.number,
                 params,
                 resume,
                 enqueued,
+                external_resume,
             },
             keep,
         ))
@@ -365,16 +414,6 @@ impl Runner<'_> {
                 )
             })
             .collect()
-    }
-}
-
-/// Whether a RUNNING trial belongs to a live process (of this host or
-/// another): its claiming run is alive; a trial no run claimed (written
-/// by an older salus-tune, or by Optuna) by its own heartbeat.
-pub(super) fn held_elsewhere(row: &TrialRow, host: &str) -> bool {
-    match &row.owner {
-        Some(owner) => crate::storage::run_alive(owner, host, crate::storage::pid_exists),
-        None => crate::storage::fresh(row.heartbeat_age_s),
     }
 }
 

@@ -95,13 +95,11 @@ impl Dialect {
         }
     }
 
-    /// Seconds from the datetime in `column` to now, by the database's
-    /// clock (see [`clock`]).
+    /// Seconds from the heartbeat in `column` to now, by the clock that
+    /// heartbeats are written with ([`Clock::beat`]).
     pub fn age_s(self, column: &str) -> String {
         match self {
-            Dialect::Sqlite => {
-                format!("((julianday('now', 'localtime') - julianday({column})) * 86400.0)")
-            }
+            Dialect::Sqlite => format!("((julianday('now') - julianday({column})) * 86400.0)"),
             Dialect::Postgres => {
                 format!("CAST(EXTRACT(EPOCH FROM (LOCALTIMESTAMP - {column})) AS DOUBLE PRECISION)")
             }
@@ -117,19 +115,37 @@ impl Dialect {
     }
 }
 
-/// Now, as the times a writer stores are taken: on SQLite this host's
-/// clock (one host shares the file); on PostgreSQL the server's, so that
-/// heartbeats written on machines whose clocks disagree still compare
-/// (Optuna's heartbeats use the server's clock too).
-pub async fn clock(conn: &mut AnyConnection) -> sqlx::Result<String> {
-    match Dialect::of(conn) {
-        Dialect::Sqlite => Ok(super::now()),
+/// Now, in the two forms a writer stores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clock {
+    /// For a trial's datetimes, events and commands: this host's local
+    /// time, as Optuna writes `datetime_start` (Python's naive
+    /// `datetime.now()`), on both dialects.
+    pub local: String,
+    /// For heartbeats: the database's own clock, so that machines whose
+    /// clocks disagree still age each other's heartbeats alike. On SQLite
+    /// that is UTC, as Optuna's heartbeats (`CURRENT_TIMESTAMP`) are, so a
+    /// daylight-saving change or two processes with different `TZ` agree;
+    /// on PostgreSQL the server's `LOCALTIMESTAMP` in our sessions' zone
+    /// (UTC: sqlx sets it). Optuna's own PostgreSQL sessions write
+    /// heartbeats in the server's default zone, which a client cannot
+    /// read, so a trial only Optuna holds is judged by whether its
+    /// heartbeat moves, not by its age (see `runner::processes`).
+    pub beat: String,
+}
+
+/// Now (see [`Clock`]).
+pub async fn clock(conn: &mut AnyConnection) -> sqlx::Result<Clock> {
+    let local = super::now();
+    let beat = match Dialect::of(conn) {
+        Dialect::Sqlite => super::now_utc(),
         Dialect::Postgres => {
             sqlx::query_scalar("SELECT CAST(LOCALTIMESTAMP AS TEXT)")
                 .fetch_one(&mut *conn)
-                .await
+                .await?
         }
-    }
+    };
+    Ok(Clock { local, beat })
 }
 
 /// `text` adapted to `conn`'s dialect.

@@ -27,6 +27,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "salus_tables",
         include_str!("../../../migrations/postgres/0002_salus.sql"),
     ),
+    (
+        10,
+        "salus_fencing",
+        include_str!("../../../migrations/postgres/0003_salus_fencing.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -74,6 +79,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         9,
         "salus_processes",
         include_str!("../../../migrations/sqlite/0009_salus_processes.sql"),
+    ),
+    (
+        10,
+        "salus_fencing",
+        include_str!("../../../migrations/sqlite/0010_salus_fencing.sql"),
     ),
 ];
 

@@ -5,18 +5,24 @@
 //! * [`Store`] opens a database (WAL, busy timeout), creates or resumes a
 //!   study, and reads trials back. Readers use their own connections.
 //! * [`writer`] is the one writer: a task that applies every write in short
-//!   `BEGIN IMMEDIATE` transactions, batching what has queued up.
+//!   `BEGIN IMMEDIATE` transactions, batching what has queued up, each
+//!   write for a trial fenced by its claim (`claims`).
+//! * [`heartbeat`] beats for the run and its trials on a timer and a
+//!   connection of its own.
 //!
 //! Values follow Optuna's encodings: parameters in their internal
 //! representation with `distribution_json`, datetimes as SQLAlchemy writes
-//! them (`YYYY-MM-DD HH:MM:SS.ffffff`, local time), states as Optuna names
+//! them (`YYYY-MM-DD HH:MM:SS.ffffff`, local time; heartbeats by the
+//! database's clock, UTC on SQLite, see [`Clock`]), states as Optuna names
 //! them.
 
 mod claims;
 mod dialect;
+pub mod heartbeat;
 mod ids;
 mod migrate;
 mod read;
+mod statements;
 mod study;
 pub mod writer;
 
@@ -26,8 +32,11 @@ use std::str::FromStr;
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection};
 
-pub use claims::{STALE_AFTER_S, fresh, host_name, live_runs, pid_exists, run_alive};
-pub use dialect::{Dialect, begin_write, sql, table_exists};
+pub use claims::{
+    Claim, Place, Requeuer, STALE_AFTER_S, fresh, host_name, live_runs, owner_gone_here,
+    pid_exists, pid_namespace, run_alive,
+};
+pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
 pub use ids::{TrialId, TrialNumber};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
@@ -131,11 +140,42 @@ pub fn masked(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
-/// Now, as SQLAlchemy writes a naive local `DATETIME` in SQLite.
+/// Now, as SQLAlchemy writes a naive local `DATETIME` (Optuna's
+/// `datetime.now()`): trials' datetimes, events, commands.
 pub fn now() -> String {
     chrono::Local::now()
         .format("%Y-%m-%d %H:%M:%S%.6f")
         .to_string()
+}
+
+/// Now in UTC, as SQLite's `CURRENT_TIMESTAMP` (Optuna's heartbeats) has it.
+pub fn now_utc() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%d %H:%M:%S%.6f")
+        .to_string()
+}
+
+/// How long a connection waits for a lock another process holds before
+/// its statement fails (and, for the writer and the heartbeat, is tried
+/// again).
+#[derive(Clone, Copy)]
+enum LockWait {
+    /// Commands and the dashboard: a minute, as before.
+    Reader,
+    /// The writer retries its transaction after this.
+    Writer,
+    /// A heartbeat that cannot be written now is written at the next tick.
+    Heartbeat,
+}
+
+impl LockWait {
+    fn ms(self) -> u64 {
+        match self {
+            LockWait::Reader => 60_000,
+            LockWait::Writer => 2_000,
+            LockWait::Heartbeat => 1_000,
+        }
+    }
 }
 
 fn storage_err(url: &str, e: impl Into<crate::error::StorageFailure>) -> Error {
@@ -220,23 +260,41 @@ impl Store {
     }
 
     async fn connection(url: &str, location: &Location, create: bool) -> Result<AnyConnection> {
+        Self::connection_waiting(url, location, create, LockWait::Reader).await
+    }
+
+    async fn connection_waiting(
+        url: &str,
+        location: &Location,
+        create: bool,
+        wait: LockWait,
+    ) -> Result<AnyConnection> {
         sqlx::any::install_default_drivers();
         let mut conn = AnyConnection::connect_with(&Self::options(location, create)?)
             .await
             .map_err(|e| storage_err(url, e))?;
-        if matches!(location, Location::Sqlite(_)) {
+        let ms = wait.ms();
+        let settings = match location {
             // WAL: readers never wait for the writer. A busy writer is
-            // waited for, not failed on.
-            let pragmas = if create {
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 60000"
-            } else {
-                "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 60000"
-            };
-            sqlx::raw_sql(pragmas)
-                .execute(&mut conn)
-                .await
-                .map_err(|e| storage_err(url, e))?;
-        }
+            // waited for a while, then the writer tries again (see
+            // `writer`): a stopped process that holds the lock delays the
+            // others, and never fails them.
+            Location::Sqlite(_) if create => {
+                format!(
+                    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = {ms}"
+                )
+            }
+            Location::Sqlite(_) => {
+                format!("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = {ms}")
+            }
+            // A row lock held by a stopped process ends a statement after
+            // this long, instead of never; the writer then tries again.
+            Location::Postgres(_) => format!("SET lock_timeout = {ms}"),
+        };
+        sqlx::raw_sql(&settings)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| storage_err(url, e))?;
         Ok(conn)
     }
 
@@ -245,9 +303,15 @@ impl Store {
         &self.location
     }
 
-    /// A second connection to the same database, for the writer.
-    pub async fn connect_writer(&self) -> Result<AnyConnection> {
-        Self::connection(&self.url, &self.location, false).await
+    /// The writer's connections to the same database: its own, its
+    /// reader's and its heartbeat's (see [`Writer::spawn`]).
+    pub async fn writer_connections(&self) -> Result<[AnyConnection; 3]> {
+        let open = |wait| Self::connection_waiting(&self.url, &self.location, false, wait);
+        Ok([
+            open(LockWait::Writer).await?,
+            open(LockWait::Reader).await?,
+            open(LockWait::Heartbeat).await?,
+        ])
     }
 
     pub fn conn(&mut self) -> &mut AnyConnection {

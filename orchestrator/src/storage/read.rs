@@ -90,6 +90,11 @@ pub struct TrialRow {
     /// Optuna's `fixed_params` system attribute: the values an enqueued
     /// trial (`study.enqueue_trial`, `salus-tune enqueue`) must run with.
     pub fixed_params: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Its latest checkpoint as recorded (`salus_writes`): the attempt
+    /// that wrote it and the step it covers.
+    pub checkpoint: Option<(i64, i64)>,
+    /// Its heartbeat as stored (text), to tell whether it moves.
+    pub heartbeat: Option<String>,
 }
 
 /// A run of the core (a process) as another process sees it.
@@ -102,6 +107,10 @@ pub struct Owner {
     pub heartbeat_age_s: Option<f64>,
     /// The run ended cleanly.
     pub ended: bool,
+    /// Its boot and pid namespace (`claims::Place`), where it recorded them.
+    pub pid_namespace: Option<String>,
+    /// The attempt of the trial's claim it holds (0 where not a trial's).
+    pub attempt: i64,
 }
 
 fn direction_of(s: &str) -> Direction {
@@ -187,7 +196,8 @@ pub(super) async fn read_trials(
     let trial_beat = Dialect::of(conn).age_s("h.heartbeat");
     let query = format!(
         "SELECT t.trial_id, t.number, CAST(t.state AS TEXT), v.value, CAST(t.datetime_start AS TEXT), \
-             CAST(t.datetime_complete AS TEXT), COALESCE(st.fail_reason, {reason}), {trial_beat} \
+             CAST(t.datetime_complete AS TEXT), COALESCE(st.fail_reason, {reason}), {trial_beat}, \
+             CAST(h.heartbeat AS TEXT) \
              FROM trials t LEFT JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
              LEFT JOIN salus_trials st ON st.trial_id = t.trial_id \
              LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id AND a.\"key\" = 'fail_reason' \
@@ -214,6 +224,8 @@ pub(super) async fn read_trials(
             heartbeat_age_s: r.get(7),
             owner: None,
             fixed_params: None,
+            checkpoint: None,
+            heartbeat: r.get(8),
         })
         .collect();
     let index: BTreeMap<TrialId, usize> = trials
@@ -277,13 +289,21 @@ pub(super) async fn read_trials(
     }
     if table_exists(conn, "salus_claims").await? {
         let run_beat = Dialect::of(conn).age_s("r.heartbeat");
+        let fenced = table_exists(conn, "salus_writes").await?;
+        // Before the fencing migration claims had no attempt, and a
+        // requeue deleted them.
+        let (namespace, attempt, current) = if fenced {
+            ("r.pid_namespace", "c.attempt", "AND c.released IS NULL")
+        } else {
+            ("NULL", "1", "")
+        };
         let owners = sqlx::query(&sql(
             &*conn,
             &format!(
                 "SELECT c.trial_id, r.run_id, r.host, r.pid, {run_beat}, \
-                 CASE WHEN r.ended IS NULL THEN 0 ELSE 1 END \
+                 CASE WHEN r.ended IS NULL THEN 0 ELSE 1 END, {namespace}, CAST({attempt} AS BIGINT) \
                  FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
-                 JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ?"
+                 JOIN trials t ON t.trial_id = c.trial_id WHERE t.study_id = ? {current}"
             ),
         ))
         .bind(study_id)
@@ -297,7 +317,24 @@ pub(super) async fn read_trials(
                     pid: r.get(3),
                     heartbeat_age_s: r.get(4),
                     ended: r.get::<i64, _>(5) != 0,
+                    pid_namespace: r.get(6),
+                    attempt: r.get(7),
                 });
+            }
+        }
+        if fenced {
+            let checkpoints = sqlx::query(&sql(
+                &*conn,
+                "SELECT w.trial_id, w.attempt, w.step FROM salus_writes w \
+                 JOIN trials t ON t.trial_id = w.trial_id WHERE t.study_id = ? AND w.kind = 'checkpoint'",
+            ))
+            .bind(study_id)
+            .fetch_all(&mut *conn)
+            .await?;
+            for r in &checkpoints {
+                if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+                    trials[i].checkpoint = Some((r.get(1), r.get(2)));
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use sqlx::Row;
 
 use super::dialect::{Dialect, begin_write, sql};
 
-use super::writer::{Attrs, event, set_trial_attr};
+use super::statements::{Attrs, event, set_trial_attr};
 use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
 use crate::study::Study;
@@ -69,7 +69,7 @@ impl Store {
                 "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
                  WHERE trial_id = ?",
             ] {
-                sqlx::query(statement)
+                sqlx::query(&sql(&tx, statement))
                     .bind(*id)
                     .execute(&mut *tx)
                     .await
@@ -94,7 +94,7 @@ impl Store {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
-        let number = super::writer::next_number(&mut tx, study_id)
+        let number = super::statements::next_number(&mut tx, study_id)
             .await
             .map_err(err)?;
         let trial_id: TrialId = sqlx::query_scalar(&sql(&tx, "INSERT INTO trials (number, study_id, state) VALUES (?, ?, 'WAITING') RETURNING trial_id",))

@@ -1,5 +1,5 @@
 //! The one writer: a task that owns a connection and applies writes in
-//! short `BEGIN IMMEDIATE` transactions.
+//! short transactions (`BEGIN IMMEDIATE` on SQLite).
 //!
 //! Callers (the runner's thread) send [`WriteOp`]s over a channel. The task
 //! takes whatever has queued up (up to [`MAX_BATCH`]) into one transaction,
@@ -7,12 +7,37 @@
 //! never holds the write lock for long: readers on WAL never wait, and other
 //! writers wait at most one short batch. Operations that need an answer
 //! (a new trial's id, a flush) get it after their transaction commits.
+//!
+//! **Fenced.** Every op for a trial carries its [`Claim`]; it lands only
+//! while that claim is the trial's current one (`claims::holds`, checked
+//! once per claim and transaction). An op whose claim was lost changes
+//! nothing, and its trial goes into the writer's *lost* set, which the
+//! runner reads to drop the trial ([`Writer::take_lost`]). A checkpoint is
+//! staged in a file of the writer's own before the transaction and put in
+//! place inside it, after the check, so that a run that lost its trial
+//! never replaces or removes a peer's checkpoint.
+//!
+//! **Never stalled by a peer for good.** Reads ([`WriteOp::ReadTrials`]) go
+//! through a second connection outside any write transaction. A write that
+//! meets a lock held by another process (SQLite's busy, PostgreSQL's
+//! `lock_timeout`, a deadlock) is rolled back whole and applied again after
+//! a pause, for as long as it takes, with a line on stderr when the wait
+//! is long. Heartbeats do not wait in this queue: the [`heartbeat`] task
+//! beats on its own connection and timer.
+//!
+//! [`heartbeat`]: super::heartbeat
 
-use sqlx::{AnyConnection, Row};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use super::dialect::{Dialect, begin_write, sql};
+use sqlx::AnyConnection;
 use tokio::sync::{mpsc, oneshot};
 
+use super::claims::{self, Claim, Requeuer};
+use super::dialect::{Clock, begin_write};
+use super::heartbeat::{Beat, BeatStats};
+use super::statements;
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::error::{Error, Result, StorageFailure};
 
@@ -33,14 +58,17 @@ pub struct TrialResources {
 /// A run of the Salus core.
 #[derive(Debug, Clone, Default)]
 pub struct RunInfo {
-    /// Where the process runs: its host name and pid.
+    /// Where the process runs: its host name, pid and pid namespace.
     pub host: String,
     pub pid: i64,
+    pub pid_namespace: Option<String>,
     pub device: String,
     pub policy: String,
     pub lanes: i64,
     pub threads_per_lane: i64,
     pub budget_bytes: i64,
+    /// The liveness limit, to tell which process indices are taken.
+    pub liveness_s: f64,
 }
 
 /// One lane's totals over a run.
@@ -59,12 +87,50 @@ pub struct LaneStats {
 /// totals, and the reason when it failed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialEnd {
-    pub trial_id: TrialId,
+    pub claim: Claim,
     pub state: TrialState,
     pub value: Option<f64>,
     pub iterations: i64,
     pub device_seconds: f64,
     pub fail_reason: Option<String>,
+}
+
+/// What the dashboard asks of a running trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandAction {
+    Pause,
+    Resume,
+    Prune,
+}
+
+impl CommandAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandAction::Pause => "pause",
+            CommandAction::Resume => "resume",
+            CommandAction::Prune => "prune",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pause" => CommandAction::Pause,
+            "resume" => CommandAction::Resume,
+            "prune" => CommandAction::Prune,
+            _ => return None,
+        })
+    }
+}
+
+/// A dashboard command for one trial, as a run takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    pub command_id: i64,
+    pub trial_id: TrialId,
+    /// `None`: an action this salus-tune does not know (a newer dashboard's).
+    pub action: Option<CommandAction>,
+    /// The action as stored.
+    pub word: String,
 }
 
 /// One write. See the module docs.
@@ -81,18 +147,19 @@ pub enum WriteOp {
         fixed: String,
         run_id: i64,
         budget: u64,
-        reply: oneshot::Sender<std::result::Result<Option<(TrialId, TrialNumber)>, StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<Option<(Claim, TrialNumber)>, StorageFailure>>,
     },
-    /// Takes a WAITING trial for run `run_id`: answers whether this run got
-    /// it (another process may have taken it first).
+    /// Takes a WAITING trial for run `run_id`: answers its claim, or none
+    /// when another process took it first.
     ClaimWaiting {
         trial_id: TrialId,
         run_id: i64,
         /// Parameters to store with it, for an enqueued trial that has none.
         params: Vec<StoredParam>,
-        reply: oneshot::Sender<std::result::Result<bool, StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<Option<Claim>, StorageFailure>>,
     },
-    /// Every trial of the study as it is now (other processes' included).
+    /// Every trial of the study as it is now (other processes' included),
+    /// read outside any write transaction once the ops before it committed.
     ReadTrials {
         study_id: i64,
         reply: oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
@@ -101,50 +168,58 @@ pub enum WriteOp {
     EndRun {
         run_id: i64,
     },
-    /// Takes the dashboard's unapplied commands for the study.
+    /// Takes the dashboard's unapplied commands for the trials run `run_id`
+    /// holds, and those for finished trials (which nobody will apply).
     TakeCommands {
         study_id: i64,
+        run_id: i64,
         reply: oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
+    },
+    /// What became of a command.
+    CommandOutcome {
+        command_id: i64,
+        outcome: String,
     },
     /// What the trial needs and where it runs.
     Resources {
-        trial_id: TrialId,
+        claim: Claim,
         resources: TrialResources,
     },
     /// An intermediate value; a repeated step replaces the earlier value.
     Intermediate {
-        trial_id: TrialId,
+        claim: Claim,
         step: i64,
         value: f64,
     },
     /// The trial ends (see [`TrialEnd`]).
     Finish(TrialEnd),
-    /// A RUNNING trial goes back to WAITING (interrupted or orphaned), its
-    /// intermediate values cleared so that its rerun starts clean.
+    /// A RUNNING trial goes back to WAITING (interrupted or orphaned) under
+    /// [`Requeuer`]'s rules, its intermediate values after `keep_steps`
+    /// cleared so that its rerun starts clean.
     Requeue {
-        trial_id: TrialId,
-        /// Intermediate values up to this step stay (the checkpoint's).
+        by: Requeuer,
         keep_steps: i64,
-        /// The run seen holding it (`None`: none claimed it). Another
-        /// process may have requeued and taken it since: then the trial is
-        /// that process's, and nothing changes.
-        held_by: Option<i64>,
     },
-    /// Writes `bytes` to `path` (atomically: a temporary file and a rename)
-    /// after the transaction holding the ops sent before it has committed.
+    /// Puts `bytes` at `path` (a built-in trial's checkpoint, covering
+    /// `step`): staged before the transaction, renamed into place inside
+    /// it while the claim holds.
     SaveFile {
-        path: std::path::PathBuf,
+        claim: Claim,
+        path: PathBuf,
         bytes: Vec<u8>,
+        step: i64,
     },
-    /// Deletes `path` (if it is there) after the commit, in order with `SaveFile`.
+    /// An external worker saved its checkpoint (in its attempt's own file),
+    /// covering the steps up to `step`.
+    CheckpointSaved {
+        claim: Claim,
+        step: i64,
+    },
+    /// Deletes `path` (if it is there) while the claim holds, in order
+    /// with `SaveFile`.
     RemoveFile {
-        path: std::path::PathBuf,
-    },
-    /// The run and the trials this process runs are alive (Optuna's
-    /// `trial_heartbeats`, and `salus_runs.heartbeat`).
-    Heartbeat {
-        run_id: i64,
-        trial_ids: Vec<TrialId>,
+        claim: Claim,
+        path: PathBuf,
     },
     Event {
         study_id: i64,
@@ -183,7 +258,7 @@ pub enum WriteOp {
     },
     /// A trial's scheduling priority changed.
     Priority {
-        trial_id: TrialId,
+        claim: Claim,
         priority: f64,
         rung: Option<i64>,
         reason: &'static str,
@@ -191,7 +266,7 @@ pub enum WriteOp {
     /// An external worker's auxiliary metrics at `step` and the user
     /// attributes it set.
     Extras {
-        trial_id: TrialId,
+        claim: Claim,
         step: i64,
         extras: workers::ReportExtras,
     },
@@ -199,14 +274,14 @@ pub enum WriteOp {
     /// kept only if no other COMPLETE trial of the study is as good (by
     /// that direction, `true` maximising), and it replaces the one kept.
     KeepModel {
-        trial_id: TrialId,
+        claim: Claim,
         architecture: String,
         weights: Vec<u8>,
         best_of: Option<bool>,
     },
     /// A trial system attribute (JSON value), replacing an earlier one.
     TrialAttr {
-        trial_id: TrialId,
+        claim: Claim,
         key: &'static str,
         value_json: String,
     },
@@ -216,13 +291,35 @@ pub enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// The claim a trial's op lands under, for the fence.
+    fn claim(&self) -> Option<&Claim> {
+        match self {
+            WriteOp::Resources { claim, .. }
+            | WriteOp::Intermediate { claim, .. }
+            | WriteOp::SaveFile { claim, .. }
+            | WriteOp::CheckpointSaved { claim, .. }
+            | WriteOp::RemoveFile { claim, .. }
+            | WriteOp::Priority { claim, .. }
+            | WriteOp::Extras { claim, .. }
+            | WriteOp::KeepModel { claim, .. }
+            | WriteOp::TrialAttr { claim, .. }
+            | WriteOp::Finish(TrialEnd { claim, .. }) => Some(claim),
+            _ => None,
+        }
+    }
+}
+
 /// The sending side, cheap to clone. Its methods block: call them from a
 /// plain thread, not from async code.
 #[derive(Clone)]
 pub struct Writer {
     tx: mpsc::UnboundedSender<WriteOp>,
     url: String,
-    stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
+    stats: Arc<Mutex<WriterStats>>,
+    /// Trials whose claim this process lost (see the module docs).
+    lost: Arc<Mutex<BTreeSet<TrialId>>>,
+    beat: Beat,
 }
 
 /// How long the writer's transactions took: a stall of the writer is a
@@ -235,19 +332,32 @@ pub struct WriterStats {
     pub total_ms: f64,
     /// Transactions that took longer than 100 ms.
     pub over_100ms: u64,
+    /// Transactions rolled back by a lock held elsewhere and applied again.
+    pub retries: u64,
 }
 
 impl Writer {
-    /// Starts the writer task on the current tokio runtime.
-    pub fn spawn(conn: AnyConnection, url: &str) -> (Self, tokio::task::JoinHandle<()>) {
+    /// Starts the writer task on the current tokio runtime, with `reader`
+    /// for its reads and `beat` (both to the same database) for the
+    /// heartbeat task.
+    pub fn spawn(
+        conn: AnyConnection,
+        reader: AnyConnection,
+        beat: AnyConnection,
+        url: &str,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let stats = std::sync::Arc::new(std::sync::Mutex::new(WriterStats::default()));
-        let handle = tokio::spawn(run(conn, rx, stats.clone()));
+        let stats = Arc::new(Mutex::new(WriterStats::default()));
+        let lost = Arc::new(Mutex::new(BTreeSet::new()));
+        let beat = Beat::spawn(beat, lost.clone());
+        let handle = tokio::spawn(run(conn, reader, rx, stats.clone(), lost.clone()));
         (
             Writer {
                 tx,
                 url: url.to_string(),
                 stats,
+                lost,
+                beat,
             },
             handle,
         )
@@ -256,6 +366,22 @@ impl Writer {
     /// Transaction times so far.
     pub fn stats(&self) -> WriterStats {
         *self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The heartbeat task's times so far.
+    pub fn beat_stats(&self) -> BeatStats {
+        self.beat.stats()
+    }
+
+    /// The heartbeat task (see [`Beat`]).
+    pub fn beat(&self) -> &Beat {
+        &self.beat
+    }
+
+    /// Trials found lost since the last call: another process holds them
+    /// now, and nothing this process writes for them lands.
+    pub fn take_lost(&self) -> BTreeSet<TrialId> {
+        std::mem::take(&mut *self.lost.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn gone(&self) -> Error {
@@ -279,8 +405,8 @@ impl Writer {
             .map_err(|failure| Error::storage(&self.url, failure))
     }
 
-    /// Creates a RUNNING trial held by `run_id`; returns `(trial_id,
-    /// number)`, or `None` when the study has `budget` trials already.
+    /// Creates a RUNNING trial held by `run_id`; returns its claim and
+    /// number, or `None` when the study has `budget` trials already.
     pub fn create_trial(
         &self,
         study_id: i64,
@@ -288,7 +414,7 @@ impl Writer {
         fixed: String,
         run_id: i64,
         budget: u64,
-    ) -> Result<Option<(TrialId, TrialNumber)>> {
+    ) -> Result<Option<(Claim, TrialNumber)>> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
@@ -306,7 +432,7 @@ impl Writer {
         trial_id: TrialId,
         run_id: i64,
         params: Vec<StoredParam>,
-    ) -> Result<bool> {
+    ) -> Result<Option<Claim>> {
         self.ask(|reply| WriteOp::ClaimWaiting {
             trial_id,
             run_id,
@@ -330,9 +456,14 @@ impl Writer {
         })
     }
 
-    /// The commands the dashboard left for this study since the last call.
-    pub fn take_commands(&self, study_id: i64) -> Result<Vec<Command>> {
-        self.ask(|reply| WriteOp::TakeCommands { study_id, reply })
+    /// The commands the dashboard left for the trials `run_id` holds since
+    /// the last call.
+    pub fn take_commands(&self, study_id: i64, run_id: i64) -> Result<Vec<Command>> {
+        self.ask(|reply| WriteOp::TakeCommands {
+            study_id,
+            run_id,
+            reply,
+        })
     }
 
     /// Waits until everything sent so far is committed; reports any write
@@ -344,20 +475,16 @@ impl Writer {
 
 enum Reply {
     Trial(
-        oneshot::Sender<std::result::Result<Option<(TrialId, TrialNumber)>, StorageFailure>>,
-        Option<(TrialId, TrialNumber)>,
+        oneshot::Sender<std::result::Result<Option<(Claim, TrialNumber)>, StorageFailure>>,
+        Option<(Claim, TrialNumber)>,
     ),
     Run(
         oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
         (i64, i64),
     ),
     Claimed(
-        oneshot::Sender<std::result::Result<bool, StorageFailure>>,
-        bool,
-    ),
-    Trials(
-        oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
-        Vec<super::TrialRow>,
+        oneshot::Sender<std::result::Result<Option<Claim>, StorageFailure>>,
+        Option<Claim>,
     ),
     Commands(
         oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
@@ -366,32 +493,66 @@ enum Reply {
     Flush(oneshot::Sender<std::result::Result<(), StorageFailure>>),
 }
 
+/// A wait for a lock held elsewhere longer than this is said on stderr.
+const LONG_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn run(
     mut conn: AnyConnection,
+    mut reader: AnyConnection,
     mut rx: mpsc::UnboundedReceiver<WriteOp>,
-    stats: std::sync::Arc<std::sync::Mutex<WriterStats>>,
+    stats: Arc<Mutex<WriterStats>>,
+    lost: Arc<Mutex<BTreeSet<TrialId>>>,
 ) {
     let mut failure: Option<StorageFailure> = None;
-    while let Some(first) = rx.recv().await {
+    // A read that ended the last batch: served once that batch committed.
+    let mut carried: Option<WriteOp> = None;
+    loop {
+        let first = match carried.take() {
+            Some(op) => op,
+            None => match rx.recv().await {
+                Some(op) => op,
+                None => break,
+            },
+        };
+        if let WriteOp::ReadTrials { study_id, reply } = first {
+            let rows = super::read::read_trials(&mut reader, study_id).await;
+            drop(reply.send(rows.map_err(|e| StorageFailure::Sql(Arc::new(e)))));
+            continue;
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
+                Ok(op @ WriteOp::ReadTrials { .. }) => {
+                    carried = Some(op);
+                    break;
+                }
                 Ok(op) => batch.push(op),
                 Err(_) => break,
             }
         }
         let started = std::time::Instant::now();
-        let mut applied = apply(&mut conn, &mut batch).await;
-        // PostgreSQL may abort one of two transactions that lock the same
-        // rows in opposite orders (a deadlock); nothing of it was applied
-        // or answered, so it is applied again.
-        let mut tries = 1;
-        while tries < 8 && applied.as_ref().is_err_and(retryable) {
+        let mut applied = apply(&mut conn, &mut batch, &lost).await;
+        let mut tries = 0u64;
+        let mut said = false;
+        while applied.as_ref().is_err_and(retryable) {
             tries += 1;
-            // Apart, so that the two sides do not meet again at once.
-            let jitter = u64::from(std::process::id()) % 7 + 3 * tries;
+            if !said && started.elapsed() > LONG_WAIT {
+                said = true;
+                eprintln!(
+                    "waiting for the database: another process has held a lock for {:.0} s (a paused or stopped process?); retrying",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            // Apart, so that two sides do not meet again at once.
+            let jitter = u64::from(std::process::id()) % 7 + 3 * tries.min(30);
             tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
-            applied = apply(&mut conn, &mut batch).await;
+            applied = apply(&mut conn, &mut batch, &lost).await;
+        }
+        if said {
+            eprintln!(
+                "the database answered again after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
         }
         let ms = started.elapsed().as_secs_f64() * 1e3;
         {
@@ -400,6 +561,7 @@ async fn run(
             s.max_ms = s.max_ms.max(ms);
             s.total_ms += ms;
             s.over_100ms += u64::from(ms > 100.0);
+            s.retries += tries;
         }
         match applied {
             Ok(replies) => {
@@ -408,20 +570,18 @@ async fn run(
                         Reply::Trial(tx, ids) => drop(tx.send(Ok(ids))),
                         Reply::Run(tx, id) => drop(tx.send(Ok(id))),
                         Reply::Claimed(tx, got) => drop(tx.send(Ok(got))),
-                        Reply::Trials(tx, rows) => drop(tx.send(Ok(rows))),
                         Reply::Commands(tx, c) => drop(tx.send(Ok(c))),
                         Reply::Flush(tx) => drop(tx.send(failure.take().map_or(Ok(()), Err))),
                     }
                 }
             }
             Err(e) => {
-                let msg = StorageFailure::RolledBack(std::sync::Arc::new(e));
+                let msg = StorageFailure::RolledBack(Arc::new(e));
                 for op in batch {
                     match op {
                         WriteOp::CreateTrial { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::StartRun { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::ClaimWaiting { reply, .. } => drop(reply.send(Err(msg.clone()))),
-                        WriteOp::ReadTrials { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::TakeCommands { reply, .. } => drop(reply.send(Err(msg.clone()))),
                         WriteOp::Flush { reply } => drop(reply.send(Err(msg.clone()))),
                         _ => failure = Some(msg.clone()),
@@ -432,47 +592,102 @@ async fn run(
     }
 }
 
-/// A deadlock or a serialisation failure (SQLSTATE 40P01, 40001): the
-/// transaction was rolled back whole, and may be run again.
-fn retryable(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40P01" | "40001")))
+/// A transaction rolled back whole by a lock another process holds, which
+/// may be applied again: SQLite's busy or locked; PostgreSQL's deadlock,
+/// serialisation failure or `lock_timeout` (SQLSTATE 40P01, 40001, 55P03).
+pub(super) fn retryable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if matches!(
+        d.code().as_deref(),
+        Some("40P01" | "40001" | "55P03" | "5" | "6" | "261" | "517")
+    ))
 }
 
 /// What an op answers once its transaction has committed.
-enum Answer {
-    /// A created trial's `(trial_id, number)`, or none: the study is full.
-    Ids(Option<(TrialId, TrialNumber)>),
+pub(super) enum Answer {
+    /// A created trial's claim and number, or none: the study is full.
+    Ids(Option<(Claim, TrialNumber)>),
     RunId((i64, i64)),
-    Claimed(bool),
-    Trials(Vec<super::TrialRow>),
+    Claimed(Option<Claim>),
     Commands(Vec<Command>),
 }
 
-/// Applies a batch in one `BEGIN IMMEDIATE` transaction; then saves the
-/// files it covers, and only then answers (see the module docs).
+/// A checkpoint's bytes, in a temporary file of this process beside its
+/// place, synced: the transaction then only renames it.
+fn stage(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let tmp = crate::checkpoint::staging_path(path);
+    crate::checkpoint::write_synced(&tmp, bytes)?;
+    Ok(tmp)
+}
+
+/// Applies a batch in one transaction: stages its checkpoints, then runs
+/// each op whose claim (if it has one) holds, checkpoints put in place and
+/// files removed inside the transaction; answers only once it committed.
 async fn apply(
     conn: &mut AnyConnection,
     batch: &mut [WriteOp],
+    lost: &Mutex<BTreeSet<TrialId>>,
+) -> std::result::Result<Vec<Reply>, sqlx::Error> {
+    // A checkpoint that cannot be staged costs a restart from an earlier
+    // one (or from zero), never the run: the values stay committed.
+    let staged: Vec<Option<PathBuf>> = batch
+        .iter()
+        .map(|op| match op {
+            WriteOp::SaveFile { path, bytes, .. } => stage(path, bytes)
+                .map_err(|e| eprintln!("warning: checkpoint {} not saved: {e}", path.display()))
+                .ok(),
+            _ => None,
+        })
+        .collect();
+    let result = apply_staged(conn, batch, &staged, lost).await;
+    // What was not put in place (a lost claim, a rollback) goes.
+    for tmp in staged.iter().flatten() {
+        let _ = std::fs::remove_file(tmp);
+    }
+    result
+}
+
+async fn apply_staged(
+    conn: &mut AnyConnection,
+    batch: &mut [WriteOp],
+    staged: &[Option<PathBuf>],
+    lost: &Mutex<BTreeSet<TrialId>>,
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
     let mut tx = begin_write(conn).await?;
-    let time = super::dialect::clock(&mut tx).await?;
+    let clock = super::dialect::clock(&mut tx).await?;
     let mut answers = Vec::with_capacity(batch.len());
-    for op in batch.iter() {
-        answers.push(write_op(&mut tx, op, &time).await?);
+    let mut held: HashMap<Claim, bool> = HashMap::new();
+    let mut lost_now: BTreeSet<TrialId> = BTreeSet::new();
+    for (op, tmp) in batch.iter().zip(staged) {
+        if let Some(claim) = op.claim() {
+            let holds = match held.get(claim) {
+                Some(&h) => h,
+                None => {
+                    let h = claims::holds(&mut tx, claim).await?;
+                    held.insert(*claim, h);
+                    h
+                }
+            };
+            if !holds {
+                lost_now.insert(claim.trial_id);
+                answers.push(None);
+                continue;
+            }
+        }
+        answers.push(write_op(&mut tx, op, tmp.as_deref(), &clock).await?);
+        // A holder's requeue ends its claim: later ops under it are fenced.
+        if let WriteOp::Requeue {
+            by: Requeuer::Holder(claim),
+            ..
+        } = op
+        {
+            held.insert(*claim, false);
+        }
     }
     tx.commit().await?;
-    // Files only now: what they cover is durable.
-    for op in batch.iter() {
-        if let WriteOp::SaveFile { path, bytes } = op
-            && let Err(e) = crate::checkpoint::write_atomic(path, bytes)
-        {
-            // A missing checkpoint costs a restart from an earlier one (or
-            // from zero), never the run: the values stay committed.
-            eprintln!("warning: checkpoint {} not saved: {e}", path.display());
-        }
-        if let WriteOp::RemoveFile { path } = op {
-            let _ = std::fs::remove_file(path);
-        }
+    if !lost_now.is_empty() {
+        lost.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(lost_now);
     }
     Ok(replies(batch, answers))
 }
@@ -494,9 +709,6 @@ fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
             (WriteOp::ClaimWaiting { reply, .. }, Some(Answer::Claimed(got))) => {
                 replies.push(Reply::Claimed(take(reply), got))
             }
-            (WriteOp::ReadTrials { reply, .. }, Some(Answer::Trials(rows))) => {
-                replies.push(Reply::Trials(take(reply), rows))
-            }
             (WriteOp::StartRun { reply, .. }, Some(Answer::RunId(id))) => {
                 replies.push(Reply::Run(take(reply), id))
             }
@@ -510,654 +722,79 @@ fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
     replies
 }
 
-/// One op's statements, inside the batch's transaction.
+/// One op's statements, inside the batch's transaction, its claim (if it
+/// has one) known to hold. `staged`: a `SaveFile`'s staged checkpoint.
 async fn write_op(
     conn: &mut AnyConnection,
     op: &WriteOp,
-    time: &str,
+    staged: Option<&std::path::Path>,
+    clock: &Clock,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let time = clock.local.as_str();
     match op {
-        WriteOp::CreateTrial { .. } => return create_trial(conn, op, time).await,
+        WriteOp::CreateTrial { .. } => return statements::create_trial(conn, op, clock).await,
         WriteOp::ClaimWaiting {
             trial_id,
             run_id,
             params,
             ..
         } => {
-            let got = super::claims::claim_waiting(conn, *trial_id, *run_id, time).await?;
-            if got {
-                insert_params(conn, *trial_id, params).await?;
+            let got = claims::claim_waiting(conn, *trial_id, *run_id, clock).await?;
+            if got.is_some() {
+                statements::insert_params(conn, *trial_id, params).await?;
             }
             return Ok(Some(Answer::Claimed(got)));
         }
-        WriteOp::ReadTrials { study_id, .. } => {
-            let rows = super::read::read_trials(conn, *study_id).await?;
-            return Ok(Some(Answer::Trials(rows)));
+        WriteOp::ReadTrials { .. } => unreachable!("reads are served outside transactions"),
+        WriteOp::EndRun { run_id } => claims::end_run(conn, *run_id, time).await?,
+        WriteOp::Requeue { by, keep_steps } => {
+            claims::requeue(conn, by, *keep_steps, clock).await?;
         }
-        WriteOp::EndRun { run_id } => super::claims::end_run(conn, *run_id, time).await?,
-        WriteOp::Requeue { .. } => trial_state(conn, op, time).await?,
-        WriteOp::Finish(end) => return finish_trial(conn, end, time).await,
+        WriteOp::Finish(end) => statements::finish_trial(conn, end, time).await?,
         WriteOp::Extras {
-            trial_id,
+            claim,
             step,
             extras,
-        } => trial_extras(conn, *trial_id, *step, extras).await?,
-        WriteOp::KeepModel { .. } => keep_model(conn, op, time).await?,
+        } => statements::trial_extras(conn, claim.trial_id, *step, extras).await?,
+        WriteOp::KeepModel { .. } => statements::keep_model(conn, op, time).await?,
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }
-        | WriteOp::TrialAttr { .. }
-        | WriteOp::Heartbeat { .. } => trial_progress(conn, op, time).await?,
+        | WriteOp::TrialAttr { .. } => statements::trial_progress(conn, op, time).await?,
         WriteOp::StartRun { .. }
         | WriteOp::Segment { .. }
         | WriteOp::Swap { .. }
-        | WriteOp::LaneStats { .. } => return run_telemetry(conn, op, time).await,
+        | WriteOp::LaneStats { .. } => return statements::run_telemetry(conn, op, clock).await,
         WriteOp::Event {
             study_id,
             trial_id,
             kind,
             detail,
-        } => event(&mut *conn, *study_id, *trial_id, kind, detail, time).await?,
-        WriteOp::TakeCommands { study_id, .. } => return take_commands(conn, study_id, time).await,
-        WriteOp::Flush { .. } | WriteOp::SaveFile { .. } | WriteOp::RemoveFile { .. } => {}
-    }
-    Ok(None)
-}
-
-/// A trial starts (again) or goes back to WAITING.
-async fn trial_state(
-    conn: &mut AnyConnection,
-    op: &WriteOp,
-    time: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    let WriteOp::Requeue {
-        trial_id,
-        keep_steps,
-        held_by,
-    } = op
-    else {
-        unreachable!("write_op routes only requeues here")
-    };
-    // Only a RUNNING trial still held by the run seen holding it goes back:
-    // when two processes find the same orphan, the first requeues it, and
-    // the second changes nothing, even after a third took it meanwhile.
-    // PostgreSQL: the trial's row is locked first, so that the update's
-    // own snapshot (taken after the lock) sees the latest claim.
-    if Dialect::of(conn) == Dialect::Postgres {
-        sqlx::query("SELECT trial_id FROM trials WHERE trial_id = $1 FOR NO KEY UPDATE")
-            .bind(*trial_id)
-            .execute(&mut *conn)
-            .await?;
-    }
-    let changed = sqlx::query(&sql(
-        &*conn,
-        "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
-         WHERE trial_id = ? AND state = 'RUNNING' \
-         AND (SELECT run_id FROM salus_claims WHERE trial_id = ?) IS NOT DISTINCT FROM ?",
-    ))
-    .bind(*trial_id)
-    .bind(*trial_id)
-    .bind(*held_by)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if changed == 0 {
-        return Ok(());
-    }
-    sqlx::query(&sql(
-        &*conn,
-        "DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?",
-    ))
-    .bind(*trial_id)
-    .bind(*keep_steps)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(&sql(&*conn, "DELETE FROM salus_claims WHERE trial_id = ?"))
-        .bind(*trial_id)
-        .execute(&mut *conn)
-        .await?;
-    let detail = serde_json::json!({ "kept_steps": keep_steps }).to_string();
-    study_event(&mut *conn, *trial_id, "trial_requeue", &detail, time).await
-}
-
-/// What a running trial records: resources, values, priorities,
-/// attributes and heartbeats.
-async fn trial_progress(
-    conn: &mut AnyConnection,
-    op: &WriteOp,
-    time: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    match op {
-        WriteOp::Resources {
-            trial_id,
-            resources: r,
+        } => statements::event(&mut *conn, *study_id, *trial_id, kind, detail, time).await?,
+        WriteOp::TakeCommands {
+            study_id, run_id, ..
+        } => return statements::take_commands(conn, *study_id, *run_id, time).await,
+        WriteOp::CommandOutcome {
+            command_id,
+            outcome,
+        } => statements::command_outcome(conn, *command_id, outcome).await?,
+        WriteOp::SaveFile {
+            claim, path, step, ..
         } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
-                 ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
-                 iterations = 0, device_seconds = 0, fail_reason = NULL",))
-            .bind(*trial_id)
-            .bind(&r.device)
-            .bind(r.lane)
-            .bind(r.persistent_bytes)
-            .bind(r.ephemeral_bytes)
-            .bind(r.shared_bytes)
-            .bind(r.total_iterations)
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::Intermediate {
-            trial_id,
-            step,
-            value,
-        } => {
-            let (v, kind) = optuna_value(*value, true);
-            sqlx::query(&sql(&*conn, "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, NULLIF(?::float8, 'NaN'), ?::trialintermediatevaluetype) \
-                 ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",))
-            .bind(*trial_id)
-            .bind(*step)
-            .bind(nan_for_null(v))
-            .bind(kind)
-            .execute(&mut *conn)
-            .await?;
-        }
-        WriteOp::Priority {
-            trial_id,
-            priority,
-            rung,
-            reason,
-        } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?::timestamp, ?, ?, ?)"))
-                .bind(*trial_id)
-                .bind(time)
-                .bind(*priority)
-                .bind(*rung)
-                .bind(*reason)
-                .execute(&mut *conn)
-                .await?;
-        }
-        WriteOp::TrialAttr {
-            trial_id,
-            key,
-            value_json,
-        } => {
-            set_trial_attr(conn, Attrs::System, *trial_id, key, value_json).await?;
-        }
-        WriteOp::Heartbeat { run_id, trial_ids } => {
-            sqlx::query(&sql(
-                &*conn,
-                "UPDATE salus_runs SET heartbeat = ?::timestamp WHERE run_id = ?",
-            ))
-            .bind(time)
-            .bind(*run_id)
-            .execute(&mut *conn)
-            .await?;
-            for id in trial_ids.iter() {
-                sqlx::query(&sql(&*conn, "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?::timestamp) ON CONFLICT (trial_id) DO UPDATE SET heartbeat = excluded.heartbeat"))
-                    .bind(*id)
-                    .bind(time)
-                    .execute(&mut *conn)
-                    .await?;
+            if let Some(tmp) = staged {
+                match crate::checkpoint::put_in_place(tmp, path) {
+                    Ok(()) => statements::record_checkpoint(conn, claim, *step).await?,
+                    Err(e) => eprintln!("warning: checkpoint {} not saved: {e}", path.display()),
+                }
             }
         }
-        _ => unreachable!("write_op routes only trial progress here"),
-    }
-    Ok(())
-}
-
-/// Auxiliary metrics (a curve row each, and the latest value as the user
-/// attribute of that name) and user attributes, each replacing an earlier
-/// one of its key.
-async fn trial_extras(
-    conn: &mut AnyConnection,
-    trial_id: TrialId,
-    step: i64,
-    extras: &workers::ReportExtras,
-) -> std::result::Result<(), sqlx::Error> {
-    for (name, v) in &extras.metrics {
-        sqlx::query(&sql(
-            &*conn,
-            "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
-        ))
-        .bind(trial_id)
-        .bind(name)
-        .bind(step)
-        .bind(v.is_finite().then_some(*v))
-        .execute(&mut *conn)
-        .await?;
-        let latest = serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into);
-        set_trial_attr(conn, Attrs::User, trial_id, name, &latest.to_string()).await?;
-    }
-    for (key, value_json) in &extras.attrs {
-        set_trial_attr(conn, Attrs::User, trial_id, key, value_json).await?;
-    }
-    Ok(())
-}
-
-/// Optuna's two tables of trial attributes.
-#[derive(Clone, Copy)]
-pub(super) enum Attrs {
-    User,
-    System,
-}
-
-/// Sets a trial attribute (a JSON value), replacing an earlier one.
-pub(super) async fn set_trial_attr(
-    conn: &mut AnyConnection,
-    table: Attrs,
-    trial_id: TrialId,
-    key: &str,
-    value_json: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    let table = match table {
-        Attrs::User => "trial_user_attributes",
-        Attrs::System => "trial_system_attributes",
-    };
-    sqlx::query(&sql(
-        &*conn,
-        &format!(
-            "INSERT INTO {table} (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
-         ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
-        ),
-    ))
-    .bind(trial_id)
-    .bind(key)
-    .bind(value_json)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// See [`WriteOp::KeepModel`].
-async fn keep_model(
-    conn: &mut AnyConnection,
-    op: &WriteOp,
-    time: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    let WriteOp::KeepModel {
-        trial_id,
-        architecture,
-        weights,
-        best_of,
-    } = op
-    else {
-        unreachable!("only KeepModel comes here")
-    };
-    if let Some(maximize) = best_of {
-        let as_good = if *maximize { ">=" } else { "<=" };
-        let rivals: i64 = sqlx::query_scalar(&sql(&*conn, &format!(
-            "SELECT COUNT(*) FROM trials me \
-             JOIN trial_values mv ON mv.trial_id = me.trial_id AND mv.objective = 0 \
-             JOIN trials t ON t.study_id = me.study_id AND t.trial_id <> me.trial_id AND t.state = 'COMPLETE' \
-             JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
-             WHERE me.trial_id = ? AND v.value {as_good} mv.value"
-        )))
-        .bind(*trial_id)
-        .fetch_one(&mut *conn)
-        .await?;
-        if rivals > 0 {
-            return Ok(());
+        WriteOp::CheckpointSaved { claim, step } => {
+            statements::record_checkpoint(conn, claim, *step).await?
         }
-        sqlx::query(&sql(&*conn, "DELETE FROM salus_models WHERE trial_id IN \
-             (SELECT trial_id FROM trials WHERE study_id = (SELECT study_id FROM trials WHERE trial_id = ?))",))
-        .bind(*trial_id)
-        .execute(&mut *conn)
-        .await?;
-    }
-    sqlx::query(&sql(&*conn, "INSERT INTO salus_models (trial_id, created, architecture, weights) VALUES (?, ?::timestamp, ?, ?) \
-         ON CONFLICT (trial_id) DO UPDATE SET created = excluded.created, \
-         architecture = excluded.architecture, weights = excluded.weights",))
-    .bind(*trial_id)
-    .bind(time)
-    .bind(architecture)
-    .bind(weights.as_slice())
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// The core's runs, lane segments, swaps and lane totals.
-async fn run_telemetry(
-    conn: &mut AnyConnection,
-    op: &WriteOp,
-    time: &str,
-) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    match op {
-        WriteOp::StartRun { study_id, run, .. } => {
-            lock_study(conn, *study_id).await?;
-            let index = super::claims::free_process_index(conn, *study_id).await?;
-            let run_id: i64 = sqlx::query_scalar(&sql(&*conn, "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
-                 host, pid, process_index, heartbeat) VALUES (?, ?::timestamp, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp) RETURNING run_id",))
-            .bind(*study_id)
-            .bind(time)
-            .bind(&run.device)
-            .bind(&run.policy)
-            .bind(run.lanes)
-            .bind(run.threads_per_lane)
-            .bind(run.budget_bytes)
-            .bind(&run.host)
-            .bind(run.pid)
-            .bind(index)
-            .bind(time)
-            .fetch_one(&mut *conn)
-            .await?;
-            return Ok(Some(Answer::RunId((run_id, index))));
+        WriteOp::RemoveFile { path, .. } => {
+            let _ = std::fs::remove_file(path);
         }
-        WriteOp::Segment {
-            run_id,
-            lane,
-            trial_id,
-            start_s,
-            end_s,
-            iterations,
-        } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)"))
-                .bind(*run_id)
-                .bind(*lane)
-                .bind(*trial_id)
-                .bind(*start_s)
-                .bind(*end_s)
-                .bind(*iterations)
-                .execute(&mut *conn)
-                .await?;
-        }
-        WriteOp::Swap {
-            run_id,
-            trial_id,
-            lane,
-            out,
-            bytes,
-            seconds,
-            time_s,
-        } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)"))
-                .bind(*run_id)
-                .bind(*trial_id)
-                .bind(*lane)
-                .bind(if *out { "out" } else { "in" })
-                .bind(*bytes)
-                .bind(*seconds)
-                .bind(*time_s)
-                .execute(&mut *conn)
-                .await?;
-        }
-        WriteOp::LaneStats { run_id, stats: s } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, NULLIF(?::float8, 'NaN'), NULLIF(?::float8, 'NaN')) \
-                 ON CONFLICT (run_id, lane) DO UPDATE SET iterations = excluded.iterations, busy_s = excluded.busy_s, wall_s = excluded.wall_s, \
-                 switches = excluded.switches, switch_mean_us = excluded.switch_mean_us, switch_max_us = excluded.switch_max_us",))
-            .bind(*run_id)
-            .bind(s.lane)
-            .bind(s.iterations)
-            .bind(s.busy_s)
-            .bind(s.wall_s)
-            .bind(s.switches)
-            .bind(nan_for_null(s.switch_mean_us))
-            .bind(nan_for_null(s.switch_max_us))
-            .execute(&mut *conn)
-            .await?;
-        }
-        _ => unreachable!("write_op routes only telemetry here"),
+        WriteOp::Flush { .. } => {}
     }
     Ok(None)
-}
-
-/// A dashboard command for one trial: `pause`, `resume` or `prune`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Command {
-    pub trial_id: TrialId,
-    pub action: String,
-}
-
-/// Optuna's encoding of a float: `(value, type)`, with non-finite values
-/// stored as NULL (intermediate NaN) or by their type alone.
-/// A nullable float as a statement binds it: NaN for NULL, turned back into
-/// NULL by `NULLIF(?::float8, 'NaN')`. sqlx 0.8's `Any` driver sends a
-/// `None::<f64>` to PostgreSQL as a `float4` NULL, which a statement prepared
-/// with a `float8` in that place refuses ("incorrect binary data format");
-/// SQLite stores a bound NaN as NULL itself.
-fn nan_for_null(v: Option<f64>) -> f64 {
-    v.unwrap_or(f64::NAN)
-}
-
-fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
-    if v.is_nan() {
-        (None, if intermediate { "NAN" } else { "FINITE" })
-    } else if v == f64::INFINITY {
-        (None, "INF_POS")
-    } else if v == f64::NEG_INFINITY {
-        (None, "INF_NEG")
-    } else {
-        (Some(v), "FINITE")
-    }
-}
-
-/// Records an event in `salus_events`.
-pub(super) async fn event(
-    conn: &mut AnyConnection,
-    study_id: i64,
-    trial_id: Option<TrialId>,
-    kind: &str,
-    detail: &str,
-    time: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(&sql(conn, "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) VALUES (?, ?, ?::timestamp, ?, ?)",))
-    .bind(study_id)
-    .bind(trial_id)
-    .bind(time)
-    .bind(kind)
-    .bind(detail)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// An event for a trial, its study looked up.
-pub(super) async fn study_event(
-    conn: &mut AnyConnection,
-    trial_id: TrialId,
-    kind: &str,
-    detail: &str,
-    time: &str,
-) -> std::result::Result<(), sqlx::Error> {
-    let study_id: i64 = sqlx::query_scalar(&sql(
-        &*conn,
-        "SELECT study_id FROM trials WHERE trial_id = ?",
-    ))
-    .bind(trial_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    event(conn, study_id, Some(trial_id), kind, detail, time).await
-}
-
-/// A new RUNNING trial, numbered after the study's others (the write lock
-/// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
-/// parameters and its claim; none when the study has its budget of trials.
-async fn create_trial(
-    conn: &mut AnyConnection,
-    op: &WriteOp,
-    time: &str,
-) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let WriteOp::CreateTrial {
-        study_id,
-        params,
-        fixed,
-        run_id,
-        budget,
-        ..
-    } = op
-    else {
-        unreachable!("only CreateTrial comes here")
-    };
-    let number = next_number(conn, *study_id).await?;
-    if number.0 as u64 >= *budget {
-        return Ok(Some(Answer::Ids(None)));
-    }
-    let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
-            .bind(number)
-            .bind(*study_id)
-            .bind(time)
-            .fetch_one(&mut *conn)
-            .await?;
-    insert_params(conn, trial_id, params).await?;
-    set_trial_attr(conn, Attrs::User, trial_id, super::study::FIXED_KEY, fixed).await?;
-    super::claims::claim(conn, trial_id, *run_id, time).await?;
-    event(
-        &mut *conn,
-        *study_id,
-        Some(trial_id),
-        "trial_start",
-        &serde_json::json!({ "number": number }).to_string(),
-        time,
-    )
-    .await?;
-    Ok(Some(Answer::Ids(Some((trial_id, number)))))
-}
-
-/// Holds the study until the transaction ends, so that what a process
-/// reads and then writes (the next trial number, a free process index) no
-/// other process reads meanwhile. SQLite's `BEGIN IMMEDIATE` already holds
-/// the database's write lock; PostgreSQL locks the study's row `FOR NO KEY
-/// UPDATE`: it excludes the other processes' same lock, but not the key
-/// share that every insert referencing the study (an event, a trial)
-/// takes, which `FOR UPDATE` would wait on; two processes that had both
-/// inserted an event would then each wait for the other, a deadlock.
-async fn lock_study(
-    conn: &mut AnyConnection,
-    study_id: i64,
-) -> std::result::Result<(), sqlx::Error> {
-    if Dialect::of(conn) == Dialect::Postgres {
-        sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR NO KEY UPDATE")
-            .bind(study_id)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
-/// The number the study's next trial takes: its count of trials, the
-/// study held ([`lock_study`]) so that two processes never take the same.
-pub(super) async fn next_number(
-    conn: &mut AnyConnection,
-    study_id: i64,
-) -> std::result::Result<TrialNumber, sqlx::Error> {
-    lock_study(conn, study_id).await?;
-    sqlx::query_scalar(&sql(conn, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
-        .bind(study_id)
-        .fetch_one(&mut *conn)
-        .await
-}
-
-/// A trial's parameters; one it has already stays.
-async fn insert_params(
-    conn: &mut AnyConnection,
-    trial_id: TrialId,
-    params: &[StoredParam],
-) -> std::result::Result<(), sqlx::Error> {
-    for p in params.iter() {
-        sqlx::query(&sql(&*conn, "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (trial_id, param_name) DO NOTHING",))
-        .bind(trial_id)
-        .bind(&p.name)
-        .bind(p.internal)
-        .bind(&p.distribution_json)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
-
-/// A trial ends: its state, Optuna value, fail reason and totals.
-async fn finish_trial(
-    conn: &mut AnyConnection,
-    end: &TrialEnd,
-    time: &str,
-) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let TrialEnd {
-        trial_id,
-        state,
-        value,
-        iterations,
-        device_seconds,
-        fail_reason,
-    } = end;
-    sqlx::query(&sql(&*conn, "UPDATE trials SET state = ?::trialstate, datetime_complete = ?::timestamp WHERE trial_id = ?"))
-        .bind(state.as_str())
-        .bind(time)
-        .bind(*trial_id)
-        .execute(&mut *conn)
-        .await?;
-    if let Some(value) = value {
-        let (v, kind) = optuna_value(*value, false);
-        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, NULLIF(?::float8, 'NaN'), ?::trialvaluetype) \
-                 ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",))
-            .bind(*trial_id)
-            .bind(nan_for_null(v))
-            .bind(kind)
-            .execute(&mut *conn)
-            .await?;
-    }
-    if let Some(reason) = fail_reason {
-        sqlx::query(&sql(&*conn, "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"))
-                .bind(*trial_id)
-                .bind(serde_json::to_string(reason).unwrap())
-                .execute(&mut *conn)
-                .await?;
-    }
-    sqlx::query(&sql(&*conn, "UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?"))
-            .bind(*iterations)
-            .bind(*device_seconds)
-            .bind(fail_reason.as_deref())
-            .bind(*trial_id)
-            .execute(&mut *conn)
-            .await?;
-    let kind = match state {
-        TrialState::Complete => "trial_complete",
-        TrialState::Pruned => "trial_pruned",
-        _ => "trial_fail",
-    };
-    study_event(
-        &mut *conn,
-        *trial_id,
-        kind,
-        &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason })
-            .to_string(),
-        time,
-    )
-    .await?;
-    Ok(None)
-}
-
-/// The dashboard's unapplied commands for the study, marked applied, in
-/// the order they were given.
-async fn take_commands(
-    conn: &mut AnyConnection,
-    study_id: &i64,
-    time: &str,
-) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let rows = sqlx::query(&sql(
-        &*conn,
-        "UPDATE salus_commands SET applied = ?::timestamp WHERE study_id = ? AND applied IS NULL \
-             RETURNING command_id, trial_id, action",
-    ))
-    .bind(time)
-    .bind(*study_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut cmds: Vec<(i64, Command)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                Command {
-                    trial_id: r.get(1),
-                    action: r.get(2),
-                },
-            )
-        })
-        .collect();
-    cmds.sort_by_key(|(id, _)| *id);
-    Ok(Some(Answer::Commands(
-        cmds.into_iter().map(|(_, c)| c).collect(),
-    )))
 }

@@ -768,6 +768,10 @@ pub struct Study {
     /// against the file's folder (one that every process can reach).
     pub checkpoints: Option<PathBuf>,
     pub timeout: Option<Duration>,
+    /// `[study] liveness`: a process whose heartbeat is older than this is
+    /// taken for dead, and its trials are requeued (every process of the
+    /// study should use the same).
+    pub liveness: Duration,
     /// The run stops starting trials after this many FAIL in a row.
     pub max_consecutive_failures: u64,
     /// Whose final models are kept (built-in MLP trials only).

@@ -295,6 +295,13 @@ impl Checker<'_> {
             "study.timeout",
             "expected a positive number of seconds or a duration such as \"90s\", \"30m\" or \"2h\"",
         )?;
+        let liveness = self
+            .duration(
+                &study.liveness,
+                "study.liveness",
+                "expected a positive number of seconds or a duration such as \"10s\" or \"1m\"",
+            )?
+            .unwrap_or(Duration::from_secs_f64(crate::storage::STALE_AFTER_S));
 
         let max_consecutive_failures = self
             .at_least(
@@ -362,6 +369,7 @@ impl Checker<'_> {
             storage,
             checkpoints,
             timeout,
+            liveness,
             max_consecutive_failures,
             keep,
             data,

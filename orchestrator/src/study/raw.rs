@@ -48,6 +48,7 @@ pub struct StudySection {
     pub max_consecutive_failures: Field<Int>,
     pub keep: Field<Str>,
     pub checkpoints: Field<Str>,
+    pub liveness: Field<Scalar>,
 }
 
 #[derive(Deserialize, Default)]

@@ -1,0 +1,24 @@
+-- Fenced writes. Each claim of a trial is an attempt, numbered from 1; a
+-- requeue releases it (the row stays, so the next claim numbers on). Every
+-- write for a trial names its claim (run and attempt) and lands only while
+-- that claim is the trial's current one: a process that was paused past
+-- the liveness limit and lost its trials writes nothing for them.
+ALTER TABLE salus_claims ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE salus_claims ADD COLUMN released TIMESTAMP WITHOUT TIME ZONE;
+-- Tells processes on one host name apart when their pid namespaces (or
+-- boots) differ: a pid says whether a run lives only when this matches.
+ALTER TABLE salus_runs ADD COLUMN pid_namespace TEXT;
+-- Which run took a dashboard command, and what came of it.
+ALTER TABLE salus_commands ADD COLUMN applied_by BIGINT;
+ALTER TABLE salus_commands ADD COLUMN outcome TEXT;
+-- Who wrote what: the claim behind each stored step ('step'), a trial's
+-- end ('end', step 0) and its latest checkpoint ('checkpoint', the step it
+-- covers). A later write of the same item replaces the row.
+CREATE TABLE salus_writes (
+    trial_id INTEGER NOT NULL REFERENCES trials (trial_id),
+    kind VARCHAR(16) NOT NULL,
+    step BIGINT NOT NULL,
+    run_id BIGINT NOT NULL,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (trial_id, kind, step)
+);

@@ -1,0 +1,608 @@
+//! The statements behind each of the writer's ops, run inside its
+//! transaction once the op's claim is known to hold (see `writer`).
+
+use sqlx::{AnyConnection, Row};
+
+use super::claims::Claim;
+use super::dialect::{Clock, Dialect, sql};
+use super::writer::{Answer, Command, CommandAction, TrialEnd, WriteOp};
+use super::{StoredParam, TrialId, TrialNumber, TrialState};
+
+pub(super) async fn trial_progress(
+    conn: &mut AnyConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    match op {
+        WriteOp::Resources {
+            claim,
+            resources: r,
+        } => {
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_trials (trial_id, device, lane, persistent_bytes, ephemeral_bytes, shared_bytes, total_iterations) VALUES (?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (trial_id) DO UPDATE SET device = excluded.device, lane = excluded.lane, persistent_bytes = excluded.persistent_bytes, \
+                 ephemeral_bytes = excluded.ephemeral_bytes, shared_bytes = excluded.shared_bytes, total_iterations = excluded.total_iterations, \
+                 iterations = 0, device_seconds = 0, fail_reason = NULL",))
+            .bind(claim.trial_id)
+            .bind(&r.device)
+            .bind(r.lane)
+            .bind(r.persistent_bytes)
+            .bind(r.ephemeral_bytes)
+            .bind(r.shared_bytes)
+            .bind(r.total_iterations)
+            .execute(&mut *conn)
+            .await?;
+        }
+        WriteOp::Intermediate { claim, step, value } => {
+            let (v, kind) = optuna_value(*value, true);
+            sqlx::query(&sql(&*conn, "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, intermediate_value_type) VALUES (?, ?, NULLIF(?::float8, 'NaN'), ?::trialintermediatevaluetype) \
+                 ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = excluded.intermediate_value, intermediate_value_type = excluded.intermediate_value_type",))
+            .bind(claim.trial_id)
+            .bind(*step)
+            .bind(nan_for_null(v))
+            .bind(kind)
+            .execute(&mut *conn)
+            .await?;
+            record_write(conn, claim, "step", *step).await?;
+        }
+        WriteOp::Priority {
+            claim,
+            priority,
+            rung,
+            reason,
+        } => {
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_priority (trial_id, time, priority, rung, reason) VALUES (?, ?::timestamp, ?, ?, ?)"))
+                .bind(claim.trial_id)
+                .bind(time)
+                .bind(*priority)
+                .bind(*rung)
+                .bind(*reason)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::TrialAttr {
+            claim,
+            key,
+            value_json,
+        } => {
+            set_trial_attr(conn, Attrs::System, claim.trial_id, key, value_json).await?;
+        }
+        _ => unreachable!("write_op routes only trial progress here"),
+    }
+    Ok(())
+}
+
+/// Auxiliary metrics (a curve row each, and the latest value as the user
+/// attribute of that name) and user attributes, each replacing an earlier
+/// one of its key.
+pub(super) async fn trial_extras(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    step: i64,
+    extras: &workers::ReportExtras,
+) -> std::result::Result<(), sqlx::Error> {
+    for (name, v) in &extras.metrics {
+        sqlx::query(&sql(
+            &*conn,
+            "INSERT INTO salus_metrics (trial_id, name, step, value) VALUES (?, ?, ?, NULLIF(?::float8, 'NaN')) \
+             ON CONFLICT (trial_id, name, step) DO UPDATE SET value = excluded.value",
+        ))
+        .bind(trial_id)
+        .bind(name)
+        .bind(step)
+        .bind(nan_for_null(v.is_finite().then_some(*v)))
+        .execute(&mut *conn)
+        .await?;
+        let latest = serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, Into::into);
+        set_trial_attr(conn, Attrs::User, trial_id, name, &latest.to_string()).await?;
+    }
+    for (key, value_json) in &extras.attrs {
+        set_trial_attr(conn, Attrs::User, trial_id, key, value_json).await?;
+    }
+    Ok(())
+}
+
+/// Optuna's two tables of trial attributes.
+#[derive(Clone, Copy)]
+pub(super) enum Attrs {
+    User,
+    System,
+}
+
+/// Sets a trial attribute (a JSON value), replacing an earlier one.
+pub(super) async fn set_trial_attr(
+    conn: &mut AnyConnection,
+    table: Attrs,
+    trial_id: TrialId,
+    key: &str,
+    value_json: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let table = match table {
+        Attrs::User => "trial_user_attributes",
+        Attrs::System => "trial_system_attributes",
+    };
+    sqlx::query(&sql(
+        &*conn,
+        &format!(
+            "INSERT INTO {table} (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+         ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"
+        ),
+    ))
+    .bind(trial_id)
+    .bind(key)
+    .bind(value_json)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// See [`WriteOp::KeepModel`].
+pub(super) async fn keep_model(
+    conn: &mut AnyConnection,
+    op: &WriteOp,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let WriteOp::KeepModel {
+        claim,
+        architecture,
+        weights,
+        best_of,
+    } = op
+    else {
+        unreachable!("only KeepModel comes here")
+    };
+    let trial_id = &claim.trial_id;
+    if let Some(maximize) = best_of {
+        // Two processes finishing close together must not each see the
+        // other's model as not yet kept and delete it: the study is held.
+        let study_id: i64 = sqlx::query_scalar(&sql(
+            &*conn,
+            "SELECT study_id FROM trials WHERE trial_id = ?",
+        ))
+        .bind(*trial_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        lock_study(conn, study_id).await?;
+        let as_good = if *maximize { ">=" } else { "<=" };
+        let rivals: i64 = sqlx::query_scalar(&sql(&*conn, &format!(
+            "SELECT COUNT(*) FROM trials me \
+             JOIN trial_values mv ON mv.trial_id = me.trial_id AND mv.objective = 0 \
+             JOIN trials t ON t.study_id = me.study_id AND t.trial_id <> me.trial_id AND t.state = 'COMPLETE' \
+             JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 \
+             WHERE me.trial_id = ? AND v.value {as_good} mv.value"
+        )))
+        .bind(*trial_id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if rivals > 0 {
+            return Ok(());
+        }
+        sqlx::query(&sql(&*conn, "DELETE FROM salus_models WHERE trial_id IN \
+             (SELECT trial_id FROM trials WHERE study_id = (SELECT study_id FROM trials WHERE trial_id = ?))",))
+        .bind(*trial_id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query(&sql(&*conn, "INSERT INTO salus_models (trial_id, created, architecture, weights) VALUES (?, ?::timestamp, ?, ?) \
+         ON CONFLICT (trial_id) DO UPDATE SET created = excluded.created, \
+         architecture = excluded.architecture, weights = excluded.weights",))
+    .bind(*trial_id)
+    .bind(time)
+    .bind(architecture)
+    .bind(weights.as_slice())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The core's runs, lane segments, swaps and lane totals.
+pub(super) async fn run_telemetry(
+    conn: &mut AnyConnection,
+    op: &WriteOp,
+    clock: &Clock,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    match op {
+        WriteOp::StartRun { study_id, run, .. } => {
+            lock_study(conn, *study_id).await?;
+            let index = super::claims::free_process_index(conn, *study_id, run.liveness_s).await?;
+            let run_id: i64 = sqlx::query_scalar(&sql(&*conn, "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
+                 host, pid, process_index, heartbeat, pid_namespace) VALUES (?, ?::timestamp, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp, ?) RETURNING run_id",))
+            .bind(*study_id)
+            .bind(&clock.local)
+            .bind(&run.device)
+            .bind(&run.policy)
+            .bind(run.lanes)
+            .bind(run.threads_per_lane)
+            .bind(run.budget_bytes)
+            .bind(&run.host)
+            .bind(run.pid)
+            .bind(index)
+            .bind(&clock.beat)
+            .bind(run.pid_namespace.as_deref())
+            .fetch_one(&mut *conn)
+            .await?;
+            return Ok(Some(Answer::RunId((run_id, index))));
+        }
+        WriteOp::Segment {
+            run_id,
+            lane,
+            trial_id,
+            start_s,
+            end_s,
+            iterations,
+        } => {
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_segments (run_id, lane, trial_id, start_s, end_s, iterations) VALUES (?, ?, ?, ?, ?, ?)"))
+                .bind(*run_id)
+                .bind(*lane)
+                .bind(*trial_id)
+                .bind(*start_s)
+                .bind(*end_s)
+                .bind(*iterations)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::Swap {
+            run_id,
+            trial_id,
+            lane,
+            out,
+            bytes,
+            seconds,
+            time_s,
+        } => {
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)"))
+                .bind(*run_id)
+                .bind(*trial_id)
+                .bind(*lane)
+                .bind(if *out { "out" } else { "in" })
+                .bind(*bytes)
+                .bind(*seconds)
+                .bind(*time_s)
+                .execute(&mut *conn)
+                .await?;
+        }
+        WriteOp::LaneStats { run_id, stats: s } => {
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_lane_stats (run_id, lane, iterations, busy_s, wall_s, switches, switch_mean_us, switch_max_us) VALUES (?, ?, ?, ?, ?, ?, NULLIF(?::float8, 'NaN'), NULLIF(?::float8, 'NaN')) \
+                 ON CONFLICT (run_id, lane) DO UPDATE SET iterations = excluded.iterations, busy_s = excluded.busy_s, wall_s = excluded.wall_s, \
+                 switches = excluded.switches, switch_mean_us = excluded.switch_mean_us, switch_max_us = excluded.switch_max_us",))
+            .bind(*run_id)
+            .bind(s.lane)
+            .bind(s.iterations)
+            .bind(s.busy_s)
+            .bind(s.wall_s)
+            .bind(s.switches)
+            .bind(nan_for_null(s.switch_mean_us))
+            .bind(nan_for_null(s.switch_max_us))
+            .execute(&mut *conn)
+            .await?;
+        }
+        _ => unreachable!("write_op routes only telemetry here"),
+    }
+    Ok(None)
+}
+
+/// Optuna's encoding of a float: `(value, type)`, with non-finite values
+/// stored as NULL (intermediate NaN) or by their type alone.
+/// A nullable float as a statement binds it: NaN for NULL, turned back into
+/// NULL by `NULLIF(?::float8, 'NaN')`. sqlx 0.8's `Any` driver sends a
+/// `None::<f64>` to PostgreSQL as a `float4` NULL, which a statement prepared
+/// with a `float8` in that place refuses ("incorrect binary data format");
+/// SQLite stores a bound NaN as NULL itself.
+fn nan_for_null(v: Option<f64>) -> f64 {
+    v.unwrap_or(f64::NAN)
+}
+
+fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
+    if v.is_nan() {
+        (None, if intermediate { "NAN" } else { "FINITE" })
+    } else if v == f64::INFINITY {
+        (None, "INF_POS")
+    } else if v == f64::NEG_INFINITY {
+        (None, "INF_NEG")
+    } else {
+        (Some(v), "FINITE")
+    }
+}
+
+/// Records an event in `salus_events`.
+pub(super) async fn event(
+    conn: &mut AnyConnection,
+    study_id: i64,
+    trial_id: Option<TrialId>,
+    kind: &str,
+    detail: &str,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(conn, "INSERT INTO salus_events (study_id, trial_id, time, kind, detail) VALUES (?, ?, ?::timestamp, ?, ?)",))
+    .bind(study_id)
+    .bind(trial_id)
+    .bind(time)
+    .bind(kind)
+    .bind(detail)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// An event for a trial, its study looked up.
+pub(super) async fn study_event(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    kind: &str,
+    detail: &str,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let study_id: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT study_id FROM trials WHERE trial_id = ?",
+    ))
+    .bind(trial_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    event(conn, study_id, Some(trial_id), kind, detail, time).await
+}
+
+/// A new RUNNING trial, numbered after the study's others (the write lock
+/// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
+/// parameters and its claim; none when the study has its budget of trials.
+pub(super) async fn create_trial(
+    conn: &mut AnyConnection,
+    op: &WriteOp,
+    clock: &Clock,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let time = clock.local.as_str();
+    let WriteOp::CreateTrial {
+        study_id,
+        params,
+        fixed,
+        run_id,
+        budget,
+        ..
+    } = op
+    else {
+        unreachable!("only CreateTrial comes here")
+    };
+    let number = next_number(conn, *study_id).await?;
+    if number.0 as u64 >= *budget {
+        return Ok(Some(Answer::Ids(None)));
+    }
+    let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
+            .bind(number)
+            .bind(*study_id)
+            .bind(time)
+            .fetch_one(&mut *conn)
+            .await?;
+    insert_params(conn, trial_id, params).await?;
+    set_trial_attr(conn, Attrs::User, trial_id, super::study::FIXED_KEY, fixed).await?;
+    let claim = super::claims::claim(conn, trial_id, *run_id, clock).await?;
+    event(
+        &mut *conn,
+        *study_id,
+        Some(trial_id),
+        "trial_start",
+        &serde_json::json!({ "number": number, "run_id": run_id, "attempt": claim.attempt })
+            .to_string(),
+        time,
+    )
+    .await?;
+    Ok(Some(Answer::Ids(Some((claim, number)))))
+}
+
+/// Holds the study until the transaction ends, so that what a process
+/// reads and then writes (the next trial number, a free process index) no
+/// other process reads meanwhile. SQLite's `BEGIN IMMEDIATE` already holds
+/// the database's write lock; PostgreSQL locks the study's row `FOR NO KEY
+/// UPDATE`: it excludes the other processes' same lock, but not the key
+/// share that every insert referencing the study (an event, a trial)
+/// takes, which `FOR UPDATE` would wait on; two processes that had both
+/// inserted an event would then each wait for the other, a deadlock.
+async fn lock_study(
+    conn: &mut AnyConnection,
+    study_id: i64,
+) -> std::result::Result<(), sqlx::Error> {
+    if Dialect::of(conn) == Dialect::Postgres {
+        sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR NO KEY UPDATE")
+            .bind(study_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The number the study's next trial takes: its count of trials, the
+/// study held ([`lock_study`]) so that two processes never take the same.
+pub(super) async fn next_number(
+    conn: &mut AnyConnection,
+    study_id: i64,
+) -> std::result::Result<TrialNumber, sqlx::Error> {
+    lock_study(conn, study_id).await?;
+    sqlx::query_scalar(&sql(conn, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
+        .bind(study_id)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// A trial's parameters; one it has already stays.
+pub(super) async fn insert_params(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    params: &[StoredParam],
+) -> std::result::Result<(), sqlx::Error> {
+    for p in params.iter() {
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_params (trial_id, param_name, param_value, distribution_json) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (trial_id, param_name) DO NOTHING",))
+        .bind(trial_id)
+        .bind(&p.name)
+        .bind(p.internal)
+        .bind(&p.distribution_json)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// A trial ends: its state, Optuna value, fail reason and totals.
+pub(super) async fn finish_trial(
+    conn: &mut AnyConnection,
+    end: &TrialEnd,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    let TrialEnd {
+        claim,
+        state,
+        value,
+        iterations,
+        device_seconds,
+        fail_reason,
+    } = end;
+    let trial_id = &claim.trial_id;
+    // The claim holds, so the trial is RUNNING; the state check is a
+    // second line, never the first.
+    let changed = sqlx::query(&sql(&*conn, "UPDATE trials SET state = ?::trialstate, datetime_complete = ?::timestamp WHERE trial_id = ? AND state = 'RUNNING'"))
+        .bind(state.as_str())
+        .bind(time)
+        .bind(*trial_id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if changed == 0 {
+        return Ok(());
+    }
+    record_write(conn, claim, "end", 0).await?;
+    if let Some(value) = value {
+        let (v, kind) = optuna_value(*value, false);
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, NULLIF(?::float8, 'NaN'), ?::trialvaluetype) \
+                 ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",))
+            .bind(*trial_id)
+            .bind(nan_for_null(v))
+            .bind(kind)
+            .execute(&mut *conn)
+            .await?;
+    }
+    if let Some(reason) = fail_reason {
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"))
+                .bind(*trial_id)
+                .bind(serde_json::to_string(reason).unwrap())
+                .execute(&mut *conn)
+                .await?;
+    }
+    sqlx::query(&sql(&*conn, "UPDATE salus_trials SET iterations = ?, device_seconds = ?, fail_reason = ? WHERE trial_id = ?"))
+            .bind(*iterations)
+            .bind(*device_seconds)
+            .bind(fail_reason.as_deref())
+            .bind(*trial_id)
+            .execute(&mut *conn)
+            .await?;
+    let kind = match state {
+        TrialState::Complete => "trial_complete",
+        TrialState::Pruned => "trial_pruned",
+        _ => "trial_fail",
+    };
+    study_event(
+        &mut *conn,
+        *trial_id,
+        kind,
+        &serde_json::json!({ "state": state.as_str(), "value": value, "reason": fail_reason })
+            .to_string(),
+        time,
+    )
+    .await?;
+    Ok(())
+}
+
+/// The dashboard's unapplied commands for the trials run `run_id` holds
+/// and for finished trials (nobody else would take those), marked applied
+/// by it, in the order they were given. Commands for a trial another run
+/// holds stay for that run; those for a WAITING trial, for whoever claims it.
+pub(super) async fn take_commands(
+    conn: &mut AnyConnection,
+    study_id: i64,
+    run_id: i64,
+    time: &str,
+) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    let rows = sqlx::query(&sql(
+        &*conn,
+        "UPDATE salus_commands SET applied = ?::timestamp, applied_by = ? \
+         WHERE study_id = ? AND applied IS NULL AND ( \
+           trial_id IN (SELECT trial_id FROM salus_claims WHERE run_id = ? AND released IS NULL) \
+           OR trial_id IN (SELECT trial_id FROM trials WHERE study_id = ? \
+             AND state IN ('COMPLETE', 'PRUNED', 'FAIL'))) \
+         RETURNING command_id, trial_id, action",
+    ))
+    .bind(time)
+    .bind(run_id)
+    .bind(study_id)
+    .bind(run_id)
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut cmds: Vec<Command> = rows
+        .iter()
+        .map(|r| {
+            let word: String = r.get(2);
+            Command {
+                command_id: r.get(0),
+                trial_id: r.get(1),
+                action: CommandAction::parse(&word),
+                word,
+            }
+        })
+        .collect();
+    cmds.sort_by_key(|c| c.command_id);
+    Ok(Some(Answer::Commands(cmds)))
+}
+
+/// What came of command `command_id`.
+pub(super) async fn command_outcome(
+    conn: &mut AnyConnection,
+    command_id: i64,
+    outcome: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(
+        &*conn,
+        "UPDATE salus_commands SET outcome = ? WHERE command_id = ?",
+    ))
+    .bind(outcome)
+    .bind(command_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Records who wrote item (`kind`, `step`) of the claim's trial.
+pub(super) async fn record_write(
+    conn: &mut AnyConnection,
+    claim: &Claim,
+    kind: &str,
+    step: i64,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(
+        &*conn,
+        "INSERT INTO salus_writes (trial_id, kind, step, run_id, attempt) VALUES (?, ?, ?, ?, ?) \
+         ON CONFLICT (trial_id, kind, step) DO UPDATE SET run_id = excluded.run_id, attempt = excluded.attempt",
+    ))
+    .bind(claim.trial_id)
+    .bind(kind)
+    .bind(step)
+    .bind(claim.run_id)
+    .bind(claim.attempt)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The trial's checkpoint is now the claim's, covering steps up to `step`
+/// (one row per trial: the latest).
+pub(super) async fn record_checkpoint(
+    conn: &mut AnyConnection,
+    claim: &Claim,
+    step: i64,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(
+        &*conn,
+        "DELETE FROM salus_writes WHERE trial_id = ? AND kind = 'checkpoint'",
+    ))
+    .bind(claim.trial_id)
+    .execute(&mut *conn)
+    .await?;
+    record_write(conn, claim, "checkpoint", step).await
+}
