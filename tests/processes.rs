@@ -8,6 +8,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -60,17 +61,6 @@ fn exactly(db: &TestDb, target: usize) {
             .map(|t| (t.number.0, &t.params))
             .collect::<Vec<_>>()
     );
-}
-
-/// A database for `test`: a SQLite file in `dir`, or a new database in a
-/// throwaway PostgreSQL cluster (`None` where PostgreSQL is missing).
-fn database(dir: &Path, test: &str, postgres: bool) -> Option<(TestDb, Option<postgres::Cluster>)> {
-    if !postgres {
-        return Some((TestDb::Sqlite(dir.join(format!("{test}.db"))), None));
-    }
-    let cluster = postgres::Cluster::start(test)?;
-    let url = cluster.database(test);
-    Some((TestDb::Postgres(url), Some(cluster)))
 }
 
 fn four_processes_at_once_make_exactly_the_target(postgres: bool) {
@@ -292,4 +282,462 @@ fn the_slurm_array_and_the_kubernetes_indexed_job_run_one_study_on_postgres() {
         }
         exactly(&TestDb::Postgres(url), 6);
     }
+}
+
+// ---------------------------------------------------------------------
+// Fenced writes, driven through the writer as two processes would: every
+// write for a trial names its claim, and lands only while that claim is
+// the trial's current one.
+
+use salus_tune::storage::writer::{RunInfo, TrialEnd, WriteOp};
+use salus_tune::storage::{Claim, Requeuer, Store, Writer};
+
+/// Two writers (two "processes") on one study, their runs registered.
+struct Pair {
+    rt: tokio::runtime::Runtime,
+    study_id: i64,
+    a: (Writer, i64),
+    b: (Writer, i64),
+}
+
+fn pair(db: &TestDb, dir: &Path) -> Pair {
+    let path = write(dir, "f.toml", &small_study("fence", 8));
+    let study = salus_tune::study::load(&path).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = db.url();
+    let mut store = rt.block_on(Store::open(&url)).unwrap();
+    let (info, _) = rt.block_on(store.create_or_resume(&study)).unwrap();
+    let writer = || {
+        let [c, r, b] = rt.block_on(store.writer_connections()).unwrap();
+        let _in = rt.enter();
+        let w = Writer::spawn(c, r, b, &url).0;
+        let run = RunInfo {
+            host: "test".into(),
+            liveness_s: 10.0,
+            ..Default::default()
+        };
+        let (run_id, _) = w.start_run(info.id, run).unwrap();
+        (w, run_id)
+    };
+    let (a, b) = (writer(), writer());
+    Pair {
+        study_id: info.id,
+        a,
+        b,
+        rt,
+    }
+}
+
+fn end(claim: Claim, state: TrialState, value: Option<f64>) -> WriteOp {
+    WriteOp::Finish(TrialEnd {
+        claim,
+        state,
+        value,
+        iterations: 3,
+        device_seconds: 0.1,
+        fail_reason: None,
+    })
+}
+
+fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "lost", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
+    let (ca, _) = a
+        .create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
+        .unwrap()
+        .unwrap();
+    assert_eq!(ca.attempt, 1);
+    let ckpt = dir.path().join("ckpt/trial.state");
+    let save = |claim: Claim, bytes: &[u8], step: i64| WriteOp::SaveFile {
+        claim,
+        path: ckpt.clone(),
+        bytes: bytes.to_vec(),
+        step,
+    };
+    let step = |claim: Claim, step: i64, value: f64| WriteOp::Intermediate { claim, step, value };
+    for op in [step(ca, 1, 1.0), save(ca, b"a1", 1)] {
+        a.send(op).unwrap();
+    }
+    a.flush().unwrap();
+    // A stops beating (SIGSTOP): its heartbeat grows old, and B requeues
+    // the trial, keeping the step its checkpoint covers, and takes it.
+    db.execute(&format!(
+        "UPDATE salus_runs SET heartbeat = '2001-01-01 00:00:00' WHERE run_id = {run_a}"
+    ));
+    let by = Requeuer::Finder {
+        trial_id: ca.trial_id,
+        seen: (*run_a, 1),
+        pid_gone: false,
+        limit_s: 10.0,
+    };
+    b.send(WriteOp::Requeue { by, keep_steps: 1 }).unwrap();
+    b.flush().unwrap();
+    let cb = b
+        .claim_waiting(ca.trial_id, *run_b, vec![])
+        .unwrap()
+        .expect("B takes the requeued trial");
+    assert_eq!((cb.run_id, cb.attempt), (*run_b, 2));
+    for op in [step(cb, 2, 2.0), save(cb, b"b2", 2)] {
+        b.send(op).unwrap();
+    }
+    b.flush().unwrap();
+    // A comes back (SIGCONT) and goes on as if nothing had happened.
+    let attr = WriteOp::TrialAttr {
+        claim: ca,
+        key: "salus:rung",
+        value_json: "1".into(),
+    };
+    for op in [
+        step(ca, 2, 99.0),
+        step(ca, 3, 99.0),
+        save(ca, b"a3", 3),
+        end(ca, TrialState::Complete, Some(99.0)),
+        WriteOp::RemoveFile {
+            claim: ca,
+            path: ckpt.clone(),
+        },
+        attr,
+    ] {
+        a.send(op).unwrap();
+    }
+    a.flush().unwrap();
+    assert_eq!(
+        a.take_lost().into_iter().collect::<Vec<_>>(),
+        [ca.trial_id],
+        "A learns that it lost the trial"
+    );
+    let t = &db.trials(None)[0];
+    assert_eq!(t.state, TrialState::Running, "still B's, running");
+    assert_eq!(t.value, None);
+    assert_eq!(
+        t.intermediate,
+        [(1, 1.0), (2, 2.0)],
+        "A's steps never landed"
+    );
+    assert_eq!(
+        std::fs::read(&ckpt).unwrap(),
+        b"b2",
+        "B's checkpoint stands"
+    );
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM trial_system_attributes WHERE \"key\" = 'salus:rung'"),
+        0
+    );
+    // Who wrote what: step 1 by A's claim (kept by the requeue), the rest by B's.
+    let writers = db.texts(
+        "SELECT kind || ' ' || CAST(step AS TEXT) || ' ' || CAST(run_id AS TEXT) || ' ' || \
+         CAST(attempt AS TEXT) FROM salus_writes ORDER BY kind, step",
+    );
+    assert_eq!(
+        writers,
+        [
+            format!("checkpoint 2 {run_b} 2"),
+            format!("step 1 {run_a} 1"),
+            format!("step 2 {run_b} 2"),
+        ]
+    );
+    // B finishes it: COMPLETE with B's value and a start time.
+    b.send(end(cb, TrialState::Complete, Some(2.0))).unwrap();
+    b.flush().unwrap();
+    assert!(b.take_lost().is_empty());
+    let t = &db.trials(None)[0];
+    assert_eq!((t.state, t.value), (TrialState::Complete, Some(2.0)));
+    assert!(t.datetime_start.is_some() && t.datetime_complete.is_some());
+    drop(p.rt);
+}
+
+#[test]
+fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost_on_sqlite() {
+    a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(false);
+}
+
+#[test]
+fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost_on_postgres() {
+    a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(true);
+}
+
+/// A requeue checks, inside its own update, that the trial's holder is
+/// still dead and its claim the one seen; one no salus-tune run claims
+/// (Optuna's) goes only while its heartbeat stands where it was seen.
+fn a_requeue_rechecks_the_holder_inside_its_own_update(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "recheck", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let ((a, run_a), (b, _)) = (&p.a, &p.b);
+    let (ca, _) = a
+        .create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
+        .unwrap()
+        .unwrap();
+    let requeue = |seen: (i64, i64), pid_gone: bool| WriteOp::Requeue {
+        by: Requeuer::Finder {
+            trial_id: ca.trial_id,
+            seen,
+            pid_gone,
+            limit_s: 10.0,
+        },
+        keep_steps: 0,
+    };
+    let state = || db.trials(None)[0].state;
+    // B read A's run as stale, but A beat since: nothing changes.
+    b.send(requeue((*run_a, 1), false)).unwrap();
+    b.flush().unwrap();
+    assert_eq!(state(), TrialState::Running);
+    // A claim that is not the current one (an older attempt): nothing.
+    b.send(requeue((*run_a, 7), true)).unwrap();
+    b.flush().unwrap();
+    assert_eq!(state(), TrialState::Running);
+    // The holder's own requeue of an attempt it no longer holds: nothing.
+    let stale = Claim { attempt: 7, ..ca };
+    a.send(WriteOp::Requeue {
+        by: Requeuer::Holder(stale),
+        keep_steps: 0,
+    })
+    .unwrap();
+    a.flush().unwrap();
+    assert_eq!(state(), TrialState::Running);
+    // A's process seen gone on its host: at once.
+    b.send(requeue((*run_a, 1), true)).unwrap();
+    b.flush().unwrap();
+    assert_eq!(state(), TrialState::Waiting);
+
+    // An Optuna process's RUNNING trial, with its own heartbeat.
+    let beat = "2001-01-01 00:00:00";
+    db.execute(&format!(
+        "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (1, {}, 'RUNNING', '{beat}')",
+        p.study_id
+    ));
+    let optuna = db.scalar("SELECT MAX(trial_id) FROM trials");
+    db.execute(&format!(
+        "INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES ({optuna}, '{beat}')"
+    ));
+    let seen_beat = db.texts(&format!(
+        "SELECT CAST(heartbeat AS TEXT) FROM trial_heartbeats WHERE trial_id = {optuna}"
+    ));
+    let unclaimed = |beat: &str| WriteOp::Requeue {
+        by: Requeuer::Unclaimed {
+            trial_id: salus_tune::storage::TrialId(optuna),
+            beat: beat.into(),
+        },
+        keep_steps: 0,
+    };
+    let optuna_state = || db.trials(None)[1].state;
+    // Its heartbeat moved since it was seen: it is alive.
+    b.send(unclaimed("2000-12-31 23:59:58")).unwrap();
+    b.flush().unwrap();
+    assert_eq!(optuna_state(), TrialState::Running);
+    b.send(unclaimed(&seen_beat[0])).unwrap();
+    b.flush().unwrap();
+    assert_eq!(optuna_state(), TrialState::Waiting);
+    drop(p.rt);
+}
+
+#[test]
+fn a_requeue_rechecks_the_holder_inside_its_own_update_on_sqlite() {
+    a_requeue_rechecks_the_holder_inside_its_own_update(false);
+}
+
+#[test]
+fn a_requeue_rechecks_the_holder_inside_its_own_update_on_postgres() {
+    a_requeue_rechecks_the_holder_inside_its_own_update(true);
+}
+
+/// Each run takes only the commands for the trials it holds (and those
+/// for finished trials, which nobody would apply); the others stay for
+/// their holder.
+fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "cmds", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
+    let create = |w: &Writer, run: i64| {
+        w.create_trial(p.study_id, vec![], "{}".into(), run, 8)
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    let (ta, tb, done) = (create(a, *run_a), create(b, *run_b), create(a, *run_a));
+    a.send(end(done, TrialState::Complete, Some(1.0))).unwrap();
+    a.flush().unwrap();
+    let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
+    for (t, action) in [
+        (tb, "pause"),
+        (ta, "prune"),
+        (done, "pause"),
+        (tb, "resume"),
+    ] {
+        p.rt.block_on(store.push_command(p.study_id, t.trial_id, action))
+            .unwrap();
+    }
+    let taken = |w: &Writer, run: i64| {
+        w.take_commands(p.study_id, run)
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.trial_id, c.word))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        taken(a, *run_a),
+        [
+            (ta.trial_id, "prune".into()),
+            (done.trial_id, "pause".into())
+        ]
+    );
+    assert_eq!(
+        taken(b, *run_b),
+        [
+            (tb.trial_id, "pause".into()),
+            (tb.trial_id, "resume".into())
+        ]
+    );
+    assert!(taken(a, *run_a).is_empty() && taken(b, *run_b).is_empty());
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM salus_commands WHERE applied_by = {run_b} AND trial_id = {}",
+            tb.trial_id
+        )),
+        2
+    );
+    drop(p.rt);
+}
+
+#[test]
+fn commands_reach_the_process_that_holds_the_trial_on_sqlite() {
+    commands_reach_the_process_that_holds_the_trial(false);
+}
+
+#[test]
+fn commands_reach_the_process_that_holds_the_trial_on_postgres() {
+    commands_reach_the_process_that_holds_the_trial(true);
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// The issue's reproduction, as a user runs it: two processes on one study
+/// of 16 trials; the first is stopped (SIGSTOP) while it holds trials,
+/// past the liveness limit, until its peer has requeued them; then it is
+/// continued. The study ends with exactly 16 trials, each ended once, by
+/// the run that held its final claim; the paused process says, in one line
+/// each, which trials it lost, and reports no end for them.
+fn a_paused_process_drops_the_trials_it_lost(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "paused", postgres) else {
+        return;
+    };
+    // Trials long enough (a second or so) to be stopped in the middle of.
+    let epochs = 200;
+    let body = study("paused", 16, epochs).replace(
+        "[study]\n",
+        "[study]\nliveness = \"5s\"\ncheckpoints = \"ckpt\"\n",
+    );
+    write(dir.path(), "s.toml", &body);
+    let mut procs = start(dir.path(), 2, &db);
+    let paused = procs[0].id();
+    let holds = || {
+        db.migrated()
+            && db.scalar(&format!(
+                "SELECT COUNT(*) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
+                 JOIN trials t ON t.trial_id = c.trial_id \
+                 WHERE r.pid = {paused} AND c.released IS NULL AND CAST(t.state AS TEXT) = 'RUNNING'"
+            )) > 0
+    };
+    wait_until(
+        "the first process holds a trial",
+        Duration::from_secs(60),
+        holds,
+    );
+    let (by, released) = (
+        db.dialect().json_member("e.detail", "by"),
+        db.dialect().json_member("e.detail", "released_run"),
+    );
+    let requeued_by_peer = || {
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM salus_events e JOIN salus_runs r ON r.pid = {paused} \
+             WHERE e.kind = 'trial_requeue' AND {by} = 'finder' \
+             AND CAST({released} AS BIGINT) = r.run_id"
+        )) > 0
+    };
+    // Stopped inside a transaction (rare), it holds the peer up instead:
+    // then it is continued and stopped again.
+    let mut tries = 0;
+    loop {
+        signal(paused, "STOP");
+        let t0 = Instant::now();
+        while !requeued_by_peer() && t0.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if requeued_by_peer() {
+            // Let the peer run (and perhaps finish) the trials it took over.
+            std::thread::sleep(Duration::from_secs(4));
+            signal(paused, "CONT");
+            break;
+        }
+        signal(paused, "CONT");
+        tries += 1;
+        assert!(
+            tries < 3,
+            "the peer never requeued the stopped process's trials"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let outs: Vec<Output> = procs.drain(..).map(|p| p.wait()).collect();
+    for (i, out) in outs.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(out));
+    }
+    exactly(&db, 16);
+    let log0 = text(&outs[0]);
+    assert!(log0.contains("lost to another process"), "{log0}");
+    // Each trial ended once: one end event, one end reported on screen.
+    let ends = db.scalar(
+        "SELECT COUNT(*) FROM salus_events WHERE kind IN ('trial_complete', 'trial_pruned', 'trial_fail')",
+    );
+    assert_eq!(ends, 16);
+    let reported: usize = outs
+        .iter()
+        .map(|o| text(o).matches(" COMPLETE ").count())
+        .sum();
+    assert_eq!(reported, 16, "{}\n{}", log0, text(&outs[1]));
+    // Each end and each step written under the trial's final claim, or
+    // (for the steps its checkpoint covered) an earlier one of the same trial.
+    assert_eq!(
+        db.scalar(
+            "SELECT COUNT(*) FROM salus_writes w JOIN salus_claims c ON c.trial_id = w.trial_id \
+             WHERE w.kind = 'end' AND (w.run_id <> c.run_id OR w.attempt <> c.attempt)"
+        ),
+        0
+    );
+    for t in db.trials(None) {
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert_eq!(
+            steps,
+            (1..=epochs as i64).collect::<Vec<_>>(),
+            "trial {}",
+            t.number
+        );
+        assert!(t.datetime_start.is_some(), "trial {}", t.number);
+    }
+}
+
+#[test]
+fn a_paused_process_drops_the_trials_it_lost_on_sqlite() {
+    a_paused_process_drops_the_trials_it_lost(false);
+}
+
+#[test]
+fn a_paused_process_drops_the_trials_it_lost_on_postgres() {
+    a_paused_process_drops_the_trials_it_lost(true);
 }

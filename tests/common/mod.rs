@@ -238,6 +238,21 @@ pub fn execute(db: &Path, sql: &str) {
     });
 }
 
+/// A database for `test`: a SQLite file in `dir`, or a new database in a
+/// throwaway PostgreSQL cluster (`None` where PostgreSQL is missing).
+pub fn database(
+    dir: &Path,
+    test: &str,
+    postgres: bool,
+) -> Option<(TestDb, Option<postgres::Cluster>)> {
+    if !postgres {
+        return Some((TestDb::Sqlite(dir.join(format!("{test}.db"))), None));
+    }
+    let cluster = postgres::Cluster::start(test)?;
+    let url = cluster.database(test);
+    Some((TestDb::Postgres(url), Some(cluster)))
+}
+
 /// A study's database as a test reads it, as another process would:
 /// a SQLite file, or a PostgreSQL database (see [`postgres::Cluster`]).
 pub enum TestDb {

@@ -331,6 +331,9 @@ impl Runner<'_> {
         }))?;
         self.keep_model(&mut st.kept, run, &f.pending, value)?;
         self.writer.flush()?;
+        if self.lost_at_its_end(st, &f.pending) {
+            return Ok(());
+        }
         if st
             .best
             .is_none_or(|(_, b)| study.direction.better(value, b))
@@ -383,6 +386,10 @@ impl Runner<'_> {
             device_seconds,
             fail_reason: None,
         }))?;
+        self.writer.flush()?;
+        if self.lost_at_its_end(st, &f.pending) {
+            return Ok(());
+        }
         let step = st
             .curves
             .get(&number)
@@ -390,6 +397,22 @@ impl Runner<'_> {
         let at = step.map(|s| (s, rung));
         self.reporter.trial_pruned(number, at, st.best, st.finished);
         Ok(())
+    }
+
+    /// Whether the trial that just ended here (its end flushed) had been
+    /// lost to another process: then its end did not land, it does not
+    /// count here, and the run says so instead of reporting an end.
+    fn lost_at_its_end<B: Backend>(&mut self, st: &mut RunState<B>, p: &Pending) -> bool {
+        if !self.writer.is_lost(p.claim.trial_id) {
+            return false;
+        }
+        st.finished -= 1;
+        self.reporter.note(&format!(
+            "trial {}: lost to another process before it ended here (this process did not beat \
+             for longer than the liveness limit of {} s); its end was not written",
+            p.number, st.liveness.limit_s
+        ));
+        true
     }
 
     /// Resumes the paused trials the pruner now promotes.
@@ -464,19 +487,24 @@ impl Runner<'_> {
         seconds: f64,
         reason: String,
     ) -> Result<()> {
-        st.failures = (st.failures.0 + 1, Some(reason.clone()));
         self.forget_checkpoint(p.claim);
-        self.reporter.trial_failed(p.number, &reason);
         self.writer.send(WriteOp::Finish(TrialEnd {
             claim: p.claim,
             state: TrialState::Fail,
             value: None,
             iterations,
             device_seconds: seconds,
-            fail_reason: Some(reason),
+            fail_reason: Some(reason.clone()),
         }))?;
-        self.writer.flush()
+        self.writer.flush()?;
+        if self.lost_at_its_end(st, p) {
+            return Ok(());
+        }
+        self.reporter.trial_failed(p.number, &reason);
+        st.failures = (st.failures.0 + 1, Some(reason));
+        Ok(())
     }
+
     /// Deletes a trial's checkpoints (every attempt's, and files a killed
     /// process left staged), in order after any save still queued, while
     /// its claim holds. Its own checkpoint goes even where it is not there

@@ -32,6 +32,13 @@ use super::dialect::{begin_write, sql};
 /// How often a run beats.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 
+/// A gap between two of a run's own heartbeats longer than this says the
+/// run was held up: two heartbeat periods, or half the liveness limit when
+/// that is longer.
+fn hiccup(limit_s: f64) -> Duration {
+    (2 * HEARTBEAT).max(Duration::from_secs_f64(limit_s / 2.0))
+}
+
 /// The heartbeat task's record, for the run's `study_stop` event and the
 /// chaos bench.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -104,12 +111,12 @@ impl Beat {
     }
 
     /// Whether this process may judge other runs dead by the age of their
-    /// heartbeats now: its own heartbeats have flowed for the last half
-    /// limit, and for a whole limit since its own last long gap.
+    /// heartbeats now: its own heartbeats flow (none is overdue by a
+    /// [`hiccup`]), and a whole limit has passed since its own last gap
+    /// longer than that.
     pub fn may_judge_others(&self) -> bool {
         let s = self.lock();
-        let half = Duration::from_secs_f64(s.limit_s / 2.0);
-        s.last_ok.is_some_and(|t| t.elapsed() < half)
+        s.last_ok.is_some_and(|t| t.elapsed() < hiccup(s.limit_s))
             && s.quiet_until.is_none_or(|q| Instant::now() >= q)
     }
 
@@ -144,7 +151,7 @@ impl Beat {
                     if let Some(last) = s.last_ok {
                         let gap = now.duration_since(last).as_secs_f64();
                         s.stats.max_gap_s = s.stats.max_gap_s.max(gap);
-                        if gap > s.limit_s / 2.0 {
+                        if gap > hiccup(s.limit_s).as_secs_f64() {
                             s.quiet_until = Some(now + Duration::from_secs_f64(s.limit_s));
                         }
                     }

@@ -384,6 +384,15 @@ impl Writer {
         std::mem::take(&mut *self.lost.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Whether `trial_id` was found lost (and not yet taken by
+    /// [`take_lost`](Self::take_lost)).
+    pub fn is_lost(&self, trial_id: TrialId) -> bool {
+        self.lost
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&trial_id)
+    }
+
     fn gone(&self) -> Error {
         Error::storage(&self.url, StorageFailure::WriterStopped)
     }

@@ -295,13 +295,16 @@ impl Checker<'_> {
             "study.timeout",
             "expected a positive number of seconds or a duration such as \"90s\", \"30m\" or \"2h\"",
         )?;
+        let liveness_msg = "expected a duration of at least 5 s (two heartbeats and a margin), \
+                            such as \"10s\" or \"1m\"";
         let liveness = self
-            .duration(
-                &study.liveness,
-                "study.liveness",
-                "expected a positive number of seconds or a duration such as \"10s\" or \"1m\"",
-            )?
+            .duration(&study.liveness, "study.liveness", liveness_msg)?
             .unwrap_or(Duration::from_secs_f64(crate::storage::STALE_AFTER_S));
+        if let Some(v) = &study.liveness
+            && liveness < Duration::from_secs(5)
+        {
+            return Err(self.err(v.span(), "study.liveness", liveness_msg));
+        }
 
         let max_consecutive_failures = self
             .at_least(
