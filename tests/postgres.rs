@@ -203,6 +203,52 @@ fn passwords_never_show_and_come_from_the_url_pgpassword_or_a_pgpass_file() {
         text(&out)
     );
 
+    // A generated password with '/', '?', '#' and '@' in it: percent-encoded
+    // it runs; pasted raw it cannot parse; either way it shows nowhere.
+    let secret = "Gen/3r?at#ed@Pw";
+    cluster.psql("postgres", &format!("ALTER ROLE tuner PASSWORD '{secret}'"));
+    let encoded = secret
+        .replace('/', "%2F")
+        .replace('?', "%3F")
+        .replace('#', "%23")
+        .replace('@', "%40");
+    for (url, runs) in [
+        (
+            plain.replacen("tuner@", &format!("tuner:{encoded}@"), 1),
+            true,
+        ),
+        (
+            plain.replacen("tuner@", &format!("tuner:{secret}@"), 1),
+            false,
+        ),
+    ] {
+        let out = run_in(dir.path(), &["trials", "--storage", &url]);
+        assert_eq!(out.status.success(), runs, "{}", text(&out));
+        for part in [secret, &encoded, "3r?at", "ed@Pw", "Gen/"] {
+            assert!(!text(&out).contains(part), "{part}: {}", text(&out));
+        }
+        // Nor in any command's help, where clap shows the environment's value.
+        for command in ["run", "dash", "trials", "best", "enqueue", "export"] {
+            let out = output_of(
+                bin()
+                    .args([command, "--help"])
+                    .env("SALUS_TUNE_STORAGE", &url),
+            );
+            assert!(out.status.success(), "{command} --help: {}", text(&out));
+            for part in [secret, &encoded, "3r?at", "Gen/"] {
+                assert!(
+                    !text(&out).contains(part),
+                    "{command} --help shows {part}: {}",
+                    text(&out)
+                );
+            }
+        }
+    }
+    cluster.psql(
+        "postgres",
+        &format!("ALTER ROLE tuner PASSWORD '{TUNER_PASSWORD}'"),
+    );
+
     // PGPASSWORD, as libpq reads it.
     let out = output_of(
         bin()

@@ -741,3 +741,123 @@ fn a_paused_process_drops_the_trials_it_lost_on_sqlite() {
 fn a_paused_process_drops_the_trials_it_lost_on_postgres() {
     a_paused_process_drops_the_trials_it_lost(true);
 }
+
+/// `--retry-failed`, auxiliary metrics whose first value is NaN, and
+/// `keep = "best"` from two processes finishing at once: each on both
+/// dialects (on PostgreSQL the first two failed, the third could delete
+/// the best model).
+fn statements_hold_on_both_dialects(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "stmts", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
+    let create = |w: &Writer, run: i64| {
+        w.create_trial(p.study_id, vec![], "{}".into(), run, 1000)
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    // A failed trial goes back to WAITING.
+    let failed = create(a, *run_a);
+    a.send(end(failed, TrialState::Fail, None)).unwrap();
+    a.flush().unwrap();
+    let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
+    assert_eq!(p.rt.block_on(store.retry_failed(p.study_id)).unwrap(), 1);
+    assert_eq!(db.trials(None)[0].state, TrialState::Waiting);
+
+    // A NaN first, then finite values, each in its own transaction.
+    let t = create(a, *run_a);
+    for (step, v) in [(1, f64::NAN), (2, 0.5), (3, f64::INFINITY), (4, 0.25)] {
+        a.send(WriteOp::Extras {
+            claim: t,
+            step,
+            extras: workers::ReportExtras {
+                metrics: vec![("aux".into(), v)],
+                attrs: vec![],
+            },
+        })
+        .unwrap();
+        a.flush().unwrap();
+    }
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM salus_metrics WHERE value IS NOT NULL"),
+        2
+    );
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_metrics"), 4);
+
+    // Two processes finish trials at once, each keeping its model only if
+    // it is the study's best: one model is kept, the best's.
+    let finish_many = |w: &Writer, run: i64, offset: f64| {
+        for i in 0..12 {
+            let c = create(w, run);
+            let value = offset + i as f64 * 0.01;
+            w.send(end(c, TrialState::Complete, Some(value))).unwrap();
+            w.send(WriteOp::KeepModel {
+                claim: c,
+                architecture: format!("{value}"),
+                weights: vec![1, 2, 3],
+                best_of: Some(true),
+            })
+            .unwrap();
+            w.flush().unwrap();
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| finish_many(a, *run_a, 0.0));
+        s.spawn(|| finish_many(b, *run_b, 0.005));
+    });
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_models"), 1);
+    assert_eq!(
+        db.texts("SELECT architecture FROM salus_models"),
+        [format!("{}", 0.005 + 11.0 * 0.01)]
+    );
+    drop(p.rt);
+}
+
+#[test]
+fn statements_hold_on_both_dialects_on_sqlite() {
+    statements_hold_on_both_dialects(false);
+}
+
+#[test]
+fn statements_hold_on_both_dialects_on_postgres() {
+    statements_hold_on_both_dialects(true);
+}
+
+/// Two processes on one SQLite file whose local times are 9 hours apart
+/// (`TZ`): heartbeats are in UTC, so neither takes the other for dead;
+/// trials' datetimes stay in each process's local time, as Optuna's are.
+#[test]
+fn processes_in_different_time_zones_agree_on_liveness() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TestDb::Sqlite(dir.path().join("tz.db"));
+    write(dir.path(), "s.toml", &study("tz", 16, 100));
+    let procs: Vec<Running> = ["UTC", "Asia/Tokyo"]
+        .iter()
+        .map(|tz| {
+            Running::spawn(
+                bin()
+                    .current_dir(dir.path())
+                    .args(["s.toml", "--no-progress", "--storage", &db.url()])
+                    .env("TZ", tz),
+            )
+        })
+        .collect();
+    for p in procs {
+        let out = p.wait();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    }
+    exactly(&db, 16);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'"),
+        0,
+        "no process took the other for dead"
+    );
+    // The runs' last heartbeats are in UTC, whichever zone wrote them.
+    let age = db.scalar(
+        "SELECT CAST(MAX(ABS(julianday('now') - julianday(heartbeat))) * 86400 AS INTEGER) FROM salus_runs",
+    );
+    assert!(age < 600, "heartbeats {age} s from UTC now");
+}

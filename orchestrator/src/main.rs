@@ -66,7 +66,7 @@ enum Command {
         #[arg(long = "param", value_name = "NAME=VALUE", required = true)]
         params: Vec<String>,
         /// Storage URL (as `run` would use it).
-        #[arg(long, env = "SALUS_TUNE_STORAGE")]
+        #[arg(long, env = "SALUS_TUNE_STORAGE", hide_env_values = true)]
         storage: Option<String>,
     },
     /// Write a trial's kept model ([study] keep) to a folder: its weights
@@ -244,7 +244,7 @@ struct RunFlags {
     /// Where results go: a path, sqlite:///path.db or postgresql://user@host/db
     /// (the password from PGPASSWORD or ~/.pgpass). Default: <study name>.db
     /// beside the study file.
-    #[arg(long, env = "SALUS_TUNE_STORAGE")]
+    #[arg(long, env = "SALUS_TUNE_STORAGE", hide_env_values = true)]
     storage: Option<String>,
     /// auto, cpu or cuda:N.
     #[arg(long, default_value = "auto")]
@@ -280,7 +280,7 @@ struct StudyFlags {
     /// A study file: its storage and study name are used.
     study_file: Option<PathBuf>,
     /// A path, sqlite:///path.db or postgresql://user@host/db.
-    #[arg(long, env = "SALUS_TUNE_STORAGE")]
+    #[arg(long, env = "SALUS_TUNE_STORAGE", hide_env_values = true)]
     storage: Option<String>,
     /// The study's name (needed when the storage holds several).
     #[arg(long)]

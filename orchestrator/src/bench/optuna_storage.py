@@ -2,9 +2,10 @@
 the same PostgreSQL, each with Optuna's default sampler and a trivial
 objective, so that the storage and its coordination are what is measured.
 
-Usage:
-  optuna_storage.py create URL STUDY SEED
-  optuna_storage.py work URL STUDY SEED INDEX TARGET GO_FILE
+Usage (the storage URL in $SALUS_TUNE_OPTUNA_URL, so that `ps` does not
+show its password):
+  optuna_storage.py create STUDY SEED
+  optuna_storage.py work STUDY SEED INDEX TARGET GO_FILE
 
 `create` makes the study once (processes that all create it at once race,
 Optuna's issue #1092). Each `work` process imports Optuna and connects,
@@ -21,13 +22,14 @@ from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-mode, url, name, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+mode, name, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+url = os.environ["SALUS_TUNE_OPTUNA_URL"]
 
 if mode == "create":
     optuna.create_study(storage=url, study_name=name, direction="minimize")
     sys.exit(0)
 
-index, target, go = int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+index, target, go = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 study = optuna.load_study(
     storage=url, study_name=name, sampler=optuna.samplers.TPESampler(seed=seed + index)
 )

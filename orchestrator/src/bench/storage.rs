@@ -23,6 +23,9 @@ use crate::storage::Dialect;
 
 /// Optuna's side, written beside each run's study.
 const OPTUNA_SCRIPT: &str = include_str!("optuna_storage.py");
+/// The variable that gives Optuna's side its storage URL (not an argument,
+/// which `ps` would show).
+const OPTUNA_URL: &str = "SALUS_TUNE_OPTUNA_URL";
 
 /// Who ran the trials, on what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,14 +160,10 @@ fn salus(
     let children: Vec<_> = (0..p)
         .map(|_| {
             Command::new(exe)
-                .args([
-                    "s.toml",
-                    "--no-progress",
-                    "--device",
-                    "cpu",
-                    "--storage",
-                    storage,
-                ])
+                .args(["s.toml", "--no-progress", "--device", "cpu"])
+                // By the environment, not the command line: `ps` shows
+                // every process's arguments to every user.
+                .env("SALUS_TUNE_STORAGE", storage)
                 .current_dir(dir)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
@@ -208,7 +207,8 @@ fn optuna(python: &Path, url: &str, dir: &Path, name: &str, p: usize, trials: u6
     };
     let created = Command::new(python)
         .arg(&script)
-        .args(["create", &sqlalchemy, name, "1"])
+        .args(["create", name, "1"])
+        .env(OPTUNA_URL, &sqlalchemy)
         .output()
         .map_err(|e| failed("starting", &e))?;
     if !created.status.success() {
@@ -222,14 +222,8 @@ fn optuna(python: &Path, url: &str, dir: &Path, name: &str, p: usize, trials: u6
     for i in 0..p {
         let mut c = Command::new(python)
             .arg(&script)
-            .args([
-                "work",
-                &sqlalchemy,
-                name,
-                "1",
-                &i.to_string(),
-                &trials.to_string(),
-            ])
+            .env(OPTUNA_URL, &sqlalchemy)
+            .args(["work", name, "1", &i.to_string(), &trials.to_string()])
             .arg(&go)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

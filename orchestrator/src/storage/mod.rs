@@ -109,20 +109,25 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
 /// `url` with any password in it replaced by `***`: the form every
 /// message, the dashboard and the database show. Credentials are in the
 /// user-info part (`user:secret@host`) or a `password=` parameter.
+///
+/// A generated password may hold `/`, `?`, `#` or `@` unescaped, which a
+/// URL parser would take for the end of the user-info; so the user-info
+/// runs here to the *last* `@` (host names have none), and everything
+/// after the first `:` in it is the password. Where the query itself holds
+/// an `@`, more is masked than needed, never less.
 pub fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((info, host)) => match info.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => authority.to_string(),
-        },
-        None => authority.to_string(),
+    let (authority, tail) = match rest.rsplit_once('@') {
+        Some((info, after)) => {
+            let info = match info.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                None => info.to_string(),
+            };
+            (format!("{info}@"), after)
+        }
+        None => (String::new(), rest),
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
@@ -358,6 +363,21 @@ mod tests {
         assert_eq!(masked("runs/digits.db"), "runs/digits.db");
         // A password that holds an '@' still goes.
         assert_eq!(masked("postgresql://u:p@ss@h/d"), "postgresql://u:***@h/d");
+        // Generated secrets with '/', '?', '#', '&' or '=' unescaped.
+        for secret in ["a/b", "x?y", "q#r", "s/t?u@v", "k=l&m", "/?@#"] {
+            let url = format!("postgresql://tuner:{secret}@db.lab:5432/studies?sslmode=require");
+            let shown = masked(&url);
+            assert_eq!(
+                shown, "postgresql://tuner:***@db.lab:5432/studies?sslmode=require",
+                "{secret}"
+            );
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        // No user-info: nothing to mask, and nothing lost.
+        assert_eq!(
+            masked("postgresql://db.lab/studies?application_name=me"),
+            "postgresql://db.lab/studies?application_name=me"
+        );
     }
 
     #[test]
