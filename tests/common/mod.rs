@@ -117,6 +117,17 @@ impl Running {
     }
 }
 
+/// A program a failing test leaves behind is killed, not left running
+/// (it would hold its files, ports and cores after the test has ended).
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Runs the binary with `args` in `dir`, within [`deadline`].
 pub fn run_in(dir: &Path, args: &[&str]) -> Output {
     Running::spawn(bin().current_dir(dir).args(args)).wait()
