@@ -6,6 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::*;
 use salus_tune::storage::TrialState;
@@ -582,4 +583,136 @@ fn conditional_parameters_reach_the_worker_only_when_they_apply() {
         seen.insert(want);
     }
     assert_eq!(seen.len(), 2, "both branches ran");
+}
+
+/// Ctrl-C (SIGTERM) in the middle of external trials: each worker saves its
+/// checkpoint as the run stops, the trial keeps the steps that checkpoint
+/// covers, and the rerun resumes it there: every trial ends with each of
+/// its steps once, none lost (the requeue used to delete all of them, and
+/// the resumed worker reported only the later ones).
+#[test]
+fn a_stop_keeps_an_external_trial_s_curve_up_to_its_checkpoint() {
+    if !has_numpy("a_stop_keeps_an_external_trial_s_curve_up_to_its_checkpoint") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let study = worker_study(
+        "stop",
+        &studies_dir().join("numpy_mlp.py"),
+        "lr = { float = [1e-2, 2e-1], log = true }\nhidden = { int = [8, 64] }\nepochs = 40",
+        "",
+    )
+    .replace("trials = 8", "trials = 3")
+    .replace("iterations = 6", "iterations = 40");
+    write(dir.path(), "s.toml", &study);
+    let db = dir.path().join("stop.db");
+    let run = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["s.toml", "--no-progress"]),
+    );
+    wait_until(
+        "a trial has reported some steps",
+        Duration::from_secs(60),
+        || {
+            db.exists()
+                && migrated(&db)
+                && scalar(
+                    &db,
+                    "SELECT COALESCE(MAX(step), 0) FROM trial_intermediate_values",
+                ) >= 5
+        },
+    );
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let out = run.wait();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let kept = scalar(
+        &db,
+        "SELECT COALESCE(MAX(CAST(json_extract(detail, '$.kept_steps') AS INTEGER)), 0) \
+         FROM salus_events WHERE kind = 'trial_requeue'",
+    );
+    assert!(kept >= 5, "a requeued trial kept its steps: {kept}");
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for t in trials(&db, None) {
+        assert_eq!(t.state, TrialState::Complete, "trial {}", t.number);
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert_eq!(steps, (1..=40).collect::<Vec<_>>(), "trial {}", t.number);
+    }
+    // No checkpoint outlives its trial.
+    let left = std::fs::read_dir(dir.path().join("stop.db.checkpoints")).map_or(0, |d| d.count());
+    assert_eq!(left, 0);
+}
+
+/// A `kill -9` while external trials are swapped out (their workers'
+/// checkpoints on disk): the rerun requeues them keeping the steps those
+/// checkpoints cover, and the workers resume there, so every curve runs
+/// from step 1 without a gap.
+#[test]
+fn a_killed_run_s_swapped_external_trials_resume_with_their_curves() {
+    if !has_numpy("a_killed_run_s_swapped_external_trials_resume_with_their_curves") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let study = worker_study(
+        "swapkill",
+        &studies_dir().join("numpy_mlp.py"),
+        "lr = { float = [1e-2, 2e-1], log = true }\nhidden = { int = [8, 64] }\nepochs = 30",
+        "metric = \"val_loss\"",
+    )
+    .replace("trials = 8", "trials = 12")
+    .replace("iterations = 6", "iterations = 30")
+        + "\n[pruner]\nkind = \"asha\"\nmin_resource = 2\nreduction_factor = 2\n\n\
+           [scheduler]\nlanes = 2\nmax_concurrent = 6\nmemory = \"48MiB\"\n";
+    write(dir.path(), "s.toml", &study);
+    let db = dir.path().join("swapkill.db");
+    let run = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["s.toml", "--no-progress"]),
+    );
+    wait_until(
+        "a running trial's worker checkpointed",
+        Duration::from_secs(60),
+        || {
+            migrated(&db)
+                && scalar(
+                    &db,
+                    "SELECT COUNT(*) FROM salus_writes w JOIN trials t ON t.trial_id = w.trial_id \
+                     WHERE w.kind = 'checkpoint' AND w.step >= 2 AND t.state = 'RUNNING'",
+                ) > 0
+        },
+    );
+    run.kill();
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 12);
+    for t in &rows {
+        assert!(t.state.is_finished(), "trial {}", t.number);
+        let steps: Vec<i64> = t.intermediate.iter().map(|&(s, _)| s).collect();
+        assert_eq!(
+            steps,
+            (1..=steps.len() as i64).collect::<Vec<_>>(),
+            "trial {}: {steps:?}",
+            t.number
+        );
+        if t.state == TrialState::Complete {
+            assert_eq!(steps.len(), 30, "trial {}", t.number);
+        }
+    }
+    let kept = scalar(
+        &db,
+        "SELECT COALESCE(MAX(CAST(json_extract(detail, '$.kept_steps') AS INTEGER)), 0) \
+         FROM salus_events WHERE kind = 'trial_requeue'",
+    );
+    assert!(
+        kept >= 2,
+        "a requeued trial kept its checkpoint's steps: {kept}"
+    );
 }

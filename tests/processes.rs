@@ -826,13 +826,15 @@ fn statements_hold_on_both_dialects_on_postgres() {
     statements_hold_on_both_dialects(true);
 }
 
-/// Two processes on one SQLite file whose local times are 9 hours apart
-/// (`TZ`): heartbeats are in UTC, so neither takes the other for dead;
-/// trials' datetimes stay in each process's local time, as Optuna's are.
-#[test]
-fn processes_in_different_time_zones_agree_on_liveness() {
+/// Two processes on one study whose local times are 9 hours apart (`TZ`):
+/// heartbeats are by the database's clock (UTC on SQLite, as Optuna's), so
+/// neither takes the other for dead; trials' datetimes are each process's
+/// local time, as Optuna writes them, on both dialects.
+fn processes_in_different_time_zones_agree_on_liveness(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let db = TestDb::Sqlite(dir.path().join("tz.db"));
+    let Some((db, _cluster)) = database(dir.path(), "tz", postgres) else {
+        return;
+    };
     write(dir.path(), "s.toml", &study("tz", 16, 100));
     let procs: Vec<Running> = ["UTC", "Asia/Tokyo"]
         .iter()
@@ -855,9 +857,40 @@ fn processes_in_different_time_zones_agree_on_liveness() {
         0,
         "no process took the other for dead"
     );
-    // The runs' last heartbeats are in UTC, whichever zone wrote them.
-    let age = db.scalar(
-        "SELECT CAST(MAX(ABS(julianday('now') - julianday(heartbeat))) * 86400 AS INTEGER) FROM salus_runs",
+    // Seconds from now (UTC, the tests' sessions and SQLite's 'now') to a
+    // datetime column, as hours.
+    let hours_off = |column: &str, table: &str| -> Vec<i64> {
+        let age = match db.dialect() {
+            salus_tune::storage::Dialect::Sqlite => {
+                format!("(julianday({column}) - julianday('now')) * 24")
+            }
+            salus_tune::storage::Dialect::Postgres => {
+                format!("EXTRACT(EPOCH FROM ({column} - LOCALTIMESTAMP)) / 3600")
+            }
+        };
+        db.texts(&format!(
+            "SELECT DISTINCT CAST(CAST(ROUND({age}) AS INTEGER) AS TEXT) FROM {table}"
+        ))
+        .into_iter()
+        .map(|h| h.parse().unwrap())
+        .collect()
+    };
+    assert_eq!(
+        hours_off("heartbeat", "salus_runs"),
+        [0],
+        "heartbeats in UTC"
     );
-    assert!(age < 600, "heartbeats {age} s from UTC now");
+    let mut starts = hours_off("datetime_start", "trials");
+    starts.sort();
+    assert_eq!(starts, [0, 9], "each process's local time");
+}
+
+#[test]
+fn processes_in_different_time_zones_agree_on_liveness_on_sqlite() {
+    processes_in_different_time_zones_agree_on_liveness(false);
+}
+
+#[test]
+fn processes_in_different_time_zones_agree_on_liveness_on_postgres() {
+    processes_in_different_time_zones_agree_on_liveness(true);
 }

@@ -165,7 +165,7 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         }
         match std::fs::File::create(path) {
             Ok(f) => break f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => tries += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 20 => tries += 1,
             Err(e) => return Err(e),
         }
     };
@@ -239,5 +239,43 @@ mod tests {
         );
         c.sweep(&[TrialId(2), TrialId(3)]);
         assert_eq!(std::fs::read_dir(c.dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_save_survives_a_peer_removing_the_empty_shared_folder() {
+        // A finishing process removes the folder whenever it finds it
+        // empty; a peer saving at that moment makes it again.
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let failed = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::remove_dir(&shared);
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            });
+            let failed = (0..100).find_map(|i| {
+                let path = shared.join(format!("trial-{i}.state"));
+                let saved = write_atomic(&path, b"state");
+                let _ = std::fs::remove_file(&path);
+                saved.err().map(|e| format!("save {i}: {e}"))
+            });
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            failed
+        });
+        assert_eq!(failed, None);
+    }
+
+    #[test]
+    fn two_writers_of_one_checkpoint_never_share_a_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trial-1.state");
+        let (a, b) = (staging_path(&path), staging_path(&path));
+        assert_ne!(a, b);
+        assert!(
+            a.to_string_lossy()
+                .contains(&std::process::id().to_string())
+        );
     }
 }
