@@ -894,3 +894,73 @@ fn processes_in_different_time_zones_agree_on_liveness_on_sqlite() {
 fn processes_in_different_time_zones_agree_on_liveness_on_postgres() {
     processes_in_different_time_zones_agree_on_liveness(true);
 }
+
+/// Another connection holds the lock every writer needs (on SQLite the
+/// database's write lock, as a process stopped inside its transaction
+/// would; on PostgreSQL the study's row) for longer than the liveness
+/// limit, while two processes run: they wait and retry, never fail, and,
+/// their own heartbeats held up too, take nobody for dead once it is free.
+fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "held", postgres) else {
+        return;
+    };
+    let body = study("held", 12, 150).replace("[study]\n", "[study]\nliveness = \"5s\"\n");
+    write(dir.path(), "s.toml", &body);
+    let procs = start(dir.path(), 2, &db);
+    wait_until(
+        "both processes hold trials",
+        Duration::from_secs(60),
+        || {
+            db.migrated()
+            && db.scalar(
+                "SELECT COUNT(DISTINCT c.run_id) FROM salus_claims c JOIN trials t ON t.trial_id = c.trial_id \
+                 WHERE CAST(t.state AS TEXT) = 'RUNNING' AND c.released IS NULL",
+            ) == 2
+        },
+    );
+    let (take, hold) = if postgres {
+        ("BEGIN; SELECT study_id FROM studies FOR UPDATE", "SELECT 1")
+    } else {
+        ("BEGIN IMMEDIATE", "SELECT 1")
+    };
+    block_on(async {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let url = match &db {
+            TestDb::Sqlite(p) => format!("sqlite://{}", p.display()),
+            TestDb::Postgres(u) => u.replacen("postgresql://", "postgres://", 1),
+        };
+        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        sqlx::raw_sql(hold).execute(&mut conn).await.unwrap();
+        sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+    });
+    let outs: Vec<Output> = procs.into_iter().map(|p| p.wait()).collect();
+    for (i, out) in outs.iter().enumerate() {
+        assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(out));
+    }
+    exactly(&db, 12);
+    assert_eq!(
+        db.scalar("SELECT COUNT(*) FROM salus_events WHERE kind = 'trial_requeue'"),
+        0,
+        "nobody was taken for dead: {}\n{}",
+        text(&outs[0]),
+        text(&outs[1])
+    );
+    let waited = outs
+        .iter()
+        .any(|o| text(o).contains("waiting for the database"));
+    assert!(waited, "{}\n{}", text(&outs[0]), text(&outs[1]));
+}
+
+#[test]
+fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them_on_sqlite() {
+    a_lock_held_elsewhere_stalls_runs_but_never_fails_them(false);
+}
+
+#[test]
+fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them_on_postgres() {
+    a_lock_held_elsewhere_stalls_runs_but_never_fails_them(true);
+}
