@@ -388,3 +388,67 @@ fn bench_samplers_runs_the_chosen_samplers_and_problems() {
         text(&out)
     );
 }
+
+/// `bench chaos`, short: three processes on each study, stopped past the
+/// liveness limit, killed and restarted, and sent commands, with no
+/// violation of what fenced writes promise.
+fn chaos(extra: &[&str]) -> Vec<serde_json::Value> {
+    let out = output_of(
+        bin()
+            .args(["bench", "chaos", "--json", "--processes", "3"])
+            .args(["--seconds", "12", "--trials", "12", "--seed", "7"])
+            .args(extra),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    let acted: u64 = rows
+        .iter()
+        .map(|r| {
+            ["stops", "kills", "commands"]
+                .iter()
+                .map(|k| r[k].as_u64().unwrap())
+                .sum::<u64>()
+        })
+        .sum();
+    assert!(acted > 0, "the driver did something: {rows:?}");
+    for r in &rows {
+        assert_eq!(r["violations"], serde_json::json!([]), "{r}");
+        assert_eq!(r["trials"], 12, "{r}");
+    }
+    rows
+}
+
+#[test]
+fn bench_chaos_finds_no_violation_on_sqlite() {
+    let rows = chaos(&[]);
+    let studies: Vec<&str> = rows.iter().map(|r| r["study"].as_str().unwrap()).collect();
+    assert_eq!(studies, ["builtin", "external"]);
+}
+
+#[test]
+fn bench_chaos_finds_no_violation_on_postgres() {
+    let Some(cluster) = postgres::Cluster::start("bench_chaos") else {
+        return;
+    };
+    let url = cluster.database("chaos");
+    let rows = chaos(&["--postgres", &url, "--no-sqlite"]);
+    assert!(rows.iter().all(|r| r["storage"] == "postgres"), "{rows:?}");
+    assert_eq!(rows.len(), 2);
+    // The same database holds both studies now: a second run is refused.
+    let out = output_of(bin().args([
+        "bench",
+        "chaos",
+        "--postgres",
+        &url,
+        "--no-sqlite",
+        "--seconds",
+        "1",
+    ]));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("already holds a study"),
+        "{}",
+        text(&out)
+    );
+}

@@ -214,6 +214,47 @@ enum BenchCmd {
         #[arg(long)]
         python: Option<PathBuf>,
     },
+    /// Many processes on one study while a seeded driver stops them past
+    /// the liveness limit (SIGSTOP, SIGCONT), kills and restarts them, and
+    /// sends dashboard commands; then checks that every trial ended once,
+    /// by its final claim, with every step once and no checkpoint left.
+    /// Exits 1 on any violation.
+    Chaos {
+        #[arg(long)]
+        json: bool,
+        /// Processes on the study at any time.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..))]
+        processes: u64,
+        /// How long the driver acts; then the study is let finish.
+        #[arg(long, default_value_t = 60.0)]
+        seconds: f64,
+        /// The driver's seed: the same seed, the same actions at the same pace.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Trials in each study.
+        #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..))]
+        trials: u64,
+        /// The studies' [study] liveness, in seconds (a stop lasts longer).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(5..))]
+        liveness: u64,
+        /// Studies to run, comma-separated: builtin (fused MLPs, ASHA,
+        /// checkpoints, keep = "best") and external (the NumPy script as a
+        /// worker per trial, ASHA, swaps).
+        #[arg(long, value_delimiter = ',', default_value = "builtin,external",
+              value_parser = clap::builder::PossibleValuesParser::new(salus_tune::bench::chaos::Kind::NAMES))]
+        studies: Vec<String>,
+        /// Also run each study on this PostgreSQL database, which must not
+        /// hold those studies yet.
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
+        /// With --postgres: run on PostgreSQL only.
+        #[arg(long, requires = "postgres")]
+        no_sqlite: bool,
+        /// The Python with NumPy for the external study's workers
+        /// [default: $SALUS_TUNE_PYTHON, else python3].
+        #[arg(long)]
+        python: Option<PathBuf>,
+    },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
     /// completion time, makespan, busy fraction, ratio to fifo.
@@ -465,6 +506,47 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
             } else {
                 print!("{}", r.table());
+            }
+        }
+        BenchCmd::Chaos {
+            json,
+            processes,
+            seconds,
+            seed,
+            trials,
+            liveness,
+            studies,
+            postgres,
+            no_sqlite,
+            python,
+        } => {
+            let options = bench::chaos::Options {
+                no_sqlite,
+                processes: processes as usize,
+                seconds,
+                seed,
+                trials,
+                liveness_s: liveness,
+                kinds: studies
+                    .iter()
+                    .filter_map(|s| bench::chaos::Kind::parse(s))
+                    .collect(),
+                postgres,
+                python: python
+                    .or_else(|| std::env::var_os("SALUS_TUNE_PYTHON").map(PathBuf::from))
+                    .unwrap_or_else(|| PathBuf::from("python3")),
+            };
+            let reports = bench::chaos::run(&options, &mut progress)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&bench::chaos::json(&reports)).expect("JSON")
+                );
+            } else {
+                print!("{}", bench::chaos::table(&reports));
+            }
+            if reports.iter().any(|r| !r.violations.is_empty()) {
+                return Ok(1);
             }
         }
         BenchCmd::Storage {

@@ -11,6 +11,7 @@
 //! * [`policies`]: a seeded trace of really-trained trials with heavy-tailed
 //!   lengths and staggered arrivals, replayed under each policy.
 
+pub mod chaos;
 pub mod external_workers;
 pub mod packing;
 pub mod policies;

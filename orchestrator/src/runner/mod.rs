@@ -377,9 +377,13 @@ impl Runner<'_> {
 
     /// When only paused trials are left and no new trial may start, none can
     /// be promoted any more: they end as PRUNED at their rung.
+    /// This run's count of finished trials misses those other processes
+    /// finished since it started: once the database said the study holds
+    /// its budget of trials and none waits, nothing can start either.
     fn close_paused<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
-        let can_start =
-            !st.exhausted && !timed_out && st.finished + (st.in_flight.len() as u64) < st.budget;
+        let can_start = !st.nothing_to_start()
+            && !timed_out
+            && st.finished + (st.in_flight.len() as u64) < st.budget;
         if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
             let paused: Vec<RunId> = st.paused.keys().copied().collect();
             for job in paused {

@@ -333,14 +333,17 @@ pub(super) async fn requeue(
     if query.execute(&mut *conn).await?.rows_affected() == 0 {
         return Ok(false);
     }
-    sqlx::query(&sql(
-        &*conn,
+    // The steps cut go, and so does the record of who wrote them.
+    for table in [
         "DELETE FROM trial_intermediate_values WHERE trial_id = ? AND step > ?",
-    ))
-    .bind(trial_id)
-    .bind(keep_steps)
-    .execute(&mut *conn)
-    .await?;
+        "DELETE FROM salus_writes WHERE trial_id = ? AND kind = 'step' AND step > ?",
+    ] {
+        sqlx::query(&sql(&*conn, table))
+            .bind(trial_id)
+            .bind(keep_steps)
+            .execute(&mut *conn)
+            .await?;
+    }
     sqlx::query(&sql(
         &*conn,
         "UPDATE salus_claims SET released = ?::timestamp WHERE trial_id = ? AND released IS NULL",

@@ -519,14 +519,22 @@ pub(super) async fn take_commands(
     run_id: i64,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
+    // PostgreSQL: the claims are share-locked, so that a requeue (which
+    // updates its claim) cannot slip between this check and the take.
+    let lock = match Dialect::of(conn) {
+        Dialect::Postgres => " FOR SHARE",
+        Dialect::Sqlite => "",
+    };
     let rows = sqlx::query(&sql(
         &*conn,
-        "UPDATE salus_commands SET applied = ?::timestamp, applied_by = ? \
-         WHERE study_id = ? AND applied IS NULL AND ( \
-           trial_id IN (SELECT trial_id FROM salus_claims WHERE run_id = ? AND released IS NULL) \
-           OR trial_id IN (SELECT trial_id FROM trials WHERE study_id = ? \
-             AND state IN ('COMPLETE', 'PRUNED', 'FAIL'))) \
-         RETURNING command_id, trial_id, action",
+        &format!(
+            "UPDATE salus_commands SET applied = ?::timestamp, applied_by = ? \
+             WHERE study_id = ? AND applied IS NULL AND ( \
+               trial_id IN (SELECT trial_id FROM salus_claims WHERE run_id = ? AND released IS NULL{lock}) \
+               OR trial_id IN (SELECT trial_id FROM trials WHERE study_id = ? \
+                 AND state IN ('COMPLETE', 'PRUNED', 'FAIL'))) \
+             RETURNING command_id, trial_id, action"
+        ),
     ))
     .bind(time)
     .bind(run_id)
@@ -535,6 +543,20 @@ pub(super) async fn take_commands(
     .bind(study_id)
     .fetch_all(&mut *conn)
     .await?;
+    // In the same transaction: the events' order says which claim was
+    // current when each command was taken.
+    for r in &rows {
+        let detail = serde_json::json!({ "command_id": r.get::<i64, _>(0), "run_id": run_id });
+        event(
+            &mut *conn,
+            study_id,
+            Some(r.get(1)),
+            "command_taken",
+            &detail.to_string(),
+            time,
+        )
+        .await?;
+    }
     let mut cmds: Vec<Command> = rows
         .iter()
         .map(|r| {

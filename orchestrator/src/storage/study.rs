@@ -65,6 +65,7 @@ impl Store {
                 "UPDATE trial_system_attributes SET \"key\" = 'salus:previous_fail_reason' \
                  WHERE trial_id = ? AND \"key\" = 'fail_reason'",
                 "DELETE FROM trial_intermediate_values WHERE trial_id = ?",
+                "DELETE FROM salus_writes WHERE trial_id = ? AND kind IN ('step', 'end')",
                 "UPDATE salus_trials SET fail_reason = NULL, iterations = 0 WHERE trial_id = ?",
                 "UPDATE trials SET state = 'WAITING', datetime_start = NULL, datetime_complete = NULL \
                  WHERE trial_id = ?",
