@@ -683,8 +683,8 @@ fn a_killed_run_s_swapped_external_trials_resume_with_their_curves() {
             migrated(&db)
                 && scalar(
                     &db,
-                    "SELECT COUNT(*) FROM salus_writes w JOIN trials t ON t.trial_id = w.trial_id \
-                     WHERE w.kind = 'checkpoint' AND w.step >= 2 AND t.state = 'RUNNING'",
+                    "SELECT COUNT(*) FROM salus_checkpoints k JOIN trials t ON t.trial_id = k.trial_id \
+                     WHERE k.step >= 2 AND t.state = 'RUNNING'",
                 ) > 0
         },
     );

@@ -11,9 +11,8 @@ ALTER TABLE salus_runs ADD COLUMN pid_namespace TEXT;
 -- Which run took a dashboard command, and what came of it.
 ALTER TABLE salus_commands ADD COLUMN applied_by BIGINT;
 ALTER TABLE salus_commands ADD COLUMN outcome TEXT;
--- Who wrote what: the claim behind each stored step ('step'), a trial's
--- end ('end', step 0) and its latest checkpoint ('checkpoint', the step it
--- covers). A later write of the same item replaces the row.
+-- Who wrote what: the claim behind each stored step ('step') and a trial's
+-- end ('end', step 0). A later write of the same item replaces the row.
 CREATE TABLE salus_writes (
     trial_id INTEGER NOT NULL REFERENCES trials (trial_id),
     kind VARCHAR(16) NOT NULL,
@@ -21,4 +20,12 @@ CREATE TABLE salus_writes (
     run_id BIGINT NOT NULL,
     attempt INTEGER NOT NULL,
     PRIMARY KEY (trial_id, kind, step)
+);
+-- Each trial's latest checkpoint: the claim that wrote it and the step it
+-- covers (an external worker's file is named by that attempt).
+CREATE TABLE salus_checkpoints (
+    trial_id INTEGER NOT NULL PRIMARY KEY REFERENCES trials (trial_id),
+    run_id BIGINT NOT NULL,
+    attempt INTEGER NOT NULL,
+    step BIGINT NOT NULL
 );

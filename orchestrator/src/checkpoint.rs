@@ -178,10 +178,17 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// written.
 pub fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
     std::fs::rename(tmp, path)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)?.sync_all()?;
+    sync_folder_of(path)
+}
+
+/// Syncs the folder that holds `path`, so that a rename into it survives
+/// a power loss. The writer renames checkpoints inside its transaction and
+/// syncs their folder once after the commit, outside the write lock.
+pub fn sync_folder_of(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 //! it is a task of its own: every [`HEARTBEAT`] it writes one short
 //! transaction, on a connection whose lock waits are short, and on failure
 //! simply beats again at the next tick. A graceful stop keeps it beating
-//! until the run has ended.
+//! until the run has ended. Every writer transaction also beats for the
+//! run (one `UPDATE` in a transaction that has the lock already): on
+//! SQLite, where every process contends for one write lock, the task's own
+//! transaction may wait its turn for seconds under load.
 //!
 //! Each trial's heartbeat is written only under its current claim; a claim
 //! found lost is reported to the writer's lost set, so that a process back
@@ -110,6 +113,32 @@ impl Beat {
         self.lock().stats
     }
 
+    /// The run to beat for in a writer's transaction: once
+    /// [`start`](Self::start) named it, and only where the last heartbeat
+    /// is half a period old (a busy writer commits far more often).
+    pub(super) fn due(&self) -> Option<i64> {
+        let s = self.lock();
+        let due = s.last_ok.is_none_or(|t| t.elapsed() >= HEARTBEAT / 2);
+        s.run_id.filter(|_| !s.stop && due)
+    }
+
+    /// A heartbeat was written (by this task, or inside a writer's
+    /// transaction): the gaps between them are what [`BeatStats`] and
+    /// [`may_judge_others`](Self::may_judge_others) measure.
+    pub(super) fn beaten(&self) {
+        let now = Instant::now();
+        let mut s = self.lock();
+        s.stats.beats += 1;
+        if let Some(last) = s.last_ok {
+            let gap = now.duration_since(last).as_secs_f64();
+            s.stats.max_gap_s = s.stats.max_gap_s.max(gap);
+            if gap > hiccup(s.limit_s).as_secs_f64() {
+                s.quiet_until = Some(now + Duration::from_secs_f64(s.limit_s));
+            }
+        }
+        s.last_ok = Some(now);
+    }
+
     /// Whether this process may judge other runs dead by the age of their
     /// heartbeats now: its own heartbeats flow (none is overdue by a
     /// [`hiccup`]), and a whole limit has passed since its own last gap
@@ -145,17 +174,7 @@ impl Beat {
                     if !gone.is_empty() {
                         lost.lock().unwrap_or_else(|e| e.into_inner()).extend(gone);
                     }
-                    let now = Instant::now();
-                    let mut s = self.lock();
-                    s.stats.beats += 1;
-                    if let Some(last) = s.last_ok {
-                        let gap = now.duration_since(last).as_secs_f64();
-                        s.stats.max_gap_s = s.stats.max_gap_s.max(gap);
-                        if gap > hiccup(s.limit_s).as_secs_f64() {
-                            s.quiet_until = Some(now + Duration::from_secs_f64(s.limit_s));
-                        }
-                    }
-                    s.last_ok = Some(now);
+                    self.beaten();
                 }
                 Err(e) => {
                     self.lock().stats.failures += 1;
@@ -171,6 +190,19 @@ impl Beat {
     }
 }
 
+/// The run's heartbeat, at `now` (by [`super::dialect::Clock::beat`]).
+pub(super) async fn beat_run(conn: &mut AnyConnection, run_id: i64, now: &str) -> sqlx::Result<()> {
+    sqlx::query(&sql(
+        conn,
+        "UPDATE salus_runs SET heartbeat = ?::timestamp WHERE run_id = ?",
+    ))
+    .bind(now)
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// One heartbeat: the run's, and each claimed trial's while its claim
 /// holds. Returns the trials whose claim did not.
 async fn beat(
@@ -180,14 +212,7 @@ async fn beat(
 ) -> sqlx::Result<Vec<TrialId>> {
     let mut tx = begin_write(conn).await?;
     let now = super::dialect::clock(&mut tx).await?.beat;
-    sqlx::query(&sql(
-        &tx,
-        "UPDATE salus_runs SET heartbeat = ?::timestamp WHERE run_id = ?",
-    ))
-    .bind(&now)
-    .bind(run_id)
-    .execute(&mut *tx)
-    .await?;
+    beat_run(&mut tx, run_id, &now).await?;
     let mut gone = Vec::new();
     for c in claims {
         let written = sqlx::query(&sql(

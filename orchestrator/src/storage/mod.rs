@@ -178,7 +178,7 @@ impl LockWait {
         match self {
             LockWait::Reader => 60_000,
             LockWait::Writer => 2_000,
-            LockWait::Heartbeat => 1_000,
+            LockWait::Heartbeat => 4_000,
         }
     }
 }

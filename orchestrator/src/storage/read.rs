@@ -90,7 +90,7 @@ pub struct TrialRow {
     /// Optuna's `fixed_params` system attribute: the values an enqueued
     /// trial (`study.enqueue_trial`, `salus-tune enqueue`) must run with.
     pub fixed_params: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Its latest checkpoint as recorded (`salus_writes`): the attempt
+    /// Its latest checkpoint as recorded (`salus_checkpoints`): the attempt
     /// that wrote it and the step it covers.
     pub checkpoint: Option<(i64, i64)>,
     /// Its heartbeat as stored (text), to tell whether it moves.
@@ -325,8 +325,8 @@ pub(super) async fn read_trials(
         if fenced {
             let checkpoints = sqlx::query(&sql(
                 &*conn,
-                "SELECT w.trial_id, w.attempt, w.step FROM salus_writes w \
-                 JOIN trials t ON t.trial_id = w.trial_id WHERE t.study_id = ? AND w.kind = 'checkpoint'",
+                "SELECT k.trial_id, k.attempt, k.step FROM salus_checkpoints k \
+                 JOIN trials t ON t.trial_id = k.trial_id WHERE t.study_id = ?",
             ))
             .bind(study_id)
             .fetch_all(&mut *conn)

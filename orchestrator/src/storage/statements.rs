@@ -42,7 +42,6 @@ pub(super) async fn trial_progress(
             .bind(kind)
             .execute(&mut *conn)
             .await?;
-            record_write(conn, claim, "step", *step).await?;
         }
         WriteOp::Priority {
             claim,
@@ -612,8 +611,44 @@ pub(super) async fn record_write(
     Ok(())
 }
 
-/// The trial's checkpoint is now the claim's, covering steps up to `step`
-/// (one row per trial: the latest).
+/// [`record_write`] only while `claim` is its trial's current claim: one
+/// statement that is both the fence's check and the record (the commonest
+/// write, a step, costs no separate check). On PostgreSQL the claim's row
+/// is share-locked, as `claims::holds` locks it. Returns whether it held.
+pub(super) async fn record_write_fenced(
+    conn: &mut AnyConnection,
+    claim: &Claim,
+    kind: &str,
+    step: i64,
+) -> std::result::Result<bool, sqlx::Error> {
+    let lock = match Dialect::of(conn) {
+        Dialect::Postgres => " FOR SHARE",
+        Dialect::Sqlite => "",
+    };
+    let written = sqlx::query(&sql(
+        &*conn,
+        &format!(
+            "INSERT INTO salus_writes (trial_id, kind, step, run_id, attempt) SELECT ?, ?, ?, ?, ? \
+             WHERE EXISTS (SELECT 1 FROM salus_claims WHERE trial_id = ? AND run_id = ? AND attempt = ? \
+             AND released IS NULL{lock}) \
+             ON CONFLICT (trial_id, kind, step) DO UPDATE SET run_id = excluded.run_id, attempt = excluded.attempt"
+        ),
+    ))
+    .bind(claim.trial_id)
+    .bind(kind)
+    .bind(step)
+    .bind(claim.run_id)
+    .bind(claim.attempt)
+    .bind(claim.trial_id)
+    .bind(claim.run_id)
+    .bind(claim.attempt)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(written > 0)
+}
+
+/// The trial's checkpoint is now the claim's, covering steps up to `step`.
 pub(super) async fn record_checkpoint(
     conn: &mut AnyConnection,
     claim: &Claim,
@@ -621,10 +656,15 @@ pub(super) async fn record_checkpoint(
 ) -> std::result::Result<(), sqlx::Error> {
     sqlx::query(&sql(
         &*conn,
-        "DELETE FROM salus_writes WHERE trial_id = ? AND kind = 'checkpoint'",
+        "INSERT INTO salus_checkpoints (trial_id, run_id, attempt, step) VALUES (?, ?, ?, ?) \
+         ON CONFLICT (trial_id) DO UPDATE SET run_id = excluded.run_id, attempt = excluded.attempt, \
+         step = excluded.step",
     ))
     .bind(claim.trial_id)
+    .bind(claim.run_id)
+    .bind(claim.attempt)
+    .bind(step)
     .execute(&mut *conn)
     .await?;
-    record_write(conn, claim, "checkpoint", step).await
+    Ok(())
 }

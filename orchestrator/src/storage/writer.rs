@@ -201,8 +201,8 @@ pub enum WriteOp {
         keep_steps: i64,
     },
     /// Puts `bytes` at `path` (a built-in trial's checkpoint, covering
-    /// `step`): staged before the transaction, renamed into place inside
-    /// it while the claim holds.
+    /// `step`, as the file itself says): staged before the transaction,
+    /// renamed into place inside it while the claim holds.
     SaveFile {
         claim: Claim,
         path: PathBuf,
@@ -350,7 +350,14 @@ impl Writer {
         let stats = Arc::new(Mutex::new(WriterStats::default()));
         let lost = Arc::new(Mutex::new(BTreeSet::new()));
         let beat = Beat::spawn(beat, lost.clone());
-        let handle = tokio::spawn(run(conn, reader, rx, stats.clone(), lost.clone()));
+        let handle = tokio::spawn(run(
+            conn,
+            reader,
+            rx,
+            stats.clone(),
+            lost.clone(),
+            beat.clone(),
+        ));
         (
             Writer {
                 tx,
@@ -511,6 +518,7 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<WriteOp>,
     stats: Arc<Mutex<WriterStats>>,
     lost: Arc<Mutex<BTreeSet<TrialId>>>,
+    beat: Beat,
 ) {
     let mut failure: Option<StorageFailure> = None;
     // A read that ended the last batch: served once that batch committed.
@@ -540,7 +548,7 @@ async fn run(
             }
         }
         let started = std::time::Instant::now();
-        let mut applied = apply(&mut conn, &mut batch, &lost).await;
+        let mut applied = apply(&mut conn, &mut batch, &lost, &beat).await;
         let mut tries = 0u64;
         let mut said = false;
         while applied.as_ref().is_err_and(retryable) {
@@ -555,7 +563,7 @@ async fn run(
             // Apart, so that two sides do not meet again at once.
             let jitter = u64::from(std::process::id()) % 7 + 3 * tries.min(30);
             tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
-            applied = apply(&mut conn, &mut batch, &lost).await;
+            applied = apply(&mut conn, &mut batch, &lost, &beat).await;
         }
         if said {
             eprintln!(
@@ -635,6 +643,7 @@ async fn apply(
     conn: &mut AnyConnection,
     batch: &mut [WriteOp],
     lost: &Mutex<BTreeSet<TrialId>>,
+    beat: &Beat,
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
     // A checkpoint that cannot be staged costs a restart from an earlier
     // one (or from zero), never the run: the values stay committed.
@@ -647,10 +656,23 @@ async fn apply(
             _ => None,
         })
         .collect();
-    let result = apply_staged(conn, batch, &staged, lost).await;
+    let result = apply_staged(conn, batch, &staged, lost, beat).await;
     // What was not put in place (a lost claim, a rollback) goes.
     for tmp in staged.iter().flatten() {
         let _ = std::fs::remove_file(tmp);
+    }
+    // Renames made durable, once per folder.
+    if result.is_ok() {
+        let mut synced: Vec<&std::path::Path> = Vec::new();
+        for op in batch.iter() {
+            if let WriteOp::SaveFile { path, .. } = op
+                && let Some(dir) = path.parent()
+                && !synced.contains(&dir)
+            {
+                synced.push(dir);
+                let _ = crate::checkpoint::sync_folder_of(path);
+            }
+        }
     }
     result
 }
@@ -660,22 +682,40 @@ async fn apply_staged(
     batch: &mut [WriteOp],
     staged: &[Option<PathBuf>],
     lost: &Mutex<BTreeSet<TrialId>>,
+    beat: &Beat,
 ) -> std::result::Result<Vec<Reply>, sqlx::Error> {
     let mut tx = begin_write(conn).await?;
     let clock = super::dialect::clock(&mut tx).await?;
+    // A transaction that has the lock beats for the run too: under
+    // contention for SQLite's one write lock, the heartbeat task's own
+    // transaction may wait its turn for long.
+    let run_id = beat.due();
+    if let Some(run_id) = run_id {
+        super::heartbeat::beat_run(&mut tx, run_id, &clock.beat).await?;
+    }
     let mut answers = Vec::with_capacity(batch.len());
     let mut held: HashMap<Claim, bool> = HashMap::new();
     let mut lost_now: BTreeSet<TrialId> = BTreeSet::new();
     for (op, tmp) in batch.iter().zip(staged) {
         if let Some(claim) = op.claim() {
-            let holds = match held.get(claim) {
-                Some(&h) => h,
-                None => {
-                    let h = claims::holds(&mut tx, claim).await?;
-                    held.insert(*claim, h);
-                    h
-                }
+            let step = match op {
+                WriteOp::Intermediate { step, .. } => Some(*step),
+                _ => None,
             };
+            // A step's record of its writer is written under the fence;
+            // where the claim is not checked yet, it is the check.
+            let holds = match (held.get(claim), step) {
+                (Some(&true), Some(step)) => {
+                    statements::record_write(&mut tx, claim, "step", step).await?;
+                    true
+                }
+                (Some(&h), _) => h,
+                (None, Some(step)) => {
+                    statements::record_write_fenced(&mut tx, claim, "step", step).await?
+                }
+                (None, None) => claims::holds(&mut tx, claim).await?,
+            };
+            held.insert(*claim, holds);
             if !holds {
                 lost_now.insert(claim.trial_id);
                 answers.push(None);
@@ -693,6 +733,9 @@ async fn apply_staged(
         }
     }
     tx.commit().await?;
+    if run_id.is_some() {
+        beat.beaten();
+    }
     if !lost_now.is_empty() {
         lost.lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -787,14 +830,13 @@ async fn write_op(
             command_id,
             outcome,
         } => statements::command_outcome(conn, *command_id, outcome).await?,
-        WriteOp::SaveFile {
-            claim, path, step, ..
-        } => {
-            if let Some(tmp) = staged {
-                match crate::checkpoint::put_in_place(tmp, path) {
-                    Ok(()) => statements::record_checkpoint(conn, claim, *step).await?,
-                    Err(e) => eprintln!("warning: checkpoint {} not saved: {e}", path.display()),
-                }
+        WriteOp::SaveFile { path, .. } => {
+            // Renamed while the claim holds; the folder is synced after
+            // the commit (see `apply`), not under the write lock.
+            if let Some(tmp) = staged
+                && let Err(e) = std::fs::rename(tmp, path)
+            {
+                eprintln!("warning: checkpoint {} not saved: {e}", path.display());
             }
         }
         WriteOp::CheckpointSaved { claim, step } => {
