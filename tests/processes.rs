@@ -895,14 +895,16 @@ fn processes_in_different_time_zones_agree_on_liveness_on_postgres() {
 /// Another connection holds the lock every writer needs (on SQLite the
 /// database's write lock, as a process stopped inside its transaction
 /// would; on PostgreSQL the study's row) for longer than the liveness
-/// limit, while two processes run: they wait and retry, never fail, and,
+/// limit (15 s), while two processes run: they wait and retry, never fail, and,
 /// their own heartbeats held up too, take nobody for dead once it is free.
 fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
     let Some((db, _cluster)) = database(dir.path(), "held", postgres) else {
         return;
     };
-    let body = study("held", 12, 150).replace("[study]\n", "[study]\nliveness = \"5s\"\n");
+    // The default limit: on a loaded 2-core machine a heartbeat can come
+    // 3-4 s late by itself, and this test is about the lock only.
+    let body = study("held", 12, 150);
     write(dir.path(), "s.toml", &body);
     let procs = start(dir.path(), 2, &db);
     wait_until(
@@ -930,7 +932,7 @@ fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them(postgres: bool) {
         };
         let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
         sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(12)).await;
+        tokio::time::sleep(Duration::from_secs(15)).await;
         sqlx::raw_sql(hold).execute(&mut conn).await.unwrap();
         sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
     });

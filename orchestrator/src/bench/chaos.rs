@@ -283,7 +283,11 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Report>> {
             let dir = tempfile::tempdir().map_err(io("a temporary folder"))?;
             let url = match storage {
                 "sqlite" => dir.path().join("chaos.db").display().to_string(),
-                _ => fresh_database(o.postgres.as_deref().expect("postgres"), kind)?,
+                _ => {
+                    let url = o.postgres.clone().expect("postgres");
+                    refuse_used(&url, kind)?;
+                    url
+                }
             };
             let study = study_file(kind, o, dir.path())?;
             std::fs::write(dir.path().join("s.toml"), study).map_err(io("the study file"))?;
@@ -311,9 +315,9 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Report>> {
     Ok(reports)
 }
 
-/// The PostgreSQL database, which must not hold the study yet: the
+/// Refuses a PostgreSQL database that holds the study already: the
 /// checks read every trial of it.
-fn fresh_database(url: &str, kind: Kind) -> Result<String> {
+fn refuse_used(url: &str, kind: Kind) -> Result<()> {
     block(|| async {
         let mut store = Store::open(url).await?;
         if store
@@ -329,8 +333,7 @@ fn fresh_database(url: &str, kind: Kind) -> Result<String> {
             )));
         }
         Ok(())
-    })?;
-    Ok(url.to_string())
+    })
 }
 
 /// Runs the future `make` builds on a thread of its own with its own
@@ -408,43 +411,57 @@ fn one(
     let waker = Waker::default();
     let waking = waker.clone();
     let waker_thread = std::thread::spawn(move || waking.run());
-    while t0.elapsed().as_secs_f64() < o.seconds {
-        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+    // The driver's own errors (a process that cannot start, a database
+    // that stops answering) end the bench, and leave nothing running.
+    let driven = (|| -> Result<()> {
+        while t0.elapsed().as_secs_f64() < o.seconds {
+            std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
+            for p in procs.iter_mut() {
+                if p.status.is_none() {
+                    p.status = p.child.try_wait().map_err(io("waiting for a process"))?;
+                }
+            }
+            // Processes that ended (the study is done for them) stay ended.
+            let live: Vec<usize> = (0..procs.len())
+                .filter(|&i| procs[i].status.is_none())
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            check_checkpoints(kind, &ckpt, &mut report);
+            let i = live[rng.random_range(0..live.len())];
+            match rng.random_range(0..10) {
+                0..=1 => {
+                    let extra = Duration::from_millis(rng.random_range(1000..3000));
+                    if waker.stop(procs[i].child.id(), Instant::now() + liveness + extra) {
+                        report.stops += 1;
+                    }
+                }
+                2..=3 => {
+                    waker.forget(procs[i].child.id());
+                    let _ = procs[i].child.kill();
+                    let _ = procs[i].child.wait();
+                    procs[i] = spawn(exe, dir, url, next)?;
+                    next += 1;
+                    report.kills += 1;
+                }
+                _ => {
+                    if command(url, &name, &mut rng, &mut paused_by_us)?.is_some() {
+                        report.commands += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = driven {
+        waker.finish();
+        let _ = waker_thread.join();
         for p in procs.iter_mut() {
-            if p.status.is_none() {
-                p.status = p.child.try_wait().map_err(io("waiting for a process"))?;
-            }
+            let _ = p.child.kill();
+            let _ = p.child.wait();
         }
-        // Processes that ended (the study is done for them) stay ended.
-        let live: Vec<usize> = (0..procs.len())
-            .filter(|&i| procs[i].status.is_none())
-            .collect();
-        if live.is_empty() {
-            break;
-        }
-        check_checkpoints(kind, &ckpt, &mut report);
-        let i = live[rng.random_range(0..live.len())];
-        match rng.random_range(0..10) {
-            0..=1 => {
-                let extra = Duration::from_millis(rng.random_range(1000..3000));
-                if waker.stop(procs[i].child.id(), Instant::now() + liveness + extra) {
-                    report.stops += 1;
-                }
-            }
-            2..=3 => {
-                waker.forget(procs[i].child.id());
-                let _ = procs[i].child.kill();
-                let _ = procs[i].child.wait();
-                procs[i] = spawn(exe, dir, url, next)?;
-                next += 1;
-                report.kills += 1;
-            }
-            _ => {
-                if command(url, &name, &mut rng, &mut paused_by_us)?.is_some() {
-                    report.commands += 1;
-                }
-            }
-        }
+        return Err(e);
     }
     // The chaos ends: everything continues, what we paused resumes, and
     // the study is let finish.
