@@ -12,18 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
-pg_bin=$(dirname "$(readlink -f "$(command -v initdb || ls /usr/lib/postgresql/*/bin/initdb | sort -V | tail -1)")")
-dir=$(mktemp -d)
-as_pg=()
-if [[ "$(id -u)" == 0 ]]; then
-    chown postgres: "$dir"
-    as_pg=(runuser -u postgres --)
-fi
-stop() { "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$dir"; }
-trap stop EXIT
-"${as_pg[@]}" "$pg_bin/initdb" -D "$dir/data" -U postgres --auth-local=trust --no-sync >/dev/null
-"${as_pg[@]}" "$pg_bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w \
-    -o "-k $dir -c listen_addresses='' -c max_connections=200" start >/dev/null
-"$pg_bin/psql" -h "$dir" -U postgres -qc "CREATE DATABASE chaos"
+source scripts/lib/throwaway-postgres.sh
+start_throwaway_postgres chaos
 SALUS_TUNE_PYTHON="${SALUS_TUNE_PYTHON:-$PWD/.venv/bin/python}" \
-    target/release/salus-tune bench chaos --postgres "postgresql://postgres@localhost/chaos?host=$dir" "$@"
+    target/release/salus-tune bench chaos --postgres "$pg_url" "$@"

@@ -585,6 +585,27 @@ fn conditional_parameters_reach_the_worker_only_when_they_apply() {
     assert_eq!(seen.len(), 2, "both branches ran");
 }
 
+/// The NumPy script as the worker of `trials` trials of `epochs` each.
+fn numpy_study(name: &str, trials: u64, epochs: u64, extra: &str) -> String {
+    worker_study(
+        name,
+        &studies_dir().join("numpy_mlp.py"),
+        &format!("lr = {{ float = [1e-2, 2e-1], log = true }}\nhidden = {{ int = [8, 64] }}\nepochs = {epochs}"),
+        extra,
+    )
+    .replace("trials = 8", &format!("trials = {trials}"))
+    .replace("iterations = 6", &format!("iterations = {epochs}"))
+}
+
+/// The most steps any requeue of the study kept.
+fn most_steps_kept(db: &Path) -> i64 {
+    scalar(
+        db,
+        "SELECT COALESCE(MAX(CAST(json_extract(detail, '$.kept_steps') AS INTEGER)), 0) \
+         FROM salus_events WHERE kind = 'trial_requeue'",
+    )
+}
+
 /// Ctrl-C (SIGTERM) in the middle of external trials: each worker saves its
 /// checkpoint as the run stops, the trial keeps the steps that checkpoint
 /// covers, and the rerun resumes it there: every trial ends with each of
@@ -596,14 +617,7 @@ fn a_stop_keeps_an_external_trial_s_curve_up_to_its_checkpoint() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let study = worker_study(
-        "stop",
-        &studies_dir().join("numpy_mlp.py"),
-        "lr = { float = [1e-2, 2e-1], log = true }\nhidden = { int = [8, 64] }\nepochs = 40",
-        "",
-    )
-    .replace("trials = 8", "trials = 3")
-    .replace("iterations = 6", "iterations = 40");
+    let study = numpy_study("stop", 3, 40, "");
     write(dir.path(), "s.toml", &study);
     let db = dir.path().join("stop.db");
     let run = Running::spawn(
@@ -631,11 +645,7 @@ fn a_stop_keeps_an_external_trial_s_curve_up_to_its_checkpoint() {
     assert!(ok);
     let out = run.wait();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
-    let kept = scalar(
-        &db,
-        "SELECT COALESCE(MAX(CAST(json_extract(detail, '$.kept_steps') AS INTEGER)), 0) \
-         FROM salus_events WHERE kind = 'trial_requeue'",
-    );
+    let kept = most_steps_kept(&db);
     assert!(kept >= 5, "a requeued trial kept its steps: {kept}");
     let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -659,14 +669,7 @@ fn a_killed_run_s_swapped_external_trials_resume_with_their_curves() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let study = worker_study(
-        "swapkill",
-        &studies_dir().join("numpy_mlp.py"),
-        "lr = { float = [1e-2, 2e-1], log = true }\nhidden = { int = [8, 64] }\nepochs = 30",
-        "metric = \"val_loss\"",
-    )
-    .replace("trials = 8", "trials = 12")
-    .replace("iterations = 6", "iterations = 30")
+    let study = numpy_study("swapkill", 12, 30, "metric = \"val_loss\"")
         + "\n[pruner]\nkind = \"asha\"\nmin_resource = 2\nreduction_factor = 2\n\n\
            [scheduler]\nlanes = 2\nmax_concurrent = 6\nmemory = \"48MiB\"\n";
     write(dir.path(), "s.toml", &study);
@@ -706,11 +709,7 @@ fn a_killed_run_s_swapped_external_trials_resume_with_their_curves() {
             assert_eq!(steps.len(), 30, "trial {}", t.number);
         }
     }
-    let kept = scalar(
-        &db,
-        "SELECT COALESCE(MAX(CAST(json_extract(detail, '$.kept_steps') AS INTEGER)), 0) \
-         FROM salus_events WHERE kind = 'trial_requeue'",
-    );
+    let kept = most_steps_kept(&db);
     assert!(
         kept >= 2,
         "a requeued trial kept its checkpoint's steps: {kept}"

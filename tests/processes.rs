@@ -376,11 +376,16 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
     };
     b.send(WriteOp::Requeue { by, keep_steps: 1 }).unwrap();
     b.flush().unwrap();
-    let cb = b
+    let taken = b
         .claim_waiting(ca.trial_id, *run_b, vec![])
         .unwrap()
         .expect("B takes the requeued trial");
+    let cb = taken.claim;
     assert_eq!((cb.run_id, cb.attempt), (*run_b, 2));
+    assert_eq!(
+        taken.last_step, 1,
+        "B resumes where the requeue cut the curve"
+    );
     for op in [step(cb, 2, 2.0), save(cb, b"b2", 2)] {
         b.send(op).unwrap();
     }

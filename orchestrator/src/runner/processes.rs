@@ -51,7 +51,7 @@ impl Runner<'_> {
                 .writer
                 .claim_waiting(p.claim.trial_id, st.timeline.run_id, store)?
             {
-                Some(claim) => p.claim = claim,
+                Some(claimed) => self.settle_resume(&st.data, &mut p, &claimed),
                 None => return Ok(Next::Skip),
             }
             if let Some(Err(why)) = &p.enqueued {

@@ -332,6 +332,46 @@ impl Runner<'_> {
         ))
     }
 
+    /// A WAITING trial this run just claimed resumes from a point the
+    /// database's curve reaches: the point read when it was listed may be
+    /// stale (another process's requeue, not this one's, cut the curve, at
+    /// another step). Of that point and the checkpoint as it is now (no
+    /// other run writes it while this one holds the claim), the furthest
+    /// one not past the last stored step; none means a restart from zero.
+    pub(super) fn settle_resume<B: Backend>(
+        &self,
+        data: &Arc<DeviceData<B>>,
+        p: &mut Pending,
+        claimed: &crate::storage::Claimed,
+    ) {
+        p.claim = claimed.claim;
+        let last = claimed.last_step;
+        if self.study.worker.is_some() {
+            p.external_resume = claimed.checkpoint.filter(|&(attempt, step)| {
+                step <= last
+                    && self
+                        .checkpoints
+                        .as_ref()
+                        .is_some_and(|c| c.external_path(claimed.claim.trial_id, attempt).is_file())
+            });
+            return;
+        }
+        let cfg = self.study.trial_config(
+            &p.params,
+            trial_seed(self.options.seed.unwrap_or(self.study.seed), p.number),
+        );
+        let now = self
+            .checkpoints
+            .as_ref()
+            .and_then(|c| c.load(claimed.claim.trial_id));
+        p.resume = [p.resume.take(), now]
+            .into_iter()
+            .flatten()
+            .filter(|s| s.reports as i64 <= last)
+            .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg.clone(), s.clone()).is_ok())
+            .max_by_key(|s| s.reports);
+    }
+
     /// An enqueued trial's parameters (Optuna's `enqueue_trial`, or
     /// `salus-tune enqueue`): its fixed values, the others drawn at random
     /// from a stream of its own, so that every process draws the same.

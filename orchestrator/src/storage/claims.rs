@@ -202,13 +202,26 @@ pub(super) async fn holds(conn: &mut AnyConnection, claim: &Claim) -> sqlx::Resu
     Ok(row.is_some())
 }
 
+/// A WAITING trial as a run took it: its claim, and what it resumes from
+/// as the database has it at that moment (no other run writes for it
+/// now). A resume point read earlier, before another process's requeue
+/// cut the curve elsewhere, is checked against these.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Claimed {
+    pub claim: Claim,
+    /// The last stored step (0 for none).
+    pub last_step: i64,
+    /// Its latest recorded external checkpoint: attempt and step.
+    pub checkpoint: Option<(i64, i64)>,
+}
+
 /// Takes a WAITING trial for `run_id`; `None` when another process took it.
 pub(super) async fn claim_waiting(
     conn: &mut AnyConnection,
     trial_id: TrialId,
     run_id: i64,
     clock: &super::dialect::Clock,
-) -> sqlx::Result<Option<Claim>> {
+) -> sqlx::Result<Option<Claimed>> {
     // PostgreSQL: a trial another process is claiming at this moment is
     // skipped at once, not waited for (that process gets it).
     if Dialect::of(conn) == Dialect::Postgres {
@@ -235,7 +248,26 @@ pub(super) async fn claim_waiting(
     let claim = claim(conn, trial_id, run_id, clock).await?;
     let detail = serde_json::json!({ "run_id": run_id, "attempt": claim.attempt }).to_string();
     super::statements::study_event(conn, trial_id, "trial_start", &detail, &clock.local).await?;
-    Ok(Some(claim))
+    let last_step: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT CAST(COALESCE(MAX(step), 0) AS BIGINT) FROM trial_intermediate_values WHERE trial_id = ?",
+    ))
+    .bind(trial_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    let checkpoint = sqlx::query(&sql(
+        &*conn,
+        "SELECT attempt, step FROM salus_checkpoints WHERE trial_id = ?",
+    ))
+    .bind(trial_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|r| (r.get::<i64, _>(0), r.get::<i64, _>(1)));
+    Ok(Some(Claimed {
+        claim,
+        last_step,
+        checkpoint,
+    }))
 }
 
 /// Who may send a RUNNING trial back to WAITING.

@@ -33,7 +33,7 @@ use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection};
 
 pub use claims::{
-    Claim, Place, Requeuer, STALE_AFTER_S, fresh, host_name, live_runs, owner_gone_here,
+    Claim, Claimed, Place, Requeuer, STALE_AFTER_S, fresh, host_name, live_runs, owner_gone_here,
     pid_exists, pid_namespace, run_alive,
 };
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use sqlx::AnyConnection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::claims::{self, Claim, Requeuer};
+use super::claims::{self, Claim, Claimed, Requeuer};
 use super::dialect::{Clock, begin_write};
 use super::heartbeat::{Beat, BeatStats};
 use super::statements;
@@ -156,7 +156,7 @@ pub enum WriteOp {
         run_id: i64,
         /// Parameters to store with it, for an enqueued trial that has none.
         params: Vec<StoredParam>,
-        reply: oneshot::Sender<std::result::Result<Option<Claim>, StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<Option<Claimed>, StorageFailure>>,
     },
     /// Every trial of the study as it is now (other processes' included),
     /// read outside any write transaction once the ops before it committed.
@@ -448,7 +448,7 @@ impl Writer {
         trial_id: TrialId,
         run_id: i64,
         params: Vec<StoredParam>,
-    ) -> Result<Option<Claim>> {
+    ) -> Result<Option<Claimed>> {
         self.ask(|reply| WriteOp::ClaimWaiting {
             trial_id,
             run_id,
@@ -499,8 +499,8 @@ enum Reply {
         (i64, i64),
     ),
     Claimed(
-        oneshot::Sender<std::result::Result<Option<Claim>, StorageFailure>>,
-        Option<Claim>,
+        oneshot::Sender<std::result::Result<Option<Claimed>, StorageFailure>>,
+        Option<Claimed>,
     ),
     Commands(
         oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
@@ -624,7 +624,7 @@ pub(super) enum Answer {
     /// A created trial's claim and number, or none: the study is full.
     Ids(Option<(Claim, TrialNumber)>),
     RunId((i64, i64)),
-    Claimed(Option<Claim>),
+    Claimed(Option<Claimed>),
     Commands(Vec<Command>),
 }
 
