@@ -18,7 +18,40 @@
 use std::cmp::Ordering;
 
 use super::JobId;
-pub use crate::study::Policy;
+
+/// Scheduling policies of the Salus core. The study file names them as
+/// [`Policy::name`] does (a test holds the two together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    Pack,
+    Fair,
+    Srtf,
+    Fifo,
+    Priority,
+}
+
+impl Policy {
+    /// Every policy, in the order the docs list them.
+    pub const ALL: [Policy; 5] = [
+        Policy::Pack,
+        Policy::Fair,
+        Policy::Srtf,
+        Policy::Fifo,
+        Policy::Priority,
+    ];
+
+    /// The name a study file and the database use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Pack => "pack",
+            Policy::Fair => "fair",
+            Policy::Srtf => "srtf",
+            Policy::Fifo => "fifo",
+            Policy::Priority => "priority",
+        }
+    }
+}
 
 /// What a policy may look at for one runnable job.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -325,39 +325,7 @@ impl PrunerKind {
     }
 }
 
-/// Scheduling policies of the Salus core. The study file names them as
-/// [`Policy::name`] does (a test holds the two together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    Pack,
-    Fair,
-    Srtf,
-    Fifo,
-    Priority,
-}
-
-impl Policy {
-    /// Every policy, in the order the README lists them.
-    pub const ALL: [Policy; 5] = [
-        Policy::Pack,
-        Policy::Fair,
-        Policy::Srtf,
-        Policy::Fifo,
-        Policy::Priority,
-    ];
-
-    /// The name a study file and the database use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Pack => "pack",
-            Policy::Fair => "fair",
-            Policy::Srtf => "srtf",
-            Policy::Fifo => "fifo",
-            Policy::Priority => "priority",
-        }
-    }
-}
+pub use crate::salus::policy::Policy;
 
 /// `[scheduler]`: parsed and checked; trials run one at a time until the
 /// Salus core lands.
