@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One salus-tune process per GPU of this machine, all on one study: the
-# database is their only coordination point (see the README, "Running at
-# scale"). Each process packs its own trials onto its GPU; together they
+# database is their only coordination point (see docs/running-at-scale.md).
+# Each process packs its own trials onto its GPU; together they
 # stop at the study's `trials`.
 #
 #   examples/one-process-per-gpu.sh STUDY.toml [GPUS]

@@ -9,7 +9,8 @@
 # PostgreSQL. It installs tmux (the dashboard's end-to-end test) and
 # PostgreSQL's server programs (the tests start throwaway clusters of their
 # own with initdb and pg_ctl, never a system service) with apt-get when
-# they are missing.
+# they are missing, and mdBook (cargo install, into ~/.cargo/bin) to build
+# the docs book.
 #
 # Device tests that could not run (no CUDA device here) print `ok` to cargo,
 # so each one records itself (kernels::device_tests) and the last two lines
@@ -62,9 +63,21 @@ if ! command -v openssl >/dev/null 2>&1; then
 fi
 export SALUS_TUNE_REQUIRE_POSTGRES=1
 export SALUS_TUNE_REQUIRE_OPTUNA=1
+# mdBook builds the docs book (docs/); tests/docs.rs checks its links and
+# runs its examples.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+mdbook_version="0.4.52"
+if ! mdbook --version 2>/dev/null | grep -q "v$mdbook_version"; then
+    echo "installing mdBook $mdbook_version (to build the docs book)"
+    cargo install --quiet --locked mdbook --version "$mdbook_version"
+fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The build without CUDA (kernels' stub in its place), so the stub cannot
+# drift from the real backend.
+cargo clippy --workspace --all-targets --no-default-features -- -D warnings
+mdbook build docs
 
 log="$(mktemp -d)"
 trap 'rm -rf "$log"' EXIT

@@ -18,7 +18,7 @@ safely), and ends the process cleanly when the trial is pruned.
         trial.report(epoch + 1, loss)
     trial.done(loss)
 
-See the protocol table in salus-tune's README ("External workers").
+See the protocol table in salus-tune's docs, docs/external-workers.md.
 """
 
 import json

@@ -12,10 +12,11 @@
 //! * This crate orchestrates: the CLI, study files,
 //!   samplers and pruners, the Salus core that schedules jobs onto lanes
 //!   under a memory ledger, and Optuna-compatible storage. See
-//!   `../shared/DESIGN.md` in the project's workspace for the whole plan.
+//!   `ARCHITECTURE.md` at the repository root for the map of the code.
 //!
 pub mod bench;
 pub mod checkpoint;
+pub mod cli;
 pub mod commands;
 pub mod dash;
 pub mod device;

@@ -11,7 +11,7 @@
 //! one with the largest ratio `l(x) / g(x)` wins.
 //!
 //! Where we differ from Optuna, on purpose (measured over 300 seeds in
-//! `bench samplers`; see the README):
+//! `bench samplers`; see `docs/benchmarks/samplers.md`):
 //! - the narrowest kernel of an estimator over `n` observations is
 //!   `range / min(100, (n + 2)^1.25)`, not Optuna's `range / min(100, n +
 //!   2)`. The good group holds few observations (5 at 50 trials), so

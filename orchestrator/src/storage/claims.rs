@@ -42,7 +42,7 @@ use super::{Owner, TrialId};
 /// than this is gone. `[study] liveness` sets another. The default is
 /// five heartbeats (every 2 s): the longest gap between two heartbeats of
 /// one run measured under load on a 2-core machine (8 processes, every
-/// core busy) was 2.6 s; see the README.
+/// core busy) was 2.6 s; see `docs/running-at-scale.md`.
 pub const STALE_AFTER_S: f64 = 10.0;
 
 /// One run's hold on one trial: every write for the trial carries it, and
