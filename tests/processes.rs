@@ -124,7 +124,10 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
     };
     write(dir.path(), "s.toml", &body);
     let mut procs = start(dir.path(), 3, &db);
-    // Wait until the first process has checkpointed a trial it holds.
+    // Wait until the first process has checkpointed a trial it holds and
+    // stored its second step: its first checkpoint is then committed
+    // (sent before that step), so a kill at any moment leaves one that
+    // the stored curve covers, the current one or the one it replaced.
     let victim_pid = procs[0].id() as i64;
     let t0 = Instant::now();
     let checkpointed = || {
@@ -133,7 +136,8 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                 .texts(&format!(
                     "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
                      JOIN trials t ON t.trial_id = c.trial_id \
-                     WHERE r.pid = {victim_pid} AND CAST(t.state AS TEXT) = 'RUNNING'"
+                     WHERE r.pid = {victim_pid} AND CAST(t.state AS TEXT) = 'RUNNING' \
+                     AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) >= 2"
                 ))
                 .iter()
                 .any(|id| checkpoints.join(format!("trial-{id}.state")).is_file())
@@ -187,7 +191,7 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others_on_pos
 }
 
 #[test]
-fn the_readme_s_one_process_per_gpu_loop_runs_the_study() {
+fn the_docs_one_process_per_gpu_loop_runs_the_study() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "s.toml", &study("loop", 8, 2));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/one-process-per-gpu.sh");

@@ -15,7 +15,11 @@
 //! that a process that lost a trial never replaces or removes the
 //! checkpoint of the process that holds it now. A checkpoint is never
 //! ahead of the stored curve where it counts: one that is (its values'
-//! transaction rolled back) is not loaded on resume.
+//! transaction rolled back, or the process died before the commit) is not
+//! loaded on resume. So that such a death does not cost the trial's whole
+//! progress, the checkpoint it replaced stays as `trial-<trial_id>.state.prev`
+//! until the commit, and resume takes the furthest of the two that the
+//! stored curve covers.
 //!
 //! An external worker writes its own checkpoint, which no transaction can
 //! fence: each claim of the trial (attempt) gets its own file,
@@ -90,6 +94,18 @@ impl Checkpoints {
         TrialSnapshot::from_bytes(&bytes).ok()
     }
 
+    /// The readable checkpoints of `trial_id`: its current one and the one
+    /// it replaced in a transaction that never committed (see the module
+    /// docs), for [`furthest_covered`] to choose from.
+    pub fn load_all(&self, trial_id: TrialId) -> Vec<TrialSnapshot> {
+        let current = self.path(trial_id);
+        [previous_of(&current), current]
+            .iter()
+            .filter_map(|p| std::fs::read(p).ok())
+            .filter_map(|b| TrialSnapshot::from_bytes(&b).ok())
+            .collect()
+    }
+
     /// Where attempt `attempt` of an external worker of `trial_id` saves
     /// its own checkpoint (see the module docs).
     pub fn external_path(&self, trial_id: TrialId, attempt: i64) -> PathBuf {
@@ -140,6 +156,54 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// Where the checkpoint that `path` replaced waits for the commit.
+pub fn previous_of(path: &Path) -> PathBuf {
+    let mut prev = path.as_os_str().to_os_string();
+    prev.push(".prev");
+    PathBuf::from(prev)
+}
+
+/// Puts the staged `tmp` in place at `path` and keeps what was there as
+/// [`previous_of`]`(path)`, until [`settled`] drops it (the commit) or
+/// restores it (a rollback).
+pub fn replace_keeping_previous(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    let prev = previous_of(path);
+    let _ = std::fs::remove_file(&prev);
+    match std::fs::hard_link(path, &prev) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::rename(tmp, path)
+}
+
+/// After the transaction that put `path` in place: committed, the previous
+/// checkpoint goes; rolled back, it comes back.
+pub fn settled(path: &Path, committed: bool) {
+    let prev = previous_of(path);
+    if committed {
+        let _ = std::fs::remove_file(prev);
+    } else if prev.exists() {
+        let _ = std::fs::rename(prev, path);
+    } else {
+        // There was none before: the trial had no checkpoint.
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Of `candidates`, the furthest one whose report count the stored curve
+/// (`stored`: its last step) covers and that `usable` accepts.
+pub fn furthest_covered(
+    candidates: impl IntoIterator<Item = TrialSnapshot>,
+    stored: i64,
+    usable: impl Fn(&TrialSnapshot) -> bool,
+) -> Option<TrialSnapshot> {
+    candidates
+        .into_iter()
+        .filter(|s| s.reports as i64 <= stored)
+        .filter(|s| usable(s))
+        .max_by_key(|s| s.reports)
 }
 
 /// This process's temporary name for `path`: two processes (or two
@@ -208,6 +272,54 @@ mod tests {
                 running: vec![0.25, 4.0],
             },
         }
+    }
+
+    /// A process that dies between putting a checkpoint in place and the
+    /// commit of the values it covers leaves one ahead of the stored
+    /// curve; the one it replaced is still there, and resume takes it.
+    #[test]
+    fn a_checkpoint_replaced_before_its_commit_leaves_the_previous_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Checkpoints::beside(&dir.path().join("s.db"));
+        let path = c.path_of(TrialId(4));
+        let put = |iteration: u64| {
+            let tmp = staging_path(&path);
+            write_synced(&tmp, &state(iteration).to_bytes()).unwrap();
+            replace_keeping_previous(&tmp, &path).unwrap();
+        };
+        // The first checkpoint replaces none; a rollback removes it.
+        put(20);
+        assert_eq!(c.load_all(TrialId(4)).len(), 1);
+        settled(&path, false);
+        assert!(c.load_all(TrialId(4)).is_empty());
+        // Committed: only the new one stays.
+        put(20);
+        settled(&path, true);
+        assert_eq!(c.load_all(TrialId(4)), vec![state(20)]);
+        // Put in place, then the process dies: both are there, and with
+        // 2 steps stored (the new one's 3rd never committed) the old one
+        // is the furthest covered.
+        put(30);
+        let both = c.load_all(TrialId(4));
+        assert_eq!(both, vec![state(20), state(30)]);
+        let pick = |stored| furthest_covered(both.clone(), stored, |_| true).map(|s| s.reports);
+        assert_eq!(pick(2), Some(2));
+        assert_eq!(pick(3), Some(3));
+        assert_eq!(pick(1), None);
+        assert_eq!(
+            furthest_covered(both.clone(), 3, |s| s.reports < 3).map(|s| s.reports),
+            Some(2)
+        );
+        // The next save replaces the stale previous file; a rollback then
+        // brings back what was current before it.
+        put(40);
+        settled(&path, false);
+        assert_eq!(c.load(TrialId(4)), Some(state(30)));
+        assert!(!previous_of(&path).exists());
+        // A sweep takes the previous file too.
+        put(50);
+        c.sweep(&[TrialId(4)]);
+        assert!(c.files_of(TrialId(4)).is_empty());
     }
 
     #[test]

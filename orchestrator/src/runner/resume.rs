@@ -286,12 +286,11 @@ impl Runner<'_> {
         let stored = row.intermediate.last().map_or(0, |&(s, _)| s);
         let (resume, external_resume) = match &study.worker {
             None => {
-                let resume = self
-                    .checkpoints
-                    .as_ref()
-                    .and_then(|c| c.load(row.trial_id))
-                    .filter(|s| s.reports as i64 <= stored)
-                    .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg, s.clone()).is_ok());
+                let resume = self.checkpoints.as_ref().and_then(|c| {
+                    crate::checkpoint::furthest_covered(c.load_all(row.trial_id), stored, |s| {
+                        TrainTrial::resume_on_host(data.clone(), cfg.clone(), s.clone()).is_ok()
+                    })
+                });
                 (resume, None)
             }
             // A worker checkpoints itself, each attempt into its own file;
@@ -363,13 +362,13 @@ impl Runner<'_> {
         let now = self
             .checkpoints
             .as_ref()
-            .and_then(|c| c.load(claimed.claim.trial_id));
-        p.resume = [p.resume.take(), now]
-            .into_iter()
-            .flatten()
-            .filter(|s| s.reports as i64 <= last)
-            .filter(|s| TrainTrial::resume_on_host(data.clone(), cfg.clone(), s.clone()).is_ok())
-            .max_by_key(|s| s.reports);
+            .map(|c| c.load_all(claimed.claim.trial_id))
+            .unwrap_or_default();
+        p.resume = crate::checkpoint::furthest_covered(
+            p.resume.take().into_iter().chain(now),
+            last,
+            |s| TrainTrial::resume_on_host(data.clone(), cfg.clone(), s.clone()).is_ok(),
+        );
     }
 
     /// An enqueued trial's parameters (Optuna's `enqueue_trial`, or

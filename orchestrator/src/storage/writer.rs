@@ -657,6 +657,15 @@ async fn apply(
         })
         .collect();
     let result = apply_staged(conn, batch, &staged, lost, beat).await;
+    // A staged file that is gone was put in place: the checkpoint it
+    // replaced goes with the commit, or comes back with a rollback.
+    for (op, tmp) in batch.iter().zip(&staged) {
+        if let (WriteOp::SaveFile { path, .. }, Some(tmp)) = (op, tmp)
+            && !tmp.exists()
+        {
+            crate::checkpoint::settled(path, result.is_ok());
+        }
+    }
     // What was not put in place (a lost claim, a rollback) goes.
     for tmp in staged.iter().flatten() {
         let _ = std::fs::remove_file(tmp);
@@ -834,7 +843,7 @@ async fn write_op(
             // Renamed while the claim holds; the folder is synced after
             // the commit (see `apply`), not under the write lock.
             if let Some(tmp) = staged
-                && let Err(e) = std::fs::rename(tmp, path)
+                && let Err(e) = crate::checkpoint::replace_keeping_previous(tmp, path)
             {
                 eprintln!("warning: checkpoint {} not saved: {e}", path.display());
             }
@@ -844,6 +853,7 @@ async fn write_op(
         }
         WriteOp::RemoveFile { path, .. } => {
             let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(crate::checkpoint::previous_of(path));
         }
         WriteOp::Flush { .. } => {}
     }
