@@ -314,3 +314,72 @@ fn the_cli_chapter_names_every_flag_and_no_other() {
          flags docs/cli.md names that no command has: {unknown:?}"
     );
 }
+
+/// The rows of docs/cli.md's exit-status table: (status, example).
+fn exit_status_rows() -> Vec<(i32, String)> {
+    let text = std::fs::read_to_string(root().join("docs/cli.md")).unwrap();
+    let start = text
+        .find("| status | meaning | for example |")
+        .expect("the table");
+    text[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].parse().unwrap(), cells[3].to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_exit_status_table_is_what_the_binary_does() {
+    let rows = exit_status_rows();
+    let statuses: Vec<i32> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(statuses, [0, 1, 2, 130]);
+    // --help gives the same statuses.
+    let help = <Cli as clap::CommandFactory>::command()
+        .render_long_help()
+        .to_string();
+    assert!(
+        help.contains("Exit status: 0 success, 1 ")
+            && help.contains(", 2 bad input")
+            && help.contains(", 130 stopped by Ctrl-C"),
+        "{help}"
+    );
+    // Each example, run: a study with a kept model stands in for STUDY.toml.
+    let dir = tempfile::tempdir().unwrap();
+    let study = dir.path().join("s.toml");
+    std::fs::write(
+        &study,
+        "[study]\nname = \"s\"\ntrials = 1\n\n[train]\nepochs = 1\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_salus-tune");
+    let status = |args: &[&str]| {
+        let out = std::process::Command::new(bin)
+            .args(args)
+            .current_dir(root())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let s = study.to_str().unwrap();
+    assert_eq!(status(&[s, "--no-progress"]).0, Some(0));
+    for (code, example) in rows {
+        let Some(command) = example.strip_prefix('`').and_then(|e| e.split('`').next()) else {
+            assert_eq!(
+                code, 130,
+                "only Ctrl-C has no example (tests/run.rs sends it)"
+            );
+            continue;
+        };
+        let words = shell_words::split(&command.replace("STUDY.toml", s)).unwrap();
+        assert_eq!(words[0], "salus-tune");
+        let (got, stderr) = status(&words[1..].iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(got, Some(code), "{command}: {stderr}");
+    }
+}

@@ -19,8 +19,9 @@ use crate::output::Format;
 /// so that `optuna.load_study(storage=...)` reads them. Several processes
 /// (one per GPU, one per machine) may run the same study at once.
 ///
-/// Exit status: 0 success, 1 a run failed, 2 bad input (study file, flag,
-/// storage), 130 stopped by Ctrl-C.
+/// Exit status: 0 success, 1 a run or command failed on good input (no
+/// trial completed, a file the system refused, storage), 2 bad input (study
+/// file, flag, storage), 130 stopped by Ctrl-C.
 #[derive(Parser)]
 #[command(
     name = "salus-tune",

@@ -528,12 +528,12 @@ pub async fn export(args: ReadArgs, trial: Option<i64>, out: &Path) -> Result<St
             info.name
         )));
     };
-    std::fs::create_dir_all(out).map_err(|e| Error::Input(format!("{}: {e}", out.display())))?;
+    std::fs::create_dir_all(out).map_err(Error::io(format!("creating {}", out.display())))?;
     let write = |name: &str, bytes: &[u8]| {
         let path = out.join(name);
         std::fs::write(&path, bytes)
             .map(|_| path)
-            .map_err(|e| Error::Input(format!("{}: {e}", out.join(name).display())))
+            .map_err(Error::io(format!("writing {}", out.join(name).display())))
     };
     let architecture: serde_json::Value =
         serde_json::from_str(&model.architecture).unwrap_or(serde_json::Value::Null);

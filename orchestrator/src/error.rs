@@ -148,6 +148,14 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// For `map_err`: a failed file or process operation, described by
+    /// `what` ("writing x"), keeping the `io::Error` (exit status 1, not 2:
+    /// the input was fine, the machine said no).
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Io { what, source }
+    }
+
     /// A storage failure of `url`.
     /// A storage failure; a password in `url` is masked (`storage::masked`).
     pub fn storage(url: &str, source: impl Into<StorageFailure>) -> Self {

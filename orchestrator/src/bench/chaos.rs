@@ -255,8 +255,7 @@ fn signal(pid: u32, sig: &str) {
 
 /// Runs each study on each storage.
 pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Report>> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::Input(format!("cannot find this program: {e}")))?;
+    let exe = std::env::current_exe().map_err(Error::io("finding this program"))?;
     let mut reports = Vec::new();
     for &kind in &o.kinds {
         if kind == Kind::External && !super::python_imports(&o.python, "numpy") {

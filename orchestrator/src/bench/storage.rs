@@ -91,8 +91,7 @@ const STUDY: &str = "[study]\nname = \"bench-storage\"\ntrials = TRIALS\nseed = 
 /// Runs each process count: on its own SQLite file, then (with
 /// `--postgres`) on the PostgreSQL database, salus-tune's and Optuna's.
 pub fn run(options: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>> {
-    let exe = std::env::current_exe()
-        .map_err(|e| Error::Input(format!("cannot find this program: {e}")))?;
+    let exe = std::env::current_exe().map_err(Error::io("finding this program"))?;
     let trials = options.trials;
     let mut rows = Vec::new();
     let mut systems = vec![System::SalusSqlite];
@@ -104,8 +103,7 @@ pub fn run(options: &Options, progress: &mut dyn FnMut(&str)) -> Result<Vec<Row>
     }
     for (config, &p) in options.processes.iter().enumerate() {
         for &system in &systems {
-            let dir = tempfile::tempdir()
-                .map_err(|e| Error::Input(format!("a temporary folder: {e}")))?;
+            let dir = tempfile::tempdir().map_err(Error::io("creating a temporary folder"))?;
             // A study of its own in a shared database.
             let name = format!(
                 "bench-storage-{}-p{p}-c{config}-{}",
@@ -155,7 +153,7 @@ fn salus(
             .replace("TRIALS", &trials.to_string())
             .replace("bench-storage", name),
     )
-    .map_err(|e| Error::Input(format!("writing the study: {e}")))?;
+    .map_err(Error::io("writing the study"))?;
     let t0 = Instant::now();
     let children: Vec<_> = (0..p)
         .map(|_| {
@@ -170,12 +168,12 @@ fn salus(
                 .spawn()
         })
         .collect::<std::io::Result<_>>()
-        .map_err(|e| Error::Input(format!("starting {}: {e}", exe.display())))?;
+        .map_err(Error::io(format!("starting {}", exe.display())))?;
     let mut errors = 0;
     for c in children {
         let out = c
             .wait_with_output()
-            .map_err(|e| Error::Input(format!("waiting for a process: {e}")))?;
+            .map_err(Error::io("waiting for a process"))?;
         let log = String::from_utf8_lossy(&out.stderr);
         errors += usize::from(!out.status.success() || log.contains("locked"));
     }
@@ -197,13 +195,13 @@ fn salus(
 fn optuna(python: &Path, url: &str, dir: &Path, name: &str, p: usize, trials: u64) -> Result<Row> {
     let script = dir.join("optuna_storage.py");
     std::fs::write(&script, OPTUNA_SCRIPT)
-        .map_err(|e| Error::Input(format!("writing {}: {e}", script.display())))?;
+        .map_err(Error::io(format!("writing {}", script.display())))?;
     let sqlalchemy = format!(
         "postgresql+psycopg2://{}",
         url.split_once("://").map_or(url, |(_, rest)| rest)
     );
     let failed = |what: &str, e: &dyn std::fmt::Display| {
-        Error::Input(format!("Optuna's side ({}): {what}: {e}", python.display()))
+        Error::Bench(format!("Optuna's side ({}): {what}: {e}", python.display()))
     };
     let created = Command::new(python)
         .arg(&script)
@@ -274,7 +272,7 @@ fn tally_on(url: &str, name: &str) -> Result<(u64, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Input(format!("a runtime: {e}")))?;
+        .map_err(Error::io("starting a runtime"))?;
     runtime.block_on(async {
         let mut store = crate::storage::Store::open_existing(url).await?;
         let study = store.pick_study(Some(name)).await?;
