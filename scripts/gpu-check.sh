@@ -54,7 +54,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-TESTS=(ops conv_ops gradients devices graphs salus_core)
+TESTS=(ops conv_ops gradients devices graphs it)
 
 if [[ "${1:-}" == "prepare" ]]; then
     set -e
@@ -62,10 +62,10 @@ if [[ "${1:-}" == "prepare" ]]; then
     cargo build --release --bin salus-tune
     cp target/release/salus-tune gpu-build/
     # kernels/tests/{ops,conv_ops}.rs, workers/tests/{gradients,devices,graphs}.rs,
-    # tests/salus_core.rs
+    # tests/it/salus_core.rs
     {
         cargo test --release --no-run --message-format=json -p kernels -p workers
-        cargo test --release --no-run --message-format=json -p salus-tune --test salus_core
+        cargo test --release --no-run --message-format=json -p salus-tune --test it
     } 2>/dev/null |
         python3 -c '
 import json, sys, shutil
@@ -186,7 +186,7 @@ phase 03-conv-ops.txt 60 gpu-build/test-conv_ops cuda:: "${T[@]}"
 phase 04-gradients.txt 30 gpu-build/test-gradients "${T[@]}"
 phase 05-devices.txt 45 gpu-build/test-devices "${T[@]}"
 phase 06-graphs.txt 45 gpu-build/test-graphs "${T[@]}"
-phase 06-core.txt 45 gpu-build/test-salus_core "${T[@]}"
+phase 06-core.txt 45 gpu-build/test-it salus_core:: "${T[@]}"
 
 # Each cell's work is sized for at least ~20 iterations per trial at K=64
 # (the first iteration of a trial runs eagerly and the second captures it).

@@ -63,7 +63,7 @@ if ! command -v openssl >/dev/null 2>&1; then
 fi
 export SALUS_TUNE_REQUIRE_POSTGRES=1
 export SALUS_TUNE_REQUIRE_OPTUNA=1
-# mdBook builds the docs book (docs/); tests/docs.rs checks its links and
+# mdBook builds the docs book (docs/); tests/it/docs.rs checks its links and
 # runs its examples.
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 mdbook_version="0.4.52"

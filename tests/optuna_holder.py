@@ -1,5 +1,5 @@
 """An Optuna process that holds one RUNNING trial of a salus-tune study, as
-`study.ask()` leaves it, for `tests/optuna_interop.rs`.
+`study.ask()` leaves it, for `tests/it/optuna_interop.rs`.
 
 Usage: optuna_holder.py STORAGE STUDY HEARTBEAT TELL_FILE
 

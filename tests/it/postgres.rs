@@ -4,10 +4,8 @@
 //! file, with `sslmode` as libpq has it. Each test starts a throwaway
 //! cluster of its own (`common::postgres`).
 
-mod common;
-
-use common::postgres::{Cluster, TUNER_PASSWORD};
-use common::*;
+use crate::common::postgres::{Cluster, TUNER_PASSWORD};
+use crate::common::*;
 
 fn study(name: &str, trials: u64) -> String {
     small_study(name, trials)

@@ -1,9 +1,7 @@
 //! The binary end to end: a study runs, stores what Optuna expects,
 //! resumes, refuses a changed space, survives failing trials and Ctrl-C.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use salus_tune::storage::TrialState;
 
 #[test]

@@ -2,11 +2,9 @@
 //! trial's final weights are stored, and the exported model reproduces the
 //! trial's validation accuracy when run outside salus-tune.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use safetensors::SafeTensors;
 use salus_tune::output;
 use salus_tune::storage::TrialState;

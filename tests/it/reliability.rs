@@ -4,13 +4,11 @@
 //! dead process's trials from a live one's, and a study, the dashboard and
 //! readers share one database without a lock error.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use salus_tune::storage::{TrialRow, TrialState};
 
@@ -366,7 +364,7 @@ fn heartbeats_tell_a_dead_process_from_a_live_one(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.toml", &study("beats", 3, 200, "256"));
     let cluster = if postgres {
-        let Some(c) = common::postgres::Cluster::start("heartbeats") else {
+        let Some(c) = crate::common::postgres::Cluster::start("heartbeats") else {
             return;
         };
         Some(c)

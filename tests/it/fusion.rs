@@ -3,9 +3,7 @@
 //! median rule prunes them or ASHA pauses them, and later trials (new or
 //! promoted) join running groups.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use salus_tune::storage::{TrialRow, TrialState};
 
 fn fixed_shape_study(name: &str, fuse: usize, pruner: &str) -> String {

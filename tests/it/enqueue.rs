@@ -3,12 +3,10 @@
 //! parameters they leave out are sampled; values outside the space FAIL
 //! the trial with the reason, and the study goes on.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use salus_tune::storage::{TrialRow, TrialState};
 
 fn param(t: &TrialRow, name: &str) -> Option<f64> {

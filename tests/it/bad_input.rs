@@ -1,9 +1,7 @@
 //! Bad input exits with status 2 and a message that names the file, the
 //! line and the key.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const CASES: &[(&str, &str, &str)] = &[
     // (study file, key the message must name, words it must contain)

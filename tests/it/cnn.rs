@@ -2,12 +2,10 @@
 //! `.npy` images) run through the binary, train fused, land in the database
 //! and show in the dashboard; a fused conv net stores what it stores alone.
 
-mod common;
-
 use std::io::Write;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use salus_tune::dash::snapshot::Phase;
 use salus_tune::storage::TrialState;
 use workers::data::{ImageShape, synthetic_images};

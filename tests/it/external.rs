@@ -3,12 +3,10 @@
 //! own timestamps, crashes, hangs, malformed messages and a killed worker,
 //! and pause, swap (checkpoint) and resume keeping curves continuous.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use salus_tune::storage::TrialState;
 
 fn python() -> String {

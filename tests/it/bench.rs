@@ -1,9 +1,7 @@
 //! The benchmark commands run and print what the issues ask for (small
 //! configurations; the speed goals are measured by the commands themselves).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn bench_packing_json_has_the_documented_keys() {

@@ -4,14 +4,12 @@
 //! exactly its target, no trial runs twice, and a killed process's trials
 //! are finished by the others from their checkpoints.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use salus_tune::storage::TrialState;
 
 fn study(name: &str, trials: u64, epochs: u64) -> String {

@@ -5,13 +5,11 @@
 //! test says so and passes, unless `SALUS_TUNE_REQUIRE_OPTUNA=1` (as CI
 //! sets), where it fails.
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 fn python() -> Option<PathBuf> {
     let candidate = std::env::var_os("SALUS_TUNE_PYTHON")
@@ -182,7 +180,7 @@ fn optuna_s_own_running_trials_are_left_alone_while_their_process_lives() {
         1,
         "only the dead holder's trial was requeued"
     );
-    let told: f64 = common::block_on(async {
+    let told: f64 = crate::common::block_on(async {
         use sqlx::Connection;
         let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
             .await

@@ -373,7 +373,7 @@ fn the_exit_status_table_is_what_the_binary_does() {
         let Some(command) = example.strip_prefix('`').and_then(|e| e.split('`').next()) else {
             assert_eq!(
                 code, 130,
-                "only Ctrl-C has no example (tests/run.rs sends it)"
+                "only Ctrl-C has no example (tests/it/run.rs sends it)"
             );
             continue;
         };

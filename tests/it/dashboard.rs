@@ -3,11 +3,9 @@
 //! changes, a snapshot read from a real study's database, and the real
 //! binary driven in tmux against a running study.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use salus_tune::dash::snapshot::{Event, LaneInfo, Phase, SPARK_SECONDS, Snapshot, TrialInfo};

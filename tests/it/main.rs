@@ -1,0 +1,23 @@
+//! The end-to-end tests of the `salus-tune` binary, its database, its docs
+//! and its core, as one test binary: a change links it once, not once per
+//! file. Each module is one subject; `common` holds the helpers they share.
+
+mod common;
+
+mod bad_input;
+mod bench;
+mod cnn;
+mod dashboard;
+mod docs;
+mod enqueue;
+mod external;
+mod fusion;
+mod keep_export;
+mod optuna_interop;
+mod postgres;
+mod processes;
+mod reliability;
+mod run;
+mod salus_core;
+mod study_errors;
+mod study_file;
