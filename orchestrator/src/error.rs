@@ -157,10 +157,10 @@ impl Error {
     }
 
     /// A storage failure of `url`.
-    /// A storage failure; a password in `url` is masked (`storage::masked`).
+    /// A storage failure; a password in `url` is masked (`credentials::masked`).
     pub fn storage(url: &str, source: impl Into<StorageFailure>) -> Self {
         Error::Storage {
-            url: crate::storage::masked(url),
+            url: crate::credentials::masked(url),
             source: source.into(),
         }
     }

@@ -1,5 +1,6 @@
 //! `trials` and `best` output: a table, CSV or JSON.
 
+pub use crate::numbers::fmt_float;
 use serde_json::{Value, json};
 
 use crate::storage::{TrialRow, TrialState};
@@ -67,17 +68,6 @@ pub fn best(trials: &[TrialRow], direction: Direction) -> Option<&TrialRow> {
             Some(b) if !direction.better(t.value.unwrap(), b.value.unwrap()) => Some(b),
             _ => Some(t),
         })
-}
-
-/// A float for people: 6 decimals, or 4 significant digits in scientific
-/// form when it is small or large.
-pub fn fmt_float(v: f64) -> String {
-    if v != 0.0 && (v.abs() < 1e-3 || v.abs() >= 1e6) {
-        format!("{v:.3e}")
-    } else {
-        let s = format!("{v:.6}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
 }
 
 /// A value as a cell: floats rounded for people (`fmt_float`), or with

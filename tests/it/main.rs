@@ -13,6 +13,7 @@ mod enqueue;
 mod external;
 mod fusion;
 mod keep_export;
+mod layers;
 mod optuna_interop;
 mod postgres;
 mod processes;

@@ -20,7 +20,7 @@ use ratatui::widgets::{
 
 use super::snapshot::{Phase, Snapshot, TrialInfo};
 use super::state::{Pane, ViewState};
-use crate::output::fmt_float;
+use crate::numbers::fmt_float;
 use crate::study::Direction;
 
 /// Draws the whole dashboard.

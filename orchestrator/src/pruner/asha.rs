@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::{Curves, Decision, Pruner, at_least, best_first, value_at};
-use crate::storage::TrialNumber;
-use crate::study::Direction;
+use crate::ids::TrialNumber;
+use crate::objective::Direction;
 
 /// ASHA with rungs at `min_resource * eta^k` report steps.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,8 @@
 //! The median stopping rule.
 
 use super::{Curves, Decision, Pruner, at_least, value_at};
-use crate::storage::TrialNumber;
-use crate::study::Direction;
+use crate::ids::TrialNumber;
+use crate::objective::Direction;
 
 /// Prunes a trial whose value at a step is worse than the median of the
 /// values other trials reported at that step, once `startup_trials` trials

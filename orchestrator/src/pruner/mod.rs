@@ -23,8 +23,8 @@ pub use median::Median;
 
 use std::collections::BTreeMap;
 
-use crate::storage::TrialNumber;
-use crate::study::Direction;
+use crate::ids::TrialNumber;
+use crate::objective::Direction;
 
 /// A trial's intermediate values, by report step.
 #[derive(Debug, Clone, PartialEq, Default)]

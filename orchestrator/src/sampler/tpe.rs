@@ -39,8 +39,8 @@ use rand_distr::{Distribution as _, Normal};
 
 use super::random::draw;
 use super::{Sampler, TrialRecord};
+use crate::objective::Direction;
 use crate::space::{Distribution, ParamValue, Params, SearchSpace};
-use crate::study::Direction;
 
 #[derive(Debug, Clone)]
 pub struct TpeSampler {

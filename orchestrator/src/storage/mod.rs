@@ -18,8 +18,8 @@
 
 mod claims;
 mod dialect;
+pub mod files;
 pub mod heartbeat;
-mod ids;
 mod migrate;
 mod read;
 mod statements;
@@ -32,12 +32,13 @@ use std::str::FromStr;
 use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection};
 
+pub use crate::credentials::masked;
+pub use crate::ids::{TrialId, TrialNumber};
 pub use claims::{
     Claim, Claimed, Place, Requeuer, STALE_AFTER_S, fresh, host_name, live_runs, owner_gone_here,
     pid_exists, pid_namespace, run_alive,
 };
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
-pub use ids::{TrialId, TrialNumber};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use study::{FIXED_KEY, Opened};
 pub use writer::{Writer, WriterStats};
@@ -104,45 +105,6 @@ pub fn sqlite_path(url: &str) -> Result<PathBuf> {
         return Err(Error::Input("storage is empty".into()));
     }
     Ok(PathBuf::from(url))
-}
-
-/// `url` with any password in it replaced by `***`: the form every
-/// message, the dashboard and the database show. Credentials are in the
-/// user-info part (`user:secret@host`) or a `password=` parameter.
-///
-/// A generated password may hold `/`, `?`, `#` or `@` unescaped, which a
-/// URL parser would take for the end of the user-info; so the user-info
-/// runs here to the *last* `@` (host names have none), and everything
-/// after the first `:` in it is the password. Where the query itself holds
-/// an `@`, more is masked than needed, never less.
-pub fn masked(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let (authority, tail) = match rest.rsplit_once('@') {
-        Some((info, after)) => {
-            let info = match info.split_once(':') {
-                Some((user, _)) => format!("{user}:***"),
-                None => info.to_string(),
-            };
-            (format!("{info}@"), after)
-        }
-        None => (String::new(), rest),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let params: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{path}?{}", params.join("&"))
-        }
-        None => tail.to_string(),
-    };
-    format!("{scheme}://{authority}{tail}")
 }
 
 /// Now, as SQLAlchemy writes a naive local `DATETIME` (Optuna's

@@ -8,7 +8,7 @@ use super::dialect::{Dialect, sql, table_exists};
 
 use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
-use crate::study::Direction;
+use crate::objective::Direction;
 
 /// One parameter of a trial as Optuna's `trial_params` stores it.
 #[derive(Debug, Clone, PartialEq)]

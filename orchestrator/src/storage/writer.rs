@@ -631,8 +631,8 @@ pub(super) enum Answer {
 /// A checkpoint's bytes, in a temporary file of this process beside its
 /// place, synced: the transaction then only renames it.
 fn stage(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = crate::checkpoint::staging_path(path);
-    crate::checkpoint::write_synced(&tmp, bytes)?;
+    let tmp = super::files::staging_path(path);
+    super::files::write_synced(&tmp, bytes)?;
     Ok(tmp)
 }
 
@@ -663,7 +663,7 @@ async fn apply(
         if let (WriteOp::SaveFile { path, .. }, Some(tmp)) = (op, tmp)
             && !tmp.exists()
         {
-            crate::checkpoint::settled(path, result.is_ok());
+            super::files::settled(path, result.is_ok());
         }
     }
     // What was not put in place (a lost claim, a rollback) goes.
@@ -679,7 +679,7 @@ async fn apply(
                 && !synced.contains(&dir)
             {
                 synced.push(dir);
-                let _ = crate::checkpoint::sync_folder_of(path);
+                let _ = super::files::sync_folder_of(path);
             }
         }
     }
@@ -843,7 +843,7 @@ async fn write_op(
             // Renamed while the claim holds; the folder is synced after
             // the commit (see `apply`), not under the write lock.
             if let Some(tmp) = staged
-                && let Err(e) = crate::checkpoint::replace_keeping_previous(tmp, path)
+                && let Err(e) = super::files::replace_keeping_previous(tmp, path)
             {
                 eprintln!("warning: checkpoint {} not saved: {e}", path.display());
             }
@@ -853,7 +853,7 @@ async fn write_op(
         }
         WriteOp::RemoveFile { path, .. } => {
             let _ = std::fs::remove_file(path);
-            let _ = std::fs::remove_file(crate::checkpoint::previous_of(path));
+            let _ = std::fs::remove_file(super::files::previous_of(path));
         }
         WriteOp::Flush { .. } => {}
     }

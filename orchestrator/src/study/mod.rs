@@ -25,28 +25,14 @@ pub use parse::{load, parse_str};
 use crate::error::Result;
 use crate::space::{Choice, Distribution, ParamValue, Params, SearchSpace};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Direction {
-    Minimize,
-    Maximize,
-}
+pub use crate::objective::Direction;
 
-impl Direction {
-    /// Optuna's spelling in `study_directions.direction`.
-    pub fn optuna(self) -> &'static str {
-        match self {
-            Direction::Minimize => "MINIMIZE",
-            Direction::Maximize => "MAXIMIZE",
-        }
-    }
-    pub fn better(self, a: f64, b: f64) -> bool {
-        match self {
-            Direction::Minimize => a < b,
-            Direction::Maximize => a > b,
-        }
-    }
-}
+/// `[study] liveness`'s default, in seconds: a run (or a trial) whose
+/// heartbeat is older than this is gone. Five heartbeats (every 2 s): the
+/// longest gap between two heartbeats of one run measured under load on a
+/// 2-core machine (8 processes, every core busy) was 2.6 s; see
+/// `docs/running-at-scale.md`.
+pub const DEFAULT_LIVENESS_S: f64 = 10.0;
 
 /// What the built-in trainer trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,7 +409,7 @@ impl KnobValue {
 impl std::fmt::Display for KnobValue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KnobValue::Float(v) => write!(f, "{}", crate::output::fmt_float(*v)),
+            KnobValue::Float(v) => write!(f, "{}", crate::numbers::fmt_float(*v)),
             KnobValue::Int(v) => write!(f, "{v}"),
             KnobValue::Str(v) => write!(f, "{v}"),
             KnobValue::Bool(v) => write!(f, "{v}"),

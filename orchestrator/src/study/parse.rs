@@ -299,7 +299,7 @@ impl Checker<'_> {
                             such as \"10s\" or \"1m\"";
         let liveness = self
             .duration(&study.liveness, "study.liveness", liveness_msg)?
-            .unwrap_or(Duration::from_secs_f64(crate::storage::STALE_AFTER_S));
+            .unwrap_or(Duration::from_secs_f64(DEFAULT_LIVENESS_S));
         if let Some(v) = &study.liveness
             && liveness < Duration::from_secs(5)
         {

@@ -30,8 +30,8 @@ use rand::rngs::StdRng;
 
 use super::random::draw;
 use super::{Sampler, TrialRecord};
+use crate::objective::Direction;
 use crate::space::{Distribution, Param, ParamValue, Params, SearchSpace};
-use crate::study::Direction;
 use acquisition::{Axis, LogEi};
 use regressor::{Inputs, KernelParams, Regressor};
 

@@ -1,0 +1,100 @@
+//! Files written so that a crash leaves the old one or the new one, never
+//! half of one: synced, renamed into place, their folder synced. The
+//! writer puts checkpoints in place inside its transactions with these;
+//! `checkpoint` and `kept_model` use them for their own files.
+
+use std::path::{Path, PathBuf};
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so a
+/// crash leaves the old file or the new one, never half of one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = staging_path(path);
+    let written = write_synced(&tmp, bytes).and_then(|()| put_in_place(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Where the checkpoint that `path` replaced waits for the commit.
+pub fn previous_of(path: &Path) -> PathBuf {
+    let mut prev = path.as_os_str().to_os_string();
+    prev.push(".prev");
+    PathBuf::from(prev)
+}
+
+/// Puts the staged `tmp` in place at `path` and keeps what was there as
+/// [`previous_of`]`(path)`, until [`settled`] drops it (the commit) or
+/// restores it (a rollback).
+pub fn replace_keeping_previous(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    let prev = previous_of(path);
+    let _ = std::fs::remove_file(&prev);
+    match std::fs::hard_link(path, &prev) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::rename(tmp, path)
+}
+
+/// After the transaction that put `path` in place: committed, the previous
+/// checkpoint goes; rolled back, it comes back.
+pub fn settled(path: &Path, committed: bool) {
+    let prev = previous_of(path);
+    if committed {
+        let _ = std::fs::remove_file(prev);
+    } else if prev.exists() {
+        let _ = std::fs::rename(prev, path);
+    } else {
+        // There was none before: the trial had no checkpoint.
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// This process's temporary name for `path`: two processes (or two
+/// threads of one) never write through the same one.
+pub fn staging_path(path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut tmp = path.as_os_str().to_os_string();
+    tmp.push(format!(".{}-{n}.tmp", std::process::id()));
+    PathBuf::from(tmp)
+}
+
+/// Writes `bytes` to a new file at `path` and syncs it. The folder is made
+/// first, and made again if a finishing process removed it (empty) in
+/// between: a shared folder comes and goes.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+    let mut tries = 0;
+    let mut f = loop {
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir)?;
+        }
+        match std::fs::File::create(path) {
+            Ok(f) => break f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 20 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Renames the synced file `tmp` to `path`, and syncs the folder: without
+/// both syncs, a power loss can leave the new name pointing at nothing
+/// written.
+pub fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    std::fs::rename(tmp, path)?;
+    sync_folder_of(path)
+}
+
+/// Syncs the folder that holds `path`, so that a rename into it survives
+/// a power loss. The writer renames checkpoints inside its transaction and
+/// syncs their folder once after the commit, outside the write lock.
+pub fn sync_folder_of(path: &Path) -> std::io::Result<()> {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
+}
