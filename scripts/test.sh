@@ -84,7 +84,7 @@ trap 'rm -rf "$log"' EXIT
 export SALUS_TUNE_DEVICE_TEST_LOG="$log/device-tests"
 : > "$SALUS_TUNE_DEVICE_TEST_LOG"
 set +e
-cargo test --workspace 2>&1 | tee "$log/cargo-test"
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log/cargo-test"
 status=${PIPESTATUS[0]}
 set -e
 

@@ -69,7 +69,15 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tries = 0;
     let mut f = loop {
         if let Some(dir) = dir {
-            std::fs::create_dir_all(dir)?;
+            match std::fs::create_dir_all(dir) {
+                // `create_dir_all` reports the folder as existing and then
+                // finds it gone when a peer removes it in between.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 20 => {
+                    tries += 1;
+                    continue;
+                }
+                made => made?,
+            }
         }
         match std::fs::File::create(path) {
             Ok(f) => break f,
