@@ -31,10 +31,7 @@ use std::path::{Path, PathBuf};
 use workers::TrialSnapshot;
 
 use crate::storage::TrialId;
-pub use crate::storage::files::{
-    previous_of, put_in_place, replace_keeping_previous, settled, staging_path, sync_folder_of,
-    write_atomic, write_synced,
-};
+use crate::storage::files::{previous_of, write_atomic};
 
 /// The checkpoint folder of one database. See the module docs.
 #[derive(Debug, Clone)]
@@ -168,6 +165,7 @@ pub fn furthest_covered(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::files::{replace_keeping_previous, settled, staging_path, write_synced};
     use workers::group::SlotState;
 
     fn state(iteration: u64) -> TrialSnapshot {
@@ -268,43 +266,5 @@ mod tests {
         );
         c.sweep(&[TrialId(2), TrialId(3)]);
         assert_eq!(std::fs::read_dir(c.dir()).unwrap().count(), 0);
-    }
-
-    #[test]
-    fn a_save_survives_a_peer_removing_the_empty_shared_folder() {
-        // A finishing process removes the folder whenever it finds it
-        // empty; a peer saving at that moment makes it again.
-        let dir = tempfile::tempdir().unwrap();
-        let shared = dir.path().join("shared");
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let failed = std::thread::scope(|s| {
-            s.spawn(|| {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = std::fs::remove_dir(&shared);
-                    std::thread::sleep(std::time::Duration::from_micros(20));
-                }
-            });
-            let failed = (0..100).find_map(|i| {
-                let path = shared.join(format!("trial-{i}.state"));
-                let saved = write_atomic(&path, b"state");
-                let _ = std::fs::remove_file(&path);
-                saved.err().map(|e| format!("save {i}: {e}"))
-            });
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            failed
-        });
-        assert_eq!(failed, None);
-    }
-
-    #[test]
-    fn two_writers_of_one_checkpoint_never_share_a_temporary_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("trial-1.state");
-        let (a, b) = (staging_path(&path), staging_path(&path));
-        assert_ne!(a, b);
-        assert!(
-            a.to_string_lossy()
-                .contains(&std::process::id().to_string())
-        );
     }
 }

@@ -154,7 +154,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let completed = trials.iter().any(|t| t.state == TrialState::Complete);
     // Nothing waits for a checkpoint any more when none is left and no
     // other process runs the study (a peer that starts meanwhile makes the
-    // folder again: see `checkpoint::write_synced`).
+    // folder again: see `storage::files::write_synced`).
     let others = storage::live_runs(store.conn(), study_id, study.liveness.as_secs_f64())
         .await
         .map_err(|e| Error::storage(&store.url, e))?;

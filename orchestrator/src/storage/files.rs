@@ -1,7 +1,7 @@
 //! Files written so that a crash leaves the old one or the new one, never
 //! half of one: synced, renamed into place, their folder synced. The
-//! writer puts checkpoints in place inside its transactions with these;
-//! `checkpoint` and `kept_model` use them for their own files.
+//! writer puts checkpoints in place inside its transactions with these,
+//! and `checkpoint` saves and loads through them outside a run.
 
 use std::path::{Path, PathBuf};
 
@@ -92,7 +92,7 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Renames the synced file `tmp` to `path`, and syncs the folder: without
 /// both syncs, a power loss can leave the new name pointing at nothing
 /// written.
-pub fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
+fn put_in_place(tmp: &Path, path: &Path) -> std::io::Result<()> {
     std::fs::rename(tmp, path)?;
     sync_folder_of(path)
 }
@@ -104,5 +104,48 @@ pub fn sync_folder_of(path: &Path) -> std::io::Result<()> {
     match path.parent().filter(|d| !d.as_os_str().is_empty()) {
         Some(dir) => std::fs::File::open(dir)?.sync_all(),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_save_survives_a_peer_removing_the_empty_shared_folder() {
+        // A finishing process removes the folder whenever it finds it
+        // empty; a peer saving at that moment makes it again.
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let failed = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::remove_dir(&shared);
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            });
+            let failed = (0..100).find_map(|i| {
+                let path = shared.join(format!("trial-{i}.state"));
+                let saved = write_atomic(&path, b"state");
+                let _ = std::fs::remove_file(&path);
+                saved.err().map(|e| format!("save {i}: {e}"))
+            });
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            failed
+        });
+        assert_eq!(failed, None);
+    }
+
+    #[test]
+    fn two_writers_of_one_checkpoint_never_share_a_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trial-1.state");
+        let (a, b) = (staging_path(&path), staging_path(&path));
+        assert_ne!(a, b);
+        assert!(
+            a.to_string_lossy()
+                .contains(&std::process::id().to_string())
+        );
     }
 }
