@@ -139,11 +139,9 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             concurrency,
             objective_ms,
         } => {
-            let python = python
-                .or_else(|| std::env::var("SALUS_TUNE_PYTHON").ok())
-                .unwrap_or_else(|| "python3".into());
+            let python = bench::flag_python(python.map(PathBuf::from));
             let r = bench::external_workers::run(
-                &python,
+                &python.to_string_lossy(),
                 trials as usize,
                 concurrency as usize,
                 objective_ms as f64,
@@ -179,9 +177,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     .filter_map(|s| bench::chaos::Kind::parse(s))
                     .collect(),
                 postgres,
-                python: python
-                    .or_else(|| std::env::var_os("SALUS_TUNE_PYTHON").map(PathBuf::from))
-                    .unwrap_or_else(|| PathBuf::from("python3")),
+                python: bench::flag_python(python),
             };
             let reports = bench::chaos::run(&options, &mut progress)?;
             if json {
@@ -204,9 +200,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             python,
         } => {
             let counts: Vec<usize> = processes.iter().map(|&p| p as usize).collect();
-            let python = python
-                .or_else(|| std::env::var_os("SALUS_TUNE_PYTHON").map(PathBuf::from))
-                .unwrap_or_else(|| PathBuf::from("python3"));
+            let python = bench::flag_python(python);
             let options = bench::storage::Options {
                 processes: &counts,
                 trials,

@@ -50,6 +50,14 @@ pub fn anchor_python() -> std::path::PathBuf {
         .unwrap_or_else(|| ".venv/bin/python".into())
 }
 
+/// The Python a bench's `--python` flag picks: the flag, else
+/// `SALUS_TUNE_PYTHON`, else `python3` on the PATH.
+pub fn flag_python(given: Option<std::path::PathBuf>) -> std::path::PathBuf {
+    given
+        .or_else(|| std::env::var_os("SALUS_TUNE_PYTHON").map(std::path::PathBuf::from))
+        .unwrap_or_else(|| "python3".into())
+}
+
 /// Whether `py` runs `import {modules}` (for example `"torch, scipy"`).
 pub fn python_imports(py: &std::path::Path, modules: &str) -> bool {
     std::process::Command::new(py)
