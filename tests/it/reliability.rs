@@ -175,11 +175,21 @@ fn resumes_from_checkpoint(stop: &str, fused: bool, broken: bool) {
             start.elapsed() < Duration::from_secs(60),
             "no checkpoint appeared"
         );
-        let n = std::fs::read_dir(&ckpts).map_or(0, |d| d.count());
+        // Checkpoints in place (not staged files, not `.prev` ones), and
+        // steps stored for both trials (a trial with none has no group:
+        // MIN alone would overlook it).
+        let n = std::fs::read_dir(&ckpts).map_or(0, |d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "state"))
+            })
+            .count()
+        });
         let steps = if migrated(&db) {
             scalar(
                 &db,
-                "SELECT COALESCE(MIN(c), 0) FROM (SELECT COUNT(*) c FROM trial_intermediate_values GROUP BY trial_id)",
+                "SELECT CASE WHEN COUNT(*) = 2 THEN MIN(c) ELSE 0 END \
+                 FROM (SELECT COUNT(*) c FROM trial_intermediate_values GROUP BY trial_id)",
             )
         } else {
             0
