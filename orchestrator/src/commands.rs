@@ -44,7 +44,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     let request = device::parse(&args.device)?;
     let mut study = study::load(&args.study)?;
     // A fork lives in the storage of the study it starts from.
-    let url = storage::resolve(args.storage.as_deref(), &study);
+    let url = study.storage_url(args.storage.as_deref());
     if let Some(name) = args.fork {
         fork(&mut study, name)?;
     }
@@ -184,12 +184,12 @@ async fn open_study(
     loop {
         let opened = async {
             let mut store = Store::open(url).await?;
-            let (info, opened) = store.create_or_resume(study).await?;
+            let (info, opened) = store.create_or_resume(&study.record()).await?;
             Ok((store, info, opened))
         }
         .await;
         match opened {
-            Err(Error::Storage { source, .. }) if source.is_locked() && tries < 60 => {
+            Err(Error::Storage(e)) if e.is_locked() && tries < 60 => {
                 tries += 1;
                 let jitter = u64::from(std::process::id()) % 50;
                 tokio::time::sleep(std::time::Duration::from_millis(
@@ -337,7 +337,7 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
     out += &format!("scheduler  {}\n", scheduler_text(&s));
     out += &format!(
         "storage    {}\n",
-        storage::masked(&storage::resolve(storage_flag, &s))
+        storage::masked(&s.storage_url(storage_flag))
     );
     out += &format!("search space ({} parameters):\n", s.space.params().len());
     for p in s.space.params() {
@@ -401,7 +401,7 @@ async fn open_for_reading(args: &ReadArgs) -> Result<(Store, storage::StudyInfo,
         Some(path) => {
             let s = study::load(path)?;
             (
-                storage::resolve(args.storage.as_deref(), &s),
+                s.storage_url(args.storage.as_deref()),
                 args.study.clone().or(Some(s.name.clone())),
                 Some(s.metric),
             )
@@ -440,7 +440,7 @@ pub async fn best(args: ReadArgs) -> Result<String> {
 /// `study.enqueue_trial` makes one. The study is created if needed.
 pub async fn enqueue(path: &Path, storage_flag: Option<&str>, pairs: &[String]) -> Result<String> {
     let study = study::load(path)?;
-    let url = storage::resolve(storage_flag, &study);
+    let url = study.storage_url(storage_flag);
     let mut fixed = serde_json::Map::new();
     for pair in pairs {
         let (name, text) = pair.split_once('=').ok_or_else(|| {

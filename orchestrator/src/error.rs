@@ -4,67 +4,7 @@
 //! callers and tests can match on the cause; the messages users read are
 //! the `Display` of each variant.
 
-use std::sync::Arc;
-
 use thiserror::Error;
-
-/// Why a storage operation failed. Cheap to clone (causes are shared):
-/// the writer answers every op of a rolled-back transaction with the same
-/// failure.
-#[derive(Debug, Error, Clone)]
-pub enum StorageFailure {
-    #[error(transparent)]
-    Sql(Arc<sqlx::Error>),
-    #[error("cannot create {}: {source}", path.display())]
-    CreateDir {
-        path: std::path::PathBuf,
-        #[source]
-        source: Arc<std::io::Error>,
-    },
-    /// A schema migration failed.
-    #[error("migration {version} ({name}): {source}")]
-    Migration {
-        version: i64,
-        name: &'static str,
-        #[source]
-        source: Arc<sqlx::Error>,
-    },
-    /// The database was made by an Optuna whose schema we do not read.
-    #[error(
-        "the database has Optuna schema version {found:?}; salus-tune reads version {wanted} (Optuna 5.0)"
-    )]
-    OptunaSchema { found: Option<i64>, wanted: i64 },
-    /// The writer's transaction failed; every op in it was rolled back.
-    #[error("a write failed and was rolled back: {0}")]
-    RolledBack(#[source] Arc<sqlx::Error>),
-    #[error("the writer stopped")]
-    WriterStopped,
-}
-
-impl StorageFailure {
-    /// SQLite's "database is locked" or "busy": what a process can meet
-    /// while another sets the same new file up; worth a retry.
-    pub fn is_locked(&self) -> bool {
-        let sql = match self {
-            StorageFailure::Sql(e) | StorageFailure::RolledBack(e) => e,
-            StorageFailure::Migration { source, .. } => source,
-            _ => return false,
-        };
-        match sql.as_ref() {
-            sqlx::Error::Database(d) => {
-                matches!(d.code().as_deref(), Some("5" | "6" | "261" | "517"))
-                    || d.message().contains("locked")
-            }
-            _ => false,
-        }
-    }
-}
-
-impl From<sqlx::Error> for StorageFailure {
-    fn from(e: sqlx::Error) -> Self {
-        StorageFailure::Sql(Arc::new(e))
-    }
-}
 
 /// A terminal operation of the dashboard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,12 +36,9 @@ pub enum Error {
     /// Other bad input: a flag, a storage URL, a study that changed under its name.
     #[error("{0}")]
     Input(String),
-    #[error("storage {url}: {source}")]
-    Storage {
-        url: String,
-        #[source]
-        source: StorageFailure,
-    },
+    /// The database failed, or refused what it was given.
+    #[error(transparent)]
+    Storage(#[from] storage::Error),
     #[error(transparent)]
     Worker(#[from] workers::WorkerError),
     /// A task of the run (the runner, the writer) panicked.
@@ -139,6 +76,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Study { .. } | Error::Input(_) => 2,
+            Error::Storage(storage::Error::Input(_)) => 2,
             Error::Worker(workers::WorkerError::Data { .. } | workers::WorkerError::Io { .. }) => 2,
             _ => 1,
         }
@@ -156,13 +94,9 @@ impl Error {
         move |source| Error::Io { what, source }
     }
 
-    /// A storage failure of `url`.
     /// A storage failure; a password in `url` is masked (`credentials::masked`).
-    pub fn storage(url: &str, source: impl Into<StorageFailure>) -> Self {
-        Error::Storage {
-            url: crate::credentials::masked(url),
-            source: source.into(),
-        }
+    pub fn storage(url: &str, source: impl Into<storage::StorageFailure>) -> Self {
+        Error::Storage(storage::Error::storage(url, source))
     }
 }
 
@@ -179,25 +113,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn storage_errors_keep_their_cause_and_their_message() {
-        let e = Error::storage("x.db", sqlx::Error::RowNotFound);
-        assert_eq!(
-            e.to_string(),
-            format!("storage x.db: {}", sqlx::Error::RowNotFound)
-        );
+    fn storage_errors_keep_their_cause_and_their_exit_status() {
+        let e = Error::storage("x.db", storage::StorageFailure::WriterStopped);
+        assert_eq!(e.to_string(), "storage x.db: the writer stopped");
+        // Transparent: the first cause is storage's own failure.
         let cause = e.source().expect("a source");
         assert!(matches!(
-            cause.downcast_ref::<StorageFailure>(),
-            Some(StorageFailure::Sql(_))
+            cause.downcast_ref::<storage::StorageFailure>(),
+            Some(storage::StorageFailure::WriterStopped)
         ));
-        // The writer's rolled-back failure reaches the sqlx error underneath.
-        let e = Error::storage(
-            "x.db",
-            StorageFailure::RolledBack(Arc::new(sqlx::Error::PoolTimedOut)),
-        );
-        assert!(e.to_string().contains("a write failed and was rolled back"));
-        let root = e.source().and_then(|c| c.source()).expect("the sqlx error");
-        assert!(root.downcast_ref::<Arc<sqlx::Error>>().is_some());
+        assert_eq!(e.exit_code(), 1);
+        let refused = Error::from(storage::Error::Input("no study 'x'".into()));
+        assert_eq!(refused.exit_code(), 2);
     }
 
     #[test]

@@ -308,7 +308,9 @@ fn pair(db: &TestDb, dir: &Path) -> Pair {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let url = db.url();
     let mut store = rt.block_on(Store::open(&url)).unwrap();
-    let (info, _) = rt.block_on(store.create_or_resume(&study)).unwrap();
+    let (info, _) = rt
+        .block_on(store.create_or_resume(&study.record()))
+        .unwrap();
     let writer = || {
         let [c, r, b] = rt.block_on(store.writer_connections()).unwrap();
         let _in = rt.enter();

@@ -1,4 +1,6 @@
-//! The embedded Salus core.
+//! The embedded Salus core of salus-tune. It depends on `kernels` and
+//! `workers` only: it knows no study file, sampler or storage (see
+//! `ARCHITECTURE.md` at the repository root).
 //!
 //! Salus (Yu & Chowdhury, MLSys 2020) shares one device between training
 //! jobs with two primitives: fast switching at iteration boundaries, and
@@ -6,7 +8,7 @@
 //! state) resident while *ephemeral* memory (activations, gradients) lives
 //! in per-lane arenas that jobs on a lane take turns using.
 //!
-//! This module holds the core's pure parts, each testable without a device:
+//! This crate holds the core's pure parts, each testable without a device:
 //!
 //! * [`ledger::MemoryLedger`]: the admission rule
 //!   `sum(persistent of resident jobs) + sum(lane arenas) + shared data <= budget`,

@@ -34,10 +34,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sqlx::Row;
 
 use crate::error::{Error, Result};
-use crate::storage::{Store, TrialState, sql};
+use crate::storage::{Store, TrialState};
 
 /// Which study the processes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +361,7 @@ fn block_retrying<T: Send, F: std::future::Future<Output = Result<T>>>(
     let mut tries = 0;
     loop {
         match block(&make) {
-            Err(Error::Storage { source, .. }) if source.is_locked() && tries < 50 => {
+            Err(Error::Storage(e)) if e.is_locked() && tries < 50 => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -600,7 +599,8 @@ fn push(url: &str, name: &str, trial: i64, action: &str) -> Result<()> {
         let info = store.pick_study(Some(name)).await?;
         store
             .push_command(info.id, crate::storage::TrialId(trial), action)
-            .await
+            .await?;
+        Ok(())
     })
 }
 
@@ -640,139 +640,11 @@ async fn check(url: &str, kind: Kind, target: u64, report: &mut Report) -> Resul
             ));
         }
     }
-    let url_shown = store.url.clone();
-    let err = |e: sqlx::Error| Error::storage(&url_shown, e);
-    let conn = store.conn();
-    // Ended once, by its final claim.
-    let ends = sqlx::query(&sql(
-        conn,
-        "SELECT t.number, c.run_id, c.attempt, w.run_id, w.attempt, \
-         (SELECT COUNT(*) FROM salus_events e WHERE e.trial_id = t.trial_id \
-          AND e.kind IN ('trial_complete', 'trial_pruned', 'trial_fail')) \
-         FROM trials t JOIN salus_claims c ON c.trial_id = t.trial_id \
-         LEFT JOIN salus_writes w ON w.trial_id = t.trial_id AND w.kind = 'end' \
-         WHERE t.study_id = ? ORDER BY t.number",
-    ))
-    .bind(info.id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(err)?;
-    for r in &ends {
-        let (number, run, attempt): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
-        let writer: (Option<i64>, Option<i64>) = (r.get(3), r.get(4));
-        if writer != (Some(run), Some(attempt)) {
-            v.push(format!(
-                "trial {number}: ended by {writer:?}, its final claim is run {run} attempt {attempt}"
-            ));
-        }
-        let n: i64 = r.get(5);
-        if n != 1 {
-            v.push(format!("trial {number}: {n} end events"));
-        }
-    }
-    // Claims, requeues and command takes, in the database's order.
-    let events = sqlx::query(&sql(
-        conn,
-        "SELECT trial_id, kind, detail FROM salus_events WHERE study_id = ? AND trial_id IS NOT NULL \
-         AND kind IN ('trial_start', 'trial_requeue', 'trial_complete', 'trial_pruned', 'trial_fail', 'command_taken') \
-         ORDER BY event_id",
-    ))
-    .bind(info.id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(err)?;
-    // Per trial: the run holding it now (None: nobody, or ended), and for
-    // each released attempt the steps that every later requeue kept.
-    let mut holder: BTreeMap<i64, Option<i64>> = BTreeMap::new();
-    let mut kept: BTreeMap<i64, Vec<(i64, i64)>> = BTreeMap::new();
-    for e in &events {
-        let trial: i64 = e.get(0);
-        let what: String = e.get(1);
-        let detail: serde_json::Value =
-            serde_json::from_str(&e.get::<String, _>(2)).unwrap_or_default();
-        match what.as_str() {
-            "trial_start" => {
-                holder.insert(trial, detail["run_id"].as_i64());
-            }
-            "trial_requeue" => {
-                report.requeues += 1;
-                holder.insert(trial, None);
-                if let (Some(a), Some(k)) = (
-                    detail["released_attempt"].as_i64(),
-                    detail["kept_steps"].as_i64(),
-                ) {
-                    kept.entry(trial).or_default().push((a, k));
-                }
-            }
-            "command_taken" => {
-                let by = detail["run_id"].as_i64();
-                let now = holder.get(&trial).copied().flatten();
-                let finished = holder.contains_key(&trial) && now.is_none();
-                if now != by && !finished {
-                    v.push(format!(
-                        "command {} for trial id {trial} taken by run {by:?}, held by {now:?}",
-                        detail["command_id"]
-                    ));
-                }
-            }
-            _ => {
-                holder.insert(trial, None);
-            }
-        }
-    }
-    let writes = sqlx::query(&sql(
-        conn,
-        "SELECT w.trial_id, w.step, w.attempt, c.attempt FROM salus_writes w \
-         JOIN salus_claims c ON c.trial_id = w.trial_id JOIN trials t ON t.trial_id = w.trial_id \
-         WHERE t.study_id = ? AND w.kind = 'step'",
-    ))
-    .bind(info.id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(err)?;
-    for w in &writes {
-        let (trial, step, attempt, last): (i64, i64, i64, i64) =
-            (w.get(0), w.get(1), w.get(2), w.get(3));
-        if attempt > last {
-            v.push(format!(
-                "trial id {trial} step {step}: by attempt {attempt}, after its last {last}"
-            ));
-        }
-        if attempt < last {
-            // Every requeue from this attempt on kept this step.
-            let bound = kept
-                .get(&trial)
-                .into_iter()
-                .flatten()
-                .filter(|&&(a, _)| a >= attempt)
-                .map(|&(_, k)| k)
-                .min()
-                .unwrap_or(0);
-            if step > bound {
-                v.push(format!(
-                    "trial id {trial} step {step}: written by attempt {attempt}, \
-                     which a requeue cut at step {bound}"
-                ));
-            }
-        }
-    }
-    let gap = crate::storage::Dialect::of(conn).json_member("detail", "heartbeat_max_gap_s");
-    let gaps: Vec<Option<String>> = sqlx::query_scalar(&sql(
-        conn,
-        &format!(
-            "SELECT CAST({gap} AS TEXT) FROM salus_events WHERE study_id = ? AND kind = 'study_stop'"
-        ),
-    ))
-    .bind(info.id)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(err)?;
-    report.max_beat_gap_s = gaps
-        .iter()
-        .flatten()
-        .filter_map(|g| g.parse::<f64>().ok())
-        .fold(0.0, f64::max);
-    store.close().await
+    let audit = crate::storage::audit::fencing(&mut store, info.id).await?;
+    v.extend(audit.violations);
+    report.requeues += audit.requeues;
+    report.max_beat_gap_s = audit.max_beat_gap_s;
+    Ok(store.close().await?)
 }
 
 /// The reports as a table.

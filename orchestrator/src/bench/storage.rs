@@ -19,7 +19,6 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::storage::Dialect;
 
 /// Optuna's side, written beside each run's study.
 const OPTUNA_SCRIPT: &str = include_str!("optuna_storage.py");
@@ -276,37 +275,7 @@ fn tally_on(url: &str, name: &str) -> Result<(u64, f64)> {
     runtime.block_on(async {
         let mut store = crate::storage::Store::open_existing(url).await?;
         let study = store.pick_study(Some(name)).await?;
-        let err = |e: sqlx::Error| Error::storage(url, e);
-        let conn = store.conn();
-        let stored: i64 = sqlx::query_scalar(&crate::storage::sql(
-            conn,
-            "SELECT COUNT(*) FROM trials WHERE study_id = ? \
-             AND CAST(state AS TEXT) IN ('COMPLETE', 'PRUNED', 'FAIL')",
-        ))
-        .bind(study.id)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(err)?;
-        let total = Dialect::of(conn).json_member("detail", "writer_total_ms");
-        let ms: Option<f64> = if crate::storage::table_exists(conn, "salus_events")
-            .await
-            .map_err(err)?
-        {
-            sqlx::query_scalar(&crate::storage::sql(
-                conn,
-                &format!(
-                    "SELECT CAST(SUM(CAST({total} AS DOUBLE PRECISION)) AS DOUBLE PRECISION) \
-                     FROM salus_events WHERE kind = 'study_stop' AND study_id = ?"
-                ),
-            ))
-            .bind(study.id)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(err)?
-        } else {
-            None
-        };
-        Ok((stored as u64, ms.unwrap_or(0.0)))
+        Ok(crate::storage::audit::finished_and_writer_ms(&mut store, study.id).await?)
     })
 }
 

@@ -68,7 +68,7 @@ pub async fn run(url: &str, name: Option<&str>, stop_study: Option<Arc<AtomicBoo
         match opened {
             Ok(s) => break s,
             Err(_) if stop_study.is_some() => tokio::time::sleep(Duration::from_millis(100)).await,
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
     };
     let info = store.pick_study(name).await?;

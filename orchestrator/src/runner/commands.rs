@@ -129,11 +129,11 @@ impl Runner<'_> {
 
     /// Records a dashboard command's effect in `salus_priority`.
     pub(super) fn command_priority(&self, claim: Claim, reason: &'static str) -> Result<()> {
-        self.writer.send(WriteOp::Priority {
+        Ok(self.writer.send(WriteOp::Priority {
             claim,
             priority: 0.0,
             rung: None,
             reason,
-        })
+        })?)
     }
 }

@@ -199,11 +199,11 @@ impl Runner<'_> {
         if report.extras.is_empty() {
             return Ok(());
         }
-        self.writer.send(WriteOp::Extras {
+        Ok(self.writer.send(WriteOp::Extras {
             claim,
             step: report.step as i64,
             extras: report.extras.clone(),
-        })
+        })?)
     }
 
     /// Stores a report, lets the pruner decide (the core holds the trial

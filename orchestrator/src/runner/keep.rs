@@ -70,11 +70,11 @@ impl Runner<'_> {
             "params": params,
             "fixed": study.fixed_json(),
         });
-        self.writer.send(WriteOp::KeepModel {
+        Ok(self.writer.send(WriteOp::KeepModel {
             claim: pending.claim,
             architecture: kept_model::architecture(&spec, norm, trial).to_string(),
             weights,
             best_of,
-        })
+        })?)
     }
 }

@@ -27,12 +27,9 @@ use crate::space::{Choice, Distribution, ParamValue, Params, SearchSpace};
 
 pub use crate::objective::Direction;
 
-/// `[study] liveness`'s default, in seconds: a run (or a trial) whose
-/// heartbeat is older than this is gone. Five heartbeats (every 2 s): the
-/// longest gap between two heartbeats of one run measured under load on a
-/// 2-core machine (8 processes, every core busy) was 2.6 s; see
-/// `docs/running-at-scale.md`.
-pub const DEFAULT_LIVENESS_S: f64 = 10.0;
+/// `[study] liveness`'s default, in seconds: storage's
+/// [`storage::STALE_AFTER_S`], which the dashboard also judges runs by.
+pub const DEFAULT_LIVENESS_S: f64 = storage::STALE_AFTER_S;
 
 /// What the built-in trainer trains.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -920,6 +917,40 @@ impl Study {
             .map(|(k, v)| (k.clone(), v.to_json()))
             .collect::<serde_json::Map<_, _>>()
             .into()
+    }
+
+    /// Where the study's results go: `--storage` (`flag`), else
+    /// `SALUS_TUNE_STORAGE`, else the study file's `storage`, else
+    /// `<name>.db` beside the study file.
+    pub fn storage_url(&self, flag: Option<&str>) -> String {
+        if let Some(url) = flag.map(str::to_string).or_else(|| {
+            std::env::var("SALUS_TUNE_STORAGE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        }) {
+            return url;
+        }
+        self.storage.clone().unwrap_or_else(|| {
+            let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+            dir.join(format!("{}.db", self.name)).display().to_string()
+        })
+    }
+
+    /// What the database keeps of this study's definition.
+    pub fn record(&self) -> storage::StudyRecord {
+        storage::StudyRecord {
+            name: self.name.clone(),
+            file: self.path.clone(),
+            direction: self.direction,
+            metric: self.metric.clone(),
+            space: self.space_json(),
+            fixed: self
+                .fixed
+                .iter()
+                .map(|(k, v)| (k.clone(), (v.to_json(), v.to_string())))
+                .collect(),
+            forked_from: self.forked_from.clone(),
+        }
     }
 
     /// The search space in Optuna's `distribution_json` form, by name: what

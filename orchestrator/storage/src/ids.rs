@@ -64,7 +64,6 @@ stored_integer!(
     /// `trials.trial_id`: a trial's key in the database.
     TrialId
 );
-stored_integer!(
-    /// `trials.number`: a trial's place in its study, from 0.
-    TrialNumber
-);
+
+/// `trials.number`, which the samplers and pruners also key by.
+pub use tuning::TrialNumber;

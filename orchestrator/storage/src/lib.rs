@@ -16,17 +16,22 @@
 //! database's clock, UTC on SQLite, see [`Clock`]), states as Optuna names
 //! them.
 
+pub mod audit;
 mod claims;
+pub mod credentials;
+pub mod dashboard;
 mod dialect;
+mod error;
 pub mod files;
 pub mod heartbeat;
+pub mod ids;
 mod migrate;
 mod read;
 mod statements;
 mod study;
 pub mod writer;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use sqlx::any::AnyConnectOptions;
@@ -40,26 +45,10 @@ pub use claims::{
 };
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
-pub use study::{FIXED_KEY, Opened};
+pub use study::{FIXED_KEY, Opened, StudyRecord};
 pub use writer::{Writer, WriterStats};
 
-use crate::error::{Error, Result};
-
-/// Where a study's results go: `--storage`, else `SALUS_TUNE_STORAGE`, else
-/// the study file's `storage`, else `<name>.db` beside the study file.
-pub fn resolve(flag: Option<&str>, study: &crate::study::Study) -> String {
-    if let Some(url) = flag.map(str::to_string).or_else(|| {
-        std::env::var("SALUS_TUNE_STORAGE")
-            .ok()
-            .filter(|s| !s.is_empty())
-    }) {
-        return url;
-    }
-    study.storage.clone().unwrap_or_else(|| {
-        let dir = study.path.parent().unwrap_or(Path::new("."));
-        dir.join(format!("{}.db", study.name)).display().to_string()
-    })
-}
+pub use error::{Error, Result, StorageFailure};
 
 /// The database a storage URL names.
 #[derive(Debug, Clone, PartialEq)]
@@ -145,7 +134,7 @@ impl LockWait {
     }
 }
 
-fn storage_err(url: &str, e: impl Into<crate::error::StorageFailure>) -> Error {
+fn storage_err(url: &str, e: impl Into<StorageFailure>) -> Error {
     Error::storage(url, e)
 }
 
@@ -188,7 +177,7 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|e| {
                 storage_err(
                     url,
-                    crate::error::StorageFailure::CreateDir {
+                    StorageFailure::CreateDir {
                         path: dir.to_path_buf(),
                         source: std::sync::Arc::new(e),
                     },

@@ -8,7 +8,7 @@ use super::dialect::{Dialect, sql, table_exists};
 
 use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
-use crate::objective::Direction;
+use tuning::objective::Direction;
 
 /// One parameter of a trial as Optuna's `trial_params` stores it.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,7 +211,7 @@ pub(super) async fn read_trials(
         .iter()
         .map(|r| TrialRow {
             trial_id: r.get(0),
-            number: r.get(1),
+            number: TrialNumber(r.get(1)),
             state: TrialState::parse(r.get::<String, _>(2).as_str()).unwrap_or(TrialState::Fail),
             value: r.get(3),
             datetime_start: r.get(4),
@@ -366,7 +366,7 @@ impl Store {
         if !self.has_table("salus_models").await? {
             return Ok(Vec::new());
         }
-        sqlx::query_scalar(&sql(
+        let numbers: Vec<i64> = sqlx::query_scalar(&sql(
             self.conn(),
             "SELECT t.number FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
              WHERE t.study_id = ? ORDER BY t.number",
@@ -374,7 +374,8 @@ impl Store {
         .bind(study_id)
         .fetch_all(self.conn())
         .await
-        .map_err(|e| storage_err(&url, e))
+        .map_err(|e| storage_err(&url, e))?;
+        Ok(numbers.into_iter().map(TrialNumber).collect())
     }
 
     /// The kept model of trial `number` of the study, if it has one.
@@ -390,7 +391,7 @@ impl Store {
         let row = sqlx::query(&sql(self.conn(), "SELECT m.architecture, m.weights FROM salus_models m JOIN trials t ON t.trial_id = m.trial_id \
              WHERE t.study_id = ? AND t.number = ?",))
         .bind(study_id)
-        .bind(number)
+        .bind(number.0)
         .fetch_one(self.conn())
         .await
         .map_err(|e| storage_err(&url, e))?;

@@ -365,7 +365,7 @@ pub(super) async fn create_trial(
         return Ok(Some(Answer::Ids(None)));
     }
     let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
-            .bind(number)
+            .bind(number.0)
             .bind(*study_id)
             .bind(time)
             .fetch_one(&mut *conn)
@@ -414,10 +414,12 @@ pub(super) async fn next_number(
     study_id: i64,
 ) -> std::result::Result<TrialNumber, sqlx::Error> {
     lock_study(conn, study_id).await?;
-    sqlx::query_scalar(&sql(conn, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
-        .bind(study_id)
-        .fetch_one(&mut *conn)
-        .await
+    let count: i64 =
+        sqlx::query_scalar(&sql(conn, "SELECT COUNT(*) FROM trials WHERE study_id = ?"))
+            .bind(study_id)
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(TrialNumber(count))
 }
 
 /// A trial's parameters; one it has already stays.

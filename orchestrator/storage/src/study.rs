@@ -12,13 +12,40 @@ use super::dialect::{Dialect, begin_write, sql};
 use super::statements::{Attrs, event, set_trial_attr};
 use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
-use crate::study::Study;
 
 const SPACE_KEY: &str = "salus:search_space";
 /// The advisory lock under which a study is created on PostgreSQL.
 const STUDY_LOCK: i64 = 0x73616c7574;
 /// The fixed knobs, typed, in the study's and in each trial's user attributes.
 pub const FIXED_KEY: &str = "fixed_params";
+
+/// What the database keeps of a study's definition: what the study file
+/// says, in stored form. Resuming compares it with what is stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyRecord {
+    pub name: String,
+    /// The study file, for messages and the `study_create` event.
+    pub file: std::path::PathBuf,
+    pub direction: tuning::objective::Direction,
+    pub metric: String,
+    /// The search space in Optuna's `distribution_json` form, by name.
+    pub space: BTreeMap<String, String>,
+    /// The fixed knobs: each as typed JSON, and as the text that studies
+    /// made before fixed values were typed stored.
+    pub fixed: BTreeMap<String, (serde_json::Value, String)>,
+    pub forked_from: Option<String>,
+}
+
+impl StudyRecord {
+    /// The fixed knobs as a typed JSON object (integers stay integers).
+    pub fn fixed_json(&self) -> serde_json::Value {
+        self.fixed
+            .iter()
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
 
 impl Store {
     /// Leaves a command (`pause`, `resume`, `prune`) for the orchestrator
@@ -99,7 +126,7 @@ impl Store {
             .await
             .map_err(err)?;
         let trial_id: TrialId = sqlx::query_scalar(&sql(&tx, "INSERT INTO trials (number, study_id, state) VALUES (?, ?, 'WAITING') RETURNING trial_id",))
-        .bind(number)
+        .bind(number.0)
         .bind(study_id)
         .fetch_one(&mut *tx)
         .await
@@ -127,7 +154,7 @@ impl Store {
     /// Creates the study, or resumes it after checking that its direction
     /// and search space are unchanged (a study with no trial yet takes the
     /// file's definition instead). Says which it did.
-    pub async fn create_or_resume(&mut self, study: &Study) -> Result<(StudyInfo, Opened)> {
+    pub async fn create_or_resume(&mut self, study: &StudyRecord) -> Result<(StudyInfo, Opened)> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
@@ -161,14 +188,14 @@ impl Store {
                     "study '{}' in {url} is stored with direction {}, but {} asks for {}",
                     study.name,
                     direction.unwrap_or_else(|| "none".into()),
-                    study.path.display(),
+                    study.file.display(),
                     study.direction.optuna()
                 ))
             } else {
                 stored.and_then(|stored| {
                     let stored: BTreeMap<String, String> =
                         serde_json::from_str(&stored).unwrap_or_default();
-                    space_diff(&stored, &study.space_json()).map(|diff| {
+                    space_diff(&stored, &study.space).map(|diff| {
                         format!(
                             "study '{}' in {url} was created with a different search space ({diff})",
                             study.name
@@ -195,7 +222,7 @@ impl Store {
                     return Err(Error::Input(format!(
                         "{why}; start a new study from this file with --fork NEW_NAME \
                          (the old one stays as it is), or rename the study in {}",
-                        study.path.display()
+                        study.file.display()
                     )));
                 }
                 // Nothing ran under the old definition (a first run that
@@ -250,7 +277,7 @@ pub enum Opened {
 async fn define(
     conn: &mut sqlx::AnyConnection,
     id: i64,
-    study: &Study,
+    study: &StudyRecord,
     kind: &str,
 ) -> std::result::Result<(), sqlx::Error> {
     sqlx::query(&sql(&*conn, "INSERT INTO study_directions (direction, study_id, objective) VALUES (?::studydirection, ?, 0) \
@@ -259,7 +286,7 @@ async fn define(
     .bind(id)
     .execute(&mut *conn)
     .await?;
-    let space = serde_json::to_string(&study.space_json()).expect("a map of strings serialises");
+    let space = serde_json::to_string(&study.space).expect("a map of strings serialises");
     let mut attrs = vec![
         ("study_system_attributes", SPACE_KEY, space),
         (
@@ -299,14 +326,14 @@ async fn define(
         .execute(&mut *conn)
         .await?;
     }
-    let detail = serde_json::json!({ "file": study.path.display().to_string() }).to_string();
+    let detail = serde_json::json!({ "file": study.file.display().to_string() }).to_string();
     event(conn, id, None, kind, &detail, &now()).await
 }
 
 /// What changed between the stored fixed values and the file's, if anything.
 /// Studies made before fixed values were typed stored them as text; those
 /// compare as the text they were written as.
-fn fixed_diff(stored: Option<&str>, study: &Study) -> Option<String> {
+fn fixed_diff(stored: Option<&str>, study: &StudyRecord) -> Option<String> {
     let stored: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(stored?).unwrap_or_default();
     let text = |v: &serde_json::Value| match v {
@@ -314,16 +341,13 @@ fn fixed_diff(stored: Option<&str>, study: &Study) -> Option<String> {
         other => other.to_string(),
     };
     let mut parts = Vec::new();
-    for (k, v) in &study.fixed {
-        let new = v.to_json();
+    for (k, (new, as_text)) in &study.fixed {
         match stored.get(k) {
             None => parts.push(format!("'{k}' is now fixed at {new}")),
-            Some(serde_json::Value::String(old)) if !new.is_string() && *old == v.to_string() => {}
-            Some(old) if *old != new => parts.push(format!(
-                "'{k}' changed from {} to {}",
-                text(old),
-                text(&new)
-            )),
+            Some(serde_json::Value::String(old)) if !new.is_string() && old == as_text => {}
+            Some(old) if old != new => {
+                parts.push(format!("'{k}' changed from {} to {}", text(old), text(new)))
+            }
             _ => {}
         }
     }

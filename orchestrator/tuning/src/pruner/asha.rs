@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{Curves, Decision, Pruner, at_least, best_first, value_at};
-use crate::ids::TrialNumber;
+use crate::TrialNumber;
 use crate::objective::Direction;
 
 /// ASHA with rungs at `min_resource * eta^k` report steps.

@@ -1,7 +1,7 @@
 //! The median stopping rule.
 
 use super::{Curves, Decision, Pruner, at_least, value_at};
-use crate::ids::TrialNumber;
+use crate::TrialNumber;
 use crate::objective::Direction;
 
 /// Prunes a trial whose value at a step is worse than the median of the

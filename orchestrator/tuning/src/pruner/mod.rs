@@ -23,7 +23,7 @@ pub use median::Median;
 
 use std::collections::BTreeMap;
 
-use crate::ids::TrialNumber;
+use crate::TrialNumber;
 use crate::objective::Direction;
 
 /// A trial's intermediate values, by report step.

@@ -8,7 +8,7 @@
 mod gp;
 mod grid;
 mod qmc;
-pub(crate) mod random;
+pub mod random;
 mod tpe;
 
 pub use gp::GpSampler;

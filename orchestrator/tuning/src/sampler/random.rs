@@ -19,7 +19,7 @@ impl RandomSampler {
 }
 
 /// One draw from `dist`.
-pub(crate) fn draw(rng: &mut StdRng, dist: &Distribution) -> ParamValue {
+pub fn draw(rng: &mut StdRng, dist: &Distribution) -> ParamValue {
     match *dist {
         Distribution::Float {
             low,
