@@ -1,0 +1,275 @@
+//! TPE against its reference behaviour: concentration near optima, the
+//! kernel clip, the good group's weights, determinism.
+
+use super::*;
+use crate::sampler::RandomSampler;
+use crate::space::{Choice, Param};
+
+fn space(params: Vec<(&str, Distribution)>) -> SearchSpace {
+    SearchSpace::new(
+        params
+            .into_iter()
+            .map(|(n, d)| Param {
+                name: n.into(),
+                dist: d,
+                condition: None,
+            })
+            .collect(),
+    )
+    .unwrap()
+}
+
+/// Runs `n` sequential trials of `f` and returns the history.
+fn optimise(
+    s: &mut dyn Sampler,
+    space: &SearchSpace,
+    n: usize,
+    f: impl Fn(&Params) -> f64,
+) -> Vec<TrialRecord> {
+    let mut h: Vec<TrialRecord> = Vec::new();
+    for _ in 0..n {
+        let p = s.propose(space, &h).unwrap();
+        let v = f(&p);
+        h.push(TrialRecord {
+            params: p,
+            value: Some(v),
+        });
+    }
+    h
+}
+
+#[test]
+fn concentrates_near_the_optimum_of_a_1d_function() {
+    let sp = space(vec![(
+        "x",
+        Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            log: false,
+            step: None,
+        },
+    )]);
+    let f = |p: &Params| (p["x"].internal() - 0.3).powi(2);
+    let h = optimise(&mut TpeSampler::new(1, Direction::Minimize), &sp, 80, f);
+    let late: Vec<f64> = h[40..]
+        .iter()
+        .map(|t| (t.params["x"].internal() - 0.3).abs())
+        .collect();
+    let near = late.iter().filter(|d| **d < 0.1).count();
+    // Uniform sampling puts 20% of the samples there; TPE at least 60%.
+    assert!(
+        near >= 24,
+        "{near} of 40 late samples within 0.1 of the optimum"
+    );
+    let r = optimise(&mut RandomSampler::new(1), &sp, 80, f);
+    let near_random = r[40..]
+        .iter()
+        .filter(|t| (t.params["x"].internal() - 0.3).abs() < 0.1)
+        .count();
+    assert!(near > 2 * near_random, "TPE {near} vs random {near_random}");
+}
+
+#[test]
+fn handles_log_int_and_categorical_and_is_deterministic() {
+    let sp = space(vec![
+        (
+            "lr",
+            Distribution::Float {
+                low: 1e-5,
+                high: 1.0,
+                log: true,
+                step: None,
+            },
+        ),
+        (
+            "width",
+            Distribution::Int {
+                low: 8,
+                high: 512,
+                log: true,
+                step: 1,
+            },
+        ),
+        (
+            "opt",
+            Distribution::Categorical {
+                choices: vec![
+                    Choice::Str("a".into()),
+                    Choice::Str("b".into()),
+                    Choice::Str("c".into()),
+                ],
+            },
+        ),
+    ]);
+    // Best at lr = 1e-3, width = 64, opt = "c".
+    let f = |p: &Params| {
+        (p["lr"].internal().log10() + 3.0).powi(2)
+            + ((p["width"].internal()).log2() - 6.0).powi(2)
+            + if p["opt"] == ParamValue::Choice(2) {
+                0.0
+            } else {
+                1.0
+            }
+    };
+    let a = optimise(&mut TpeSampler::new(3, Direction::Minimize), &sp, 60, f);
+    let b = optimise(&mut TpeSampler::new(3, Direction::Minimize), &sp, 60, f);
+    assert_eq!(a, b, "the same seed gives the same sequence");
+    for t in &a {
+        for p in sp.params() {
+            assert!(p.dist.contains(t.params[&p.name]), "{:?}", t.params);
+        }
+    }
+    let best = |h: &[TrialRecord]| {
+        h.iter()
+            .map(|t| t.value.unwrap())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let r = optimise(&mut RandomSampler::new(3), &sp, 60, f);
+    assert!(
+        best(&a) < best(&r),
+        "TPE {} vs random {}",
+        best(&a),
+        best(&r)
+    );
+    let late_c = a[30..]
+        .iter()
+        .filter(|t| t.params["opt"] == ParamValue::Choice(2))
+        .count();
+    assert!(
+        late_c >= 18,
+        "the good category dominates late: {late_c} of 30"
+    );
+}
+
+#[test]
+fn gaussian_masses_are_accurate_in_the_tails() {
+    // Against float64 references (Python's math.erfc).
+    let cases = [
+        (-1.0, 1.0, 0.682_689_492_137_085_9f64),
+        (0.0, 0.5, 0.191_462_461_274_013_1),
+        (2.0, 3.0, 0.021_400_233_916_549_105),
+        (-3.0, -2.0, 0.021_400_233_916_549_105),
+        (10.0, 11.0, 7.619_661_958_203_143e-24),
+    ];
+    for (a, b, mass) in cases {
+        let got = log_gauss_mass(a, b);
+        assert!(
+            (got - mass.ln()).abs() < 1e-9,
+            "[{a}, {b}]: {got} vs {}",
+            mass.ln()
+        );
+    }
+}
+
+#[test]
+fn a_discrete_kernel_is_a_distribution_over_its_grid() {
+    // Ints, a log int and a stepped float: every kernel's masses over
+    // the grid sum to 1, and its samples are grid values.
+    let dists = [
+        Distribution::Int {
+            low: 0,
+            high: 4,
+            log: false,
+            step: 1,
+        },
+        Distribution::Int {
+            low: 2,
+            high: 20,
+            log: false,
+            step: 3,
+        },
+        Distribution::Int {
+            low: 8,
+            high: 1024,
+            log: true,
+            step: 1,
+        },
+        Distribution::Float {
+            low: 0.0,
+            high: 0.5,
+            log: false,
+            step: Some(0.1),
+        },
+    ];
+    let mut rng = <StdRng as rand::SeedableRng>::seed_from_u64(1);
+    for d in dists {
+        let g = grid(&d).unwrap();
+        let (low, high, _) = bounds(&d);
+        let obs: Vec<f64> = [
+            g.low,
+            g.high,
+            g.round(g.coord(g.low) * 0.6 + g.coord(g.high) * 0.4),
+        ]
+        .iter()
+        .map(|&v| g.coord(v))
+        .collect();
+        let k = Kernels::numeric(&obs, low, high, Some(g));
+        let values: Vec<f64> = (0..)
+            .map(|i| g.low + i as f64 * g.step)
+            .take_while(|v| *v <= g.high + 1e-9)
+            .collect();
+        for kernel in 0..=obs.len() {
+            let total: f64 = values.iter().map(|&v| k.log_pdf(kernel, v).exp()).sum();
+            assert!((total - 1.0).abs() < 1e-9, "{d:?} kernel {kernel}: {total}");
+            for _ in 0..20 {
+                let v = k.sample(kernel, &mut rng);
+                assert!(values.iter().any(|w| (w - v).abs() < 1e-9), "{d:?}: {v}");
+            }
+        }
+    }
+}
+
+#[test]
+fn kernels_narrow_faster_than_optunas_clip_but_not_below_half_a_cell() {
+    // Optuna's clip for 5 good observations is a seventh of the range.
+    let ours = min_bandwidth(1.0, 5, None);
+    assert!((ours - 7f64.powf(-1.25)).abs() < 1e-12 && ours < 1.0 / 7.0);
+    // Never narrower than Optuna's floor of a hundredth.
+    assert_eq!(min_bandwidth(1.0, 1000, None), 0.01);
+    // Three levels over [-0.5, 2.5]: half a cell is 0.5.
+    assert_eq!(min_bandwidth(3.0, 20, Some(3.0)), 0.5);
+    // Eleven levels, few observations: the clip is wider than the floor.
+    assert_eq!(
+        min_bandwidth(11.0, 5, Some(11.0)),
+        min_bandwidth(11.0, 5, None)
+    );
+}
+
+#[test]
+fn the_good_groups_kernels_weigh_by_rank() {
+    // Trial order, ranks 2, 0, 1: the best weighs BEST_WEIGHT, the worst 1.
+    assert_eq!(good_weights(&[2, 0, 1]), vec![1.0, BEST_WEIGHT, 2.0]);
+    assert_eq!(good_weights(&[0]), vec![1.0]);
+}
+
+#[test]
+fn pending_trials_push_proposals_apart() {
+    let sp = space(vec![(
+        "x",
+        Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            log: false,
+            step: None,
+        },
+    )]);
+    let f = |p: &Params| (p["x"].internal() - 0.5).powi(2);
+    let mut s = TpeSampler::new(5, Direction::Minimize);
+    let mut h = optimise(&mut s, &sp, 30, f);
+    // Four proposals in a row with none finished: each sees the others as pending.
+    let mut xs = Vec::new();
+    for _ in 0..4 {
+        let p = s.propose(&sp, &h).unwrap();
+        xs.push(p["x"].internal());
+        h.push(TrialRecord {
+            params: p,
+            value: None,
+        });
+    }
+    xs.sort_by(f64::total_cmp);
+    assert!(
+        xs.windows(2).all(|w| w[1] - w[0] > 1e-9),
+        "distinct proposals: {xs:?}"
+    );
+    assert!(gamma(10) == 1 && gamma(100) == 10 && gamma(1000) == 25);
+}
