@@ -18,15 +18,57 @@ pub fn load_csv(path: &Path, target: &str, kind: TaskKind) -> Result<Dataset> {
     parse_csv(file, path, target, kind)
 }
 
+/// An error at a line (and column) of the CSV file at `path`.
+fn data_error(path: &Path) -> impl Fn(u64, Option<u64>, String) -> WorkerError + '_ {
+    move |line, col, msg| WorkerError::data(path, Some(line), col, msg)
+}
+
+/// A data row's target as written, with its line: parsed once the task is known.
+type RawTarget = (u64, String);
+
+/// The reader over a CSV source's records.
+type Records<R> = csv::ByteRecordsIntoIter<R>;
+
 /// [`load_csv`] over any reader; `path` only names the source in errors.
 pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -> Result<Dataset> {
-    let err =
-        |line: u64, col: Option<u64>, msg: String| WorkerError::data(path, Some(line), col, msg);
-    let mut rdr = csv::ReaderBuilder::new()
+    let rdr = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .from_reader(reader);
-    let mut records = rdr.byte_records();
+    let mut records = rdr.into_byte_records();
+    let (names, target_col) = read_header(&mut records, path, target)?;
+    let features = names.len() - 1;
+    let (x, raw_targets) = read_rows(records, path, &names, target_col)?;
+    let rows = raw_targets.len();
+    if rows == 0 {
+        return Err(data_error(path)(
+            1,
+            None,
+            "the file has a header but no data rows".into(),
+        ));
+    }
+    let tcol = Some(target_col as u64 + 1);
+    let (y, task, classes) = targets(&raw_targets, path, target, tcol, kind)?;
+    Ok(Dataset {
+        name: format!("csv:{}:{target}", path.display()),
+        rows,
+        features,
+        image: None,
+        x,
+        y,
+        task,
+        classes,
+    })
+}
+
+/// The header's column names and the target's column; at least one
+/// feature besides it.
+fn read_header<R: Read>(
+    records: &mut Records<R>,
+    path: &Path,
+    target: &str,
+) -> Result<(Vec<String>, usize)> {
+    let err = data_error(path);
     let header = match records.next() {
         None => {
             return Err(err(
@@ -62,8 +104,7 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
             ),
         )
     })?;
-    let features = names.len() - 1;
-    if features == 0 {
+    if names.len() < 2 {
         return Err(err(
             1,
             None,
@@ -71,6 +112,18 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
         ));
     }
 
+    Ok((names, target_col))
+}
+
+/// The features of every data row, row-major, and each row's target as
+/// written; blank lines are skipped.
+fn read_rows<R: Read>(
+    records: Records<R>,
+    path: &Path,
+    names: &[String],
+    target_col: usize,
+) -> Result<(Vec<f32>, Vec<RawTarget>)> {
+    let err = data_error(path);
     let (mut x, mut raw_targets) = (Vec::new(), Vec::new());
     for rec in records {
         let rec = rec.map_err(|e| csv_error(path, e))?;
@@ -114,16 +167,21 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
             })?);
         }
     }
+    Ok((x, raw_targets))
+}
+
+/// The targets as numbers: regression values, or class indices with the
+/// class names (refusing labels that look continuous).
+fn targets(
+    raw_targets: &[RawTarget],
+    path: &Path,
+    target: &str,
+    tcol: Option<u64>,
+    kind: TaskKind,
+) -> Result<(Vec<f32>, Task, Vec<String>)> {
     let rows = raw_targets.len();
-    if rows == 0 {
-        return Err(err(
-            1,
-            None,
-            "the file has a header but no data rows".into(),
-        ));
-    }
-    let tcol = Some(target_col as u64 + 1);
-    let (y, task, classes) = match kind {
+    let err = data_error(path);
+    Ok(match kind {
         TaskKind::Regression => {
             let y = raw_targets
                 .iter()
@@ -174,16 +232,6 @@ pub fn parse_csv(reader: impl Read, path: &Path, target: &str, kind: TaskKind) -
                 classes,
             )
         }
-    };
-    Ok(Dataset {
-        name: format!("csv:{}:{target}", path.display()),
-        rows,
-        features,
-        image: None,
-        x,
-        y,
-        task,
-        classes,
     })
 }
 
