@@ -54,10 +54,10 @@ pub async fn run(args: RunArgs) -> Result<i32> {
     // right after its tables.
     let data = study.load_data()?;
     let (mut store, info, opened) = open_study(&url, &study).await?;
-    if let storage::Opened::Redefined(why) = &opened {
+    if let storage::StudyOpened::Redefined(why) = &opened {
         eprintln!("{why}; it has no trial yet, so the file redefines it");
     }
-    let resumed = opened != storage::Opened::Created;
+    let resumed = opened != storage::StudyOpened::Created;
     if args.retry_failed {
         let n = store.retry_failed(info.id).await?;
         eprintln!("requeued {n} failed trials: they run first, with their parameters");
@@ -179,7 +179,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
 async fn open_study(
     url: &str,
     study: &Study,
-) -> Result<(Store, storage::StudyInfo, storage::Opened)> {
+) -> Result<(Store, storage::StudyInfo, storage::StudyOpened)> {
     let mut tries = 0u64;
     loop {
         let opened = async {

@@ -2,7 +2,7 @@
 //!
 //! The backends are generic parameters everywhere below the CLI, so this is
 //! the one place that names them: [`open`] opens the chosen device
-//! and [`Opened::run`] calls a generic function with it.
+//! and [`OpenedDevice::run`] calls a generic function with it.
 
 use std::sync::Arc;
 
@@ -42,17 +42,17 @@ pub trait OnBackend {
 
 /// An opened device.
 #[derive(Clone)]
-pub enum Opened {
+pub enum OpenedDevice {
     Cpu(Arc<CpuBackend>),
     Cuda(Arc<CudaBackend>),
 }
 
-impl Opened {
+impl OpenedDevice {
     /// Runs `job` on this device's backend.
     pub fn run<J: OnBackend>(self, job: J) -> Result<J::Output> {
         match self {
-            Opened::Cpu(b) => job.run(b),
-            Opened::Cuda(b) => job.run(b),
+            OpenedDevice::Cpu(b) => job.run(b),
+            OpenedDevice::Cuda(b) => job.run(b),
         }
     }
 }
@@ -60,21 +60,21 @@ impl Opened {
 /// Opens the requested device. `auto` takes CUDA when the libraries and a
 /// device are present, and says on stderr which it chose; an explicit
 /// `cuda:N` that cannot be opened is an input error (exit 2).
-pub fn open(request: Request) -> Result<Opened> {
+pub fn open(request: Request) -> Result<OpenedDevice> {
     match request {
-        Request::Cpu => Ok(Opened::Cpu(Arc::new(CpuBackend::new()))),
+        Request::Cpu => Ok(OpenedDevice::Cpu(Arc::new(CpuBackend::new()))),
         Request::Cuda(n) => CudaBackend::new(n)
-            .map(|b| Opened::Cuda(Arc::new(b)))
+            .map(|b| OpenedDevice::Cuda(Arc::new(b)))
             .map_err(|e| Error::Input(format!("--device cuda:{n}: CUDA is not usable here: {e}"))),
         Request::Auto => {
             match cuda::probe().and_then(|_| CudaBackend::new(0).map_err(|e| e.to_string())) {
                 Ok(b) => {
                     eprintln!("device: {} (auto)", b.name());
-                    Ok(Opened::Cuda(Arc::new(b)))
+                    Ok(OpenedDevice::Cuda(Arc::new(b)))
                 }
                 Err(why) => {
                     eprintln!("device: cpu (auto; no CUDA: {why})");
-                    Ok(Opened::Cpu(Arc::new(CpuBackend::new())))
+                    Ok(OpenedDevice::Cpu(Arc::new(CpuBackend::new())))
                 }
             }
         }

@@ -11,6 +11,7 @@ use ratatui::backend::TestBackend;
 use salus_tune::dash::snapshot::{Event, LaneInfo, Phase, SPARK_SECONDS, Snapshot, TrialInfo};
 use salus_tune::dash::state::{self, Action, Key, SortKey, ViewState};
 use salus_tune::dash::view;
+use salus_tune::storage::dashboard::DashCommand;
 use salus_tune::storage::{TrialId, TrialNumber, TrialState};
 use salus_tune::study::Direction;
 
@@ -234,16 +235,16 @@ fn commands_go_only_to_live_trials_of_a_running_study() {
     let mut snap = fixture();
     let mut v = ViewState::default();
     // Trial 0 is complete: nothing is sent.
-    assert_eq!(v.apply(&snap, Action::Command("prune")), None);
+    assert_eq!(v.apply(&snap, Action::Command(DashCommand::Prune)), None);
     assert!(v.message.contains("cannot be pruned"), "{}", v.message);
     v.selected = Some(TrialNumber(5));
     assert_eq!(
-        v.apply(&snap, Action::Command("resume")),
-        Some((TrialId(6), "resume"))
+        v.apply(&snap, Action::Command(DashCommand::Resume)),
+        Some((TrialId(6), DashCommand::Resume))
     );
     assert!(v.message.contains("next iteration boundary"));
     snap.running = false;
-    assert_eq!(v.apply(&snap, Action::Command("pause")), None);
+    assert_eq!(v.apply(&snap, Action::Command(DashCommand::Pause)), None);
     assert!(v.message.contains("not running"));
 }
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use salus_tune::storage::TrialState;
+use salus_tune::storage::dashboard::DashCommand;
 
 fn study(name: &str, trials: u64, epochs: u64) -> String {
     format!(
@@ -574,10 +575,10 @@ fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
     a.flush().unwrap();
     let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
     for (t, action) in [
-        (tb, "pause"),
-        (ta, "prune"),
-        (done, "pause"),
-        (tb, "resume"),
+        (tb, DashCommand::Pause),
+        (ta, DashCommand::Prune),
+        (done, DashCommand::Pause),
+        (tb, DashCommand::Resume),
     ] {
         p.rt.block_on(store.push_command(p.study_id, t.trial_id, action))
             .unwrap();
@@ -586,21 +587,21 @@ fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
         w.take_commands(p.study_id, run)
             .unwrap()
             .into_iter()
-            .map(|c| (c.trial_id, c.word))
+            .map(|c| (c.trial_id, c.action))
             .collect::<Vec<_>>()
     };
     assert_eq!(
         taken(a, *run_a),
         [
-            (ta.trial_id, "prune".into()),
-            (done.trial_id, "pause".into())
+            (ta.trial_id, Some(DashCommand::Prune)),
+            (done.trial_id, Some(DashCommand::Pause))
         ]
     );
     assert_eq!(
         taken(b, *run_b),
         [
-            (tb.trial_id, "pause".into()),
-            (tb.trial_id, "resume".into())
+            (tb.trial_id, Some(DashCommand::Pause)),
+            (tb.trial_id, Some(DashCommand::Resume))
         ]
     );
     assert!(taken(a, *run_a).is_empty() && taken(b, *run_b).is_empty());

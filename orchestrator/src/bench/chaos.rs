@@ -36,6 +36,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::error::{Error, Result};
+use crate::storage::dashboard::DashCommand;
 use crate::storage::{Store, TrialState};
 
 /// Which study the processes run.
@@ -583,17 +584,17 @@ fn command(
     let trial = running[(roll % running.len() as u64) as usize];
     let was_paused = paused.get(&trial).copied().unwrap_or(false);
     let action = match pick {
-        0..=1 => "prune",
-        _ if was_paused => "resume",
-        _ => "pause",
+        0..=1 => DashCommand::Prune,
+        _ if was_paused => DashCommand::Resume,
+        _ => DashCommand::Pause,
     };
-    paused.insert(trial, action == "pause");
+    paused.insert(trial, action == DashCommand::Pause);
     push(url, name, trial, action)?;
-    Ok(Some((trial, action)))
+    Ok(Some((trial, action.as_str())))
 }
 
 /// Leaves a command for trial id `trial`, as the dashboard does.
-fn push(url: &str, name: &str, trial: i64, action: &str) -> Result<()> {
+fn push(url: &str, name: &str, trial: i64, action: DashCommand) -> Result<()> {
     block_retrying(|| async {
         let mut store = Store::open_existing(url).await?;
         let info = store.pick_study(Some(name)).await?;
@@ -607,7 +608,7 @@ fn push(url: &str, name: &str, trial: i64, action: &str) -> Result<()> {
 /// Resumes every trial the driver left paused.
 fn resume_all(url: &str, name: &str, paused: &BTreeMap<i64, bool>) -> Result<()> {
     for (&trial, _) in paused.iter().filter(|(_, p)| **p) {
-        push(url, name, trial, "resume")?;
+        push(url, name, trial, DashCommand::Resume)?;
     }
     Ok(())
 }

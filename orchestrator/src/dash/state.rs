@@ -2,6 +2,7 @@
 //! change it: pure functions, tested without a terminal.
 
 use super::snapshot::{Phase, Snapshot, TrialInfo};
+use crate::storage::dashboard::DashCommand;
 use crate::storage::{TrialId, TrialNumber};
 
 /// The panes Tab moves between.
@@ -118,7 +119,7 @@ pub enum Action {
     StartSearch,
     ToggleDetail,
     /// `pause`, `resume` or `prune` the selected trial.
-    Command(&'static str),
+    Command(DashCommand),
     /// A character typed into the search box.
     Type(char),
     Backspace,
@@ -214,9 +215,9 @@ pub fn action(state: &ViewState, key: Key) -> Action {
         Key::Char('f') => Action::CycleFilter,
         Key::Char('/') => Action::StartSearch,
         Key::Enter | Key::Char('d') => Action::ToggleDetail,
-        Key::Char('p') => Action::Command("pause"),
-        Key::Char('r') => Action::Command("resume"),
-        Key::Char('x') => Action::Command("prune"),
+        Key::Char('p') => Action::Command(DashCommand::Pause),
+        Key::Char('r') => Action::Command(DashCommand::Resume),
+        Key::Char('x') => Action::Command(DashCommand::Prune),
         Key::Esc => Action::Cancel,
         _ => Action::None,
     }
@@ -292,7 +293,7 @@ impl ViewState {
 
     /// Applies an action; returns a command for the running study, if any:
     /// `(trial_id, action)`.
-    pub fn apply(&mut self, snap: &Snapshot, action: Action) -> Option<(TrialId, &'static str)> {
+    pub fn apply(&mut self, snap: &Snapshot, action: Action) -> Option<(TrialId, DashCommand)> {
         match action {
             Action::Quit | Action::None => {}
             Action::Help => self.help = !self.help,

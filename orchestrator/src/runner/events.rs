@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use kernels::Backend;
 use workers::{MemberOutcome, Report, WorkerError};
 
-use super::{MemberId, Pending, RunId, RunState, Runner};
+use super::{MemberId, Pending, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::pruner::{Curves, Decision, priority, value_at};
 use crate::salus::core::CoreEvent;
@@ -25,12 +25,12 @@ impl Runner<'_> {
     ) -> Result<()> {
         match event {
             CoreEvent::Admitted { job, lane } => {
-                let ids: Vec<RunId> = match st.fusion.groups.get_mut(&job) {
+                let ids: Vec<TrialHandle> = match st.fusion.groups.get_mut(&job) {
                     Some(g) => {
                         g.lane = Some(lane);
-                        g.members.iter().map(|&m| RunId::Member(m)).collect()
+                        g.members.iter().map(|&m| TrialHandle::Member(m)).collect()
                     }
-                    None => vec![RunId::Alone(job)],
+                    None => vec![TrialHandle::Alone(job)],
                 };
                 for f in ids.iter().filter_map(|id| st.in_flight.get(id)) {
                     self.writer.send(WriteOp::Resources {
@@ -40,7 +40,9 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
-            CoreEvent::Report { job, report } => self.on_report(st, RunId::Alone(job), report),
+            CoreEvent::Report { job, report } => {
+                self.on_report(st, TrialHandle::Alone(job), report)
+            }
             CoreEvent::Members {
                 job,
                 steps,
@@ -56,7 +58,7 @@ impl Runner<'_> {
                         let member = MemberId(m.tag);
                         if matches!(m.outcome, MemberOutcome::Report(_))
                             && self.study.pruner != PrunerKind::None
-                            && st.in_flight.contains_key(&RunId::Member(member))
+                            && st.in_flight.contains_key(&TrialHandle::Member(member))
                         {
                             holding |= group.held.insert(member);
                         }
@@ -72,7 +74,7 @@ impl Runner<'_> {
                     .any(|m| matches!(m.outcome, MemberOutcome::Report(_)));
                 for m in steps {
                     let member = MemberId(m.tag);
-                    let run = RunId::Member(member);
+                    let run = TrialHandle::Member(member);
                     match m.outcome {
                         MemberOutcome::Report(r) => self.on_report(st, run, r)?,
                         MemberOutcome::Left => {
@@ -112,7 +114,9 @@ impl Runner<'_> {
                 Ok(())
             }
             CoreEvent::Checkpoint { job, member, state } => {
-                let run = member.map_or(RunId::Alone(job), |m| RunId::Member(MemberId(m)));
+                let run = member.map_or(TrialHandle::Alone(job), |m| {
+                    TrialHandle::Member(MemberId(m))
+                });
                 // Through the writer: saved once the values it covers are committed.
                 if let (Some(c), Some(f)) = (&self.checkpoints, st.in_flight.get(&run)) {
                     self.writer.send(WriteOp::SaveFile {
@@ -125,7 +129,9 @@ impl Runner<'_> {
                 Ok(())
             }
             CoreEvent::FinalState { job, member, state } => {
-                let run = member.map_or(RunId::Alone(job), |m| RunId::Member(MemberId(m)));
+                let run = member.map_or(TrialHandle::Alone(job), |m| {
+                    TrialHandle::Member(MemberId(m))
+                });
                 st.kept.finals.insert(run, state);
                 Ok(())
             }
@@ -139,7 +145,13 @@ impl Runner<'_> {
                 report,
                 iterations,
                 device_seconds,
-            } => self.on_finished(st, RunId::Alone(job), report, iterations, device_seconds),
+            } => self.on_finished(
+                st,
+                TrialHandle::Alone(job),
+                report,
+                iterations,
+                device_seconds,
+            ),
             CoreEvent::Failed {
                 job,
                 error,
@@ -153,10 +165,13 @@ impl Runner<'_> {
                     e => e.to_string(),
                 };
                 // A fused group fails all its members; joiners it never took live on.
-                let jobs: Vec<RunId> = if st.fusion.groups.contains_key(&job) {
-                    st.end_group(job).into_iter().map(RunId::Member).collect()
+                let jobs: Vec<TrialHandle> = if st.fusion.groups.contains_key(&job) {
+                    st.end_group(job)
+                        .into_iter()
+                        .map(TrialHandle::Member)
+                        .collect()
                 } else {
-                    vec![RunId::Alone(job)]
+                    vec![TrialHandle::Alone(job)]
                 };
                 for j in jobs {
                     self.fail_flight(st, j, iterations as i64, device_seconds, reason.clone())?;
@@ -167,7 +182,7 @@ impl Runner<'_> {
                 job,
                 iterations,
                 device_seconds,
-            } => self.on_pruned(st, RunId::Alone(job), iterations, device_seconds),
+            } => self.on_pruned(st, TrialHandle::Alone(job), iterations, device_seconds),
             CoreEvent::Swapped {
                 job,
                 out: true,
@@ -176,7 +191,7 @@ impl Runner<'_> {
             } if self.study.worker.is_some() && bytes > 0 => {
                 // An external worker swapped out saved its checkpoint,
                 // covering every step it reported.
-                if let Some(f) = st.in_flight.get_mut(&RunId::Alone(job)) {
+                if let Some(f) = st.in_flight.get_mut(&TrialHandle::Alone(job)) {
                     let step = st
                         .curves
                         .get(&f.pending.number)
@@ -211,7 +226,7 @@ impl Runner<'_> {
     pub(super) fn on_report<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        run: RunId,
+        run: TrialHandle,
         report: Report,
     ) -> Result<()> {
         let study = self.study;
@@ -287,7 +302,7 @@ impl Runner<'_> {
     pub(super) fn on_finished<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        run: RunId,
+        run: TrialHandle,
         report: Report,
         iterations: u64,
         device_seconds: f64,
@@ -349,7 +364,7 @@ impl Runner<'_> {
     pub(super) fn on_pruned<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        run: RunId,
+        run: TrialHandle,
         iterations: u64,
         device_seconds: f64,
     ) -> Result<()> {
@@ -457,7 +472,7 @@ impl Runner<'_> {
     pub(super) fn fail_flight<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        run: RunId,
+        run: TrialHandle,
         iterations: i64,
         seconds: f64,
         reason: String,
@@ -466,7 +481,7 @@ impl Runner<'_> {
             return Ok(());
         };
         st.paused.remove(&run);
-        if let RunId::Member(m) = run {
+        if let TrialHandle::Member(m) = run {
             st.fusion.parked.remove(&m);
         }
         st.closing.remove(&run);

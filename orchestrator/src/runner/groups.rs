@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use kernels::Backend;
 use workers::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
 
-use super::{Flight, MemberId, RunId, RunState, Runner};
+use super::{Flight, MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::fusion::{self, Seat};
@@ -50,10 +50,10 @@ impl<B: Backend> RunState<B> {
     /// Ends `run`'s hold after its report. A group goes on once none of
     /// its members holds it; releasing a member that holds nothing must not
     /// release the group, whose newest report may not be decided yet.
-    pub(super) fn release(&mut self, run: RunId) {
+    pub(super) fn release(&mut self, run: TrialHandle) {
         match run {
-            RunId::Alone(job) => self.core.release(job),
-            RunId::Member(m) => {
+            TrialHandle::Alone(job) => self.core.release(job),
+            TrialHandle::Member(m) => {
                 if let Some(&g) = self.fusion.member_group.get(&m)
                     && let Some(group) = self.fusion.groups.get_mut(&g)
                     && group.held.remove(&m)
@@ -66,13 +66,13 @@ impl<B: Backend> RunState<B> {
     }
 
     /// A group runs at its best member's priority.
-    pub(super) fn set_priority(&mut self, run: RunId, p: f64) {
+    pub(super) fn set_priority(&mut self, run: TrialHandle, p: f64) {
         if let Some(f) = self.in_flight.get_mut(&run) {
             f.priority = p;
         }
         match run {
-            RunId::Alone(job) => self.core.set_priority(job, p),
-            RunId::Member(m) => {
+            TrialHandle::Alone(job) => self.core.set_priority(job, p),
+            TrialHandle::Member(m) => {
                 if let Some(&g) = self.fusion.member_group.get(&m) {
                     self.refresh_group_priority(g);
                 }
@@ -86,7 +86,11 @@ impl<B: Backend> RunState<B> {
                 .members
                 .iter()
                 .filter(|m| !group.leaving.contains(m))
-                .filter_map(|&m| self.in_flight.get(&RunId::Member(m)).map(|f| f.priority))
+                .filter_map(|&m| {
+                    self.in_flight
+                        .get(&TrialHandle::Member(m))
+                        .map(|f| f.priority)
+                })
                 .fold(f64::NEG_INFINITY, f64::max);
             if best.is_finite() {
                 self.core.set_priority(g, best);
@@ -97,13 +101,13 @@ impl<B: Backend> RunState<B> {
     /// Prunes at the next boundary. A fused member leaves its group there,
     /// and a parked one is simply forgotten; `true` says the caller must
     /// record its end now, as no core event will.
-    pub(super) fn prune(&mut self, run: RunId) -> bool {
+    pub(super) fn prune(&mut self, run: TrialHandle) -> bool {
         let m = match run {
-            RunId::Alone(job) => {
+            TrialHandle::Alone(job) => {
                 self.core.prune(job);
                 return false;
             }
-            RunId::Member(m) => m,
+            TrialHandle::Member(m) => m,
         };
         let parked = self.fusion.parked.remove(&m).is_some();
         match self.fusion.member_group.remove(&m) {
@@ -131,7 +135,7 @@ impl<B: Backend> RunState<B> {
             group.control.leave(m.0);
             group.leaving.insert(m);
             self.fusion.parked.insert(m, Parked { trial: None, ready });
-            self.release(RunId::Member(m));
+            self.release(TrialHandle::Member(m));
         } else if let Some(p) = self.fusion.parked.get_mut(&m) {
             p.ready = ready;
         }
@@ -140,18 +144,18 @@ impl<B: Backend> RunState<B> {
     /// Stops `run` at its next boundary: a lone trial stays in the core
     /// (resident until memory is needed), a member leaves its group and
     /// waits parked.
-    pub(super) fn pause(&mut self, run: RunId) {
+    pub(super) fn pause(&mut self, run: TrialHandle) {
         match run {
-            RunId::Alone(job) => self.core.pause(job),
-            RunId::Member(m) => self.park(m, false),
+            TrialHandle::Alone(job) => self.core.pause(job),
+            TrialHandle::Member(m) => self.park(m, false),
         }
     }
 
     /// Lets a paused trial run again.
-    pub(super) fn resume(&mut self, run: RunId) {
+    pub(super) fn resume(&mut self, run: TrialHandle) {
         match run {
-            RunId::Alone(job) => self.core.resume(job),
-            RunId::Member(m) => {
+            TrialHandle::Alone(job) => self.core.resume(job),
+            TrialHandle::Member(m) => {
                 if let Some(p) = self.fusion.parked.get_mut(&m) {
                     p.ready = true;
                 }
@@ -201,7 +205,7 @@ impl<B: Backend> RunState<B> {
             if let Some(&g) = self.fusion.member_group.get(&m) {
                 self.leave_group(g, m);
             }
-            if !self.in_flight.contains_key(&RunId::Member(m)) {
+            if !self.in_flight.contains_key(&TrialHandle::Member(m)) {
                 continue; // pruned meanwhile
             }
             let p = self.fusion.parked.entry(m).or_insert(Parked {
@@ -229,7 +233,7 @@ impl Runner<'_> {
                 st.timeline
                     .trial_ids
                     .insert(id, flight.pending.claim.trial_id);
-                st.in_flight.insert(RunId::Alone(id), flight);
+                st.in_flight.insert(TrialHandle::Alone(id), flight);
             }
             return Ok(());
         }
@@ -237,7 +241,7 @@ impl Runner<'_> {
         for (trial, flight) in new {
             let m = st.fusion.next_member;
             st.fusion.next_member.0 += 1;
-            st.in_flight.insert(RunId::Member(m), flight);
+            st.in_flight.insert(TrialHandle::Member(m), flight);
             waiting.push((m, trial));
         }
         let ready: Vec<MemberId> = st
@@ -256,7 +260,7 @@ impl Runner<'_> {
             return Ok(());
         }
         let seat = |st: &RunState<B>, m: MemberId| {
-            let flight = st.in_flight.get(&RunId::Member(m));
+            let flight = st.in_flight.get(&TrialHandle::Member(m));
             Seat {
                 id: m.0,
                 priority: flight.map_or(0.0, |f| f.priority),
@@ -288,13 +292,13 @@ impl Runner<'_> {
                     .iter()
                     .filter_map(|&j| {
                         st.in_flight
-                            .get(&RunId::Member(j))
+                            .get(&TrialHandle::Member(j))
                             .map(|f| f.pending.number)
                     })
                     .collect();
                 for m in r.evict.iter().map(|&m| MemberId(m)) {
                     st.park(m, true);
-                    if let Some(f) = st.in_flight.get(&RunId::Member(m)) {
+                    if let Some(f) = st.in_flight.get(&TrialHandle::Member(m)) {
                         self.writer.send(WriteOp::Event {
                             study_id: self.info.id,
                             trial_id: Some(f.pending.claim.trial_id),
@@ -331,7 +335,7 @@ impl Runner<'_> {
                     .total_cmp(&a.priority)
                     .then(a.arrival.cmp(&b.arrival))
             });
-            let footprint = st.in_flight[&RunId::Member(of_key[0].0)].footprint;
+            let footprint = st.in_flight[&TrialHandle::Member(of_key[0].0)].footprint;
             let cap = fusion::group_cap(
                 st.fusion.core_kind,
                 st.fusion.fuse,
@@ -361,7 +365,10 @@ impl Runner<'_> {
         let key = fused.fusion_key();
         let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
         // The group's timeline is filed under its first member.
-        let first = st.in_flight[&RunId::Member(tags[0])].pending.claim.trial_id;
+        let first = st.in_flight[&TrialHandle::Member(tags[0])]
+            .pending
+            .claim
+            .trial_id;
         st.timeline.trial_ids.insert(id, first);
         for &m in &tags {
             st.fusion.member_group.insert(m, id);
@@ -402,12 +409,12 @@ impl Runner<'_> {
             .iter()
             .filter_map(|&m| {
                 st.in_flight
-                    .get(&RunId::Member(m))
+                    .get(&TrialHandle::Member(m))
                     .map(|f| f.pending.number)
             })
             .collect();
         for m in &seated {
-            let Some(f) = st.in_flight.get(&RunId::Member(*m)) else {
+            let Some(f) = st.in_flight.get(&TrialHandle::Member(*m)) else {
                 continue;
             };
             if numbers.len() > 1 {

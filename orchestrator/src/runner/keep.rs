@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 use workers::TrialSnapshot;
 
-use super::{Pending, RunId, Runner};
+use super::{Pending, Runner, TrialHandle};
 use crate::error::Result;
 use crate::kept_model::{self, Standardisation};
 use crate::storage::writer::WriteOp;
@@ -17,7 +17,7 @@ use crate::study::{Direction, Keep};
 #[derive(Default)]
 pub(super) struct Kept {
     pub norm: Option<Standardisation>,
-    pub finals: BTreeMap<RunId, TrialSnapshot>,
+    pub finals: BTreeMap<TrialHandle, TrialSnapshot>,
 }
 
 impl Runner<'_> {
@@ -27,7 +27,7 @@ impl Runner<'_> {
     pub(super) fn keep_model(
         &mut self,
         kept: &mut Kept,
-        run: RunId,
+        run: TrialHandle,
         pending: &Pending,
         value: f64,
     ) -> Result<()> {

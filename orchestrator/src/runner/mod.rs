@@ -28,7 +28,7 @@ use kernels::{Backend, DeviceKind};
 use workers::data::SplitData;
 use workers::{DeviceData, Job, Lane, TrainTrial};
 
-mod commands;
+mod dash_commands;
 mod events;
 mod groups;
 mod keep;
@@ -334,7 +334,7 @@ impl Runner<'_> {
                 st.timeline
                     .trial_ids
                     .insert(id, flight.pending.claim.trial_id);
-                st.in_flight.insert(RunId::Alone(id), flight);
+                st.in_flight.insert(TrialHandle::Alone(id), flight);
                 continue;
             }
             let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
@@ -385,11 +385,11 @@ impl Runner<'_> {
             && !timed_out
             && st.finished + (st.in_flight.len() as u64) < st.budget;
         if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
-            let paused: Vec<RunId> = st.paused.keys().copied().collect();
+            let paused: Vec<TrialHandle> = st.paused.keys().copied().collect();
             for job in paused {
                 let parked = match job {
-                    RunId::Member(m) => st.fusion.parked.get(&m),
-                    RunId::Alone(_) => None,
+                    TrialHandle::Member(m) => st.fusion.parked.get(&m),
+                    TrialHandle::Alone(_) => None,
                 };
                 let iterations = parked
                     .and_then(|p| p.trial.as_ref())
@@ -437,9 +437,9 @@ impl Runner<'_> {
         // trial's state, each member's of a fused group, a parked trial's.
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
-        let mut states: BTreeMap<RunId, workers::TrialSnapshot> = BTreeMap::new();
+        let mut states: BTreeMap<TrialHandle, workers::TrialSnapshot> = BTreeMap::new();
         // External trials whose worker saved its state as it stopped.
-        let mut saved_by_worker: BTreeSet<RunId> = BTreeSet::new();
+        let mut saved_by_worker: BTreeSet<TrialHandle> = BTreeSet::new();
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
                 let Some(lane) = lane.as_mut() else { break };
@@ -447,22 +447,22 @@ impl Runner<'_> {
                     // A worker checkpoints itself when asked, covering
                     // every step it reported.
                     if boxed.swap_out(lane).is_ok_and(|bytes| bytes > 0) {
-                        saved_by_worker.insert(RunId::Alone(job));
+                        saved_by_worker.insert(TrialHandle::Alone(job));
                     }
                 } else if groups.contains_key(&job) {
                     let members = boxed.member_states(lane).unwrap_or_default();
                     states.extend(
                         members
                             .into_iter()
-                            .map(|(tag, s)| (RunId::Member(MemberId(tag)), s)),
+                            .map(|(tag, s)| (TrialHandle::Member(MemberId(tag)), s)),
                     );
                 } else if let Ok(s) = boxed.export_state(lane) {
-                    states.insert(RunId::Alone(job), s);
+                    states.insert(TrialHandle::Alone(job), s);
                 }
             }
             for (m, p) in parked {
                 if let Some(s) = p.trial.as_ref().and_then(|t| t.host_state()) {
-                    states.insert(RunId::Member(m), s.clone());
+                    states.insert(TrialHandle::Member(m), s.clone());
                 }
             }
         }
@@ -585,12 +585,12 @@ struct RunState<B: Backend> {
     best: Option<(TrialNumber, f64)>,
     /// The sampler has nothing left (an exhausted grid).
     exhausted: bool,
-    in_flight: BTreeMap<RunId, Flight>,
+    in_flight: BTreeMap<TrialHandle, Flight>,
     curves: Curves,
     /// Trials paused below a promotion cut, with their rung.
-    paused: BTreeMap<RunId, usize>,
+    paused: BTreeMap<TrialHandle, usize>,
     /// Paused trials already asked to stop for good.
-    closing: BTreeSet<RunId>,
+    closing: BTreeSet<TrialHandle>,
     /// Trials that failed in a row, and the last one's reason.
     failures: (u64, Option<String>),
     backend: Arc<B>,
@@ -651,7 +651,7 @@ struct Timeline {
     lanes: BTreeMap<usize, LaneTally>,
 }
 
-/// What other processes and the dashboard see of this run (`commands.rs`).
+/// What other processes and the dashboard see of this run (`dash_commands.rs`).
 struct Liveness {
     /// RUNNING trials that another live process runs.
     elsewhere: u64,
@@ -667,7 +667,7 @@ struct Liveness {
     /// heartbeat has not moved for the liveness limit is requeued.
     unclaimed: BTreeMap<TrialId, (Option<String>, Instant)>,
     /// Trials paused from the dashboard: they keep their slot.
-    user_paused: BTreeSet<RunId>,
+    user_paused: BTreeSet<TrialHandle>,
     last_commands: Instant,
 }
 
@@ -682,7 +682,7 @@ struct MemberId(u64);
 /// A running trial as the runner knows it: the core's job when it runs
 /// alone, or its seat in a fused group (whose job is the group's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum RunId {
+enum TrialHandle {
     Alone(JobId),
     Member(MemberId),
 }

@@ -254,7 +254,7 @@ pub struct SchedulerSection {
 #[serde(deny_unknown_fields)]
 pub struct WorkerSection {
     pub kind: Field<Str>,
-    pub command: Field<Command>,
+    pub command: Field<CommandLine>,
     pub cwd: Field<Str>,
     pub env: Field<Env>,
     pub memory: Field<Scalar>,
@@ -375,7 +375,7 @@ pub struct Choices(pub Vec<Spanned<Scalar>>);
 /// `command = ["program", "arg", ...]`, never empty; `parse.rs` checks that
 /// each element is a string, as toml gives an element's own span only to
 /// errors raised outside its deserializer.
-pub struct Command(pub Vec<Spanned<Scalar>>);
+pub struct CommandLine(pub Vec<Spanned<Scalar>>);
 
 /// `env = { NAME = "value" }`.
 pub struct Env(pub Vec<(String, String)>);
@@ -640,7 +640,7 @@ impl<'de> Deserialize<'de> for Choices {
     }
 }
 
-impl<'de> Deserialize<'de> for Command {
+impl<'de> Deserialize<'de> for CommandLine {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         const WANT: &str = "a non-empty array of strings";
         let items: Vec<Spanned<Scalar>> = d.deserialize_any(ArrayVisitor::new(WANT))?;
@@ -649,7 +649,7 @@ impl<'de> Deserialize<'de> for Command {
                 "expected {WANT}, found an array"
             )));
         }
-        Ok(Command(items))
+        Ok(CommandLine(items))
     }
 }
 

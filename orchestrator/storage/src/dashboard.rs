@@ -10,6 +10,42 @@ use crate::dialect::{Dialect, sql};
 use crate::error::{Error, Result};
 use crate::{TrialId, TrialNumber};
 
+/// What the dashboard asks of a running trial. Stored in
+/// `salus_commands.action` as its word ([`as_str`](Self::as_str)); the
+/// run holding the trial takes it at the trial's next iteration boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DashCommand {
+    Pause,
+    Resume,
+    Prune,
+}
+
+impl DashCommand {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DashCommand::Pause => "pause",
+            DashCommand::Resume => "resume",
+            DashCommand::Prune => "prune",
+        }
+    }
+
+    /// The stored word; `None` for one this salus-tune does not know.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pause" => DashCommand::Pause,
+            "resume" => DashCommand::Resume,
+            "prune" => DashCommand::Prune,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for DashCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One event of a trial's timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

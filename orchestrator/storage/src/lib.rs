@@ -27,8 +27,8 @@ pub mod heartbeat;
 pub mod ids;
 mod migrate;
 mod read;
+mod record;
 mod statements;
-mod study;
 pub mod writer;
 
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ pub use claims::{
 };
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
 pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
-pub use study::{FIXED_KEY, Opened, StudyRecord};
+pub use record::{FIXED_KEY, StudyOpened, StudyRecord};
 pub use writer::{Writer, WriterStats};
 
 pub use error::{Error, Result, StorageFailure};

@@ -5,8 +5,9 @@ use sqlx::{AnyConnection, Row};
 
 use super::claims::Claim;
 use super::dialect::{Clock, Dialect, sql};
-use super::writer::{Answer, Command, CommandAction, TrialEnd, WriteOp};
+use super::writer::{Answer, TakenCommand, TrialEnd, WriteOp};
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
+use crate::dashboard::DashCommand;
 
 pub(super) async fn trial_progress(
     conn: &mut AnyConnection,
@@ -371,7 +372,7 @@ pub(super) async fn create_trial(
             .fetch_one(&mut *conn)
             .await?;
     insert_params(conn, trial_id, params).await?;
-    set_trial_attr(conn, Attrs::User, trial_id, super::study::FIXED_KEY, fixed).await?;
+    set_trial_attr(conn, Attrs::User, trial_id, super::record::FIXED_KEY, fixed).await?;
     let claim = super::claims::claim(conn, trial_id, *run_id, clock).await?;
     event(
         &mut *conn,
@@ -558,14 +559,14 @@ pub(super) async fn take_commands(
         )
         .await?;
     }
-    let mut cmds: Vec<Command> = rows
+    let mut cmds: Vec<TakenCommand> = rows
         .iter()
         .map(|r| {
             let word: String = r.get(2);
-            Command {
+            TakenCommand {
                 command_id: r.get(0),
                 trial_id: r.get(1),
-                action: CommandAction::parse(&word),
+                action: DashCommand::parse(&word),
                 word,
             }
         })

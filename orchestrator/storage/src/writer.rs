@@ -39,6 +39,7 @@ use super::dialect::{Clock, begin_write};
 use super::heartbeat::{Beat, BeatStats};
 use super::statements;
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
+use crate::dashboard::DashCommand;
 use crate::error::{Error, Result, StorageFailure};
 
 /// Most operations one transaction takes.
@@ -95,40 +96,13 @@ pub struct TrialEnd {
     pub fail_reason: Option<String>,
 }
 
-/// What the dashboard asks of a running trial.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandAction {
-    Pause,
-    Resume,
-    Prune,
-}
-
-impl CommandAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CommandAction::Pause => "pause",
-            CommandAction::Resume => "resume",
-            CommandAction::Prune => "prune",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "pause" => CommandAction::Pause,
-            "resume" => CommandAction::Resume,
-            "prune" => CommandAction::Prune,
-            _ => return None,
-        })
-    }
-}
-
 /// A dashboard command for one trial, as a run takes it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Command {
+pub struct TakenCommand {
     pub command_id: i64,
     pub trial_id: TrialId,
     /// `None`: an action this salus-tune does not know (a newer dashboard's).
-    pub action: Option<CommandAction>,
+    pub action: Option<DashCommand>,
     /// The action as stored.
     pub word: String,
 }
@@ -173,7 +147,7 @@ pub enum WriteOp {
     TakeCommands {
         study_id: i64,
         run_id: i64,
-        reply: oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<Vec<TakenCommand>, StorageFailure>>,
     },
     /// What became of a command.
     CommandOutcome {
@@ -474,7 +448,7 @@ impl Writer {
 
     /// The commands the dashboard left for the trials `run_id` holds since
     /// the last call.
-    pub fn take_commands(&self, study_id: i64, run_id: i64) -> Result<Vec<Command>> {
+    pub fn take_commands(&self, study_id: i64, run_id: i64) -> Result<Vec<TakenCommand>> {
         self.ask(|reply| WriteOp::TakeCommands {
             study_id,
             run_id,
@@ -503,8 +477,8 @@ enum Reply {
         Option<Claimed>,
     ),
     Commands(
-        oneshot::Sender<std::result::Result<Vec<Command>, StorageFailure>>,
-        Vec<Command>,
+        oneshot::Sender<std::result::Result<Vec<TakenCommand>, StorageFailure>>,
+        Vec<TakenCommand>,
     ),
     Flush(oneshot::Sender<std::result::Result<(), StorageFailure>>),
 }
@@ -625,7 +599,7 @@ pub(super) enum Answer {
     Ids(Option<(Claim, TrialNumber)>),
     RunId((i64, i64)),
     Claimed(Option<Claimed>),
-    Commands(Vec<Command>),
+    Commands(Vec<TakenCommand>),
 }
 
 /// A checkpoint's bytes, in a temporary file of this process beside its

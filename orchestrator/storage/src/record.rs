@@ -54,13 +54,13 @@ impl Store {
         &mut self,
         study_id: i64,
         trial_id: TrialId,
-        action: &str,
+        action: crate::dashboard::DashCommand,
     ) -> Result<()> {
         let url = self.url.clone();
         sqlx::query(&sql(self.conn(), "INSERT INTO salus_commands (study_id, trial_id, action, created) VALUES (?, ?, ?, ?::timestamp)",))
         .bind(study_id)
         .bind(trial_id)
-        .bind(action)
+        .bind(action.as_str())
         .bind(now())
         .execute(self.conn())
         .await
@@ -154,7 +154,10 @@ impl Store {
     /// Creates the study, or resumes it after checking that its direction
     /// and search space are unchanged (a study with no trial yet takes the
     /// file's definition instead). Says which it did.
-    pub async fn create_or_resume(&mut self, study: &StudyRecord) -> Result<(StudyInfo, Opened)> {
+    pub async fn create_or_resume(
+        &mut self,
+        study: &StudyRecord,
+    ) -> Result<(StudyInfo, StudyOpened)> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
@@ -237,7 +240,10 @@ impl Store {
                 name: study.name.clone(),
                 direction: study.direction,
             };
-            return Ok((info, changed.map_or(Opened::Resumed, Opened::Redefined)));
+            return Ok((
+                info,
+                changed.map_or(StudyOpened::Resumed, StudyOpened::Redefined),
+            ));
         }
         let id: i64 = sqlx::query_scalar(&sql(
             &tx,
@@ -257,14 +263,14 @@ impl Store {
                 name: study.name.clone(),
                 direction: study.direction,
             },
-            Opened::Created,
+            StudyOpened::Created,
         ))
     }
 }
 
 /// What [`Store::create_or_resume`] did.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Opened {
+pub enum StudyOpened {
     Created,
     Resumed,
     /// The study had no trial, and its stored definition differed from the

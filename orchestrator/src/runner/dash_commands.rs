@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use kernels::Backend;
 
-use super::{RunId, RunState, Runner};
+use super::{RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::storage::Claim;
-use crate::storage::writer::{CommandAction, WriteOp};
+use crate::storage::dashboard::DashCommand;
+use crate::storage::writer::WriteOp;
 
 impl Runner<'_> {
     /// Tells the heartbeat task which trials this run holds now.
@@ -71,13 +72,13 @@ impl Runner<'_> {
             let outcome = match (held, cmd.action) {
                 (None, _) => "ignored: the trial is not running",
                 (Some(_), None) => "ignored: unknown action",
-                (Some((j, claim)), Some(CommandAction::Pause)) => {
+                (Some((j, claim)), Some(DashCommand::Pause)) => {
                     st.pause(j);
                     st.liveness.user_paused.insert(j);
                     self.command_priority(claim, "paused")?;
                     "applied"
                 }
-                (Some((j, claim)), Some(CommandAction::Resume)) => {
+                (Some((j, claim)), Some(DashCommand::Resume)) => {
                     if st.liveness.user_paused.remove(&j) {
                         st.resume(j);
                         self.command_priority(claim, "resumed")?;
@@ -86,7 +87,7 @@ impl Runner<'_> {
                         "ignored: the trial was not paused from the dashboard"
                     }
                 }
-                (Some((j, claim)), Some(CommandAction::Prune)) => {
+                (Some((j, claim)), Some(DashCommand::Prune)) => {
                     self.prune_command(st, j, claim)?;
                     "applied"
                 }
@@ -113,7 +114,7 @@ impl Runner<'_> {
     fn prune_command<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        j: RunId,
+        j: TrialHandle,
         claim: Claim,
     ) -> Result<()> {
         st.closing.insert(j);
