@@ -293,14 +293,14 @@ fn the_slurm_array_and_the_kubernetes_indexed_job_run_one_study_on_postgres() {
 // the trial's current one.
 
 use salus_tune::storage::writer::{RunInfo, TrialEnd, WriteOp};
-use salus_tune::storage::{Claim, Requeuer, Store, Writer};
+use salus_tune::storage::{Claim, Requeuer, RunId, Store, StudyId, Writer};
 
 /// Two writers (two "processes") on one study, their runs registered.
 struct Pair {
     rt: tokio::runtime::Runtime,
-    study_id: i64,
-    a: (Writer, i64),
-    b: (Writer, i64),
+    study_id: StudyId,
+    a: (Writer, RunId),
+    b: (Writer, RunId),
 }
 
 fn pair(db: &TestDb, dir: &Path) -> Pair {
@@ -481,7 +481,7 @@ fn a_requeue_rechecks_the_holder_inside_its_own_update(postgres: bool) {
         .create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
         .unwrap()
         .unwrap();
-    let requeue = |seen: (i64, i64), pid_gone: bool| WriteOp::Requeue {
+    let requeue = |seen: (RunId, i64), pid_gone: bool| WriteOp::Requeue {
         by: Requeuer::Finder {
             trial_id: ca.trial_id,
             seen,
@@ -564,7 +564,7 @@ fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
     };
     let p = pair(&db, dir.path());
     let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
-    let create = |w: &Writer, run: i64| {
+    let create = |w: &Writer, run: RunId| {
         w.create_trial(p.study_id, vec![], "{}".into(), run, 8)
             .unwrap()
             .unwrap()
@@ -583,7 +583,7 @@ fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
         p.rt.block_on(store.push_command(p.study_id, t.trial_id, action))
             .unwrap();
     }
-    let taken = |w: &Writer, run: i64| {
+    let taken = |w: &Writer, run: RunId| {
         w.take_commands(p.study_id, run)
             .unwrap()
             .into_iter()
@@ -771,7 +771,7 @@ fn statements_hold_on_both_dialects(postgres: bool) {
     };
     let p = pair(&db, dir.path());
     let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
-    let create = |w: &Writer, run: i64| {
+    let create = |w: &Writer, run: RunId| {
         w.create_trial(p.study_id, vec![], "{}".into(), run, 1000)
             .unwrap()
             .unwrap()
@@ -807,7 +807,7 @@ fn statements_hold_on_both_dialects(postgres: bool) {
 
     // Two processes finish trials at once, each keeping its model only if
     // it is the study's best: one model is kept, the best's.
-    let finish_many = |w: &Writer, run: i64, offset: f64| {
+    let finish_many = |w: &Writer, run: RunId, offset: f64| {
         for i in 0..12 {
             let c = create(w, run);
             let value = offset + i as f64 * 0.01;

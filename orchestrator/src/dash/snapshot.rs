@@ -196,7 +196,7 @@ fn run_alive(db: &Option<std::path::PathBuf>) -> bool {
 /// Reads the study `study_id` (named `name`) as it is now.
 pub async fn load(
     store: &mut Store,
-    study_id: i64,
+    study_id: crate::storage::StudyId,
     name: &str,
     direction: Direction,
 ) -> Result<Snapshot> {

@@ -643,7 +643,7 @@ struct Fusion<B: Backend> {
 
 /// The run's record of the core's timeline (`telemetry.rs`).
 struct Timeline {
-    run_id: i64,
+    run_id: crate::storage::RunId,
     started: Instant,
     /// Every core job of this run, for telemetry that arrives after a
     /// trial ended; a fused group's is its first member's.

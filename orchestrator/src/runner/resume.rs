@@ -318,7 +318,7 @@ impl Runner<'_> {
             Pending {
                 claim: Claim {
                     trial_id: row.trial_id,
-                    run_id: 0,
+                    run_id: crate::storage::RunId(0),
                     attempt: 0,
                 },
                 number: row.number,

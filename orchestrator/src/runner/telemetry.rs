@@ -34,7 +34,7 @@ impl Runner<'_> {
 /// Stores the core's timeline events (segments, swaps, switch totals); others are ignored.
 pub(super) fn record_telemetry(
     writer: &Writer,
-    run_id: i64,
+    run_id: crate::storage::RunId,
     trial_ids: &BTreeMap<JobId, TrialId>,
     lanes: &mut BTreeMap<usize, LaneTally>,
     started: Instant,

@@ -11,6 +11,7 @@ use sqlx::Row;
 use crate::Store;
 use crate::dialect::{Dialect, sql};
 use crate::error::{Error, Result};
+use crate::ids::StudyId;
 
 /// What [`fencing`] found.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -24,7 +25,7 @@ pub struct Audit {
 }
 
 /// Checks study `study_id`'s history (see the module docs).
-pub async fn fencing(store: &mut Store, study_id: i64) -> Result<Audit> {
+pub async fn fencing(store: &mut Store, study_id: StudyId) -> Result<Audit> {
     let mut audit = Audit::default();
     let url_shown = store.url.clone();
     let err = |e: sqlx::Error| Error::storage(&url_shown, e);
@@ -166,7 +167,7 @@ pub async fn fencing(store: &mut Store, study_id: i64) -> Result<Audit> {
 /// How many of study `study_id`'s trials finished (COMPLETE, PRUNED or
 /// FAIL), and the milliseconds its runs' writers spent, summed from their
 /// `study_stop` events (what the storage bench divides by).
-pub async fn finished_and_writer_ms(store: &mut Store, study_id: i64) -> Result<(u64, f64)> {
+pub async fn finished_and_writer_ms(store: &mut Store, study_id: StudyId) -> Result<(u64, f64)> {
     let url = store.url.clone();
     let err = |e: sqlx::Error| Error::storage(&url, e);
     let conn = store.conn();

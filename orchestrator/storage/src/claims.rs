@@ -37,6 +37,7 @@ use sqlx::{AnyConnection, Row};
 use super::dialect::{Dialect, sql};
 
 use super::{Owner, TrialId};
+use crate::ids::{RunId, StudyId};
 
 /// The default liveness limit, in seconds: a run (or a trial) whose
 /// heartbeat is older than this is gone. `[study] liveness` defaults to
@@ -51,7 +52,7 @@ pub const STALE_AFTER_S: f64 = 10.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Claim {
     pub trial_id: TrialId,
-    pub run_id: i64,
+    pub run_id: RunId,
     /// 1 for the trial's first claim, one more for each claim after a requeue.
     pub attempt: i64,
 }
@@ -148,7 +149,7 @@ pub fn owner_gone_here(
 pub(super) async fn claim(
     conn: &mut AnyConnection,
     trial_id: TrialId,
-    run_id: i64,
+    run_id: RunId,
     clock: &super::dialect::Clock,
 ) -> sqlx::Result<Claim> {
     let attempt: i64 = sqlx::query_scalar(&sql(
@@ -220,7 +221,7 @@ pub struct Claimed {
 pub(super) async fn claim_waiting(
     conn: &mut AnyConnection,
     trial_id: TrialId,
-    run_id: i64,
+    run_id: RunId,
     clock: &super::dialect::Clock,
 ) -> sqlx::Result<Option<Claimed>> {
     // PostgreSQL: a trial another process is claiming at this moment is
@@ -283,7 +284,7 @@ pub enum Requeuer {
     /// process gone on this host (`pid_gone`).
     Finder {
         trial_id: TrialId,
-        seen: (i64, i64),
+        seen: (RunId, i64),
         pid_gone: bool,
         limit_s: f64,
     },
@@ -406,7 +407,11 @@ pub(super) async fn requeue(
 }
 
 /// A run that ends cleanly.
-pub(super) async fn end_run(conn: &mut AnyConnection, run_id: i64, time: &str) -> sqlx::Result<()> {
+pub(super) async fn end_run(
+    conn: &mut AnyConnection,
+    run_id: RunId,
+    time: &str,
+) -> sqlx::Result<()> {
     sqlx::query(&sql(
         &*conn,
         "UPDATE salus_runs SET ended = ?::timestamp WHERE run_id = ?",
@@ -422,7 +427,7 @@ pub(super) async fn end_run(conn: &mut AnyConnection, run_id: i64, time: &str) -
 /// process index (none for runs recorded before processes had one).
 pub async fn live_runs(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
     limit_s: f64,
 ) -> sqlx::Result<Vec<(Owner, Option<i64>)>> {
     let beat = Dialect::of(conn).age_s("heartbeat");
@@ -459,7 +464,7 @@ pub async fn live_runs(
 /// process alone, so that one process samples as it always did.
 pub(super) async fn free_process_index(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
     limit_s: f64,
 ) -> sqlx::Result<i64> {
     let taken: Vec<i64> = live_runs(conn, study_id, limit_s)
@@ -476,7 +481,7 @@ mod tests {
 
     fn owner(host: &str, pid: i64, age_s: f64, ended: bool) -> Owner {
         Owner {
-            run_id: 1,
+            run_id: RunId(1),
             host: Some(host.into()),
             pid: Some(pid),
             heartbeat_age_s: Some(age_s),

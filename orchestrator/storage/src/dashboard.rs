@@ -8,6 +8,7 @@ use sqlx::{AnyConnection, Row};
 
 use crate::dialect::{Dialect, sql};
 use crate::error::{Error, Result};
+use crate::ids::{RunId, StudyId};
 use crate::{TrialId, TrialNumber};
 
 /// What the dashboard asks of a running trial. Stored in
@@ -77,7 +78,7 @@ fn seconds_between(a: &str, b: &str) -> Option<f64> {
 pub struct RunStatus {
     pub metric: String,
     /// -1 before any run.
-    pub run_id: i64,
+    pub run_id: RunId,
     pub device: String,
     pub policy: String,
     pub budget_bytes: i64,
@@ -90,7 +91,7 @@ pub async fn run_status(
     conn: &mut AnyConnection,
     url: &str,
     lock_held: bool,
-    study_id: i64,
+    study_id: StudyId,
 ) -> Result<RunStatus> {
     let e = |err: sqlx::Error| Error::storage(url, err);
     let metric: String = sqlx::query_scalar(&sql(
@@ -165,7 +166,7 @@ pub async fn run_status(
     let elapsed_s = seconds_between(&started, &end).unwrap_or(0.0).max(0.0);
     Ok(RunStatus {
         metric,
-        run_id,
+        run_id: RunId(run_id),
         device,
         policy,
         budget_bytes,
@@ -195,8 +196,8 @@ pub struct TrialDetails {
 pub async fn trial_details(
     conn: &mut AnyConnection,
     url: &str,
-    study_id: i64,
-    run_id: i64,
+    study_id: StudyId,
+    run_id: RunId,
 ) -> Result<TrialDetails> {
     let e = |err: sqlx::Error| Error::storage(url, err);
     // Display values, resources, phases, fusion, speed and events per trial.
@@ -322,7 +323,7 @@ pub async fn trial_details(
 pub async fn lane_activity(
     conn: &mut AnyConnection,
     url: &str,
-    run_id: i64,
+    run_id: RunId,
 ) -> Result<(Vec<LaneInfo>, i64)> {
     let e = |err: sqlx::Error| Error::storage(url, err);
     // Lanes: busy fraction per second over the run's last minute.

@@ -31,6 +31,7 @@ use sqlx::AnyConnection;
 use super::TrialId;
 use super::claims::Claim;
 use super::dialect::{begin_write, sql};
+use crate::ids::RunId;
 
 /// How often a run beats.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -56,7 +57,7 @@ pub struct BeatStats {
 
 #[derive(Default)]
 struct BeatState {
-    run_id: Option<i64>,
+    run_id: Option<RunId>,
     limit_s: f64,
     claims: Vec<Claim>,
     stop: bool,
@@ -88,7 +89,7 @@ impl Beat {
 
     /// Beats for run `run_id` from now on (its registration was its first
     /// heartbeat), with `limit_s` as the liveness limit.
-    pub fn start(&self, run_id: i64, limit_s: f64) {
+    pub fn start(&self, run_id: RunId, limit_s: f64) {
         let mut s = self.lock();
         s.run_id = Some(run_id);
         s.limit_s = limit_s;
@@ -116,7 +117,7 @@ impl Beat {
     /// The run to beat for in a writer's transaction: once
     /// [`start`](Self::start) named it, and only where the last heartbeat
     /// is half a period old (a busy writer commits far more often).
-    pub(super) fn due(&self) -> Option<i64> {
+    pub(super) fn due(&self) -> Option<RunId> {
         let s = self.lock();
         let due = s.last_ok.is_none_or(|t| t.elapsed() >= HEARTBEAT / 2);
         s.run_id.filter(|_| !s.stop && due)
@@ -191,7 +192,11 @@ impl Beat {
 }
 
 /// The run's heartbeat, at `now` (by [`super::dialect::Clock::beat`]).
-pub(super) async fn beat_run(conn: &mut AnyConnection, run_id: i64, now: &str) -> sqlx::Result<()> {
+pub(super) async fn beat_run(
+    conn: &mut AnyConnection,
+    run_id: RunId,
+    now: &str,
+) -> sqlx::Result<()> {
     sqlx::query(&sql(
         conn,
         "UPDATE salus_runs SET heartbeat = ?::timestamp WHERE run_id = ?",
@@ -207,7 +212,7 @@ pub(super) async fn beat_run(conn: &mut AnyConnection, run_id: i64, now: &str) -
 /// holds. Returns the trials whose claim did not.
 async fn beat(
     conn: &mut AnyConnection,
-    run_id: i64,
+    run_id: RunId,
     claims: &[Claim],
 ) -> sqlx::Result<Vec<TrialId>> {
     let mut tx = begin_write(conn).await?;

@@ -1,6 +1,7 @@
-//! A stored trial's two numbers, as Optuna's schema has them: `trial_id`,
-//! the row's key across all studies, and `number`, its place in its study
-//! (0, 1, 2, ...). Both are `INTEGER`s; their types keep them apart.
+//! The database's keys as types: a trial's `trial_id` (across all studies)
+//! and `number` (its place in its study, 0, 1, 2, ...), a study's
+//! `study_id` and a run's `run_id`. All are `INTEGER`s; their types keep
+//! them apart.
 
 use std::fmt;
 
@@ -63,6 +64,14 @@ macro_rules! stored_integer {
 stored_integer!(
     /// `trials.trial_id`: a trial's key in the database.
     TrialId
+);
+stored_integer!(
+    /// `studies.study_id`: a study's key in the database.
+    StudyId
+);
+stored_integer!(
+    /// `salus_runs.run_id`: one process's turn at a study.
+    RunId
 );
 
 /// `trials.number`, which the samplers and pruners also key by.

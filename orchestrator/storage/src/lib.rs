@@ -38,7 +38,7 @@ use sqlx::any::AnyConnectOptions;
 use sqlx::{AnyConnection, ConnectOptions, Connection};
 
 pub use crate::credentials::masked;
-pub use crate::ids::{TrialId, TrialNumber};
+pub use crate::ids::{RunId, StudyId, TrialId, TrialNumber};
 pub use claims::{
     Claim, Claimed, Place, Requeuer, STALE_AFTER_S, fresh, host_name, live_runs, owner_gone_here,
     pid_exists, pid_namespace, run_alive,

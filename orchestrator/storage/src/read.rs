@@ -8,6 +8,7 @@ use super::dialect::{Dialect, sql, table_exists};
 
 use super::{Store, TrialId, TrialNumber, storage_err};
 use crate::error::{Error, Result};
+use crate::ids::{RunId, StudyId};
 use tuning::objective::Direction;
 
 /// One parameter of a trial as Optuna's `trial_params` stores it.
@@ -61,7 +62,7 @@ impl TrialState {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StudyInfo {
-    pub id: i64,
+    pub id: StudyId,
     pub name: String,
     pub direction: Direction,
 }
@@ -100,7 +101,7 @@ pub struct TrialRow {
 /// A run of the core (a process) as another process sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Owner {
-    pub run_id: i64,
+    pub run_id: RunId,
     pub host: Option<String>,
     pub pid: Option<i64>,
     /// Seconds since its latest heartbeat, by the database's clock.
@@ -173,7 +174,7 @@ impl Store {
     }
 
     /// Every trial of a study, by number, with parameters and intermediate values.
-    pub async fn trials(&mut self, study_id: i64) -> Result<Vec<TrialRow>> {
+    pub async fn trials(&mut self, study_id: StudyId) -> Result<Vec<TrialRow>> {
         let url = self.url.clone();
         read_trials(self.conn(), study_id)
             .await
@@ -185,7 +186,7 @@ impl Store {
 /// run that holds it; on any connection (the writer reads through its own).
 pub(super) async fn read_trials(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
 ) -> sqlx::Result<Vec<TrialRow>> {
     // The reason is in salus_trials once the trial held memory, and
     // always in Optuna's `fail_reason` attribute (a JSON string).
@@ -360,7 +361,7 @@ impl Store {
     }
 
     /// The numbers of the study's trials that have a kept model.
-    pub async fn kept_models(&mut self, study_id: i64) -> Result<Vec<TrialNumber>> {
+    pub async fn kept_models(&mut self, study_id: StudyId) -> Result<Vec<TrialNumber>> {
         let url = self.url.clone();
         // A database from before `keep` has no models.
         if !self.has_table("salus_models").await? {
@@ -381,7 +382,7 @@ impl Store {
     /// The kept model of trial `number` of the study, if it has one.
     pub async fn kept_model(
         &mut self,
-        study_id: i64,
+        study_id: StudyId,
         number: TrialNumber,
     ) -> Result<Option<KeptModel>> {
         if !self.kept_models(study_id).await?.contains(&number) {

@@ -12,6 +12,7 @@ use super::dialect::{Dialect, begin_write, sql};
 use super::statements::{Attrs, event, set_trial_attr};
 use super::{Store, StudyInfo, TrialId, now, storage_err};
 use crate::error::{Error, Result};
+use crate::ids::StudyId;
 
 const SPACE_KEY: &str = "salus:search_space";
 /// The advisory lock under which a study is created on PostgreSQL.
@@ -52,7 +53,7 @@ impl Store {
     /// running the study; it acts at the trial's next iteration boundary.
     pub async fn push_command(
         &mut self,
-        study_id: i64,
+        study_id: StudyId,
         trial_id: TrialId,
         action: crate::dashboard::DashCommand,
     ) -> Result<()> {
@@ -72,7 +73,7 @@ impl Store {
     /// to run first (Optuna's `RetryFailedCallback` runs them again too).
     /// Each keeps its old reason as `salus:previous_fail_reason` and starts
     /// from scratch. Returns how many were requeued.
-    pub async fn retry_failed(&mut self, study_id: i64) -> Result<u64> {
+    pub async fn retry_failed(&mut self, study_id: StudyId) -> Result<u64> {
         let url = self.url.clone();
         let err = |e: sqlx::Error| storage_err(&url, e);
         let time = now();
@@ -116,7 +117,7 @@ impl Store {
     /// attribute, no `trial_params` yet). Returns its number.
     pub async fn enqueue(
         &mut self,
-        study_id: i64,
+        study_id: StudyId,
         fixed: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<super::TrialNumber> {
         let url = self.url.clone();
@@ -182,7 +183,7 @@ impl Store {
         .await
         .map_err(err)?;
         if let Some(row) = existing {
-            let id: i64 = row.get(0);
+            let id: StudyId = row.get(0);
             let direction: Option<String> = row.get(1);
             let stored: Option<String> = row.get(2);
             let fixed: Option<String> = row.get(3);
@@ -245,7 +246,7 @@ impl Store {
                 changed.map_or(StudyOpened::Resumed, StudyOpened::Redefined),
             ));
         }
-        let id: i64 = sqlx::query_scalar(&sql(
+        let id: StudyId = sqlx::query_scalar(&sql(
             &tx,
             "INSERT INTO studies (study_name) VALUES (?) RETURNING study_id",
         ))
@@ -282,7 +283,7 @@ pub enum StudyOpened {
 /// values), replacing an earlier one, and records an event of `kind`.
 async fn define(
     conn: &mut sqlx::AnyConnection,
-    id: i64,
+    id: StudyId,
     study: &StudyRecord,
     kind: &str,
 ) -> std::result::Result<(), sqlx::Error> {

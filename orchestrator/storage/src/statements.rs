@@ -8,6 +8,7 @@ use super::dialect::{Clock, Dialect, sql};
 use super::writer::{Answer, TakenCommand, TrialEnd, WriteOp};
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::dashboard::DashCommand;
+use crate::ids::{RunId, StudyId};
 
 pub(super) async fn trial_progress(
     conn: &mut AnyConnection,
@@ -154,7 +155,7 @@ pub(super) async fn keep_model(
     if let Some(maximize) = best_of {
         // Two processes finishing close together must not each see the
         // other's model as not yet kept and delete it: the study is held.
-        let study_id: i64 = sqlx::query_scalar(&sql(
+        let study_id: StudyId = sqlx::query_scalar(&sql(
             &*conn,
             "SELECT study_id FROM trials WHERE trial_id = ?",
         ))
@@ -204,7 +205,7 @@ pub(super) async fn run_telemetry(
         WriteOp::StartRun { study_id, run, .. } => {
             lock_study(conn, *study_id).await?;
             let index = super::claims::free_process_index(conn, *study_id, run.liveness_s).await?;
-            let run_id: i64 = sqlx::query_scalar(&sql(&*conn, "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
+            let run_id: RunId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO salus_runs (study_id, started_at, device, policy, lanes, threads_per_lane, budget_bytes, \
                  host, pid, process_index, heartbeat, pid_namespace) VALUES (?, ?::timestamp, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp, ?) RETURNING run_id",))
             .bind(*study_id)
             .bind(&clock.local)
@@ -306,7 +307,7 @@ fn optuna_value(v: f64, intermediate: bool) -> (Option<f64>, &'static str) {
 /// Records an event in `salus_events`.
 pub(super) async fn event(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
     trial_id: Option<TrialId>,
     kind: &str,
     detail: &str,
@@ -331,7 +332,7 @@ pub(super) async fn study_event(
     detail: &str,
     time: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    let study_id: i64 = sqlx::query_scalar(&sql(
+    let study_id: StudyId = sqlx::query_scalar(&sql(
         &*conn,
         "SELECT study_id FROM trials WHERE trial_id = ?",
     ))
@@ -397,7 +398,7 @@ pub(super) async fn create_trial(
 /// inserted an event would then each wait for the other, a deadlock.
 async fn lock_study(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
 ) -> std::result::Result<(), sqlx::Error> {
     if Dialect::of(conn) == Dialect::Postgres {
         sqlx::query("SELECT study_id FROM studies WHERE study_id = $1 FOR NO KEY UPDATE")
@@ -412,7 +413,7 @@ async fn lock_study(
 /// study held ([`lock_study`]) so that two processes never take the same.
 pub(super) async fn next_number(
     conn: &mut AnyConnection,
-    study_id: i64,
+    study_id: StudyId,
 ) -> std::result::Result<TrialNumber, sqlx::Error> {
     lock_study(conn, study_id).await?;
     let count: i64 =
@@ -517,8 +518,8 @@ pub(super) async fn finish_trial(
 /// holds stay for that run; those for a WAITING trial, for whoever claims it.
 pub(super) async fn take_commands(
     conn: &mut AnyConnection,
-    study_id: i64,
-    run_id: i64,
+    study_id: StudyId,
+    run_id: RunId,
     time: &str,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     // PostgreSQL: the claims are share-locked, so that a requeue (which

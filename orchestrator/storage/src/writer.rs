@@ -41,6 +41,7 @@ use super::statements;
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::dashboard::DashCommand;
 use crate::error::{Error, Result, StorageFailure};
+use crate::ids::{RunId, StudyId};
 
 /// Most operations one transaction takes.
 pub const MAX_BATCH: usize = 256;
@@ -115,11 +116,11 @@ pub enum WriteOp {
     /// trial holds a slot: finished, running or waiting), so that processes
     /// together never start more than the target.
     CreateTrial {
-        study_id: i64,
+        study_id: StudyId,
         params: Vec<StoredParam>,
         /// The fixed knobs it runs with, a typed JSON object.
         fixed: String,
-        run_id: i64,
+        run_id: RunId,
         budget: u64,
         reply: oneshot::Sender<std::result::Result<Option<(Claim, TrialNumber)>, StorageFailure>>,
     },
@@ -127,7 +128,7 @@ pub enum WriteOp {
     /// when another process took it first.
     ClaimWaiting {
         trial_id: TrialId,
-        run_id: i64,
+        run_id: RunId,
         /// Parameters to store with it, for an enqueued trial that has none.
         params: Vec<StoredParam>,
         reply: oneshot::Sender<std::result::Result<Option<Claimed>, StorageFailure>>,
@@ -135,18 +136,18 @@ pub enum WriteOp {
     /// Every trial of the study as it is now (other processes' included),
     /// read outside any write transaction once the ops before it committed.
     ReadTrials {
-        study_id: i64,
+        study_id: StudyId,
         reply: oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
     },
     /// The run ends cleanly: its trials are no longer its.
     EndRun {
-        run_id: i64,
+        run_id: RunId,
     },
     /// Takes the dashboard's unapplied commands for the trials run `run_id`
     /// holds, and those for finished trials (which nobody will apply).
     TakeCommands {
-        study_id: i64,
-        run_id: i64,
+        study_id: StudyId,
+        run_id: RunId,
         reply: oneshot::Sender<std::result::Result<Vec<TakenCommand>, StorageFailure>>,
     },
     /// What became of a command.
@@ -196,7 +197,7 @@ pub enum WriteOp {
         path: PathBuf,
     },
     Event {
-        study_id: i64,
+        study_id: StudyId,
         trial_id: Option<TrialId>,
         kind: &'static str,
         detail: String,
@@ -204,13 +205,13 @@ pub enum WriteOp {
     /// A run of the core starts; answers its `run_id` and its process
     /// index (the lowest no live run of the study has).
     StartRun {
-        study_id: i64,
+        study_id: StudyId,
         run: RunInfo,
-        reply: oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
+        reply: oneshot::Sender<std::result::Result<(RunId, i64), StorageFailure>>,
     },
     /// Consecutive iterations of a trial on a lane.
     Segment {
-        run_id: i64,
+        run_id: RunId,
         lane: i64,
         trial_id: Option<TrialId>,
         start_s: f64,
@@ -218,7 +219,7 @@ pub enum WriteOp {
         iterations: i64,
     },
     Swap {
-        run_id: i64,
+        run_id: RunId,
         trial_id: Option<TrialId>,
         lane: i64,
         out: bool,
@@ -227,7 +228,7 @@ pub enum WriteOp {
         time_s: f64,
     },
     LaneStats {
-        run_id: i64,
+        run_id: RunId,
         stats: LaneStats,
     },
     /// A trial's scheduling priority changed.
@@ -399,10 +400,10 @@ impl Writer {
     /// number, or `None` when the study has `budget` trials already.
     pub fn create_trial(
         &self,
-        study_id: i64,
+        study_id: StudyId,
         params: Vec<StoredParam>,
         fixed: String,
-        run_id: i64,
+        run_id: RunId,
         budget: u64,
     ) -> Result<Option<(Claim, TrialNumber)>> {
         self.ask(|reply| WriteOp::CreateTrial {
@@ -420,7 +421,7 @@ impl Writer {
     pub fn claim_waiting(
         &self,
         trial_id: TrialId,
-        run_id: i64,
+        run_id: RunId,
         params: Vec<StoredParam>,
     ) -> Result<Option<Claimed>> {
         self.ask(|reply| WriteOp::ClaimWaiting {
@@ -432,13 +433,13 @@ impl Writer {
     }
 
     /// Every trial of the study as it is now.
-    pub fn read_trials(&self, study_id: i64) -> Result<Vec<super::TrialRow>> {
+    pub fn read_trials(&self, study_id: StudyId) -> Result<Vec<super::TrialRow>> {
         self.ask(|reply| WriteOp::ReadTrials { study_id, reply })
     }
 
     /// Records the start of a run of the core; returns its `run_id` and
     /// process index.
-    pub fn start_run(&self, study_id: i64, run: RunInfo) -> Result<(i64, i64)> {
+    pub fn start_run(&self, study_id: StudyId, run: RunInfo) -> Result<(RunId, i64)> {
         self.ask(|reply| WriteOp::StartRun {
             study_id,
             run,
@@ -448,7 +449,7 @@ impl Writer {
 
     /// The commands the dashboard left for the trials `run_id` holds since
     /// the last call.
-    pub fn take_commands(&self, study_id: i64, run_id: i64) -> Result<Vec<TakenCommand>> {
+    pub fn take_commands(&self, study_id: StudyId, run_id: RunId) -> Result<Vec<TakenCommand>> {
         self.ask(|reply| WriteOp::TakeCommands {
             study_id,
             run_id,
@@ -469,8 +470,8 @@ enum Reply {
         Option<(Claim, TrialNumber)>,
     ),
     Run(
-        oneshot::Sender<std::result::Result<(i64, i64), StorageFailure>>,
-        (i64, i64),
+        oneshot::Sender<std::result::Result<(RunId, i64), StorageFailure>>,
+        (RunId, i64),
     ),
     Claimed(
         oneshot::Sender<std::result::Result<Option<Claimed>, StorageFailure>>,
@@ -597,7 +598,7 @@ pub(super) fn retryable(e: &sqlx::Error) -> bool {
 pub(super) enum Answer {
     /// A created trial's claim and number, or none: the study is full.
     Ids(Option<(Claim, TrialNumber)>),
-    RunId((i64, i64)),
+    RunId((RunId, i64)),
     Claimed(Option<Claimed>),
     Commands(Vec<TakenCommand>),
 }
