@@ -112,12 +112,12 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
     };
     let (body, checkpoints) = if postgres {
         (
-            study("kill", 12, 30).replace("[study]\n", "[study]\ncheckpoints = \"shared/ckpt\"\n"),
+            study("kill", 12, 60).replace("[study]\n", "[study]\ncheckpoints = \"shared/ckpt\"\n"),
             dir.path().join("shared/ckpt"),
         )
     } else {
         (
-            study("kill", 12, 30),
+            study("kill", 12, 60),
             dir.path().join("kill.db.checkpoints"),
         )
     };
@@ -127,6 +127,8 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
     // stored its second step: its first checkpoint is then committed
     // (sent before that step), so a kill at any moment leaves one that
     // the stored curve covers, the current one or the one it replaced.
+    // Early in its 60 steps, so that it cannot finish before the kill
+    // lands (a trial that did left only fresh ones to requeue).
     let victim_pid = procs[0].id() as i64;
     let t0 = Instant::now();
     let checkpointed = || {
@@ -136,7 +138,7 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                     "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
                      JOIN trials t ON t.trial_id = c.trial_id \
                      WHERE r.pid = {victim_pid} AND CAST(t.state AS TEXT) = 'RUNNING' \
-                     AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) >= 2"
+                     AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) BETWEEN 2 AND 20"
                 ))
                 .iter()
                 .any(|id| checkpoints.join(format!("trial-{id}.state")).is_file())
