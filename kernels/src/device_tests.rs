@@ -49,3 +49,38 @@ pub fn record(test: &str, device: &str, why_not: Option<&str>) -> bool {
         }
     }
 }
+
+/// The one device matrix of the tests (candle's one body, every device):
+/// for each listed generic test body `fn name<B: Backend>(fixture: &mut F<B>)`,
+/// a test `cpu::name` that runs it on the CPU fixture `cpu`, and a test
+/// `cuda::name` that runs it on `cuda(backend)` when a CUDA device is
+/// present, else records itself as skipped (counted by `scripts/test.sh`;
+/// cargo still shows `ok`). Paths in the fixtures resolve inside the
+/// generated modules: write them from the crate root.
+#[macro_export]
+macro_rules! device_tests {
+    (cpu: $cpu:expr, cuda: $cuda:expr; $($name:ident),* $(,)?) => {
+        mod cpu {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&mut $cpu);
+                }
+            )*
+        }
+        mod cuda {
+            $(
+                #[test]
+                // Without the `cuda` feature the stub's backend type has no
+                // values, so the body is unreachable there.
+                #[allow(unreachable_code)]
+                fn $name() {
+                    if let Some(b) = $crate::cuda::device_for_test(stringify!($name)) {
+                        let fixture = $cuda;
+                        super::$name(&mut fixture(b));
+                    }
+                }
+            )*
+        }
+    };
+}

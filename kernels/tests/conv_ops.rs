@@ -1,7 +1,7 @@
 //! The convolutional ops (im2col and col2im, pooling, batch norm, residual
 //! addition) against float64 references and finite differences, and their
 //! batched form against single-slot calls, bit for bit. Each body runs on
-//! every backend present (`backend_tests!`).
+//! every backend present (`kernels::device_tests!`).
 
 mod common;
 
@@ -714,7 +714,10 @@ fn augment_matches_reference<B: Backend>(d: &mut D<B>) {
     assert_eq!(d.get(&y0), got[..per]);
 }
 
-backend_tests!(
+kernels::device_tests!(
+    // Three threads exercise the uneven task splits.
+    cpu: crate::common::Dev::new(kernels::CpuBackend::new(), 3),
+    cuda: |b| crate::common::Dev::new(b, 1);
     augment_matches_reference,
     conv_forward_matches_reference,
     conv_backward_finite_differences,

@@ -1,6 +1,6 @@
 //! Every op against a float64 reference and finite differences, its batched
 //! form against single-slot calls, and the optimizers against hand-computed
-//! steps. Each body runs on every backend present (`backend_tests!`).
+//! steps. Each body runs on every backend present (`kernels::device_tests!`).
 
 mod common;
 
@@ -1122,7 +1122,10 @@ fn downloads_larger_than_the_staging_buffer_round_trip<B: Backend>(d: &mut D<B>)
     assert!(back.iter().enumerate().all(|(i, &x)| x == (i + 3) as f32));
 }
 
-backend_tests!(
+kernels::device_tests!(
+    // Three threads exercise the uneven task splits.
+    cpu: crate::common::Dev::new(kernels::CpuBackend::new(), 3),
+    cuda: |b| crate::common::Dev::new(b, 1);
     gemm_matches_reference,
     gemm_backward_finite_differences,
     gemm_batched_equals_single_calls,

@@ -682,12 +682,12 @@ fn interleaved_and_swapped_cnn_jobs_give_exactly_what_they_give_alone() {
     }
 }
 
-#[test]
-fn streaks_give_what_jobs_give_alone_on_every_device() {
-    streaks_give_what_jobs_give_alone(Arc::new(CpuBackend::new()));
-    if let Some(cuda) =
-        kernels::cuda::device_for_test("streaks_give_what_jobs_give_alone_on_every_device")
-    {
-        streaks_give_what_jobs_give_alone(Arc::new(cuda));
-    }
+fn streaks_give_what_jobs_give_alone_on_every_device<B: kernels::Backend>(backend: &mut Arc<B>) {
+    streaks_give_what_jobs_give_alone(Arc::clone(backend));
 }
+
+kernels::device_tests!(
+    cpu: std::sync::Arc::new(kernels::CpuBackend::new()),
+    cuda: std::sync::Arc::new;
+    streaks_give_what_jobs_give_alone_on_every_device,
+);

@@ -301,32 +301,25 @@ fn check_model<B: Backend>(
     }
 }
 
-#[test]
-fn classification_mlp_gradients_match_finite_differences() {
+fn classification_mlp_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
     let data = small_classification();
-    on_every_device!("classification_mlp_gradients", |lane| {
-        for act in Activation::ALL {
-            check(lane, &data, act, 0.0, 1);
-        }
-    });
+    for act in Activation::ALL {
+        check(lane, &data, act, 0.0, 1);
+    }
 }
 
-#[test]
-fn regression_mlp_gradients_match_finite_differences() {
+fn regression_mlp_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
     let data = small_regression();
-    on_every_device!("regression_mlp_gradients", |lane| {
-        for act in [Activation::Tanh, Activation::Gelu] {
-            check(lane, &data, act, 0.0, 1);
-        }
-    });
+    for act in [Activation::Tanh, Activation::Gelu] {
+        check(lane, &data, act, 0.0, 1);
+    }
 }
 
-#[test]
-fn gradients_with_dropout_and_several_slots_match_finite_differences() {
-    on_every_device!("gradients_with_dropout", |lane| {
-        check(lane, &small_classification(), Activation::Sigmoid, 0.3, 3);
-        check(lane, &small_regression(), Activation::Relu, 0.2, 2);
-    });
+fn gradients_with_dropout_and_several_slots_match_finite_differences<B: Backend>(
+    lane: &mut Lane<B>,
+) {
+    check(lane, &small_classification(), Activation::Sigmoid, 0.3, 3);
+    check(lane, &small_regression(), Activation::Relu, 0.2, 2);
 }
 
 fn image_data() -> SplitData {
@@ -357,17 +350,23 @@ fn conv_net(
 /// Conv nets with batch norm, residual blocks, both poolings, flattened and
 /// globally pooled heads, one and two slots: every parameter's gradient
 /// against finite differences of the f64 model.
-#[test]
-fn conv_net_gradients_match_finite_differences() {
+fn conv_net_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
     let data = image_data();
-    on_every_device!("conv_net_gradients", |lane| {
-        // Smooth: tanh and average pooling, so no kinks at all.
-        let smooth = conv_net(PoolKind::Avg, true, true, false, 3);
-        check_model(lane, &data, Activation::Tanh, 0.0, 2, Some(smooth));
-        let plain = conv_net(PoolKind::Avg, false, false, true, 5);
-        check_model(lane, &data, Activation::Gelu, 0.0, 1, Some(plain));
-        // ReLU and max pooling, with the head's dropout.
-        let kinked = conv_net(PoolKind::Max, true, true, true, 3);
-        check_model(lane, &data, Activation::Relu, 0.25, 2, Some(kinked));
-    });
+    // Smooth: tanh and average pooling, so no kinks at all.
+    let smooth = conv_net(PoolKind::Avg, true, true, false, 3);
+    check_model(lane, &data, Activation::Tanh, 0.0, 2, Some(smooth));
+    let plain = conv_net(PoolKind::Avg, false, false, true, 5);
+    check_model(lane, &data, Activation::Gelu, 0.0, 1, Some(plain));
+    // ReLU and max pooling, with the head's dropout.
+    let kinked = conv_net(PoolKind::Max, true, true, true, 3);
+    check_model(lane, &data, Activation::Relu, 0.25, 2, Some(kinked));
 }
+
+kernels::device_tests!(
+    cpu: crate::common::cpu_lane(1),
+    cuda: |b| workers::Lane::new(std::sync::Arc::new(b), 0, 1).unwrap();
+    classification_mlp_gradients_match_finite_differences,
+    regression_mlp_gradients_match_finite_differences,
+    gradients_with_dropout_and_several_slots_match_finite_differences,
+    conv_net_gradients_match_finite_differences,
+);

@@ -171,34 +171,3 @@ pub fn xent_ref(rows: usize, classes: usize, z: &[f64], labels: &[f32]) -> f64 {
     }
     total / rows as f64
 }
-
-/// Runs each listed generic test body on every backend present. A backend
-/// that is absent is recorded as skipped (`kernels::device_tests`), which
-/// `scripts/test.sh` counts; its test still shows `ok` to cargo.
-#[macro_export]
-macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
-        mod cpu {
-            $(
-                #[test]
-                fn $name() {
-                    // Three threads exercise the uneven task splits.
-                    super::$name(&mut $crate::common::Dev::new(kernels::CpuBackend::new(), 3));
-                }
-            )*
-        }
-        mod cuda {
-            $(
-                #[test]
-                // Without the `cuda` feature the stub's backend type has no
-                // values, so the body is unreachable there.
-                #[allow(unreachable_code)]
-                fn $name() {
-                    if let Some(b) = kernels::cuda::device_for_test(stringify!($name)) {
-                        super::$name(&mut $crate::common::Dev::new(b, 1));
-                    }
-                }
-            )*
-        }
-    };
-}

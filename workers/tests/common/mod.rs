@@ -19,22 +19,6 @@ pub fn cuda_lane(test: &str) -> Option<Lane<kernels::cuda::CudaBackend>> {
     Some(Lane::new(Arc::new(b), 0, 1).unwrap())
 }
 
-/// Runs `$body` with `$lane: &mut Lane<_>` on the CPU, then on CUDA when
-/// present (candle's one-body-every-device pattern).
-#[macro_export]
-macro_rules! on_every_device {
-    ($test:expr, |$lane:ident| $body:block) => {{
-        {
-            let $lane = &mut $crate::common::cpu_lane(1);
-            $body
-        }
-        if let Some(mut l) = $crate::common::cuda_lane($test) {
-            let $lane = &mut l;
-            $body
-        }
-    }};
-}
-
 pub fn small_classification() -> SplitData {
     split(&synthetic_classification(120, 6, 3, 4, 7), 0.25, 1).unwrap()
 }
