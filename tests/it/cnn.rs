@@ -38,13 +38,22 @@ fn write_bytes(dir: &Path, name: &str, bytes: &[u8]) {
 }
 
 fn cnn_study(name: &str, trials: u64, data: &str, fuse: u64) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 4\n\n{data}\n\
-         [model]\nkind = \"cnn\"\nchannels = 4\nstages = 2\nblocks_per_stage = 2\nresidual = true\n\
-         kernel = 3\ndepth = 1\nwidth = 16\n\n\
-         [train]\nlr = {{ float = [1e-3, 1e-2], log = true }}\nbatch_size = 16\nepochs = 3\n\n\
-         [sampler]\nkind = \"random\"\n\n[scheduler]\nfuse = {fuse}\n"
-    )
+    StudyFile::new(name, trials, 4)
+        .set("model", "kind", "\"cnn\"")
+        .set("model", "channels", "4")
+        .set("model", "stages", "2")
+        .set("model", "blocks_per_stage", "2")
+        .set("model", "residual", "true")
+        .set("model", "kernel", "3")
+        .set("model", "depth", "1")
+        .set("model", "width", "16")
+        .set("train", "lr", "{ float = [1e-3, 1e-2], log = true }")
+        .set("train", "batch_size", "16")
+        .set("train", "epochs", "3")
+        .set("sampler", "kind", "\"random\"")
+        .set("scheduler", "fuse", &fuse.to_string())
+        .with_text(data)
+        .build()
 }
 
 #[test]

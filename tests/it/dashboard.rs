@@ -250,11 +250,16 @@ fn commands_go_only_to_live_trials_of_a_running_study() {
 
 /// A study long enough to act on while it runs.
 fn slow_study(name: &str) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = 6\nseed = 2\n\n[model]\ndepth = 2\nwidth = 256\n\n\
-         [train]\noptimizer = \"adam\"\nlr = {{ float = [1e-3, 1e-2], log = true }}\nbatch_size = 32\nepochs = 400\n\n\
-         [scheduler]\nmax_concurrent = 2\nfuse = 1\n"
-    )
+    StudyFile::new(name, 6, 2)
+        .set("model", "depth", "2")
+        .set("model", "width", "256")
+        .set("train", "optimizer", "\"adam\"")
+        .set("train", "lr", "{ float = [1e-3, 1e-2], log = true }")
+        .set("train", "batch_size", "32")
+        .set("train", "epochs", "400")
+        .set("scheduler", "max_concurrent", "2")
+        .set("scheduler", "fuse", "1")
+        .build()
 }
 
 #[test]

@@ -43,14 +43,29 @@ fn has_numpy(test: &str) -> bool {
 }
 
 fn worker_study(name: &str, script: &Path, params: &str, extra: &str) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = 8\nseed = 1\n{extra}\n\
-         [worker]\nkind = \"command\"\ncommand = [\"{}\", \"{}\"]\nenv = {{ PYTHONPATH = \"{}\" }}\n\
-         memory = \"16MiB\"\niterations = 6\nheartbeat_timeout = \"20s\"\n\n[params]\n{params}\n",
-        python(),
-        script.display(),
-        client_dir()
-    )
+    let mut file = StudyFile::new(name, 8, 1);
+    for line in extra.lines().filter(|l| !l.trim().is_empty()) {
+        let (key, value) = line
+            .split_once(" = ")
+            .expect("extra [study] lines are `key = value`");
+        file = file.set("study", key, value);
+    }
+    file.set("worker", "kind", "\"command\"")
+        .set(
+            "worker",
+            "command",
+            &format!("[\"{}\", \"{}\"]", python(), script.display()),
+        )
+        .set(
+            "worker",
+            "env",
+            &format!("{{ PYTHONPATH = \"{}\" }}", client_dir()),
+        )
+        .set("worker", "memory", "\"16MiB\"")
+        .set("worker", "iterations", "6")
+        .set("worker", "heartbeat_timeout", "\"20s\"")
+        .with_text(&format!("[params]\n{params}\n"))
+        .build()
 }
 
 #[test]

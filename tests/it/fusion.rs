@@ -11,14 +11,26 @@ fn fixed_shape_study(name: &str, fuse: usize, pruner: &str) -> String {
 }
 
 fn study_of(name: &str, trials: usize, concurrent: usize, fuse: usize, pruner: &str) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 5\nmetric = \"val_loss\"\n\n\
-         [model]\ndepth = 1\nwidth = 32\n\n\
-         [train]\noptimizer = \"adam\"\ndropout = {{ float = [0.0, 0.3] }}\nlr = {{ float = [1e-3, 3e-2], log = true }}\n\
-         weight_decay = {{ float = [1e-6, 1e-3], log = true }}\nbatch_size = 64\nepochs = 4\n\n\
-         [sampler]\nkind = \"random\"\n\n{pruner}\
-         [scheduler]\nmax_concurrent = {concurrent}\nlanes = 2\nfuse = {fuse}\n"
-    )
+    StudyFile::new(name, trials as u64, 5)
+        .set("study", "metric", "\"val_loss\"")
+        .set("model", "depth", "1")
+        .set("model", "width", "32")
+        .set("train", "optimizer", "\"adam\"")
+        .set("train", "dropout", "{ float = [0.0, 0.3] }")
+        .set("train", "lr", "{ float = [1e-3, 3e-2], log = true }")
+        .set(
+            "train",
+            "weight_decay",
+            "{ float = [1e-6, 1e-3], log = true }",
+        )
+        .set("train", "batch_size", "64")
+        .set("train", "epochs", "4")
+        .set("sampler", "kind", "\"random\"")
+        .set("scheduler", "max_concurrent", &concurrent.to_string())
+        .set("scheduler", "lanes", "2")
+        .set("scheduler", "fuse", &fuse.to_string())
+        .with_text(pruner)
+        .build()
 }
 
 /// The same trial (same seed, same proposal) stored the same values at

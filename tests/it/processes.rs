@@ -14,12 +14,13 @@ use salus_tune::storage::TrialState;
 use salus_tune::storage::dashboard::DashCommand;
 
 fn study(name: &str, trials: u64, epochs: u64) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 5\n\n\
-         [model]\ndepth = 1\nwidth = {{ choices = [16, 32] }}\n\n\
-         [train]\noptimizer = {{ choices = [\"sgd\", \"adam\"] }}\nlr = {{ float = [1e-3, 1e-1], log = true }}\n\
-         batch_size = 64\nepochs = {epochs}\n\n[scheduler]\nmax_concurrent = 2\nlanes = 1\n"
-    )
+    StudyFile::digits(name, trials)
+        .set("study", "seed", "5")
+        .set("train", "epochs", &epochs.to_string())
+        .without("train.sgd", "momentum")
+        .set("scheduler", "max_concurrent", "2")
+        .set("scheduler", "lanes", "1")
+        .build()
 }
 
 fn start(dir: &Path, n: usize, db: &TestDb) -> Vec<Running> {

@@ -51,13 +51,17 @@ fn finished(db: &Path) -> BTreeMap<i64, Stored> {
 }
 
 fn study(name: &str, trials: u64, epochs: u64, width: &str) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 4\nmetric = \"val_loss\"\n\n\
-         [model]\ndepth = 2\nwidth = {width}\n\n\
-         [train]\noptimizer = {{ choices = [\"sgd\", \"adam\"] }}\nlr = {{ float = [1e-3, 3e-2], log = true }}\n\
-         batch_size = 64\nepochs = {epochs}\n\n[train.sgd]\nmomentum = 0.9\n\n\
-         [scheduler]\nmax_concurrent = 3\nfuse = 1\n"
-    )
+    StudyFile::digits(name, trials)
+        .set("study", "seed", "4")
+        .set("study", "metric", "\"val_loss\"")
+        .set("model", "depth", "2")
+        .set("model", "width", width)
+        .set("train", "lr", "{ float = [1e-3, 3e-2], log = true }")
+        .set("train", "epochs", &epochs.to_string())
+        .set("train.sgd", "momentum", "0.9")
+        .set("scheduler", "max_concurrent", "3")
+        .set("scheduler", "fuse", "1")
+        .build()
 }
 
 #[test]

@@ -229,13 +229,94 @@ pub fn scalar_text(db: &Path, sql: &str) -> Option<String> {
     })
 }
 
-/// A small, fast digits study.
+/// A study file for a test, built section by section: the one builder
+/// of the test modules (files that must be malformed are written out as
+/// text instead). Values are TOML as written (`"\"adam\""`, `"{ int =
+/// [1, 4] }"`); sections and keys keep the order they were first set in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StudyFile {
+    sections: Vec<(String, Vec<(String, String)>)>,
+    /// Text after the sections (a `[data]` table given whole, say).
+    tail: String,
+}
+
+impl StudyFile {
+    /// `[study]` with its name, trial budget and seed, and nothing else.
+    pub fn new(name: &str, trials: u64, seed: u64) -> Self {
+        StudyFile {
+            sections: Vec::new(),
+            tail: String::new(),
+        }
+        .set("study", "name", &format!("\"{name}\""))
+        .set("study", "trials", &trials.to_string())
+        .set("study", "seed", &seed.to_string())
+    }
+
+    /// The small, fast digits MLP most tests train: one hidden layer of 16
+    /// or 32, SGD (with momentum) or Adam, a log-uniform learning rate,
+    /// three epochs.
+    pub fn digits(name: &str, trials: u64) -> Self {
+        Self::new(name, trials, 3)
+            .set("model", "depth", "1")
+            .set("model", "width", "{ choices = [16, 32] }")
+            .set("train", "optimizer", "{ choices = [\"sgd\", \"adam\"] }")
+            .set("train", "lr", "{ float = [1e-3, 1e-1], log = true }")
+            .set("train", "batch_size", "64")
+            .set("train", "epochs", "3")
+            .set("train.sgd", "momentum", "{ float = [0.5, 0.95] }")
+    }
+
+    /// Sets `key` of `[section]` to the TOML `value`.
+    pub fn set(mut self, section: &str, key: &str, value: &str) -> Self {
+        let i = match self.sections.iter().position(|(s, _)| s == section) {
+            Some(i) => i,
+            None => {
+                self.sections.push((section.to_string(), Vec::new()));
+                self.sections.len() - 1
+            }
+        };
+        let keys = &mut self.sections[i].1;
+        match keys.iter_mut().find(|(k, _)| k == key) {
+            Some(kv) => kv.1 = value.to_string(),
+            None => keys.push((key.to_string(), value.to_string())),
+        }
+        self
+    }
+
+    /// Removes `key` of `[section]`, and the section once it is empty.
+    pub fn without(mut self, section: &str, key: &str) -> Self {
+        for (s, keys) in &mut self.sections {
+            if s == section {
+                keys.retain(|(k, _)| k != key);
+            }
+        }
+        self.sections.retain(|(_, keys)| !keys.is_empty());
+        self
+    }
+
+    /// Appends TOML text after the sections.
+    pub fn with_text(mut self, text: &str) -> Self {
+        self.tail.push_str(text);
+        self
+    }
+
+    /// The file's text.
+    pub fn build(&self) -> String {
+        let mut out = String::new();
+        for (section, keys) in &self.sections {
+            out += &format!("[{section}]\n");
+            for (k, v) in keys {
+                out += &format!("{k} = {v}\n");
+            }
+            out += "\n";
+        }
+        out + &self.tail
+    }
+}
+
+/// [`StudyFile::digits`]' text.
 pub fn small_study(name: &str, trials: u64) -> String {
-    format!(
-        "[study]\nname = \"{name}\"\ntrials = {trials}\nseed = 3\n\n[model]\ndepth = 1\nwidth = {{ choices = [16, 32] }}\n\n\
-         [train]\noptimizer = {{ choices = [\"sgd\", \"adam\"] }}\nlr = {{ float = [1e-3, 1e-1], log = true }}\nbatch_size = 64\nepochs = 3\n\n\
-         [train.sgd]\nmomentum = {{ float = [0.5, 0.95] }}\n"
-    )
+    StudyFile::digits(name, trials).build()
 }
 
 /// Runs one statement on the database at `db`, as another process would.
