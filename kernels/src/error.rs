@@ -1,5 +1,7 @@
 //! The one error type of the `kernels` crate.
 
+use std::borrow::Cow;
+
 use thiserror::Error;
 
 use crate::ops::DropoutSlot;
@@ -25,9 +27,37 @@ pub enum KernelError {
     /// The backend is not available on this machine.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
-    /// A failure reported by the device driver or runtime.
+    /// A call into the CUDA driver, a CUDA library (cuBLAS, NVRTC) or the
+    /// thread pool failed: the call, and the library's own error as the
+    /// source.
+    #[error("{call}: {source}")]
+    Device {
+        call: Cow<'static, str>,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The device answered in a way the backend cannot use.
     #[error("device error: {0}")]
-    Device(String),
+    Unexpected(String),
+}
+
+/// A library's failure that reached us as text (NVRTC's log, kept for
+/// every later caller of a compile that failed once), as a source.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct Message(pub String);
+
+impl KernelError {
+    /// A failed call `call` with its library's error `source`.
+    pub fn device(
+        call: impl Into<Cow<'static, str>>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        KernelError::Device {
+            call: call.into(),
+            source: Box::new(source),
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, KernelError>;

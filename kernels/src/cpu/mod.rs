@@ -62,7 +62,7 @@ impl CpuCtx {
                 .num_threads(threads)
                 .thread_name(|i| format!("salus-cpu-{i}"))
                 .build()
-                .map_err(|e| KernelError::Device(format!("thread pool: {e}")))?;
+                .map_err(|e| KernelError::device("building the CPU thread pool", e))?;
             Some(Arc::new(pool))
         } else {
             None

@@ -122,16 +122,21 @@ pub fn probe() -> std::result::Result<usize, String> {
     }
 }
 
-fn dev(e: DriverError) -> KernelError {
-    if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
-        KernelError::OutOfMemory { requested: 0 }
-    } else {
-        KernelError::Device(e.to_string())
+/// For `map_err`: a failed driver call, named, with the driver's error as
+/// its source; running out of memory keeps its own variant.
+fn dev(call: &'static str) -> impl FnOnce(DriverError) -> KernelError {
+    move |e| {
+        if e.0 == sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY {
+            KernelError::OutOfMemory { requested: 0 }
+        } else {
+            KernelError::device(call, e)
+        }
     }
 }
 
-fn blas_err(e: cudarc::cublas::result::CublasError) -> KernelError {
-    KernelError::Device(format!("cuBLAS: {e:?}"))
+/// For `map_err`: a failed cuBLAS call, named, with cuBLAS' error as its source.
+fn blas_err(call: &'static str) -> impl FnOnce(cudarc::cublas::result::CublasError) -> KernelError {
+    move |e| KernelError::device(call, e)
 }
 
 /// Device 0 for a test, or `None` when the test is skipped on CUDA; the
@@ -189,19 +194,19 @@ impl CudaBackend {
                 count - 1
             )));
         }
-        let cu = CudaContext::new(ordinal).map_err(dev)?;
+        let cu = CudaContext::new(ordinal).map_err(dev("cuCtxCreate"))?;
         // SAFETY: every buffer is used by one stream at a time, and lanes
         // hand buffers over only after `sync` (see the module docs).
         unsafe { cu.disable_event_tracking() };
         let kernels = module::kernels(&cu)?;
-        let alloc = cu.new_stream().map_err(dev)?;
+        let alloc = cu.new_stream().map_err(dev("cuStreamCreate"))?;
         let no_pool = try_pool(&cu, &alloc).err();
         if no_pool.is_none() {
             keep_pool_memory(&cu);
         }
         let no_pinned = Pinned::new(&cu, 1 << 20).err().map(|e| e.to_string());
-        let name = cu.name().map_err(dev)?;
-        let (free, _total) = cu.mem_get_info().map_err(dev)?;
+        let name = cu.name().map_err(dev("cuDeviceGetName"))?;
+        let (free, _total) = cu.mem_get_info().map_err(dev("cuMemGetInfo"))?;
         Ok(CudaBackend {
             mem: Arc::new(Memory {
                 cu: cu.clone(),
@@ -218,7 +223,7 @@ impl CudaBackend {
     }
 
     fn bind(&self) -> Result<()> {
-        self.cu.bind_to_thread().map_err(dev)
+        self.cu.bind_to_thread().map_err(dev("cuCtxSetCurrent"))
     }
 
     /// What this device runs with, one line each: the kernels' target and
@@ -422,7 +427,7 @@ macro_rules! launch {
         $( b.arg($arg); )+
         // SAFETY: every pointer was bounds-checked against its buffer, and
         // the arguments match the kernel's signature in ops.cu.
-        unsafe { b.launch($cfg) }.map(|_| ()).map_err(dev)
+        unsafe { b.launch($cfg) }.map(|_| ()).map_err(dev(concat!("launching ", stringify!($f))))
     }};
 }
 
@@ -482,8 +487,8 @@ impl Backend for CudaBackend {
 
     fn new_ctx(&self, _threads: usize) -> Result<CudaCtx> {
         self.bind()?;
-        let stream = self.cu.new_stream().map_err(dev)?;
-        let blas = CudaBlas::new(stream.clone()).map_err(blas_err)?;
+        let stream = self.cu.new_stream().map_err(dev("cuStreamCreate"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(blas_err("cublasCreate"))?;
         let workspace = self.alloc_zeroed(BLAS_WORKSPACE_BYTES / 4)?;
         // SAFETY: the workspace outlives the handle (both in the context,
         // the handle dropped first) and is used by this stream only.
@@ -494,12 +499,12 @@ impl Backend for CudaBackend {
                 BLAS_WORKSPACE_BYTES,
             )
             .result()
-            .map_err(blas_err)?;
+            .map_err(blas_err("cublasSetWorkspace"))?;
         }
         let event = || {
             self.cu
                 .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
-                .map_err(dev)
+                .map_err(dev("cuEventCreate"))
         };
         Ok(CudaCtx {
             done: event()?,
@@ -525,8 +530,8 @@ impl Backend for CudaBackend {
 
     fn sync(&self, ctx: &mut CudaCtx) -> Result<()> {
         self.bind()?;
-        ctx.done.record(&ctx.stream).map_err(dev)?;
-        ctx.done.synchronize().map_err(dev)
+        ctx.done.record(&ctx.stream).map_err(dev("cuEventRecord"))?;
+        ctx.done.synchronize().map_err(dev("cuEventSynchronize"))
     }
 
     fn asynchronous(&self) -> bool {
@@ -536,16 +541,20 @@ impl Backend for CudaBackend {
     fn sync_previous(&self, ctx: &mut CudaCtx) -> Result<()> {
         self.bind()?;
         let i = ctx.mark;
-        ctx.marks[i].record(&ctx.stream).map_err(dev)?;
+        ctx.marks[i]
+            .record(&ctx.stream)
+            .map_err(dev("cuEventRecord"))?;
         ctx.mark ^= 1;
         // An event never recorded is complete: the first call waits for nothing.
-        ctx.marks[ctx.mark].synchronize().map_err(dev)
+        ctx.marks[ctx.mark]
+            .synchronize()
+            .map_err(dev("cuEventSynchronize"))
     }
 
     fn alloc_zeroed(&self, len: usize) -> Result<CudaBuf> {
         self.bind()?;
         let bytes = len.max(1) * 4;
-        let oom = |e: DriverError| match dev(e) {
+        let oom = |e: DriverError| match dev("cuMemAlloc")(e) {
             KernelError::OutOfMemory { .. } => KernelError::OutOfMemory { requested: bytes },
             other => other,
         };
@@ -555,11 +564,11 @@ impl Backend for CudaBackend {
         let ptr = unsafe {
             if self.mem.pool {
                 let p = drv::malloc_async(s, bytes).map_err(oom)?;
-                drv::memset_d8_async(p, 0, bytes, s).map_err(dev)?;
+                drv::memset_d8_async(p, 0, bytes, s).map_err(dev("cuMemsetD8Async"))?;
                 p
             } else {
                 let p = drv::malloc_sync(bytes).map_err(oom)?;
-                drv::memset_d8_sync(p, 0, bytes).map_err(dev)?;
+                drv::memset_d8_sync(p, 0, bytes).map_err(dev("cuMemsetD8"))?;
                 p
             }
         };
@@ -569,7 +578,10 @@ impl Backend for CudaBackend {
             mem: self.mem.clone(),
         };
         // Any lane may use the buffer next; it must exist (and be zero) first.
-        self.mem.alloc.synchronize().map_err(dev)?;
+        self.mem
+            .alloc
+            .synchronize()
+            .map_err(dev("cuStreamSynchronize"))?;
         Ok(buf)
     }
 
@@ -585,7 +597,8 @@ impl Backend for CudaBackend {
         let d = view_mut_ptr("upload", "dst", dst, src.len(), &ctx.stream)?;
         // SAFETY: `d` holds `src.len()` elements. A pageable source is copied
         // out before the call returns, so `src` may go away afterwards.
-        unsafe { drv::memcpy_htod_async(d, src, ctx.stream.cu_stream()) }.map_err(dev)
+        unsafe { drv::memcpy_htod_async(d, src, ctx.stream.cu_stream()) }
+            .map_err(dev("cuMemcpyHtoDAsync"))
     }
 
     fn download(&self, ctx: &mut CudaCtx, src: View<'_, CudaBuf>, dst: &mut [f32]) -> Result<()> {
@@ -608,8 +621,8 @@ impl Backend for CudaBackend {
         let Some(staging) = ctx.staging.as_mut() else {
             // Pageable: the driver stages it, and returns when it is done.
             // SAFETY: `s` holds `dst.len()` elements; synchronised below.
-            unsafe { drv::memcpy_dtoh_async(dst, s, stream) }.map_err(dev)?;
-            return ctx.stream.synchronize().map_err(dev);
+            unsafe { drv::memcpy_dtoh_async(dst, s, stream) }.map_err(dev("cuMemcpyDtoHAsync"))?;
+            return ctx.stream.synchronize().map_err(dev("cuStreamSynchronize"));
         };
         // Through the fixed pinned buffer, a chunk at a time: pinned memory
         // copies at full bus speed, and its size stays bounded.
@@ -620,8 +633,11 @@ impl Backend for CudaBackend {
             // SAFETY: the window holds `chunk.len()` elements of this
             // context's staging buffer; the stream is synchronised before
             // the window is read or written again.
-            unsafe { drv::memcpy_dtoh_async(window, from, stream) }.map_err(dev)?;
-            ctx.stream.synchronize().map_err(dev)?;
+            unsafe { drv::memcpy_dtoh_async(window, from, stream) }
+                .map_err(dev("cuMemcpyDtoHAsync"))?;
+            ctx.stream
+                .synchronize()
+                .map_err(dev("cuStreamSynchronize"))?;
             chunk.copy_from_slice(window);
         }
         Ok(())
@@ -644,7 +660,9 @@ impl Backend for CudaBackend {
         {
             // Made once per context at the size a step needs (the old one
             // may still be read by its last copy).
-            ctx.step_copied.synchronize().map_err(dev)?;
+            ctx.step_copied
+                .synchronize()
+                .map_err(dev("cuEventSynchronize"))?;
             let len = words.len().next_power_of_two().max(1 << 12);
             ctx.step = Pinned::new(&self.cu, len).ok();
             ctx.pinning_failed = ctx.step.is_none();
@@ -652,16 +670,21 @@ impl Backend for CudaBackend {
         let stream = ctx.stream.cu_stream();
         let Some(pinned) = ctx.step.as_mut() else {
             // SAFETY: a pageable source is copied out before the call returns.
-            return unsafe { drv::memcpy_htod_async(d, words, stream) }.map_err(dev);
+            return unsafe { drv::memcpy_htod_async(d, words, stream) }
+                .map_err(dev("cuMemcpyHtoDAsync"));
         };
         // The previous step's copy must have read the buffer before it is rewritten.
-        ctx.step_copied.synchronize().map_err(dev)?;
+        ctx.step_copied
+            .synchronize()
+            .map_err(dev("cuEventSynchronize"))?;
         let host = pinned.slice(words.len());
         host.copy_from_slice(words);
         // SAFETY: `d` holds `words.len()` elements; the pinned source stays
         // untouched until `step_copied` has passed.
-        unsafe { drv::memcpy_htod_async(d, host, stream) }.map_err(dev)?;
-        ctx.step_copied.record(&ctx.stream).map_err(dev)
+        unsafe { drv::memcpy_htod_async(d, host, stream) }.map_err(dev("cuMemcpyHtoDAsync"))?;
+        ctx.step_copied
+            .record(&ctx.stream)
+            .map_err(dev("cuEventRecord"))
     }
 
     fn buf_addr(&self, buf: &CudaBuf) -> usize {
@@ -677,20 +700,22 @@ impl Backend for CudaBackend {
         // while this one captures.
         ctx.stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(dev)
+            .map_err(dev("cuStreamBeginCapture"))
     }
 
     fn end_capture(&self, ctx: &mut CudaCtx) -> Result<LaneGraph> {
         match ctx
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(dev)?
+            .map_err(dev("cuStreamEndCapture"))?
         {
             Some(graph) => Ok(LaneGraph {
                 graph,
                 stream: ctx.stream.cu_stream() as usize,
             }),
-            None => Err(KernelError::Device("the capture recorded nothing".into())),
+            None => Err(KernelError::Unexpected(
+                "the capture recorded nothing".into(),
+            )),
         }
     }
 
@@ -704,7 +729,7 @@ impl Backend for CudaBackend {
             ));
         }
         self.bind()?;
-        g.graph.launch().map_err(dev)
+        g.graph.launch().map_err(dev("cuGraphLaunch"))
     }
 
     fn copy(
@@ -721,7 +746,8 @@ impl Backend for CudaBackend {
         let s = view_ptr("copy", "src", src, len, &ctx.stream)?;
         let d = view_mut_ptr("copy", "dst", dst, len, &ctx.stream)?;
         // SAFETY: both ranges were checked.
-        unsafe { drv::memcpy_dtod_async(d, s, len * 4, ctx.stream.cu_stream()) }.map_err(dev)
+        unsafe { drv::memcpy_dtod_async(d, s, len * 4, ctx.stream.cu_stream()) }
+            .map_err(dev("cuMemcpyDtoDAsync"))
     }
 
     fn fill(
@@ -739,7 +765,7 @@ impl Backend for CudaBackend {
         // SAFETY: the range was checked.
         unsafe { sys::cuMemsetD32Async(d, value.to_bits(), len, ctx.stream.cu_stream()) }
             .result()
-            .map_err(dev)
+            .map_err(dev("cuMemsetD32Async"))
     }
 
     fn gemm(
@@ -817,7 +843,7 @@ impl Backend for CudaBackend {
                 )
             }
         }
-        .map_err(blas_err)
+        .map_err(blas_err("cublasSgemm"))
     }
 
     fn gather_rows(
@@ -1620,5 +1646,40 @@ impl CudaBackend {
             shared_mem_bytes: 0,
         };
         launch!(s, f, cfg, &r, &c, &ts, &pp, &pt, &pg, &ps, &acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_failed_driver_call_keeps_its_name_and_the_drivers_error() {
+        let e = dev("cuEventRecord")(DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE));
+        // (Its message asks the driver library for the error's text; this
+        // test runs where there is none, so it checks the parts.)
+        assert!(matches!(&e, KernelError::Device { call, .. } if call == "cuEventRecord"));
+        let source = e.source().expect("the driver's error");
+        assert_eq!(
+            source.downcast_ref::<DriverError>().map(|d| d.0),
+            Some(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE)
+        );
+        // Out of memory keeps its own variant, so callers can retry smaller.
+        let oom = dev("cuMemAlloc")(DriverError(sys::cudaError_enum::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(matches!(oom, KernelError::OutOfMemory { .. }));
+    }
+
+    #[test]
+    fn a_failed_cublas_call_keeps_its_name_and_cublas_error() {
+        let status = cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_EXECUTION_FAILED;
+        let e = blas_err("cublasSgemm")(cudarc::cublas::result::CublasError(status));
+        assert!(e.to_string().starts_with("cublasSgemm: "), "{e}");
+        assert!(
+            e.source()
+                .and_then(|s| s.downcast_ref::<cudarc::cublas::result::CublasError>())
+                .is_some()
+        );
     }
 }

@@ -23,7 +23,7 @@ use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::Ptx;
 
-use crate::error::{KernelError, Result};
+use crate::error::{KernelError, Message, Result};
 
 /// The CUDA source of every kernel, embedded at build time.
 pub const OPS_CU: &str = include_str!("../../cu/ops.cu");
@@ -139,14 +139,14 @@ pub fn nvrtc_info() -> Result<((i32, i32), Vec<i32>)> {
     unsafe {
         sys::nvrtcVersion(&mut major, &mut minor)
             .result()
-            .map_err(|e| KernelError::Device(format!("nvrtcVersion: {e:?}")))?;
+            .map_err(|e| KernelError::device("nvrtcVersion", e))?;
         sys::nvrtcGetNumSupportedArchs(&mut n)
             .result()
-            .map_err(|e| KernelError::Device(format!("nvrtcGetNumSupportedArchs: {e:?}")))?;
+            .map_err(|e| KernelError::device("nvrtcGetNumSupportedArchs", e))?;
         let mut archs = vec![0i32; n.max(0) as usize];
         sys::nvrtcGetSupportedArchs(archs.as_mut_ptr())
             .result()
-            .map_err(|e| KernelError::Device(format!("nvrtcGetSupportedArchs: {e:?}")))?;
+            .map_err(|e| KernelError::device("nvrtcGetSupportedArchs", e))?;
         Ok(((major, minor), archs))
     }
 }
@@ -157,7 +157,7 @@ pub fn driver_version() -> Result<(i32, i32)> {
     // SAFETY: an out-pointer to a local.
     unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut v) }
         .result()
-        .map_err(|e| KernelError::Device(format!("cuDriverGetVersion: {e}")))?;
+        .map_err(|e| KernelError::device("cuDriverGetVersion", e))?;
     Ok((v / 1000, (v % 1000) / 10))
 }
 
@@ -188,7 +188,7 @@ pub fn ptx() -> Result<Ptx> {
         compile_ptx_with_opts(OPS_CU, opts).map_err(|e| format!("NVRTC failed on ops.cu: {e}"))
     })
     .clone()
-    .map_err(KernelError::Device)
+    .map_err(|m| KernelError::device("nvrtcCompileProgram (ops.cu, PTX)", Message(m)))
 }
 
 /// `ops.cu` compiled for `arch`: a cubin for `sm_XY`, PTX for `compute_XY`.
@@ -202,8 +202,9 @@ pub fn image(arch: &str) -> Result<Vec<u8>> {
     if let Some(i) = images.get(arch) {
         return Ok(i.clone());
     }
-    let image = compile(arch)
-        .map_err(|e| KernelError::Device(format!("NVRTC on ops.cu for {arch}: {e}")))?;
+    let image = compile(arch).map_err(|m| {
+        KernelError::device(format!("nvrtcCompileProgram (ops.cu, {arch})"), Message(m))
+    })?;
     images.insert(arch.to_string(), image.clone());
     Ok(image)
 }
@@ -251,7 +252,7 @@ fn compile(arch: &str) -> std::result::Result<Vec<u8>, String> {
 pub fn target(cu: &Arc<CudaContext>) -> Result<Target> {
     let attr = |a| {
         cu.attribute(a)
-            .map_err(|e| KernelError::Device(format!("device attribute: {e}")))
+            .map_err(|e| KernelError::device("cuDeviceGetAttribute", e))
     };
     let cc = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)? * 10
         + attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -276,11 +277,11 @@ pub fn kernels(cu: &Arc<CudaContext>) -> Result<Arc<KernelSet>> {
     }
     let module = cu
         .load_module(Ptx::from_binary(image))
-        .map_err(|e| KernelError::Device(format!("loading ops.cu ({target}): {e}")))?;
+        .map_err(|e| KernelError::device(format!("cuModuleLoadData (ops.cu, {target})"), e))?;
     let f = |name: &str| {
         module
             .load_function(name)
-            .map_err(|e| KernelError::Device(format!("kernel {name}: {e}")))
+            .map_err(|e| KernelError::device(format!("cuModuleGetFunction ({name})"), e))
     };
     let set = Arc::new(KernelSet {
         activation: f("activation")?,
