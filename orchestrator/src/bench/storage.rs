@@ -7,7 +7,7 @@
 //! It runs this binary itself, one process per slot: on a fresh SQLite
 //! file per configuration, and with `--postgres URL` also on that
 //! PostgreSQL database (a new study per configuration), with Optuna 5.0's
-//! own processes on the same database beside it (`optuna_storage.py`:
+//! own processes on the same database beside it (`scripts/anchors/optuna_storage.py`:
 //! Optuna's default sampler, a trivial objective on the same space).
 //! Optuna's processes import and connect first and then start together,
 //! so that Python's start-up is not counted against it.
@@ -21,7 +21,7 @@ use serde_json::json;
 use crate::error::{Error, Result};
 
 /// Optuna's side, written beside each run's study.
-const OPTUNA_SCRIPT: &str = include_str!("optuna_storage.py");
+const OPTUNA_SCRIPT: &str = include_str!("../../../scripts/anchors/optuna_storage.py");
 /// The variable that gives Optuna's side its storage URL (not an argument,
 /// which `ps` would show).
 const OPTUNA_URL: &str = "SALUS_TUNE_OPTUNA_URL";
