@@ -64,7 +64,7 @@ if [[ "${1:-}" == "prepare" ]]; then
     # kernels/tests/{ops,conv_ops}.rs, workers/tests/{gradients,devices,graphs}.rs,
     # tests/it/salus_core.rs
     {
-        cargo test --release --no-run --message-format=json -p kernels -p workers
+        cargo test --release --no-run --message-format=json -p kernels -p training
         cargo test --release --no-run --message-format=json -p salus-tune --test it
     } 2>/dev/null |
         python3 -c '

@@ -2,7 +2,7 @@
 //! latest report point, one file per trial beside the database.
 //!
 //! `digits-mlp.db` keeps its checkpoints in `digits-mlp.db.checkpoints/`,
-//! as `trial-<trial_id>.state` (`workers::TrialSnapshot::to_bytes`). A file is
+//! as `trial-<trial_id>.state` (`training::TrialSnapshot::to_bytes`). A file is
 //! written to a temporary name of its own process and renamed, so a crash
 //! at any moment leaves either the previous checkpoint or the new one,
 //! never half of one, and two processes never write through one temporary
@@ -28,7 +28,7 @@
 
 use std::path::{Path, PathBuf};
 
-use workers::TrialSnapshot;
+use training::TrialSnapshot;
 
 use crate::storage::TrialId;
 use crate::storage::files::{previous_of, write_atomic};
@@ -166,7 +166,7 @@ pub fn furthest_covered(
 mod tests {
     use super::*;
     use crate::storage::files::{replace_keeping_previous, settled, staging_path, write_synced};
-    use workers::group::SlotState;
+    use training::group::SlotState;
 
     fn state(iteration: u64) -> TrialSnapshot {
         TrialSnapshot {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use workers::data::SplitData;
+use training::data::SplitData;
 
 use crate::checkpoint::Checkpoints;
 use crate::device::{self, OnBackend};
@@ -267,8 +267,8 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
             layout,
         } => {
             let images = match layout {
-                Some(workers::data::ImageLayout::Nchw) => ", NCHW images",
-                Some(workers::data::ImageLayout::Nhwc) => ", NHWC images",
+                Some(training::data::ImageLayout::Nchw) => ", NCHW images",
+                Some(training::data::ImageLayout::Nhwc) => ", NHWC images",
                 None => "",
             };
             format!("npy {} / {}{images}", path.display(), targets.display())
@@ -301,11 +301,11 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
             // The same load and checks a run makes before it creates the study.
             let split = s.load_data()?;
             let task = match split.task {
-                workers::data::Task::Classification { classes } => {
+                training::data::Task::Classification { classes } => {
                     format!("classification, {classes} classes")
                 }
-                workers::data::Task::Regression { targets: 1 } => "regression".to_string(),
-                workers::data::Task::Regression { targets } => {
+                training::data::Task::Regression { targets: 1 } => "regression".to_string(),
+                training::data::Task::Regression { targets } => {
                     format!("regression, {targets} targets")
                 }
             };

@@ -40,7 +40,7 @@ pub enum Error {
     #[error(transparent)]
     Storage(#[from] storage::Error),
     #[error(transparent)]
-    Worker(#[from] workers::WorkerError),
+    Worker(#[from] training::WorkerError),
     /// A task of the run (the runner, the writer) panicked.
     #[error("the {task} panicked: {source}")]
     Panicked {
@@ -77,7 +77,9 @@ impl Error {
         match self {
             Error::Study { .. } | Error::Input(_) => 2,
             Error::Storage(storage::Error::Input(_)) => 2,
-            Error::Worker(workers::WorkerError::Data { .. } | workers::WorkerError::Io { .. }) => 2,
+            Error::Worker(
+                training::WorkerError::Data { .. } | training::WorkerError::Io { .. },
+            ) => 2,
             _ => 1,
         }
     }
@@ -102,7 +104,7 @@ impl Error {
 
 impl From<kernels::KernelError> for Error {
     fn from(e: kernels::KernelError) -> Self {
-        Error::Worker(workers::WorkerError::Kernel(e))
+        Error::Worker(training::WorkerError::Kernel(e))
     }
 }
 

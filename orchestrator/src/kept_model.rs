@@ -12,8 +12,8 @@ use std::collections::HashMap;
 
 use safetensors::{Dtype, tensor::TensorView};
 use serde_json::{Value, json};
-use workers::data::{SplitData, Task};
-use workers::{ModelSpec, TrialSnapshot};
+use training::data::{SplitData, Task};
+use training::{ModelSpec, TrialSnapshot};
 
 /// What the model needs of the data: its standardisation and task.
 #[derive(Debug, Clone, PartialEq)]

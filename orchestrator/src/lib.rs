@@ -8,7 +8,7 @@
 //!
 //! * `kernels` computes: one `Backend` trait, a CPU and a CUDA
 //!   implementation, every op batched over K same-shape trials.
-//! * `workers` trains: data sets, the model templates, and trials as `Job`s
+//! * `training` (the `workers/` folder) trains: data sets, the model templates, and trials as `Job`s
 //!   that advance one iteration per step and can be swapped out and back.
 //! * `salus-core` schedules jobs onto lanes under a memory ledger;
 //!   `tuning` holds the search space, samplers and pruners; `storage` is

@@ -2,7 +2,7 @@
 
 64-256-256-10, ReLU, Adam lr 1e-3, batch 128, 30 epochs, seed 0, 80/20
 stratified split, standardised on the training part. Prints lines of the
-same form as `cargo run --release -p workers --example train_digits`.
+same form as `cargo run --release -p training --example train_digits`.
 
     python3 -m venv /tmp/sk && /tmp/sk/bin/pip install scikit-learn
     /tmp/sk/bin/python scripts/anchors/sklearn_digits.py

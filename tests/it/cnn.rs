@@ -8,7 +8,7 @@ use std::path::Path;
 use crate::common::*;
 use salus_tune::dash::snapshot::Phase;
 use salus_tune::storage::TrialState;
-use workers::data::{ImageShape, synthetic_images};
+use training::data::{ImageShape, synthetic_images};
 
 /// `n` learnable `h x w x c` images as bytes (0-255), channels last, and labels.
 fn image_bytes(n: usize, shape: ImageShape, classes: usize) -> (Vec<u8>, Vec<u8>) {

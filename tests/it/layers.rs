@@ -62,7 +62,7 @@ fn dependencies(manifest: &str) -> (BTreeSet<String>, BTreeSet<String>) {
         .and_then(|d| d.as_table())
         .cloned()
         .unwrap_or_default();
-    let ours = ["kernels", "workers", "salus-core", "tuning", "storage"];
+    let ours = ["kernels", "training", "salus-core", "tuning", "storage"];
     deps.keys()
         .cloned()
         .partition(|k| ours.contains(&k.as_str()))
@@ -73,17 +73,17 @@ fn each_crate_depends_only_on_the_crates_below_it() {
     // Crate -> the workspace crates it may use. Bottom first.
     let allowed: &[(&str, &str, &[&str])] = &[
         ("kernels", "kernels/Cargo.toml", &[]),
-        ("workers", "workers/Cargo.toml", &["kernels"]),
+        ("training", "workers/Cargo.toml", &["kernels"]),
         (
             "salus-core",
             "orchestrator/salus-core/Cargo.toml",
-            &["kernels", "workers"],
+            &["kernels", "training"],
         ),
         ("tuning", "orchestrator/tuning/Cargo.toml", &["kernels"]),
         (
             "storage",
             "orchestrator/storage/Cargo.toml",
-            &["tuning", "workers"],
+            &["tuning", "training"],
         ),
     ];
     for (name, manifest, ok) in allowed {

@@ -794,7 +794,7 @@ fn statements_hold_on_both_dialects(postgres: bool) {
         a.send(WriteOp::Extras {
             claim: t,
             step,
-            extras: workers::ReportExtras {
+            extras: training::ReportExtras {
                 metrics: vec![("aux".into(), v)],
                 attrs: vec![],
             },

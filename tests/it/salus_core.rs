@@ -9,8 +9,8 @@ use kernels::{Activation, CpuBackend};
 use salus_tune::salus::JobId;
 use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore};
 use salus_tune::salus::policy::Policy;
-use workers::data::{split, synthetic_classification};
-use workers::{
+use training::data::{split, synthetic_classification};
+use training::{
     DeviceData, Job, Lane, Optimizer, Report, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
 };
 
@@ -213,10 +213,10 @@ struct Gated {
 }
 
 impl Job<CpuBackend> for Gated {
-    fn footprint(&self) -> workers::Footprint {
+    fn footprint(&self) -> training::Footprint {
         self.inner.footprint()
     }
-    fn fusion_key(&self) -> workers::FusionKey {
+    fn fusion_key(&self) -> training::FusionKey {
         self.inner.fusion_key()
     }
     fn iterations_done(&self) -> u64 {
@@ -228,7 +228,7 @@ impl Job<CpuBackend> for Gated {
     fn is_resident(&self) -> bool {
         self.inner.is_resident()
     }
-    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<StepOutcome> {
+    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
         if self.inner.iterations_done() == self.at {
             self.reached.send(self.tag).unwrap();
             self.go.recv().unwrap();
@@ -241,20 +241,20 @@ impl Job<CpuBackend> for Gated {
     fn export_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-    ) -> workers::Result<workers::TrialSnapshot> {
+    ) -> training::Result<training::TrialSnapshot> {
         self.inner.export_state(lane)
     }
     fn import_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-        state: &workers::TrialSnapshot,
-    ) -> workers::Result<()> {
+        state: &training::TrialSnapshot,
+    ) -> training::Result<()> {
         self.inner.import_state(lane, state)
     }
-    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
         self.inner.swap_out(lane)
     }
-    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
         self.inner.swap_in(lane)
     }
 }
@@ -411,10 +411,10 @@ struct ShortOfMemory {
 }
 
 impl Job<CpuBackend> for ShortOfMemory {
-    fn footprint(&self) -> workers::Footprint {
+    fn footprint(&self) -> training::Footprint {
         self.inner.footprint()
     }
-    fn fusion_key(&self) -> workers::FusionKey {
+    fn fusion_key(&self) -> training::FusionKey {
         self.inner.fusion_key()
     }
     fn iterations_done(&self) -> u64 {
@@ -426,7 +426,7 @@ impl Job<CpuBackend> for ShortOfMemory {
     fn is_resident(&self) -> bool {
         self.inner.is_resident()
     }
-    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<StepOutcome> {
+    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
         self.inner.step(lane)
     }
     fn report(&self) -> Option<&Report> {
@@ -435,23 +435,23 @@ impl Job<CpuBackend> for ShortOfMemory {
     fn export_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-    ) -> workers::Result<workers::TrialSnapshot> {
+    ) -> training::Result<training::TrialSnapshot> {
         self.inner.export_state(lane)
     }
     fn import_state(
         &mut self,
         lane: &mut Lane<CpuBackend>,
-        state: &workers::TrialSnapshot,
-    ) -> workers::Result<()> {
+        state: &training::TrialSnapshot,
+    ) -> training::Result<()> {
         self.inner.import_state(lane, state)
     }
-    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
         self.inner.swap_out(lane)
     }
-    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> workers::Result<usize> {
+    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
         if self.fails > 0 {
             self.fails -= 1;
-            return Err(workers::WorkerError::Kernel(
+            return Err(training::WorkerError::Kernel(
                 kernels::KernelError::OutOfMemory { requested: 1 << 20 },
             ));
         }
@@ -608,8 +608,8 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
 /// bit, what it reports alone.
 #[test]
 fn interleaved_and_swapped_cnn_jobs_give_exactly_what_they_give_alone() {
-    use workers::data::{ImageShape, synthetic_images};
-    use workers::model::{Augment, ConvNetSpec};
+    use training::data::{ImageShape, synthetic_images};
+    use training::model::{Augment, ConvNetSpec};
     let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1).unwrap();
     let shape = ImageShape { h: 8, w: 8, c: 2 };
     let data = DeviceData::upload(

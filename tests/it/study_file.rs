@@ -6,7 +6,7 @@ use std::path::Path;
 use salus_tune::error::Error;
 use salus_tune::space::{Choice, Distribution, ParamValue, Params};
 use salus_tune::study::{Direction, KnobValue, SamplerKind, load, parse_str};
-use workers::Optimizer;
+use training::Optimizer;
 
 fn parse(src: &str) -> Result<salus_tune::study::Study, Error> {
     parse_str(src, Path::new("studies/t.toml"))
@@ -99,7 +99,7 @@ fn cnn_studies_resolve_to_conv_nets() {
     let conv = augmented.trial_config(&Params::new(), 0).conv.unwrap();
     assert_eq!(
         conv.augment,
-        Some(workers::model::Augment {
+        Some(training::model::Augment {
             crop: 4,
             flip: true
         })

@@ -3,14 +3,14 @@
 //! `val_accuracy=<x> seconds=<y>`; `seconds` covers training and
 //! per-epoch evaluation, not data loading.
 //!
-//! `cargo run --release -p workers --example train_digits [-- --threads N]`
+//! `cargo run --release -p training --example train_digits [-- --threads N]`
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use kernels::{Activation, CpuBackend};
-use workers::data::{digits, split};
-use workers::{
+use training::data::{digits, split};
+use training::{
     DeviceData, Job, Lane, Optimizer, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
 };
 
@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         );
                     }
                 }
-                StepOutcome::Finished(r) => break Ok::<_, workers::WorkerError>(r),
+                StepOutcome::Finished(r) => break Ok::<_, training::WorkerError>(r),
                 StepOutcome::Members(_) => unreachable!("a lone trial"),
             }
         }

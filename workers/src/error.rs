@@ -1,4 +1,4 @@
-//! The one error type of the `workers` crate.
+//! The one error type of the `training` crate.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,6 @@
-//! Trial workers for salus-tune.
+//! Training for salus-tune: the built-in trials (the `training` crate,
+//! in the `workers/` folder; an *external* worker is a process, see the
+//! orchestrator's `external` module).
 //!
 //! # Design
 //!

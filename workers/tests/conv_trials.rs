@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use common::*;
 use kernels::{Activation, CpuBackend, PoolKind};
-use workers::data::{ImageShape, SplitData, digit_images, split, synthetic_images};
-use workers::model::{Augment, ConvNetSpec};
-use workers::{
+use training::data::{ImageShape, SplitData, digit_images, split, synthetic_images};
+use training::model::{Augment, ConvNetSpec};
+use training::{
     FusedTrials, Job, Lane, MemberOutcome, Optimizer, Report, StepOutcome, TrainTrial, TrialConfig,
     TrialSnapshot,
 };

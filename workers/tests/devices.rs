@@ -6,9 +6,9 @@ mod common;
 
 use common::*;
 use kernels::{Activation, Backend};
-use workers::data::{digits, split};
-use workers::group::ModelGroup;
-use workers::{Job, Lane, ModelSpec, Optimizer, StepOutcome, TrainTrial};
+use training::data::{digits, split};
+use training::group::ModelGroup;
+use training::{Job, Lane, ModelSpec, Optimizer, StepOutcome, TrainTrial};
 
 fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
     let data = small_classification();
@@ -18,7 +18,7 @@ fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
         hidden: vec![32, 16],
         output: data.task.outputs(),
         activation: act,
-        loss: workers::LossKind::CrossEntropy,
+        loss: training::LossKind::CrossEntropy,
         conv: None,
     };
     let hps: Vec<_> = (0..3)
@@ -32,8 +32,8 @@ fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
 /// A conv net's gradients (batch norm, a residual block, max pooling) over
 /// two slots.
 fn cnn_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<f32> {
-    let shape = workers::data::ImageShape { h: 8, w: 8, c: 3 };
-    let data = split(&workers::data::synthetic_images(80, shape, 4, 2), 0.25, 0).unwrap();
+    let shape = training::data::ImageShape { h: 8, w: 8, c: 3 };
+    let data = split(&training::data::synthetic_images(80, shape, 4, 2), 0.25, 0).unwrap();
     let dev = upload(lane, &data);
     let conv = residual_net(shape, vec![6, 8]);
     let spec = ModelSpec {
@@ -41,7 +41,7 @@ fn cnn_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<f32> {
         hidden: vec![16],
         output: data.task.outputs(),
         activation: Activation::Relu,
-        loss: workers::LossKind::CrossEntropy,
+        loss: training::LossKind::CrossEntropy,
         conv: Some(conv),
     };
     let hps: Vec<_> = (0..2)

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use common::*;
 use kernels::{Activation, CpuBackend};
-use workers::{
+use training::{
     FusedTrials, Job, Lane, MemberOutcome, Optimizer, Report, StepOutcome, TrainTrial, TrialConfig,
 };
 

@@ -6,11 +6,11 @@ mod common;
 use common::*;
 use kernels::PoolKind;
 use kernels::{Activation, Backend, rng};
-use workers::data::SplitData;
-use workers::data::{ImageShape, split, synthetic_images};
-use workers::group::ModelGroup;
-use workers::model::{ConvNetSpec, UnitInput};
-use workers::{Lane, LossKind, ModelSpec, Optimizer, SlotHparams};
+use training::data::SplitData;
+use training::data::{ImageShape, split, synthetic_images};
+use training::group::ModelGroup;
+use training::model::{ConvNetSpec, UnitInput};
+use training::{Lane, LossKind, ModelSpec, Optimizer, SlotHparams};
 
 fn act64(act: Activation, x: f64) -> f64 {
     match act {
@@ -231,7 +231,7 @@ fn check_model<B: Backend>(
         output: data.task.outputs(),
         activation: act,
         loss: if data.task.target_cols() == 1
-            && matches!(data.task, workers::data::Task::Classification { .. })
+            && matches!(data.task, training::data::Task::Classification { .. })
         {
             LossKind::CrossEntropy
         } else {
@@ -364,7 +364,7 @@ fn conv_net_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
 
 kernels::device_tests!(
     cpu: crate::common::cpu_lane(1),
-    cuda: |b| workers::Lane::new(std::sync::Arc::new(b), 0, 1).unwrap();
+    cuda: |b| training::Lane::new(std::sync::Arc::new(b), 0, 1).unwrap();
     classification_mlp_gradients_match_finite_differences,
     regression_mlp_gradients_match_finite_differences,
     gradients_with_dropout_and_several_slots_match_finite_differences,

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use common::*;
 use kernels::{Activation, Backend};
-use workers::data::{digits, split};
-use workers::group::ModelGroup;
-use workers::{
+use training::data::{digits, split};
+use training::group::ModelGroup;
+use training::{
     FusedTrials, Job, Lane, LossKind, MemberOutcome, ModelSpec, Optimizer, Report, StepOutcome,
     TrainTrial, TrialConfig,
 };
@@ -38,9 +38,9 @@ fn fifty_steps<B: Backend>(
     lane: &mut Lane<B>,
     sgd: bool,
     cnn: bool,
-) -> (Vec<workers::group::SlotState>, Vec<f64>, usize) {
+) -> (Vec<training::group::SlotState>, Vec<f64>, usize) {
     let data = if cnn {
-        split(&workers::data::digit_images(), 0.2, 0).unwrap()
+        split(&training::data::digit_images(), 0.2, 0).unwrap()
     } else {
         split(&digits(), 0.2, 0).unwrap()
     };

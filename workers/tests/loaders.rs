@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use workers::data::{
+use training::data::{
     ImageLayout, ImageShape, Task, TaskKind, digits, load_cifar10, load_csv, load_idx,
     load_npy_images, load_npy_pair, parse_cifar10, parse_idx, parse_npy, split,
 };
@@ -463,7 +463,7 @@ fn cifar10_batches_load_from_a_file_or_a_directory() {
 
 #[test]
 fn images_are_standardised_per_channel_on_the_training_split() {
-    let ds = workers::data::synthetic_images(60, ImageShape { h: 4, w: 5, c: 3 }, 3, 1);
+    let ds = training::data::synthetic_images(60, ImageShape { h: 4, w: 5, c: 3 }, 3, 1);
     let s = split(&ds, 0.25, 0).unwrap();
     assert_eq!(s.image, ds.image);
     for ch in 0..3 {
@@ -494,14 +494,14 @@ proptest! {
 
     #[test]
     fn csv_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let _ = workers::data::parse_csv(&bytes[..], Path::new("f.csv"), "y", TaskKind::Classification);
-        let _ = workers::data::parse_csv(&bytes[..], Path::new("f.csv"), "y", TaskKind::Regression);
+        let _ = training::data::parse_csv(&bytes[..], Path::new("f.csv"), "y", TaskKind::Classification);
+        let _ = training::data::parse_csv(&bytes[..], Path::new("f.csv"), "y", TaskKind::Regression);
     }
 
     #[test]
     fn csv_parser_never_panics_on_csv_like_text(text in "[a-y0-9.,\\n -]{0,200}") {
         let with_header = format!("a,y\n{text}");
-        let _ = workers::data::parse_csv(with_header.as_bytes(), Path::new("f.csv"), "y", TaskKind::Classification);
+        let _ = training::data::parse_csv(with_header.as_bytes(), Path::new("f.csv"), "y", TaskKind::Classification);
     }
 
     #[test]

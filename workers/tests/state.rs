@@ -4,9 +4,9 @@ mod common;
 
 use common::*;
 use kernels::Activation;
-use workers::{Job, Optimizer, TrainTrial, TrialSnapshot, WorkerError};
+use training::{Job, Optimizer, TrainTrial, TrialSnapshot, WorkerError};
 
-fn configs() -> Vec<workers::TrialConfig> {
+fn configs() -> Vec<training::TrialConfig> {
     vec![
         config(
             vec![16, 8],

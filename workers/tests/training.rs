@@ -5,14 +5,14 @@ mod common;
 
 use common::*;
 use kernels::{Activation, Backend, CpuBackend};
-use workers::data::{digits, split};
-use workers::group::ModelGroup;
-use workers::{Job, LossKind, ModelSpec, Optimizer, StepOutcome, TrainTrial, WorkerError};
+use training::data::{digits, split};
+use training::group::ModelGroup;
+use training::{Job, LossKind, ModelSpec, Optimizer, StepOutcome, TrainTrial, WorkerError};
 
 fn finish(
     trial: &mut TrainTrial<CpuBackend>,
-    lane: &mut workers::Lane<CpuBackend>,
-) -> Result<Vec<workers::Report>, WorkerError> {
+    lane: &mut training::Lane<CpuBackend>,
+) -> Result<Vec<training::Report>, WorkerError> {
     let mut out = Vec::new();
     loop {
         match trial.step(lane)? {
@@ -75,7 +75,7 @@ fn fusion_keys_ignore_slot_scalars_but_not_shapes() {
                opt: Optimizer,
                lr: f32,
                seed: u64,
-               lane: &mut workers::Lane<CpuBackend>| {
+               lane: &mut training::Lane<CpuBackend>| {
         let cfg = config(
             hidden,
             Activation::Relu,
@@ -259,7 +259,7 @@ fn regression_reports_rmse_and_r2() {
     );
 }
 
-fn dev_sst(data: &workers::data::SplitData) -> f64 {
+fn dev_sst(data: &training::data::SplitData) -> f64 {
     let mean = data.val_y.iter().map(|&v| v as f64).sum::<f64>() / data.n_val as f64;
     data.val_y.iter().map(|&v| (v as f64 - mean).powi(2)).sum()
 }
@@ -305,24 +305,24 @@ fn bad_trial_configs_are_errors() {
         hparams(Optimizer::adam(), 1e-3, 0.0, 1),
     );
     for bad in [
-        workers::TrialConfig {
+        training::TrialConfig {
             batch_size: 0,
             ..ok.clone()
         },
-        workers::TrialConfig {
+        training::TrialConfig {
             batch_size: 10_000,
             ..ok.clone()
         },
-        workers::TrialConfig {
+        training::TrialConfig {
             epochs: 0,
             ..ok.clone()
         },
-        workers::TrialConfig {
+        training::TrialConfig {
             hidden: vec![4, 0],
             ..ok.clone()
         },
-        workers::TrialConfig {
-            hparams: workers::SlotHparams {
+        training::TrialConfig {
+            hparams: training::SlotHparams {
                 dropout: 1.0,
                 ..ok.hparams
             },
@@ -344,13 +344,15 @@ fn bad_labels_are_refused_at_upload_and_fail_a_trial_that_meets_them() {
     let mut lane = cpu_lane(1);
     let mut data = small_classification();
     data.val_y[3] = 3.0; // three classes: 0, 1, 2
-    let e = workers::DeviceData::upload(&mut lane, &data).err().unwrap();
+    let e = training::DeviceData::upload(&mut lane, &data)
+        .err()
+        .unwrap();
     assert!(
         e.to_string().contains("validation row 3 has label 3"),
         "{e}"
     );
     data.val_y[3] = 0.5;
-    assert!(workers::DeviceData::upload(&mut lane, &data).is_err());
+    assert!(training::DeviceData::upload(&mut lane, &data).is_err());
 
     // Past the check (as corrupt device memory would be), the trial fails.
     data.val_y[3] = 0.0;
@@ -362,7 +364,7 @@ fn bad_labels_are_refused_at_upload_and_fail_a_trial_that_meets_them() {
         b.upload(ctx, v, kernels::at_mut(&mut buf, 0)).unwrap();
         buf
     };
-    let corrupt = workers::DeviceData {
+    let corrupt = training::DeviceData {
         name: data.name.clone(),
         task: data.task,
         features: data.features,

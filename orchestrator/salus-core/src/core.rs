@@ -1,6 +1,6 @@
 //! The executor: lanes that run jobs one iteration at a time.
 //!
-//! Each lane is a host thread that owns a `workers::Lane` (an execution
+//! Each lane is a host thread that owns a `training::Lane` (an execution
 //! context and its arena). At every iteration boundary it takes the core's
 //! lock, asks [`policy::next`] which of its runnable jobs goes next, takes
 //! that job out of the table, releases the lock, runs one `step`, and
@@ -40,7 +40,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use kernels::Backend;
-use workers::{
+use training::{
     Footprint, Job, Lane, MemberOutcome, MemberStep, Report, StepOutcome, WorkerError,
     lane::GroupShape,
 };
@@ -158,7 +158,7 @@ pub enum CoreEvent {
         device_seconds: f64,
     },
     /// Members of a fused job at a report point or at their end (see
-    /// `workers::FusedTrials`). `device_seconds` is the job's so far and
+    /// `training::FusedTrials`). `device_seconds` is the job's so far and
     /// `members` how many shared it in this iteration.
     Members {
         job: JobId,
@@ -171,14 +171,14 @@ pub enum CoreEvent {
     Checkpoint {
         job: JobId,
         member: Option<u64>,
-        state: workers::TrialSnapshot,
+        state: training::TrialSnapshot,
     },
     /// A trial's state when it finished (only with `keep_final`); sent
     /// before the `Finished` or `Members` event that ends it.
     FinalState {
         job: JobId,
         member: Option<u64>,
-        state: workers::TrialSnapshot,
+        state: training::TrialSnapshot,
     },
     /// The device ran out of memory for a job whose footprint was too
     /// small: it went back to waiting with a larger estimate.

@@ -21,7 +21,7 @@
 //! seats, and a member outranked by a waiting trial leaves to make way.
 
 use kernels::DeviceKind;
-use workers::Footprint;
+use training::Footprint;
 
 use super::policy::Policy;
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use workers::Footprint;
+use training::Footprint;
 
 use super::{JobId, LaneId};
 

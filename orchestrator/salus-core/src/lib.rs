@@ -1,5 +1,5 @@
 //! The embedded Salus core of salus-tune. It depends on `kernels` and
-//! `workers` only: it knows no study file, sampler or storage (see
+//! `training` only: it knows no study file, sampler or storage (see
 //! `ARCHITECTURE.md` at the repository root).
 //!
 //! Salus (Yu & Chowdhury, MLSys 2020) shares one device between training

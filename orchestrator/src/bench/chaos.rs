@@ -549,7 +549,7 @@ fn check_checkpoints(kind: Kind, ckpt: &Path, report: &mut Report) {
             continue;
         };
         report.checkpoints_read += 1;
-        if let Err(why) = workers::TrialSnapshot::from_bytes(&bytes) {
+        if let Err(why) = training::TrialSnapshot::from_bytes(&bytes) {
             report
                 .violations
                 .push(format!("checkpoint {name} does not load: {why}"));

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use kernels::CpuBackend;
 use serde_json::json;
-use workers::{Job, Lane, StepOutcome};
+use training::{Job, Lane, StepOutcome};
 
 use crate::error::{Error, Result};
 use crate::external::ExternalTrial;

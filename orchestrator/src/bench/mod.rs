@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use kernels::Activation;
 use kernels::Backend;
-use workers::data::{SplitData, split, synthetic_classification};
-use workers::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
+use training::data::{SplitData, split, synthetic_classification};
+use training::{DeviceData, Lane, Optimizer, SlotHparams, TrialConfig};
 
 use crate::error::{Error, Result};
 

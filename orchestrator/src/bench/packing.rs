@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use kernels::{Backend, DeviceKind, Gemm, at, at_mut};
 use serde_json::json;
-use workers::data::ImageShape;
-use workers::model::ConvNetSpec;
-use workers::{
+use training::data::ImageShape;
+use training::model::ConvNetSpec;
+use training::{
     DeviceData, FusedTrials, Job, Lane, MemberOutcome, StepOutcome, TrainTrial, TrialConfig,
 };
 
@@ -116,15 +116,15 @@ impl ImageWorkload {
     fn data<B: Backend>(self, backend: &Arc<B>) -> Result<Arc<DeviceData<B>>> {
         let rows = CNN_BATCH + CNN_BATCH / 2 + 64;
         let mut ds = match self {
-            ImageWorkload::Digits => workers::data::digit_images(),
+            ImageWorkload::Digits => training::data::digit_images(),
             ImageWorkload::Synthetic32 => {
-                workers::data::synthetic_images(rows, ImageShape { h: 32, w: 32, c: 3 }, 10, 7)
+                training::data::synthetic_images(rows, ImageShape { h: 32, w: 32, c: 3 }, 10, 7)
             }
         };
         ds.rows = rows;
         ds.x.truncate(rows * ds.features);
         ds.y.truncate(rows);
-        let data = workers::data::split(&ds, 64.0 / rows as f64, 7)?;
+        let data = training::data::split(&ds, 64.0 / rows as f64, 7)?;
         let mut lane = Lane::new(backend.clone(), 0, 1)?;
         Ok(DeviceData::upload(&mut lane, &data)?)
     }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use kernels::Backend;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde_json::json;
-use workers::{DeviceData, Job, StepOutcome, TrainTrial, TrialConfig};
+use training::{DeviceData, Job, StepOutcome, TrainTrial, TrialConfig};
 
 use crate::error::{Error, Result};
 use crate::salus::JobId;
@@ -125,7 +125,7 @@ pub fn trace(
 
 /// Seconds per iteration of the trace's model on one lane.
 fn calibrate<B: Backend>(backend: &Arc<B>, dev: &Arc<DeviceData<B>>) -> Result<f64> {
-    let mut lane = workers::Lane::new(backend.clone(), 0, super::cores())?;
+    let mut lane = training::Lane::new(backend.clone(), 0, super::cores())?;
     let mut t = TrainTrial::new(&mut lane, dev.clone(), config(200, 0))?;
     let start = Instant::now();
     lane.run(|lane| -> Result<()> {
@@ -152,7 +152,7 @@ fn replay<B: Backend>(
         .iter()
         .enumerate()
         .map(|(i, j)| TrainTrial::new_on_host(dev.clone(), config(j.iterations, i as u64)))
-        .collect::<workers::Result<_>>()?;
+        .collect::<training::Result<_>>()?;
     let start = Instant::now();
     let mut arrived: BTreeMap<JobId, f64> = BTreeMap::new();
     let mut finished: BTreeMap<JobId, f64> = BTreeMap::new();

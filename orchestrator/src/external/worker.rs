@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use kernels::{Activation, Backend};
 use serde_json::Value;
-use workers::group::GroupShape;
-use workers::state::TrialSnapshot;
-use workers::{
+use training::group::GroupShape;
+use training::state::TrialSnapshot;
+use training::{
     Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, OptimizerFamily, Report, StepOutcome,
     WorkerError,
 };
@@ -216,7 +216,7 @@ impl ExternalTrial {
         tail_text(&p.tail)
     }
 
-    fn spawn(&mut self) -> workers::Result<()> {
+    fn spawn(&mut self) -> training::Result<()> {
         // A serving worker that finished a trial takes this one.
         while let Some(p) = idle_pool(&self.cfg).pop() {
             self.proc = Some(p);
@@ -340,7 +340,7 @@ impl ExternalTrial {
         fail(format!("{msg}{tail}"))
     }
 
-    fn send(&mut self, m: &ToWorker) -> workers::Result<()> {
+    fn send(&mut self, m: &ToWorker) -> training::Result<()> {
         let line = protocol::encode(m);
         let p = self.proc.as_mut().ok_or(WorkerError::NotResident)?;
         if let Err(e) = p.writer.write_all(line.as_bytes()) {
@@ -349,7 +349,7 @@ impl ExternalTrial {
         Ok(())
     }
 
-    fn recv(&mut self) -> workers::Result<FromWorker> {
+    fn recv(&mut self) -> training::Result<FromWorker> {
         let p = self.proc.as_mut().ok_or(WorkerError::NotResident)?;
         let mut line = String::new();
         match p.reader.read_line(&mut line) {
@@ -381,7 +381,7 @@ impl ExternalTrial {
         step: u64,
         value: f64,
         metrics: Vec<(String, f64)>,
-    ) -> workers::Result<Report> {
+    ) -> training::Result<Report> {
         if step <= self.last_step {
             return Err(self.abort(format!(
                 "report steps must increase: step {step} after step {}",
@@ -398,7 +398,7 @@ impl ExternalTrial {
             val_rmse: None,
             val_r2: None,
             external: Some(value),
-            extras: workers::ReportExtras {
+            extras: training::ReportExtras {
                 metrics,
                 attrs: std::mem::take(&mut self.attrs),
             },
@@ -412,7 +412,7 @@ impl ExternalTrial {
     /// another trial. A report belongs to a granted iteration (`granted`:
     /// a `go` was sent), one per iteration: any other would be lost, so it
     /// fails the trial instead, saying how to fix the script.
-    fn until_ready(&mut self, granted: bool) -> workers::Result<(Option<Report>, Option<End>)> {
+    fn until_ready(&mut self, granted: bool) -> training::Result<(Option<Report>, Option<End>)> {
         let mut last: Option<Report> = None;
         loop {
             match self.recv()? {
@@ -537,7 +537,7 @@ impl<B: Backend> Job<B> for ExternalTrial {
         self.proc.is_some()
     }
 
-    fn step(&mut self, _lane: &mut Lane<B>) -> workers::Result<StepOutcome> {
+    fn step(&mut self, _lane: &mut Lane<B>) -> training::Result<StepOutcome> {
         if self.finished {
             return Err(fail("the trial has already finished"));
         }
@@ -578,20 +578,24 @@ impl<B: Backend> Job<B> for ExternalTrial {
         self.last_report.as_ref()
     }
 
-    fn export_state(&mut self, _lane: &mut Lane<B>) -> workers::Result<TrialSnapshot> {
+    fn export_state(&mut self, _lane: &mut Lane<B>) -> training::Result<TrialSnapshot> {
         Err(WorkerError::BadState(
             "an external worker checkpoints itself (the checkpoint message)".into(),
         ))
     }
 
-    fn import_state(&mut self, _lane: &mut Lane<B>, _state: &TrialSnapshot) -> workers::Result<()> {
+    fn import_state(
+        &mut self,
+        _lane: &mut Lane<B>,
+        _state: &TrialSnapshot,
+    ) -> training::Result<()> {
         Err(WorkerError::BadState(
             "an external worker resumes itself from its checkpoint".into(),
         ))
     }
 
     /// Asks the worker to checkpoint and exit; it restarts from there.
-    fn swap_out(&mut self, _lane: &mut Lane<B>) -> workers::Result<usize> {
+    fn swap_out(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
         if self.proc.is_none() {
             return Ok(0);
         }
@@ -615,7 +619,7 @@ impl<B: Backend> Job<B> for ExternalTrial {
         Ok(self.cfg.memory_bytes as usize)
     }
 
-    fn swap_in(&mut self, _lane: &mut Lane<B>) -> workers::Result<usize> {
+    fn swap_in(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
         if self.proc.is_some() || self.finished {
             return Ok(0);
         }
@@ -630,7 +634,7 @@ impl ExternalTrial {
         report: Option<Report>,
         value: f64,
         more: bool,
-    ) -> workers::Result<StepOutcome> {
+    ) -> training::Result<StepOutcome> {
         self.finished = true;
         match (more, self.proc.take()) {
             // A serving worker waits for its next trial, in the pool.

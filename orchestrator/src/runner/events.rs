@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use kernels::Backend;
-use workers::{MemberOutcome, Report, WorkerError};
+use training::{MemberOutcome, Report, WorkerError};
 
 use super::{MemberId, Pending, RunState, Runner, TrialHandle};
 use crate::error::Result;

@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 use kernels::Backend;
-use workers::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
+use training::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
 
 use super::{Flight, MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;

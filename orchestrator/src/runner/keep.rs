@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
-use workers::TrialSnapshot;
+use training::TrialSnapshot;
 
 use super::{Pending, Runner, TrialHandle};
 use crate::error::Result;

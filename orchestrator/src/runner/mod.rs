@@ -25,8 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::Receiver;
 
 use kernels::{Backend, DeviceKind};
-use workers::data::SplitData;
-use workers::{DeviceData, Job, Lane, TrainTrial};
+use training::data::SplitData;
+use training::{DeviceData, Job, Lane, TrainTrial};
 
 mod dash_commands;
 mod events;
@@ -85,7 +85,7 @@ struct Pending {
     number: TrialNumber,
     params: Params,
     /// The checkpoint it continues from, if it has one.
-    resume: Option<workers::TrialSnapshot>,
+    resume: Option<training::TrialSnapshot>,
     /// An enqueued trial's: what its claim stores as its parameters (its
     /// fixed values, the rest sampled), or why they are refused.
     enqueued: Option<std::result::Result<Vec<StoredParam>, String>>,
@@ -153,7 +153,7 @@ pub use crate::storage::STALE_AFTER_S;
 struct Flight {
     pending: Pending,
     history_index: usize,
-    footprint: workers::Footprint,
+    footprint: training::Footprint,
     total_iterations: u64,
     /// Its latest priority (0 until it reaches a rung).
     priority: f64,
@@ -437,7 +437,7 @@ impl Runner<'_> {
         // trial's state, each member's of a fused group, a parked trial's.
         let mut lane = Lane::new(backend, 0, 1).ok();
         drop(core);
-        let mut states: BTreeMap<TrialHandle, workers::TrialSnapshot> = BTreeMap::new();
+        let mut states: BTreeMap<TrialHandle, training::TrialSnapshot> = BTreeMap::new();
         // External trials whose worker saved its state as it stopped.
         let mut saved_by_worker: BTreeSet<TrialHandle> = BTreeSet::new();
         if self.checkpoints.is_some() {
@@ -674,7 +674,7 @@ struct Liveness {
 /// Group size when `[scheduler] fuse` is not set.
 pub const DEFAULT_FUSE: usize = 8;
 
-/// A fused member: the runner numbers them, and the workers crate's fused
+/// A fused member: the runner numbers them, and the training crate's fused
 /// job knows each by this number (its `tag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct MemberId(u64);

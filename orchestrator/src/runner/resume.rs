@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kernels::Backend;
-use workers::{DeviceData, TrainTrial};
+use training::{DeviceData, TrainTrial};
 
 use super::{
     DEFAULT_FUSE, Fusion, Liveness, MemberId, Pending, RunState, Runner, Timeline, decode_params,

@@ -19,9 +19,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kernels::{Activation, PoolKind};
-use workers::data::{ImageLayout, ImageShape, SplitData, TaskKind};
-use workers::model::{Augment, ConvNetSpec};
-use workers::{Optimizer, SlotHparams, TrialConfig};
+use training::data::{ImageLayout, ImageShape, SplitData, TaskKind};
+use training::model::{Augment, ConvNetSpec};
+use training::{Optimizer, SlotHparams, TrialConfig};
 
 pub use parse::{load, parse_str};
 
@@ -136,7 +136,7 @@ pub struct DataConfig {
 
 impl DataConfig {
     pub fn load(&self) -> Result<SplitData> {
-        use workers::data::*;
+        use training::data::*;
         let ds = match &self.source {
             DataSource::Digits if self.images => digit_images(),
             DataSource::Digits => digits(),

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Spanned;
-use workers::data::TaskKind;
+use training::data::TaskKind;
 
 use super::locate::{Source, suggest};
 use super::raw::{self, Int, KnobRaw, KnobSection, Scalar, Str};

@@ -79,7 +79,7 @@ pub(super) async fn trial_extras(
     conn: &mut AnyConnection,
     trial_id: TrialId,
     step: i64,
-    extras: &workers::ReportExtras,
+    extras: &training::ReportExtras,
 ) -> std::result::Result<(), sqlx::Error> {
     for (name, v) in &extras.metrics {
         sqlx::query(&sql(

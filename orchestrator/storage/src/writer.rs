@@ -243,7 +243,7 @@ pub enum WriteOp {
     Extras {
         claim: Claim,
         step: i64,
-        extras: workers::ReportExtras,
+        extras: training::ReportExtras,
     },
     /// A COMPLETE trial's model (`[study] keep`). With `best_of`, it is
     /// kept only if no other COMPLETE trial of the study is as good (by

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use kernels::{Activation, Backend, CpuBackend};
-use workers::data::{SplitData, split, synthetic_classification, synthetic_regression};
-use workers::{
+use training::data::{SplitData, split, synthetic_classification, synthetic_regression};
+use training::{
     DeviceData, Job, Lane, Optimizer, Report, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
 };
 
@@ -77,10 +77,10 @@ pub fn run_iterations<B: Backend>(
 /// A conv net with every part the device tests compare: batch norm,
 /// residual blocks, max pooling, and augmentation.
 pub fn residual_net(
-    image: workers::data::ImageShape,
+    image: training::data::ImageShape,
     stages: Vec<usize>,
-) -> workers::model::ConvNetSpec {
-    workers::model::ConvNetSpec {
+) -> training::model::ConvNetSpec {
+    training::model::ConvNetSpec {
         image,
         stages,
         blocks_per_stage: 2,
@@ -89,7 +89,7 @@ pub fn residual_net(
         batch_norm: true,
         pool: kernels::PoolKind::Max,
         global_pool: false,
-        augment: Some(workers::model::Augment {
+        augment: Some(training::model::Augment {
             crop: 1,
             flip: true,
         }),

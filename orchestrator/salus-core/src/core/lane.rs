@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kernels::Backend;
-use workers::{Job, Lane, StepOutcome, WorkerError};
+use training::{Job, Lane, StepOutcome, WorkerError};
 
 use super::{CoreEvent, Ending, JobId, LaneId, Shared, State, Work};
 
@@ -308,7 +308,7 @@ fn finish_step<B: Backend>(
     let end = shared.epoch.elapsed().as_secs_f64();
     // Checkpoints at report points: a lone trial's state, or
     // every member's of a fused group.
-    let checkpoints: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
+    let checkpoints: Vec<(Option<u64>, training::TrialSnapshot)> = match &result {
         Ok(StepOutcome::Report(_)) if shared.checkpoints => run
             .job
             .export_state(lane)
@@ -322,7 +322,7 @@ fn finish_step<B: Backend>(
         }
         _ => Vec::new(),
     };
-    let finals: Vec<(Option<u64>, workers::TrialSnapshot)> = match &result {
+    let finals: Vec<(Option<u64>, training::TrialSnapshot)> = match &result {
         Ok(StepOutcome::Finished(_)) if shared.keep_final => run
             .job
             .export_state(lane)
