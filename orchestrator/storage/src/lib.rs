@@ -134,10 +134,6 @@ impl LockWait {
     }
 }
 
-fn storage_err(url: &str, e: impl Into<StorageFailure>) -> Error {
-    Error::storage(url, e)
-}
-
 /// A database connection for one study's reads and set-up.
 pub struct Store {
     /// The storage URL as shown: [`masked`].
@@ -175,7 +171,7 @@ impl Store {
             && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         {
             std::fs::create_dir_all(dir).map_err(|e| {
-                storage_err(
+                Error::storage(
                     url,
                     StorageFailure::CreateDir {
                         path: dir.to_path_buf(),
@@ -187,7 +183,7 @@ impl Store {
         let mut store = Self::connect(url, location, true).await?;
         migrate::migrate(&mut store.conn)
             .await
-            .map_err(|e| storage_err(url, e))?;
+            .map_err(|e| Error::storage(url, e))?;
         Ok(store)
     }
 
@@ -228,7 +224,7 @@ impl Store {
         sqlx::any::install_default_drivers();
         let mut conn = AnyConnection::connect_with(&Self::options(location, create)?)
             .await
-            .map_err(|e| storage_err(url, e))?;
+            .map_err(|e| Error::storage(url, e))?;
         let ms = wait.ms();
         let settings = match location {
             // WAL: readers never wait for the writer. A busy writer is
@@ -250,7 +246,7 @@ impl Store {
         sqlx::raw_sql(&settings)
             .execute(&mut conn)
             .await
-            .map_err(|e| storage_err(url, e))?;
+            .map_err(|e| Error::storage(url, e))?;
         Ok(conn)
     }
 
@@ -287,9 +283,9 @@ impl Store {
             sqlx::raw_sql("PRAGMA busy_timeout = 0; PRAGMA wal_checkpoint(TRUNCATE)")
                 .execute(&mut self.conn)
                 .await
-                .map_err(|e| storage_err(&url, e))?;
+                .map_err(|e| Error::storage(&url, e))?;
         }
-        self.conn.close().await.map_err(|e| storage_err(&url, e))
+        self.conn.close().await.map_err(|e| Error::storage(&url, e))
     }
 }
 

@@ -6,7 +6,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::dialect::{Dialect, sql, table_exists};
 
-use super::{Store, TrialId, TrialNumber, storage_err};
+use super::{Store, TrialId, TrialNumber};
 use crate::error::{Error, Result};
 use crate::ids::{RunId, StudyId};
 use tuning::objective::Direction;
@@ -135,7 +135,7 @@ impl Store {
         )
         .fetch_all(self.conn())
         .await
-        .map_err(|e| storage_err(&url, e))?;
+        .map_err(|e| Error::storage(&url, e))?;
         Ok(rows
             .iter()
             .map(|r| StudyInfo {
@@ -178,7 +178,7 @@ impl Store {
         let url = self.url.clone();
         read_trials(self.conn(), study_id)
             .await
-            .map_err(|e| storage_err(&url, e))
+            .map_err(|e| Error::storage(&url, e))
     }
 }
 
@@ -357,7 +357,7 @@ impl Store {
         let url = self.url.clone();
         table_exists(self.conn(), name)
             .await
-            .map_err(|e| storage_err(&url, e))
+            .map_err(|e| Error::storage(&url, e))
     }
 
     /// The numbers of the study's trials that have a kept model.
@@ -375,7 +375,7 @@ impl Store {
         .bind(study_id)
         .fetch_all(self.conn())
         .await
-        .map_err(|e| storage_err(&url, e))?;
+        .map_err(|e| Error::storage(&url, e))?;
         Ok(numbers.into_iter().map(TrialNumber).collect())
     }
 
@@ -395,7 +395,7 @@ impl Store {
         .bind(number.0)
         .fetch_one(self.conn())
         .await
-        .map_err(|e| storage_err(&url, e))?;
+        .map_err(|e| Error::storage(&url, e))?;
         Ok(Some(KeptModel {
             number,
             architecture: row.get(0),

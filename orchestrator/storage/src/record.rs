@@ -10,7 +10,7 @@ use sqlx::Row;
 use super::dialect::{Dialect, begin_write, sql};
 
 use super::statements::{Attrs, event, set_trial_attr};
-use super::{Store, StudyInfo, TrialId, now, storage_err};
+use super::{Store, StudyInfo, TrialId, now};
 use crate::error::{Error, Result};
 use crate::ids::StudyId;
 
@@ -65,7 +65,7 @@ impl Store {
         .bind(now())
         .execute(self.conn())
         .await
-        .map_err(|e| storage_err(&url, e))?;
+        .map_err(|e| Error::storage(&url, e))?;
         Ok(())
     }
 
@@ -75,7 +75,7 @@ impl Store {
     /// from scratch. Returns how many were requeued.
     pub async fn retry_failed(&mut self, study_id: StudyId) -> Result<u64> {
         let url = self.url.clone();
-        let err = |e: sqlx::Error| storage_err(&url, e);
+        let err = |e: sqlx::Error| Error::storage(&url, e);
         let time = now();
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
         let failed: Vec<TrialId> = sqlx::query_scalar(&sql(
@@ -121,7 +121,7 @@ impl Store {
         fixed: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<super::TrialNumber> {
         let url = self.url.clone();
-        let err = |e: sqlx::Error| storage_err(&url, e);
+        let err = |e: sqlx::Error| Error::storage(&url, e);
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
         let number = super::statements::next_number(&mut tx, study_id)
             .await
@@ -160,7 +160,7 @@ impl Store {
         study: &StudyRecord,
     ) -> Result<(StudyInfo, StudyOpened)> {
         let url = self.url.clone();
-        let err = |e: sqlx::Error| storage_err(&url, e);
+        let err = |e: sqlx::Error| Error::storage(&url, e);
         let mut tx = begin_write(self.conn()).await.map_err(err)?;
         if Dialect::of(&tx) == Dialect::Postgres {
             // Processes that start the same new study at once: the first
