@@ -364,7 +364,7 @@ fn conv_net_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
 
 kernels::device_tests!(
     cpu: crate::common::cpu_lane(1),
-    cuda: |b| training::Lane::new(std::sync::Arc::new(b), 0, 1).unwrap();
+    cuda: |b| crate::common::lane_on(b, 1);
     classification_mlp_gradients_match_finite_differences,
     regression_mlp_gradients_match_finite_differences,
     gradients_with_dropout_and_several_slots_match_finite_differences,

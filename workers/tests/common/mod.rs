@@ -9,14 +9,18 @@ use training::{
     DeviceData, Job, Lane, Optimizer, Report, SlotHparams, StepOutcome, TrainTrial, TrialConfig,
 };
 
+/// Lane 0 of `backend`, with `threads` threads (the CPU's pool size).
+pub fn lane_on<B: Backend>(backend: B, threads: usize) -> Lane<B> {
+    Lane::new(Arc::new(backend), 0, threads).unwrap()
+}
+
 pub fn cpu_lane(threads: usize) -> Lane<CpuBackend> {
-    Lane::new(Arc::new(CpuBackend::new()), 0, threads).unwrap()
+    lane_on(CpuBackend::new(), threads)
 }
 
 /// A CUDA lane for a test, or `None` after printing why it is skipped.
 pub fn cuda_lane(test: &str) -> Option<Lane<kernels::cuda::CudaBackend>> {
-    let b = kernels::cuda::device_for_test(test)?;
-    Some(Lane::new(Arc::new(b), 0, 1).unwrap())
+    Some(lane_on(kernels::cuda::device_for_test(test)?, 1))
 }
 
 pub fn small_classification() -> SplitData {
