@@ -239,8 +239,8 @@ fn run_steps<B: Backend>(
     previous_live: bool,
 ) {
     let id = lane.id();
-    // A switch is between two live jobs, the next one
-    // resident: a job's end and a swap-in are not switches.
+    // A switch is between two live jobs, the next one resident: a job's
+    // end and a swap-in are not switches.
     let switched = segment
         .as_ref()
         .filter(|s| s.0 != job_id && previous_live && job.is_resident())
@@ -248,12 +248,11 @@ fn run_steps<B: Backend>(
     let mut run = Running::begin(lane, shared.epoch, job_id, job, switched);
     loop {
         run.streak(lane, shared, segment);
-        // A hand-over: the next job's first iteration is
-        // queued before this one's last has finished, so a
-        // switch leaves the device no gap either. This job
-        // goes back to the table once its last is done.
-        // Where ops run when called (the CPU), the last
-        // iteration is already done: nothing to overlap.
+        // A hand-over: the next job's first iteration is queued before
+        // this one's last has finished, so a switch leaves the device no
+        // gap either. This job goes back to the table once its last is
+        // done. Where ops run when called (the CPU), the last iteration
+        // is already done: nothing to overlap.
         let next = (continues(&run.result) && lane.backend().asynchronous())
             .then(|| {
                 let mut st = shared.lock();
@@ -268,9 +267,9 @@ fn run_steps<B: Backend>(
         let waited = lane.sync_previous();
         next.marked = true;
         let end = shared.epoch.elapsed().as_secs_f64();
-        // Queued before `run` ended: no time between the two,
-        // and its first iteration starts on the device when
-        // `run`'s last ends (segments do not overlap).
+        // Queued before `run` ended: no time between the two, and its
+        // first iteration starts on the device when `run`'s last ends
+        // (segments do not overlap).
         next.switched = Some((run.id, end));
         next.t0 = next.t0.max(end);
         let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue))
@@ -299,23 +298,17 @@ fn finish_step<B: Backend>(
     let id = lane.id();
     let job_id = run.id;
     let result = std::mem::replace(&mut run.result, Ok(StepOutcome::Continue));
-    // The iteration ends when the device says so (an event on
-    // CUDA; at once on the CPU): only then may another lane
-    // take the job or its memory. A failed step syncs too,
-    // before the failed job (and its buffers) can be dropped.
+    // The iteration ends when the device says so (an event on CUDA; at
+    // once on the CPU): only then may another lane take the job or its
+    // memory. A failed step syncs too, before the failed job (and its
+    // buffers) can be dropped.
     let synced = lane.sync();
     let result = result.and_then(|r| synced.map(|_| r));
     let end = shared.epoch.elapsed().as_secs_f64();
-    // Checkpoints at report points: a lone trial's state, or
-    // every member's of a fused group.
+    // Checkpoints at report points: a lone trial's state, or every
+    // member's of a fused group.
     let checkpoints: Vec<(Option<u64>, training::TrialSnapshot)> = match &result {
-        Ok(StepOutcome::Report(_)) if shared.checkpoints => run
-            .job
-            .export_state(lane)
-            .ok()
-            .map(|s| (None, s))
-            .into_iter()
-            .collect(),
+        Ok(StepOutcome::Report(_)) if shared.checkpoints => lone_state(&mut run.job, lane),
         Ok(StepOutcome::Members(steps)) if shared.checkpoints && !steps.is_empty() => {
             let states = run.job.member_states(lane).unwrap_or_default();
             states.into_iter().map(|(tag, s)| (Some(tag), s)).collect()
@@ -323,13 +316,7 @@ fn finish_step<B: Backend>(
         _ => Vec::new(),
     };
     let finals: Vec<(Option<u64>, training::TrialSnapshot)> = match &result {
-        Ok(StepOutcome::Finished(_)) if shared.keep_final => run
-            .job
-            .export_state(lane)
-            .ok()
-            .map(|s| (None, s))
-            .into_iter()
-            .collect(),
+        Ok(StepOutcome::Finished(_)) if shared.keep_final => lone_state(&mut run.job, lane),
         Ok(StepOutcome::Members(_)) if shared.keep_final => run
             .job
             .take_final_states()
@@ -361,8 +348,8 @@ fn finish_step<B: Backend>(
     }
     // Only a job leaving frees memory or changes other lanes' work.
     let left = st.return_step(id, job_id, run.job, result, end - run.t0);
-    // After the report it covers, so that the runner stores
-    // the report's value before the checkpoint.
+    // After the report it covers, so that the runner stores the report's
+    // value before the checkpoint.
     for (member, state) in checkpoints {
         st.emit(CoreEvent::Checkpoint {
             job: job_id,
@@ -408,6 +395,18 @@ fn swap_out<B: Backend>(
     st.admit_waiting();
     drop(st);
     shared.wake.notify_all();
+}
+
+/// A lone trial's exported state, untagged (none when export fails).
+fn lone_state<B: Backend>(
+    job: &mut Box<dyn Job<B>>,
+    lane: &mut Lane<B>,
+) -> Vec<(Option<u64>, training::TrialSnapshot)> {
+    job.export_state(lane)
+        .ok()
+        .map(|s| (None, s))
+        .into_iter()
+        .collect()
 }
 
 /// Whether a step failed for want of device memory.
