@@ -291,9 +291,13 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         Some(w) => {
             out += &format!("worker     {:?} in {}\n", w.command, w.cwd.display());
             out += &format!(
-                "           {} iterations, {} declared per trial, heartbeat timeout {:?}\n",
+                "           {} iterations, {} per trial, heartbeat timeout {:?}\n",
                 w.iterations,
-                crate::dash::view::bytes(w.memory_bytes as i64),
+                w.memory_bytes
+                    .map_or("memory measured (auto)".into(), |b| format!(
+                        "{} declared",
+                        crate::dash::view::bytes(b as i64)
+                    )),
                 w.heartbeat_timeout
             );
         }

@@ -33,6 +33,26 @@ pub struct FusionKey {
     pub data: String,
 }
 
+/// Where a swapped-out job's state went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwapMedium {
+    /// Host memory of a live process (the built-in trials, and workers
+    /// whose client tracks their state).
+    HostMemory,
+    /// A checkpoint file; the worker process exited.
+    Checkpoint,
+}
+
+impl SwapMedium {
+    /// As `salus_swaps.medium` stores it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SwapMedium::HostMemory => "memory",
+            SwapMedium::Checkpoint => "checkpoint",
+        }
+    }
+}
+
 /// What a report point measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -146,6 +166,10 @@ pub trait Job<B: Backend>: Send {
     fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize>;
     /// Brings a swapped-out state back. Returns the bytes moved.
     fn swap_in(&mut self, lane: &mut Lane<B>) -> Result<usize>;
+    /// Where the last `swap_out` put the state.
+    fn swap_medium(&self) -> SwapMedium {
+        SwapMedium::HostMemory
+    }
     /// Trials still inside the job: 1 for a lone trial, the members of a
     /// fused group. A fused job with none left has ended.
     fn live_members(&self) -> usize {

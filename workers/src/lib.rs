@@ -48,6 +48,7 @@ pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
     Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras, StepOutcome,
+    SwapMedium,
 };
 pub use lane::Lane;
 pub use model::{LossKind, ModelSpec};

@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use kernels::Backend;
 use training::{
-    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, StepOutcome, WorkerError,
+    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, StepOutcome, SwapMedium, WorkerError,
     lane::GroupShape,
 };
 
@@ -187,19 +187,29 @@ pub enum CoreEvent {
         persistent_bytes: usize,
         ephemeral_bytes: usize,
     },
+    /// A resident job measured a footprint other than the one it was
+    /// admitted with (an external worker's client reports its own); the
+    /// ledger now holds this one.
+    Refit {
+        job: JobId,
+        lane: LaneId,
+        footprint: Footprint,
+    },
     /// A fused job whose members have all ended.
     GroupEnded {
         job: JobId,
         iterations: u64,
         device_seconds: f64,
     },
-    /// A swap between host and device (`out`: to the host).
+    /// A swap between host and device (`out`: to the host); `medium`, where
+    /// the state was kept.
     Swapped {
         job: JobId,
         lane: LaneId,
         out: bool,
         bytes: usize,
         seconds: f64,
+        medium: SwapMedium,
     },
     /// `iterations` consecutive iterations of `job` on `lane`, in seconds
     /// since the core started.
@@ -223,7 +233,11 @@ struct Entry<B: Backend> {
     /// `None` while a lane holds it.
     job: Option<Box<dyn Job<B>>>,
     sched: JobState,
+    /// What the ledger plans with: the job's own footprint, never below
+    /// `floor`.
     footprint: Footprint,
+    /// Set by an out-of-memory requeue: the least the job is granted again.
+    floor: Footprint,
     shape: GroupShape,
     shared_key: String,
     /// The lane whose arena and memory it holds; `None` while waiting or swapped out.
@@ -344,6 +358,7 @@ impl<B: Backend> SalusCore<B> {
         };
         let entry = Entry {
             footprint: job.footprint(),
+            floor: Footprint::default(),
             shape: job.fusion_key().shape,
             iterations: job.iterations_done(),
             job: Some(job),
@@ -509,8 +524,53 @@ impl<B: Backend> State<B> {
         }
     }
 
+    /// Re-reads `id`'s footprint from the job (it may have measured
+    /// itself), never below its floor. Returns whether it changed.
+    fn refresh_footprint(&mut self, id: JobId) -> bool {
+        let e = self.jobs.get_mut(&id).expect("job");
+        let Some(job) = &e.job else { return false };
+        let fp = at_least(job.footprint(), e.floor);
+        let changed = fp != e.footprint;
+        e.footprint = fp;
+        changed
+    }
+
+    /// After a step: a resident job whose footprint changed is accounted
+    /// anew. When the device is then over budget, a paused job is asked
+    /// to make room.
+    fn refit(&mut self, id: JobId) -> bool {
+        if !self.refresh_footprint(id) {
+            return false;
+        }
+        let e = &self.jobs[&id];
+        let (fp, lane) = (e.footprint, e.lane);
+        if let Some(lane) = lane {
+            self.ledger.refit(id, lane, &fp);
+            if self.ledger.snapshot().used() > self.ledger.budget() {
+                self.make_room(id);
+            }
+            self.emit(CoreEvent::Refit {
+                job: id,
+                lane,
+                footprint: fp,
+            });
+        }
+        true
+    }
+
     /// Admits waiting jobs in the policy's order while memory and lanes allow.
     fn admit_waiting(&mut self) {
+        let ids: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.lane.is_none() && !e.running())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            if self.refresh_footprint(id) {
+                self.fail_if_never_fits(id);
+            }
+        }
         let waiting: Vec<JobState> = self
             .jobs
             .values()
@@ -729,14 +789,18 @@ impl<B: Backend> State<B> {
     }
 
     /// Puts a job that ran out of device memory back to waiting, its
-    /// footprint estimate half as large again.
+    /// footprint estimate half as large again, or what the job now says it
+    /// needs where that is more.
     fn requeue_larger(&mut self, id: JobId, job: Box<dyn Job<B>>) {
         self.leave_lane(id);
         let e = self.jobs.get_mut(&id).expect("job");
-        e.job = Some(job);
-        let fp = &mut e.footprint;
+        let mut fp = e.footprint;
         fp.persistent_bytes += fp.persistent_bytes / 2;
         fp.ephemeral_bytes += fp.ephemeral_bytes / 2;
+        let fp = at_least(fp, job.footprint());
+        e.job = Some(job);
+        e.floor = fp;
+        e.footprint = fp;
         let (persistent_bytes, ephemeral_bytes) = (fp.persistent_bytes, fp.ephemeral_bytes);
         self.emit(CoreEvent::Requeued {
             job: id,
@@ -756,6 +820,8 @@ impl<B: Backend> State<B> {
             .expect("not running")
     }
 
+    /// Takes a stepped job back. Returns whether memory or other lanes'
+    /// work may have changed: the job left, or its footprint changed.
     fn return_step(
         &mut self,
         lane: LaneId,
@@ -766,8 +832,9 @@ impl<B: Backend> State<B> {
     ) -> bool {
         self.count_iteration(lane, id, seconds, result.is_ok());
         let members = job.live_members();
+        self.jobs.get_mut(&id).expect("job").job = Some(job);
+        let refitted = self.refit(id);
         let e = self.jobs.get_mut(&id).expect("job");
-        e.job = Some(job);
         let prune = e.prune;
         match result {
             Ok(StepOutcome::Continue) => {}
@@ -810,6 +877,15 @@ impl<B: Backend> State<B> {
         if prune {
             self.remove(id, Ending::Pruned);
         }
-        prune
+        prune || refitted
+    }
+}
+
+/// Each part of `a`, raised to `b`'s where that is larger.
+fn at_least(a: Footprint, b: Footprint) -> Footprint {
+    Footprint {
+        persistent_bytes: a.persistent_bytes.max(b.persistent_bytes),
+        ephemeral_bytes: a.ephemeral_bytes.max(b.ephemeral_bytes),
+        shared_bytes: a.shared_bytes.max(b.shared_bytes),
     }
 }

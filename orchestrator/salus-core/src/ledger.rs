@@ -132,6 +132,20 @@ impl MemoryLedger {
         Ok(())
     }
 
+    /// Accounts resident `job` on `lane` with a footprint it measured: its
+    /// persistent bytes as given, and the lane's arena grown to hold its
+    /// ephemeral bytes (a lane runs one job at a time, so its arena is the
+    /// largest need among its jobs). May leave the ledger over budget: the
+    /// memory is in use whatever the plan was, and nothing more is
+    /// admitted until it is back under.
+    pub fn refit(&mut self, job: JobId, lane: LaneId, fp: &Footprint) {
+        if let Some(p) = self.persistent.get_mut(&job) {
+            *p = fp.persistent_bytes as u64;
+        }
+        let arena = self.arenas.entry(lane).or_insert(0);
+        *arena = (*arena).max(fp.ephemeral_bytes as u64);
+    }
+
     /// Shrinks a lane's arena by `bytes` (a workspace it no longer needs);
     /// the lane closes when its arena is empty.
     pub fn shrink_arena(&mut self, lane: LaneId, bytes: u64) {
@@ -287,6 +301,27 @@ mod tests {
         l.shrink_arena(0, 80);
         assert_eq!(l.arena(0), None, "an empty arena closes the lane");
         assert_eq!(l.snapshot().used(), 0);
+    }
+
+    #[test]
+    fn a_measured_footprint_replaces_the_declared_one() {
+        let mut l = MemoryLedger::new(1000);
+        l.admit(JobId(1), &fp(100, 0, 0), "external", 0, 0).unwrap();
+        l.admit(JobId(2), &fp(100, 0, 0), "external", 0, 0).unwrap();
+        // Job 1 measured 300 persistent bytes and a 200-byte peak above them.
+        l.refit(JobId(1), 0, &fp(300, 200, 0));
+        let s = l.snapshot();
+        assert_eq!((s.persistent, s.arenas, s.free()), (400, 200, 400));
+        // Job 2's smaller ephemeral need does not shrink the lane's arena.
+        l.refit(JobId(2), 0, &fp(150, 50, 0));
+        assert_eq!((l.snapshot().persistent, l.arena(0)), (450, Some(200)));
+        // Over budget: recorded as it is, and nothing fits until it is back.
+        l.refit(JobId(2), 0, &fp(900, 50, 0));
+        assert_eq!(l.free(), 0);
+        assert!(l.admit(JobId(3), &fp(1, 0, 0), "external", 1, 0).is_err());
+        // A job not resident is not counted.
+        l.refit(JobId(9), 0, &fp(5000, 0, 0));
+        assert_eq!(l.snapshot().resident_jobs, 2);
     }
 
     #[test]

@@ -135,16 +135,11 @@ fn study_file(kind: Kind, o: &Options, dir: &Path) -> Result<String> {
             kind.steps()
         ),
         Kind::External => {
-            for (name, text) in [
-                (
-                    "salus_worker.py",
-                    include_str!("../../../clients/python/salus_worker.py"),
-                ),
-                (
-                    "numpy_mlp.py",
-                    include_str!("../../../studies/workers/numpy_mlp.py"),
-                ),
-            ] {
+            super::write_client(dir)?;
+            for (name, text) in [(
+                "numpy_mlp.py",
+                include_str!("../../../studies/workers/numpy_mlp.py"),
+            )] {
                 std::fs::write(dir.join(name), text).map_err(io(format!("writing {name}")))?;
             }
             format!(

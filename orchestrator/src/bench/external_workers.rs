@@ -19,6 +19,7 @@ use training::{Job, Lane, StepOutcome};
 
 use crate::error::{Error, Result};
 use crate::external::ExternalTrial;
+use crate::external::worker::MemoryPlan;
 use crate::storage::TrialNumber;
 use crate::study::WorkerConfig;
 
@@ -81,15 +82,7 @@ impl Results {
 
 /// The folder holding the Python client library, which the binary carries.
 fn client_dir() -> Result<String> {
-    let client = super::carried_file(
-        "salus_worker.py",
-        include_str!("../../../clients/python/salus_worker.py"),
-    )?;
-    Ok(client
-        .parent()
-        .expect("a file in a folder")
-        .display()
-        .to_string())
+    Ok(super::carried_client()?.display().to_string())
 }
 
 const OBJECTIVE: &str = r#"
@@ -139,14 +132,22 @@ pub fn run(
         command: vec![python.into(), dir.join("empty.py").display().to_string()],
         cwd: dir.clone(),
         env: [("PYTHONPATH".to_string(), client_dir()?)].into(),
-        memory_bytes: 1 << 20,
+        memory_bytes: Some(1 << 20),
         report_every: 1,
         max_concurrency: None,
         iterations: rounds,
         heartbeat_timeout: std::time::Duration::from_secs(30),
     });
     let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1)?;
-    let mut trial = ExternalTrial::new(cfg, TrialNumber(0), json!({}), dir.join("rt.ckpt"), None);
+    let plan = Arc::new(MemoryPlan::new(cfg.memory_bytes, u64::MAX));
+    let mut trial = ExternalTrial::new(
+        cfg,
+        plan,
+        TrialNumber(0),
+        json!({}),
+        dir.join("rt.ckpt"),
+        None,
+    );
     Job::<CpuBackend>::swap_in(&mut trial, &mut lane)?;
     let mut times = Vec::with_capacity(rounds as usize);
     loop {

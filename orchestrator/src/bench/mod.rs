@@ -42,6 +42,41 @@ pub fn carried_file(name: &str, contents: &str) -> Result<std::path::PathBuf> {
     Ok(path)
 }
 
+/// The Python client package the binary carries: `salus_worker`, with
+/// `salus_worker.torch`, as (path, text).
+const CLIENT: [(&str, &str); 2] = [
+    (
+        "salus_worker/__init__.py",
+        include_str!("../../../clients/python/salus_worker/__init__.py"),
+    ),
+    (
+        "salus_worker/torch.py",
+        include_str!("../../../clients/python/salus_worker/torch.py"),
+    ),
+];
+
+/// Writes the client package into `dir` (which then goes on `PYTHONPATH`).
+pub fn write_client(dir: &std::path::Path) -> Result<()> {
+    for (name, text) in CLIENT {
+        let path = dir.join(name);
+        std::fs::create_dir_all(dir.join("salus_worker"))
+            .and_then(|_| std::fs::write(&path, text))
+            .map_err(|source| Error::Io {
+                what: format!("writing {}", path.display()),
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// The client package in this process's temporary folder (see
+/// [`carried_file`]): the folder to put on `PYTHONPATH`.
+pub fn carried_client() -> Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    write_client(&dir)?;
+    Ok(dir)
+}
+
 /// The Python the anchor scripts run with: `SALUS_TUNE_PYTHON`, else
 /// `.venv/bin/python` (what `scripts/test.sh` makes).
 pub fn anchor_python() -> std::path::PathBuf {

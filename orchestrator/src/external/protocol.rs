@@ -1,4 +1,4 @@
-//! The worker protocol, version 1: JSON lines over a Unix socket.
+//! The worker protocol, versions 1 and 2: JSON lines over a Unix socket.
 //!
 //! The orchestrator starts one process per trial with `SALUS_TUNE_SOCKET`
 //! set to a socket path; the worker connects to it. The script's own stdout
@@ -7,9 +7,9 @@
 //!
 //! | from | `type` | fields | meaning |
 //! |---|---|---|---|
-//! | worker | `hello` | `version` | first message; `version` is 1 |
-//! | orchestrator | `start` | `version`, `trial`, `params`, `report_every`, `checkpoint_path`, `resume_from` | the trial to run; `resume_from` is a checkpoint path or null |
-//! | worker | `ready` | | asks to run its next iteration, then waits |
+//! | worker | `hello` | `version` | first message; `version` is 1 or 2 |
+//! | orchestrator | `start` | `version`, `trial`, `params`, `report_every`, `checkpoint_path`, `resume_from`; from version 2 also `device`, `memory_limit` | the trial to run; `resume_from` is a checkpoint path or null; `memory_limit` is the trial's grant in bytes, a cap the client sets on its allocator |
+//! | worker | `ready` | from version 2, optional `memory` (`persistent`, `peak`, `cached`, in bytes) and `swap` | asks to run its next iteration, then waits; `memory` is what the client measured on its device; `swap: true` says it can swap in process |
 //! | orchestrator | `go` | | run one iteration |
 //! | orchestrator | `prune` | | exit now, cleanly |
 //! | orchestrator | `checkpoint` | `path` | save your state to `path`, answer `checkpointed`, exit; you are restarted later with `resume_from` = `path` |
@@ -19,19 +19,45 @@
 //! | worker | `heartbeat` | | alive, during a long iteration |
 //! | worker | `done` | `value`, `more` | the final value; the worker then exits, or with `more: true` waits for another `start` |
 //! | worker | `error` | `message` | the trial failed; the worker then exits |
+//! | worker | `oom` | `message`, optional `needed` | (version 2) the device ran out of memory; the worker then exits, and the trial waits for a larger grant |
+//! | orchestrator | `swap_out` | | (version 2, to a worker that said `swap`) move the tracked state to host memory, free the device's, answer `swapped_out`, keep the process |
+//! | worker | `swapped_out` | `bytes` | device bytes freed |
+//! | orchestrator | `swap_in` | | bring the tracked state back; answer `swapped_in` |
+//! | worker | `swapped_in` | `bytes` | device bytes taken again |
+//!
+//! The version is the lower of the worker's and the orchestrator's: a
+//! version 1 worker is sent version 1 messages only, and is swapped out by
+//! `checkpoint` as before.
 //!
 //! The orchestrator answers each `ready` when the trial holds a lane: until
 //! then the worker waits, keeping its state (it is paused). A worker that
 //! sends nothing for `heartbeat_timeout` is killed.
 
 use serde::de::{self, Deserializer};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::storage::TrialNumber;
 
-/// The protocol version this orchestrator speaks.
-pub const VERSION: u64 = 1;
+/// The newest protocol version this orchestrator speaks.
+pub const VERSION: u64 = 2;
+
+/// The oldest version it still speaks.
+pub const OLDEST: u64 = 1;
+
+/// What a client measured on its device at a `ready`, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub struct MemoryReport {
+    /// Held between iterations: weights, optimizer state, kept tensors.
+    #[serde(deserialize_with = "bytes")]
+    pub persistent: u64,
+    /// The most held at once inside the last iteration (0: not measured).
+    #[serde(default, deserialize_with = "bytes")]
+    pub peak: u64,
+    /// Kept by the allocator's cache beyond what is allocated.
+    #[serde(default, deserialize_with = "bytes")]
+    pub cached: u64,
+}
 
 /// A message from a worker.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -41,7 +67,13 @@ pub enum FromWorker {
         #[serde(deserialize_with = "version")]
         version: u64,
     },
-    Ready,
+    Ready {
+        #[serde(default)]
+        memory: Option<MemoryReport>,
+        /// The client tracks its state and can swap it in process.
+        #[serde(default)]
+        swap: bool,
+    },
     Report {
         #[serde(deserialize_with = "step")]
         step: u64,
@@ -73,6 +105,24 @@ pub enum FromWorker {
         #[serde(default, deserialize_with = "text")]
         message: String,
     },
+    /// The device ran out of memory; `needed`, the bytes the client
+    /// believes it needs (0: unknown).
+    Oom {
+        #[serde(default, deserialize_with = "text")]
+        message: String,
+        #[serde(default, deserialize_with = "bytes")]
+        needed: u64,
+    },
+    #[serde(rename = "swapped_out")]
+    SwappedOut {
+        #[serde(deserialize_with = "bytes")]
+        bytes: u64,
+    },
+    #[serde(rename = "swapped_in")]
+    SwappedIn {
+        #[serde(deserialize_with = "bytes")]
+        bytes: u64,
+    },
 }
 
 /// A message to a worker.
@@ -80,28 +130,39 @@ pub enum FromWorker {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ToWorker {
     Start {
-        version: ProtocolVersion,
+        version: u64,
         trial: TrialNumber,
         params: Value,
         report_every: u64,
         checkpoint_path: String,
         resume_from: Option<String>,
+        /// Version 2: the device the worker sees (`"cuda"` or `"cpu"`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        device: Option<String>,
+        /// Version 2: the trial's grant in bytes (absent: no cap).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        memory_limit: Option<u64>,
     },
     Go,
     Prune,
     Checkpoint {
         path: String,
     },
+    #[serde(rename = "swap_out")]
+    SwapOut,
+    #[serde(rename = "swap_in")]
+    SwapIn,
 }
 
-/// [`VERSION`], as the `start` message carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct ProtocolVersion;
-
-impl Serialize for ProtocolVersion {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(VERSION)
+/// The version both sides speak, for a worker's `hello`; the error says
+/// what to upgrade.
+pub fn negotiate(worker: u64) -> Result<u64, String> {
+    if worker < OLDEST {
+        return Err(format!(
+            "the worker speaks protocol version {worker}; this salus-tune speaks {OLDEST} to {VERSION}"
+        ));
     }
+    Ok(worker.min(VERSION))
 }
 
 /// A number; JSON has no NaN, so a worker may send it as a string or null.
@@ -158,6 +219,20 @@ fn count<'de, D: Deserializer<'de>>(d: D, key: &str) -> Result<u64, D::Error> {
     Value::deserialize(d)?
         .as_u64()
         .ok_or_else(|| de::Error::custom(format!("'{key}' must be a non-negative integer")))
+}
+
+fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(0),
+        Value::Number(n) if n.as_u64().is_some() => Ok(n.as_u64().unwrap_or(0)),
+        // Python's floats for large byte counts.
+        Value::Number(n) if n.as_f64().is_some_and(|f| f >= 0.0 && f.is_finite()) => {
+            Ok(n.as_f64().unwrap_or(0.0) as u64)
+        }
+        _ => Err(de::Error::custom(
+            "byte counts must be non-negative numbers",
+        )),
+    }
 }
 
 fn step<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -231,7 +306,13 @@ mod tests {
             parse(r#"{"type":"hello","version":1}"#),
             Ok(FromWorker::Hello { version: 1 })
         );
-        assert_eq!(parse("{\"type\": \"ready\"}\n"), Ok(FromWorker::Ready));
+        assert_eq!(
+            parse("{\"type\": \"ready\"}\n"),
+            Ok(FromWorker::Ready {
+                memory: None,
+                swap: false
+            })
+        );
         assert_eq!(
             parse(r#"{"type":"report","step":3,"value":0.25}"#),
             Ok(FromWorker::Report {
@@ -289,6 +370,53 @@ mod tests {
                 message: "CUDA out of memory".into()
             })
         );
+    }
+
+    #[test]
+    fn version_2_messages_parse() {
+        assert_eq!(
+            parse(
+                r#"{"type":"ready","memory":{"persistent":1048576,"peak":3e6,"cached":0},"swap":true}"#
+            ),
+            Ok(FromWorker::Ready {
+                memory: Some(MemoryReport {
+                    persistent: 1 << 20,
+                    peak: 3_000_000,
+                    cached: 0
+                }),
+                swap: true
+            })
+        );
+        assert_eq!(
+            parse(
+                r#"{"type":"oom","message":"CUDA out of memory. Tried to allocate 20.00 MiB","needed":5000}"#
+            ),
+            Ok(FromWorker::Oom {
+                message: "CUDA out of memory. Tried to allocate 20.00 MiB".into(),
+                needed: 5000
+            })
+        );
+        assert_eq!(
+            parse(r#"{"type":"swapped_out","bytes":123}"#),
+            Ok(FromWorker::SwappedOut { bytes: 123 })
+        );
+        assert_eq!(
+            parse(r#"{"type":"swapped_in","bytes":123}"#),
+            Ok(FromWorker::SwappedIn { bytes: 123 })
+        );
+        let e = parse(r#"{"type":"ready","memory":{"persistent":-1}}"#).unwrap_err();
+        assert!(e.contains("byte counts must be non-negative"), "{e}");
+        let e = parse(r#"{"type":"ready","memory":{"peak":1}}"#).unwrap_err();
+        assert!(e.contains("persistent"), "{e}");
+    }
+
+    #[test]
+    fn the_version_is_the_lower_of_the_two() {
+        assert_eq!(negotiate(1), Ok(1));
+        assert_eq!(negotiate(2), Ok(2));
+        assert_eq!(negotiate(7), Ok(VERSION));
+        let e = negotiate(0).unwrap_err();
+        assert!(e.contains("speaks 1 to 2"), "{e}");
     }
 
     #[test]
@@ -376,12 +504,14 @@ mod tests {
     #[test]
     fn orchestrator_messages_are_one_json_line_each() {
         let start = encode(&ToWorker::Start {
-            version: ProtocolVersion,
+            version: 1,
             trial: TrialNumber(7),
             params: json!({"lr": 0.01, "opt": "sgd"}),
             report_every: 2,
             checkpoint_path: "/c/7".into(),
             resume_from: None,
+            device: None,
+            memory_limit: None,
         });
         assert!(start.ends_with('\n') && start.matches('\n').count() == 1);
         let v: Value = serde_json::from_str(&start).unwrap();
@@ -389,10 +519,29 @@ mod tests {
         assert_eq!(v["version"], 1);
         assert_eq!(v["params"]["opt"], "sgd");
         assert!(v["resume_from"].is_null());
+        // A version 1 worker sees exactly version 1's fields.
+        assert_eq!(v.as_object().unwrap().len(), 7, "{v}");
+        let v2 = encode(&ToWorker::Start {
+            version: 2,
+            trial: TrialNumber(7),
+            params: json!({}),
+            report_every: 1,
+            checkpoint_path: "/c/7".into(),
+            resume_from: None,
+            device: Some("cuda".into()),
+            memory_limit: Some(1 << 30),
+        });
+        let v2: Value = serde_json::from_str(&v2).unwrap();
+        assert_eq!(
+            (v2["device"].as_str(), v2["memory_limit"].as_u64()),
+            (Some("cuda"), Some(1 << 30))
+        );
         for (m, t) in [
             (ToWorker::Go, "go"),
             (ToWorker::Prune, "prune"),
             (ToWorker::Checkpoint { path: "/p".into() }, "checkpoint"),
+            (ToWorker::SwapOut, "swap_out"),
+            (ToWorker::SwapIn, "swap_in"),
         ] {
             let v: Value = serde_json::from_str(&encode(&m)).unwrap();
             assert_eq!(v["type"], t);

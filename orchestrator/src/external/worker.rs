@@ -5,9 +5,23 @@
 //! `go` and waits for its next `ready` (or `done`). A lane's thread blocks
 //! on that wait, so only workers holding a lane are inside an iteration,
 //! and every policy and priority of the core applies to them as to the
-//! built-in trials. A swap-out asks the worker to checkpoint and exit; the
-//! swap-in restarts it from that checkpoint. A pruned trial's worker is
-//! told to exit when the core drops the job.
+//! built-in trials. A pruned trial's worker is told to exit when the core
+//! drops the job.
+//!
+//! **Swap.** A worker whose client tracks its state (protocol version 2,
+//! `swap: true` at `ready`) is swapped in process: `swap_out` moves its
+//! state to host memory and the process stays, so `swap_in` costs a copy
+//! back, not a Python start. Any other worker is asked to checkpoint and
+//! exit, and the swap-in restarts it from that checkpoint.
+//!
+//! **Memory.** A version 2 client measures its device memory at each
+//! `ready`; the footprint the ledger sees is that measurement, else the
+//! declared `[worker] memory`, else (`memory = "auto"`) the run's first
+//! measurement, else the whole budget, so that the first trial runs alone
+//! while it is measured ([`plan_footprint`]). A worker that runs out of
+//! device memory exits; its trial goes back to waiting with the need the
+//! client reported and restarts from its last checkpoint (or from the
+//! start), while its neighbours go on.
 //!
 //! Whatever goes wrong (the process dies, stays silent past the heartbeat
 //! timeout, or sends a malformed message) is an error of this trial only:
@@ -23,16 +37,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kernels::{Activation, Backend};
+use kernels::{Activation, Backend, DeviceKind, KernelError};
 use serde_json::Value;
 use training::group::GroupShape;
 use training::state::TrialSnapshot;
 use training::{
     Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, OptimizerFamily, Report, StepOutcome,
-    WorkerError,
+    SwapMedium, WorkerError,
 };
 
-use super::protocol::{self, FromWorker, ToWorker};
+use super::protocol::{self, FromWorker, MemoryReport, ToWorker};
 use crate::storage::TrialNumber;
 use crate::study::WorkerConfig;
 
@@ -52,11 +66,76 @@ struct Process {
     /// A `ready` waits for its answer.
     ready: bool,
     socket: PathBuf,
+    /// The protocol version agreed at `hello`.
+    version: u64,
+    /// Its client tracks its state: it can swap in process.
+    swap: bool,
+}
+
+/// How a run sizes its external trials for the ledger, shared by them all.
+#[derive(Debug)]
+pub struct MemoryPlan {
+    /// `[worker] memory`; `None` for `"auto"`.
+    declared: Option<u64>,
+    /// The device budget: an unmeasured `"auto"` trial takes all of it.
+    budget: u64,
+    /// The run's first measurement, the guess for unmeasured trials.
+    learned: Mutex<Option<MemoryReport>>,
+}
+
+impl MemoryPlan {
+    pub fn new(declared: Option<u64>, budget: u64) -> Self {
+        MemoryPlan {
+            declared,
+            budget,
+            learned: Mutex::new(None),
+        }
+    }
+
+    fn learned(&self) -> Option<MemoryReport> {
+        *self.learned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn learn(&self, m: MemoryReport) {
+        self.learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(m);
+    }
+}
+
+/// The footprint of an external trial: its own measurement (persistent
+/// memory and the allocator's cache, which the process holds between
+/// iterations; the peak above that is the iteration's ephemeral need),
+/// else the declared bytes, else the run's first measurement, else the
+/// whole budget. After an out-of-memory error, at least `oom_need` bytes
+/// in all.
+pub fn plan_footprint(
+    own: Option<MemoryReport>,
+    declared: Option<u64>,
+    learned: Option<MemoryReport>,
+    budget: u64,
+    oom_need: u64,
+) -> Footprint {
+    let (persistent, ephemeral) = match (own, declared, learned) {
+        (Some(m), _, _) | (None, None, Some(m)) => {
+            (m.persistent + m.cached, m.peak.saturating_sub(m.persistent))
+        }
+        (None, Some(d), _) => (d, 0),
+        (None, None, None) => (budget, 0),
+    };
+    let persistent = persistent.max(oom_need.saturating_sub(ephemeral));
+    Footprint {
+        persistent_bytes: persistent as usize,
+        ephemeral_bytes: ephemeral as usize,
+        shared_bytes: 0,
+    }
 }
 
 /// A user's script running one trial. See the module docs.
 pub struct ExternalTrial {
     cfg: Arc<WorkerConfig>,
+    plan: Arc<MemoryPlan>,
     number: TrialNumber,
     params: Value,
     checkpoint_path: PathBuf,
@@ -69,6 +148,21 @@ pub struct ExternalTrial {
     /// report, or with the end.
     attrs: Vec<(String, String)>,
     finished: bool,
+    /// What the client last measured.
+    measured: Option<MemoryReport>,
+    /// Swapped out in process: the worker lives, its state on the host.
+    on_host: bool,
+    /// How the last swap-out kept the state.
+    medium: SwapMedium,
+    /// After an out-of-memory error: the bytes the trial needs at least,
+    /// and what the client said.
+    oom_need: u64,
+    oom_message: String,
+    /// The iteration and step the last checkpoint holds: where a restart
+    /// after an out-of-memory error resumes.
+    resume_point: (u64, u64),
+    /// `cuda` or `cpu`: what the worker calls its device.
+    device: &'static str,
 }
 
 fn fail(msg: impl Into<String>) -> WorkerError {
@@ -186,6 +280,7 @@ impl ExternalTrial {
     /// admits it.
     pub fn new(
         cfg: Arc<WorkerConfig>,
+        plan: Arc<MemoryPlan>,
         number: TrialNumber,
         params: Value,
         checkpoint_path: PathBuf,
@@ -194,6 +289,7 @@ impl ExternalTrial {
         let resume_from = resume_from.map(|p| p.display().to_string());
         ExternalTrial {
             cfg,
+            plan,
             number,
             params,
             checkpoint_path,
@@ -204,7 +300,25 @@ impl ExternalTrial {
             last_report: None,
             attrs: Vec::new(),
             finished: false,
+            measured: None,
+            on_host: false,
+            medium: SwapMedium::HostMemory,
+            oom_need: 0,
+            oom_message: String::new(),
+            resume_point: (0, 0),
+            device: "cpu",
         }
+    }
+
+    /// The footprint the ledger plans with: see [`plan_footprint`].
+    fn planned(&self) -> Footprint {
+        plan_footprint(
+            self.measured,
+            self.plan.declared,
+            self.plan.learned(),
+            self.plan.budget,
+            self.oom_need,
+        )
     }
 
     fn tail(&self) -> String {
@@ -244,6 +358,7 @@ impl ExternalTrial {
             .envs(&cfg.env)
             .env("SALUS_TUNE_SOCKET", &socket)
             .env("SALUS_TUNE_TRIAL", self.number.to_string())
+            .env("SALUS_TUNE_DEVICE", self.device)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -303,29 +418,37 @@ impl ExternalTrial {
             tail,
             ready: false,
             socket,
+            version: protocol::OLDEST,
+            swap: false,
         });
-        match self.recv()? {
-            FromWorker::Hello { version } if version == protocol::VERSION => {}
+        let version = match self.recv()? {
             FromWorker::Hello { version } => {
-                return Err(self.abort(format!(
-                    "the worker speaks protocol version {version}; this salus-tune speaks {}",
-                    protocol::VERSION
-                )));
+                protocol::negotiate(version).map_err(|e| self.abort(e))?
             }
             other => return Err(self.abort(format!("expected hello, got {other:?}"))),
+        };
+        if let Some(p) = self.proc.as_mut() {
+            p.version = version;
         }
         self.send(&self.start_message())
     }
 
     /// The `start` message for this trial.
     fn start_message(&self) -> ToWorker {
+        let version = self.proc.as_ref().map_or(protocol::OLDEST, |p| p.version);
+        let v2 = version >= 2;
+        let grant = self.planned();
         ToWorker::Start {
-            version: protocol::ProtocolVersion,
+            version,
             trial: self.number,
             params: self.params.clone(),
             report_every: self.cfg.report_every,
             checkpoint_path: self.checkpoint_path.display().to_string(),
             resume_from: self.resume_from.clone(),
+            device: v2.then(|| self.device.to_string()),
+            // The grant is a cap only once the trial's need is known.
+            memory_limit: (v2 && (self.measured.is_some() || self.cfg.memory_bytes.is_some()))
+                .then(|| (grant.persistent_bytes + grant.ephemeral_bytes) as u64),
         }
     }
 
@@ -416,9 +539,14 @@ impl ExternalTrial {
         let mut last: Option<Report> = None;
         loop {
             match self.recv()? {
-                FromWorker::Ready => {
+                FromWorker::Ready { memory, swap } => {
                     if let Some(p) = self.proc.as_mut() {
                         p.ready = true;
+                        p.swap = swap && p.version >= 2;
+                    }
+                    if let Some(m) = memory {
+                        self.measured = Some(m);
+                        self.plan.learn(m);
                     }
                     return Ok((last, None));
                 }
@@ -446,9 +574,53 @@ impl ExternalTrial {
                 FromWorker::Error { message } => {
                     return Err(self.abort(format!("the worker reported an error: {message}")));
                 }
+                FromWorker::Oom { message, needed } => {
+                    return Err(self.out_of_memory(&message, needed));
+                }
                 other => return Err(self.abort(format!("unexpected message {other:?}"))),
             }
         }
+    }
+
+    /// Waits for `swapped_out` (`out`) or `swapped_in`: the bytes moved.
+    fn until_swapped(&mut self, out: bool) -> training::Result<u64> {
+        loop {
+            match (self.recv()?, out) {
+                (FromWorker::SwappedOut { bytes }, true)
+                | (FromWorker::SwappedIn { bytes }, false) => {
+                    return Ok(bytes);
+                }
+                (FromWorker::Heartbeat, _) => {}
+                (FromWorker::Oom { message, needed }, _) => {
+                    return Err(self.out_of_memory(&message, needed));
+                }
+                (FromWorker::Error { message }, _) => {
+                    return Err(self.abort(format!("the worker reported an error: {message}")));
+                }
+                (other, _) => {
+                    let want = if out { "swapped_out" } else { "swapped_in" };
+                    return Err(self.abort(format!("expected {want}, got {other:?}")));
+                }
+            }
+        }
+    }
+
+    /// The worker ran out of device memory and is exiting: the trial will
+    /// restart from its last checkpoint (or the start) once the ledger
+    /// grants at least what the client says it needs, and at least half as
+    /// much again as it had.
+    fn out_of_memory(&mut self, message: &str, needed: u64) -> WorkerError {
+        let had = self.planned();
+        let had = (had.persistent_bytes + had.ephemeral_bytes) as u64;
+        self.oom_need = needed.max(had + had / 2);
+        self.reap();
+        self.on_host = false;
+        (self.iteration, self.last_step) = self.resume_point;
+        self.last_report = None;
+        self.oom_message = message.to_string();
+        WorkerError::Kernel(KernelError::OutOfMemory {
+            requested: self.oom_need as usize,
+        })
     }
 
     fn reap(&mut self) {
@@ -496,14 +668,12 @@ impl Drop for ExternalTrial {
 
 impl<B: Backend> Job<B> for ExternalTrial {
     fn footprint(&self) -> Footprint {
-        Footprint {
-            persistent_bytes: self.cfg.memory_bytes as usize,
-            ephemeral_bytes: 0,
-            shared_bytes: 0,
-        }
+        self.planned()
     }
 
-    /// No two external trials fuse: each key names its trial.
+    /// No two external trials fuse: each key names its trial. They share
+    /// one shape, so that a lane reserves one iteration's ephemeral memory
+    /// for all of its trials (only the one holding the lane runs).
     fn fusion_key(&self) -> FusionKey {
         FusionKey {
             shape: GroupShape {
@@ -534,14 +704,14 @@ impl<B: Backend> Job<B> for ExternalTrial {
     }
 
     fn is_resident(&self) -> bool {
-        self.proc.is_some()
+        self.proc.is_some() && !self.on_host
     }
 
     fn step(&mut self, _lane: &mut Lane<B>) -> training::Result<StepOutcome> {
         if self.finished {
             return Err(fail("the trial has already finished"));
         }
-        if self.proc.is_none() {
+        if self.proc.is_none() || self.on_host {
             return Err(WorkerError::NotResident);
         }
         if !self.proc.as_ref().is_some_and(|p| p.ready) {
@@ -594,9 +764,10 @@ impl<B: Backend> Job<B> for ExternalTrial {
         ))
     }
 
-    /// Asks the worker to checkpoint and exit; it restarts from there.
+    /// Moves the worker's state to host memory (a client that tracks it),
+    /// else asks it to checkpoint and exit; it restarts from there.
     fn swap_out(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
-        if self.proc.is_none() {
+        if self.proc.is_none() || self.on_host {
             return Ok(0);
         }
         if !self.proc.as_ref().is_some_and(|p| p.ready) {
@@ -605,6 +776,14 @@ impl<B: Backend> Job<B> for ExternalTrial {
                 return Err(fail("the worker finished while being swapped out"));
             }
         }
+        if self.proc.as_ref().is_some_and(|p| p.swap) {
+            self.send(&ToWorker::SwapOut)?;
+            let bytes = self.until_swapped(true)?;
+            self.on_host = true;
+            self.medium = SwapMedium::HostMemory;
+            return Ok(bytes as usize);
+        }
+        self.medium = SwapMedium::Checkpoint;
         let path = self.checkpoint_path.display().to_string();
         self.send(&ToWorker::Checkpoint { path: path.clone() })?;
         loop {
@@ -616,15 +795,33 @@ impl<B: Backend> Job<B> for ExternalTrial {
         }
         self.reap();
         self.resume_from = Some(path);
-        Ok(self.cfg.memory_bytes as usize)
+        self.resume_point = (self.iteration, self.last_step);
+        Ok(self.planned().persistent_bytes)
     }
 
-    fn swap_in(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
-        if self.proc.is_some() || self.finished {
+    fn swap_in(&mut self, lane: &mut Lane<B>) -> training::Result<usize> {
+        self.device = match lane.backend().kind() {
+            DeviceKind::Cuda(_) => "cuda",
+            DeviceKind::Cpu => "cpu",
+        };
+        if self.finished {
+            return Ok(0);
+        }
+        if self.on_host {
+            self.send(&ToWorker::SwapIn)?;
+            let bytes = self.until_swapped(false)?;
+            self.on_host = false;
+            return Ok(bytes as usize);
+        }
+        if self.proc.is_some() {
             return Ok(0);
         }
         self.spawn()?;
-        Ok(self.cfg.memory_bytes as usize)
+        Ok(self.planned().persistent_bytes)
+    }
+
+    fn swap_medium(&self) -> SwapMedium {
+        self.medium
     }
 }
 

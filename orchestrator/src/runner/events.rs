@@ -183,10 +183,47 @@ impl Runner<'_> {
                 iterations,
                 device_seconds,
             } => self.on_pruned(st, TrialHandle::Alone(job), iterations, device_seconds),
+            CoreEvent::Refit {
+                job,
+                lane,
+                footprint,
+            } => {
+                // What a worker's client measured replaces the declared need.
+                if let Some(f) = st.in_flight.get_mut(&TrialHandle::Alone(job)) {
+                    f.footprint = footprint;
+                    let f = &st.in_flight[&TrialHandle::Alone(job)];
+                    self.writer.send(WriteOp::Resources {
+                        claim: f.pending.claim,
+                        resources: st.resources(f, lane),
+                    })?;
+                }
+                Ok(())
+            }
+            CoreEvent::Requeued { job, .. } => {
+                // Out of device memory: fewer trials at once from now on,
+                // and this one waits for the larger grant.
+                let before = st.max_concurrent;
+                st.max_concurrent = before.saturating_sub(1).max(1);
+                if let Some(f) = st.in_flight.get(&TrialHandle::Alone(job)) {
+                    self.reporter.note(&format!(
+                        "trial {} ran out of device memory: it waits for a larger grant; at most {} trials at once now (was {before})",
+                        f.pending.number, st.max_concurrent
+                    ));
+                    self.writer.send(WriteOp::Event {
+                        study_id: self.info.id,
+                        trial_id: Some(f.pending.claim.trial_id),
+                        kind: "trial_out_of_memory",
+                        detail: serde_json::json!({ "max_concurrent": st.max_concurrent })
+                            .to_string(),
+                    })?;
+                }
+                Ok(())
+            }
             CoreEvent::Swapped {
                 job,
                 out: true,
                 bytes,
+                medium: training::SwapMedium::Checkpoint,
                 ..
             } if self.study.worker.is_some() && bytes > 0 => {
                 // An external worker swapped out saved its checkpoint,

@@ -310,8 +310,13 @@ impl Runner<'_> {
                         None,
                     ),
                 };
+                let plan = st
+                    .worker_memory
+                    .clone()
+                    .expect("a [worker] study has a plan");
                 let trial = ExternalTrial::new(
                     Arc::new(w.clone()),
+                    plan,
                     pending.number,
                     external_params(study, &pending.params),
                     ckpt,
@@ -594,6 +599,8 @@ struct RunState<B: Backend> {
     /// Trials that failed in a row, and the last one's reason.
     failures: (u64, Option<String>),
     backend: Arc<B>,
+    /// How external trials are sized for the ledger (with `[worker]`).
+    worker_memory: Option<Arc<crate::external::worker::MemoryPlan>>,
     fusion: Fusion<B>,
     timeline: Timeline,
     liveness: Liveness,

@@ -153,6 +153,12 @@ impl Runner<'_> {
             closing: BTreeSet::new(),
             failures: (0, None),
             backend: backend.clone(),
+            worker_memory: study.worker.as_ref().map(|w| {
+                Arc::new(crate::external::worker::MemoryPlan::new(
+                    w.memory_bytes,
+                    config.budget,
+                ))
+            }),
             fusion: Fusion {
                 fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
                 policy: config.policy,

@@ -47,6 +47,7 @@ pub(super) fn record_telemetry(
             out,
             bytes,
             seconds,
+            medium,
         } => {
             let time_s = started.elapsed().as_secs_f64();
             writer.send(WriteOp::Swap {
@@ -57,6 +58,7 @@ pub(super) fn record_telemetry(
                 bytes: bytes as i64,
                 seconds,
                 time_s,
+                medium: medium.name(),
             })?;
         }
         CoreEvent::Segment {

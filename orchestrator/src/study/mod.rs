@@ -343,8 +343,10 @@ pub struct WorkerConfig {
     /// Where it runs (relative paths are relative to the study file).
     pub cwd: PathBuf,
     pub env: BTreeMap<String, String>,
-    /// Device memory one trial declares, for the ledger.
-    pub memory_bytes: u64,
+    /// Device memory one trial declares, for the ledger, until its client
+    /// measures its own; `None` (`memory = "auto"`): the first iteration of
+    /// the first trial is measured alone, and the others plan with that.
+    pub memory_bytes: Option<u64>,
     /// Iterations between reports, passed to the script.
     pub report_every: u64,
     /// Workers alive at once (default: the scheduler's `max_concurrent`).

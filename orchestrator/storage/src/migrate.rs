@@ -32,6 +32,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "salus_fencing",
         include_str!("../../../migrations/postgres/0003_salus_fencing.sql"),
     ),
+    (
+        11,
+        "salus_swap_medium",
+        include_str!("../../../migrations/postgres/0004_salus_swap_medium.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -84,6 +89,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         10,
         "salus_fencing",
         include_str!("../../../migrations/sqlite/0010_salus_fencing.sql"),
+    ),
+    (
+        11,
+        "salus_swap_medium",
+        include_str!("../../../migrations/sqlite/0011_salus_swap_medium.sql"),
     ),
 ];
 

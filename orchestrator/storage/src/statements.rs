@@ -249,8 +249,9 @@ pub(super) async fn run_telemetry(
             bytes,
             seconds,
             time_s,
+            medium,
         } => {
-            sqlx::query(&sql(&*conn, "INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s) VALUES (?, ?, ?, ?, ?, ?, ?)"))
+            sqlx::query(&sql(&*conn, "INSERT INTO salus_swaps (run_id, trial_id, lane, direction, bytes, seconds, time_s, medium) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"))
                 .bind(*run_id)
                 .bind(*trial_id)
                 .bind(*lane)
@@ -258,6 +259,7 @@ pub(super) async fn run_telemetry(
                 .bind(*bytes)
                 .bind(*seconds)
                 .bind(*time_s)
+                .bind(*medium)
                 .execute(&mut *conn)
                 .await?;
         }

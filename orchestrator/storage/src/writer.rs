@@ -226,6 +226,8 @@ pub enum WriteOp {
         bytes: i64,
         seconds: f64,
         time_s: f64,
+        /// `memory` or `checkpoint`: where the state went.
+        medium: &'static str,
     },
     LaneStats {
         run_id: RunId,

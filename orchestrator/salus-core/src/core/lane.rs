@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kernels::Backend;
-use training::{Job, Lane, StepOutcome, WorkerError};
+use training::{Job, Lane, StepOutcome, SwapMedium, WorkerError};
 
 use super::{CoreEvent, Ending, JobId, LaneId, Shared, State, Work};
 
@@ -55,17 +55,18 @@ fn first_boundary<B: Backend>(
     st: &State<B>,
     lane: LaneId,
     job: JobId,
-    swap_in: Option<(usize, f64)>,
+    swap_in: Option<(usize, f64, SwapMedium)>,
     switched: Option<(JobId, f64)>,
     start: f64,
 ) {
-    if let Some((bytes, seconds)) = swap_in {
+    if let Some((bytes, seconds, medium)) = swap_in {
         st.emit(CoreEvent::Swapped {
             job,
             lane,
             out: false,
             bytes,
             seconds,
+            medium,
         });
     }
     if let Some((from, prev_end)) = switched {
@@ -99,7 +100,7 @@ struct Running<B: Backend> {
     /// Reported at its first boundary: the switch to it (from, the previous
     /// job's end) and its swap-in (bytes, seconds).
     switched: Option<(JobId, f64)>,
-    swap_in: Option<(usize, f64)>,
+    swap_in: Option<(usize, f64, SwapMedium)>,
     /// The last queued iteration's outcome, as far as the host knows.
     result: Result<StepOutcome, WorkerError>,
     /// Whether a mark ([`Lane::sync_previous`]) follows that iteration.
@@ -122,7 +123,7 @@ impl<B: Backend> Running<B> {
         } else {
             let t = Instant::now();
             job.swap_in(lane)
-                .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64())))
+                .map(|bytes| swap_in = Some((bytes, t.elapsed().as_secs_f64(), job.swap_medium())))
         };
         if result.is_err() {
             // A failed swap-in may have left copies queued.
@@ -346,7 +347,8 @@ fn finish_step<B: Backend>(
             state,
         });
     }
-    // Only a job leaving frees memory or changes other lanes' work.
+    // Only a job leaving (or measuring itself anew) frees memory or
+    // changes other lanes' work.
     let left = st.return_step(id, job_id, run.job, result, end - run.t0);
     // After the report it covers, so that the runner stores the report's
     // value before the checkpoint.
@@ -375,6 +377,7 @@ fn swap_out<B: Backend>(
     let t = Instant::now();
     let result = job.swap_out(lane);
     let seconds = t.elapsed().as_secs_f64();
+    let medium = job.swap_medium();
     let mut st = shared.lock();
     let e = st.jobs.get_mut(&job_id).expect("job");
     e.job = Some(job);
@@ -388,6 +391,7 @@ fn swap_out<B: Backend>(
                 out: true,
                 bytes,
                 seconds,
+                medium,
             });
         }
         Err(error) => st.remove(job_id, Ending::Failed(error)),

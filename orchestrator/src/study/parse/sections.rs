@@ -368,13 +368,17 @@ impl Checker<'_> {
             .env
             .map(|e| e.into_inner().0.into_iter().collect())
             .unwrap_or_default();
-        let memory_bytes = self
-            .bytes(
-                &s.memory,
-                "worker.memory",
-                "expected a positive byte count or a size such as \"512MiB\"",
-            )?
-            .unwrap_or(256 << 20);
+        let memory_bytes = match &s.memory {
+            Some(m) if matches!(m.get_ref(), Scalar::Str(t) if t == "auto") => None,
+            _ => Some(
+                self.bytes(
+                    &s.memory,
+                    "worker.memory",
+                    "expected \"auto\", a positive byte count or a size such as \"512MiB\"",
+                )?
+                .unwrap_or(256 << 20),
+            ),
+        };
         let heartbeat_timeout = self
             .duration(
                 &s.heartbeat_timeout,
