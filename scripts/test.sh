@@ -30,6 +30,16 @@ if ! .venv/bin/python -c "import optuna, pandas, psycopg2, optuna_dashboard" >/d
     python3 -m venv .venv
     .venv/bin/pip install --quiet --disable-pip-version-check "optuna>=5.0,<5.1" pandas psycopg2-binary optuna-dashboard
 fi
+# PyTorch and scikit-learn, for the PyTorch example study and its tests
+# (tests/it/external_torch.rs). torch from PyPI brings its CUDA libraries
+# (about 5 GB of .venv, a few minutes on a fresh machine): its CPU code
+# needs them loaded even without a GPU. pip keeps the wheels in its cache
+# (~/.cache/pip), so a rebuilt .venv does not download them again.
+if ! .venv/bin/python -c "import torch, sklearn" >/dev/null 2>&1; then
+    echo "installing torch and scikit-learn into .venv (the PyTorch example's tests; about 5 GB, a few minutes)"
+    .venv/bin/pip install --quiet --disable-pip-version-check "torch>=2.4" scikit-learn
+fi
+export SALUS_TUNE_REQUIRE_TORCH=1
 nvrtc_lib() { .venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null; }
 if [[ ! -e "$(nvrtc_lib)/libnvrtc.so.13" ]]; then
     echo "installing NVRTC into .venv (to compile the CUDA kernels in the tests)"

@@ -326,15 +326,32 @@ fn pause_swap_and_resume_keep_curves_continuous() {
     if !has_numpy("pause_swap_and_resume_keep_curves_continuous") {
         return;
     }
+    pause_swap_and_resume_with(&client_dir());
+}
+
+#[test]
+fn a_version_1_client_still_pauses_swaps_and_resumes() {
+    if !has_numpy("a_version_1_client_still_pauses_swaps_and_resumes") {
+        return;
+    }
+    // The client as it was before protocol version 2, kept as a fixture.
+    let v1 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1_client");
+    pause_swap_and_resume_with(&v1.display().to_string());
+}
+
+/// ASHA pauses the NumPy example's trials at rungs; a budget of 3 workers'
+/// memory for 6 live trials makes the core swap paused ones out (through a
+/// checkpoint: the script tracks nothing) and back, with the client in
+/// `client`.
+fn pause_swap_and_resume_with(client: &str) {
     let dir = tempfile::tempdir().unwrap();
-    // ASHA pauses trials at rungs; a budget of 3 workers' memory for 6 live
-    // trials makes the core swap paused ones out (a checkpoint) and back.
     let study = worker_study(
         "asha",
         &studies_dir().join("numpy_mlp.py"),
         NUMPY_PARAMS,
         "metric = \"val_loss\"",
     )
+    .replace(&client_dir(), client)
     .replace("trials = 8", "trials = 12")
         + "\n[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n\
            [scheduler]\nlanes = 2\nmax_concurrent = 6\nmemory = \"48MiB\"\n";
@@ -357,7 +374,7 @@ fn pause_swap_and_resume_keep_curves_continuous() {
     }
     let outs = scalar(
         &db,
-        "SELECT COUNT(*) FROM salus_swaps WHERE direction = 'out'",
+        "SELECT COUNT(*) FROM salus_swaps WHERE direction = 'out' AND medium = 'checkpoint'",
     );
     let paused = scalar(
         &db,

@@ -11,6 +11,7 @@ mod dashboard;
 mod docs;
 mod enqueue;
 mod external;
+mod external_torch;
 mod fusion;
 mod keep_export;
 mod layers;

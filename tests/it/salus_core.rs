@@ -405,14 +405,20 @@ fn a_pruned_job_ends_and_frees_its_memory() {
 
 /// A trial whose device "runs out of memory" for its first `fails` swap-ins,
 /// as a device does when a footprint was underestimated.
-struct ShortOfMemory {
+/// A trial whose memory was misjudged: its first `fails` swap-ins run out
+/// of memory, and until its first step it says its footprint is `guess`
+/// (as an external worker does before its client has measured it). With a
+/// `gate`, its swap-out says it started and waits to be let go on.
+struct Misjudged {
     inner: TrainTrial<CpuBackend>,
     fails: usize,
+    guess: Option<training::Footprint>,
+    gate: Option<(std::sync::mpsc::Sender<()>, Receiver<()>)>,
 }
 
-impl Job<CpuBackend> for ShortOfMemory {
+impl Job<CpuBackend> for Misjudged {
     fn footprint(&self) -> training::Footprint {
-        self.inner.footprint()
+        self.guess.unwrap_or(self.inner.footprint())
     }
     fn fusion_key(&self) -> training::FusionKey {
         self.inner.fusion_key()
@@ -427,6 +433,7 @@ impl Job<CpuBackend> for ShortOfMemory {
         self.inner.is_resident()
     }
     fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
+        self.guess = None;
         self.inner.step(lane)
     }
     fn report(&self) -> Option<&Report> {
@@ -446,6 +453,10 @@ impl Job<CpuBackend> for ShortOfMemory {
         self.inner.import_state(lane, state)
     }
     fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
+        if let Some((started, go_on)) = &self.gate {
+            started.send(()).unwrap();
+            go_on.recv().unwrap();
+        }
         self.inner.swap_out(lane)
     }
     fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
@@ -472,9 +483,11 @@ fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
     .unwrap();
     let before = job(&data, &c).footprint();
     let id = core.submit(
-        Box::new(ShortOfMemory {
+        Box::new(Misjudged {
             inner: TrainTrial::new_on_host(data.clone(), c.clone()).unwrap(),
             fails: 2,
+            guess: None,
+            gate: None,
         }),
         0.0,
         "d",
@@ -507,6 +520,99 @@ fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
     assert_eq!(log.reports[&id], alone(&data, &c));
     assert_eq!(log.reports[&other].len(), 2);
     assert_eq!(core.ledger().persistent, 0, "everything was released");
+}
+
+#[test]
+fn a_job_that_measures_itself_smaller_lets_the_waiting_jobs_in() {
+    // As `memory = "auto"` plans: an unmeasured job claims the whole
+    // budget, so the first runs alone until its first step measures it.
+    let data = data();
+    let c = cfg(16, 5, 2);
+    let budget = 1 << 30;
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 2, 2, budget),
+        tx,
+    )
+    .unwrap();
+    let whole = training::Footprint {
+        persistent_bytes: budget as usize,
+        ..Default::default()
+    };
+    let ids: Vec<JobId> = (0..3)
+        .map(|i| {
+            let inner = TrainTrial::new_on_host(data.clone(), cfg(16, 5 + i, 2)).unwrap();
+            core.submit(
+                Box::new(Misjudged {
+                    inner,
+                    fails: 0,
+                    guess: Some(whole),
+                    gate: None,
+                }),
+                0.0,
+                "d",
+            )
+        })
+        .collect();
+    let log = drain(&rx, 3, |_| {});
+    let at = |want: &dyn Fn(&CoreEvent) -> bool| log.events.iter().position(want);
+    let refit = at(&|e| matches!(e, CoreEvent::Refit { job, .. } if *job == ids[0]))
+        .expect("the first job's measurement replaced its guess");
+    for &other in &ids[1..] {
+        let admitted = at(&|e| matches!(e, CoreEvent::Admitted { job, .. } if *job == other))
+            .expect("admitted");
+        assert!(admitted > refit, "{other:?} waited for the measurement");
+    }
+    match &log.events[refit] {
+        CoreEvent::Refit { footprint, .. } => assert_eq!(*footprint, job(&data, &c).footprint()),
+        _ => unreachable!(),
+    }
+    // Each job ran exactly as it does alone.
+    assert_eq!(log.reports[&ids[0]], alone(&data, &c));
+    assert_eq!(core.ledger().persistent, 0, "everything was released");
+}
+
+#[test]
+fn a_job_pruned_while_it_is_swapped_out_ends() {
+    // An external worker's swap-out is a round trip to its process: the
+    // pruner may decide meanwhile, and the job must still end.
+    let data = data();
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30),
+        tx,
+    )
+    .unwrap();
+    let (started_tx, started) = channel();
+    let (go_on, go_on_rx) = channel();
+    let id = core.submit(
+        Box::new(Misjudged {
+            inner: TrainTrial::new_on_host(data.clone(), cfg(8, 1, 50)).unwrap(),
+            fails: 0,
+            guess: None,
+            gate: Some((started_tx, go_on_rx)),
+        }),
+        0.0,
+        "d",
+    );
+    core.pause(id);
+    core.swap_out(id);
+    started
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the swap-out began");
+    core.prune(id);
+    go_on.send(()).unwrap();
+    let log = drain(&rx, 1, |_| {});
+    assert!(
+        log.events
+            .iter()
+            .any(|e| matches!(e, CoreEvent::Pruned { job, .. } if *job == id)),
+        "{:?}",
+        log.events
+    );
+    assert_eq!(core.live_jobs(), 0);
 }
 
 /// The reports of a trial run alone on its own lane of `backend`.

@@ -816,6 +816,8 @@ impl<B: Backend> Job<B> for ExternalTrial {
         if self.proc.is_some() {
             return Ok(0);
         }
+        // A process start, from the last checkpoint where there is one.
+        self.medium = SwapMedium::Checkpoint;
         self.spawn()?;
         Ok(self.planned().persistent_bytes)
     }

@@ -199,12 +199,19 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
-            CoreEvent::Requeued { job, .. } => {
+            CoreEvent::Requeued {
+                job,
+                persistent_bytes,
+                ephemeral_bytes,
+            } => {
                 // Out of device memory: fewer trials at once from now on,
-                // and this one waits for the larger grant.
+                // and this one waits for the larger grant (stored when it
+                // is admitted again).
                 let before = st.max_concurrent;
                 st.max_concurrent = before.saturating_sub(1).max(1);
-                if let Some(f) = st.in_flight.get(&TrialHandle::Alone(job)) {
+                if let Some(f) = st.in_flight.get_mut(&TrialHandle::Alone(job)) {
+                    f.footprint.persistent_bytes = persistent_bytes;
+                    f.footprint.ephemeral_bytes = ephemeral_bytes;
                     self.reporter.note(&format!(
                         "trial {} ran out of device memory: it waits for a larger grant; at most {} trials at once now (was {before})",
                         f.pending.number, st.max_concurrent

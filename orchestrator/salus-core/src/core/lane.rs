@@ -382,6 +382,7 @@ fn swap_out<B: Backend>(
     let e = st.jobs.get_mut(&job_id).expect("job");
     e.job = Some(job);
     e.swap_out = false;
+    let pruned = e.prune;
     match result {
         Ok(bytes) => {
             st.leave_lane(job_id);
@@ -393,6 +394,10 @@ fn swap_out<B: Backend>(
                 seconds,
                 medium,
             });
+            // Pruned while it was on its way out: it ends now.
+            if pruned {
+                st.remove(job_id, Ending::Pruned);
+            }
         }
         Err(error) => st.remove(job_id, Ending::Failed(error)),
     }
