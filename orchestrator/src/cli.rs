@@ -197,6 +197,23 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 500)]
         objective_ms: u64,
     },
+    /// Pause-to-resume of a PyTorch trial (an MLP with Adam): swapped to
+    /// host memory inside its process, against a checkpoint, an exit and a
+    /// restart. Needs a Python with torch.
+    Swap {
+        #[arg(long)]
+        json: bool,
+        /// The Python to run (default: $SALUS_TUNE_PYTHON, else python3).
+        #[arg(long)]
+        python: Option<String>,
+        /// Megabytes of float32 parameters (the state is four times that,
+        /// with gradients and Adam's two moments).
+        #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
+        megabytes: u64,
+        /// Pause-and-resume rounds each way.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        rounds: u64,
+    },
     /// P processes on one SQLite study with the smallest built-in trial:
     /// trials per second, errors, and the writer's time per trial.
     Storage {

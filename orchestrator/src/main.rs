@@ -153,6 +153,25 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 print!("{}", r.table());
             }
         }
+        BenchCmd::Swap {
+            json,
+            python,
+            megabytes,
+            rounds,
+        } => {
+            let python = bench::flag_python(python.map(PathBuf::from));
+            let r = bench::swap::run(
+                &python.to_string_lossy(),
+                megabytes,
+                rounds as usize,
+                &mut progress,
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
+            } else {
+                print!("{}", r.table());
+            }
+        }
         BenchCmd::Chaos {
             json,
             processes,

@@ -450,3 +450,46 @@ fn bench_chaos_finds_no_violation_on_postgres() {
         text(&out)
     );
 }
+
+#[test]
+fn bench_swap_measures_both_ways_to_pause_a_torch_trial() {
+    // Only the run and its figures: which way is faster is the bench's
+    // to say, not a test's.
+    if std::env::var_os("SALUS_TUNE_REQUIRE_TORCH").is_none()
+        && !std::process::Command::new(
+            std::env::var("SALUS_TUNE_PYTHON").unwrap_or("python3".into()),
+        )
+        .args(["-c", "import torch"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("bench_swap_measures_both_ways_to_pause_a_torch_trial: skipped: no torch");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "swap",
+            "--json",
+            "--megabytes",
+            "8",
+            "--rounds",
+            "2",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // 8 MiB of 2048-wide layers is one layer: 2048 x 2048 + 2048 floats.
+    assert_eq!(v["parameter_bytes"], 4 * (2048 * 2048 + 2048));
+    assert_eq!(v["state_bytes"], 16 * (2048 * 2048 + 2048));
+    for key in ["in_process_ms", "checkpoint_ms"] {
+        let times = v[key].as_array().unwrap();
+        assert_eq!(times.len(), 2, "{key} in {v}");
+        assert!(
+            times.iter().all(|t| t.as_f64().unwrap() > 0.0),
+            "{key} in {v}"
+        );
+    }
+}

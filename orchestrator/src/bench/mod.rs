@@ -17,6 +17,7 @@ pub mod packing;
 pub mod policies;
 pub mod samplers;
 pub mod storage;
+pub mod swap;
 
 use std::sync::Arc;
 

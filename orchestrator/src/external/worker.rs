@@ -310,6 +310,18 @@ impl ExternalTrial {
         }
     }
 
+    /// Waits until the worker asks for its next iteration (a benchmark's
+    /// end of a resume).
+    pub fn wait_ready(&mut self) -> training::Result<()> {
+        if self.proc.as_ref().is_some_and(|p| p.ready) {
+            return Ok(());
+        }
+        match self.until_ready(false)? {
+            (_, None) => Ok(()),
+            (_, Some(_)) => Err(fail("the worker finished instead")),
+        }
+    }
+
     /// The footprint the ledger plans with: see [`plan_footprint`].
     fn planned(&self) -> Footprint {
         plan_footprint(
