@@ -40,6 +40,12 @@ if ! .venv/bin/python -c "import torch, sklearn" >/dev/null 2>&1; then
     .venv/bin/pip install --quiet --disable-pip-version-check "torch>=2.4" scikit-learn
 fi
 export SALUS_TUNE_REQUIRE_TORCH=1
+# maturin builds the wheel (clients/python/pyproject.toml) in tests/it/wheel.rs.
+if [[ ! -x .venv/bin/maturin ]]; then
+    echo "installing maturin into .venv (the wheel's test)"
+    .venv/bin/pip install --quiet --disable-pip-version-check "maturin>=1.5,<2"
+fi
+export SALUS_TUNE_REQUIRE_MATURIN=1
 nvrtc_lib() { .venv/bin/python -c 'import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], "cu13", "lib"))' 2>/dev/null; }
 if [[ ! -e "$(nvrtc_lib)/libnvrtc.so.13" ]]; then
     echo "installing NVRTC into .venv (to compile the CUDA kernels in the tests)"

@@ -23,3 +23,4 @@ mod run;
 mod salus_core;
 mod study_errors;
 mod study_file;
+mod wheel;
