@@ -66,6 +66,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// `[scheduler] mps = true`, and MPS could not start: says what is missing.
+    #[error("MPS: {0}")]
+    Mps(String),
     /// A benchmark could not be measured.
     #[error("{0}")]
     Bench(String),

@@ -745,3 +745,45 @@ fn a_killed_run_s_swapped_external_trials_resume_with_their_curves() {
         "a requeued trial kept its checkpoint's steps: {kept}"
     );
 }
+
+#[test]
+fn mps_says_what_is_missing_and_refuses_built_in_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    // On this machine's CPU: no CUDA device for an MPS daemon to serve.
+    let study = worker_study(
+        "mps",
+        &studies_dir().join("objective.py"),
+        "x = { float = [-2.0, 2.0] }\ny = { float = [-1.0, 3.0] }",
+        "",
+    )
+    .replace("iterations = 6", "iterations = 1")
+        + "\n[scheduler]\nmps = true\n";
+    write(dir.path(), "m.toml", &study);
+    let out = run_in(dir.path(), &["m.toml", "--no-progress", "--device", "cpu"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("MPS: [scheduler] mps = true needs a CUDA device"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        scalar(
+            &dir.path().join("mps.db"),
+            "SELECT COUNT(*) FROM salus_runs"
+        ),
+        0,
+        "no run was registered"
+    );
+    // Built-in trials share one process already: MPS is for workers.
+    let built_in = StudyFile::digits("mps-builtin", 2)
+        .set("scheduler", "mps", "true")
+        .build();
+    write(dir.path(), "b.toml", &built_in);
+    let out = run_in(dir.path(), &["check", "b.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("scheduler.mps: mps = true shares the GPU between worker processes"),
+        "{}",
+        text(&out)
+    );
+}

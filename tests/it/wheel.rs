@@ -21,9 +21,15 @@ fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     let maturin = Path::new(&python()).with_file_name("maturin");
     if !maturin.exists() {
         if std::env::var_os("SALUS_TUNE_REQUIRE_MATURIN").is_some() {
-            panic!("no maturin beside {} (scripts/test.sh installs it)", python());
+            panic!(
+                "no maturin beside {} (scripts/test.sh installs it)",
+                python()
+            );
         }
-        eprintln!("the_wheel_installs_the_binary_and_the_client_and_runs_a_study: skipped: no maturin beside {}", python());
+        eprintln!(
+            "the_wheel_installs_the_binary_and_the_client_and_runs_a_study: skipped: no maturin beside {}",
+            python()
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +53,12 @@ fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     assert!(out.status.success(), "venv: {}", text(&out));
     let out = output_of(
         Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--no-index", "--disable-pip-version-check"])
+            .args([
+                "install",
+                "--quiet",
+                "--no-index",
+                "--disable-pip-version-check",
+            ])
             .arg(&wheel),
     );
     assert!(out.status.success(), "pip install: {}", text(&out));
@@ -70,12 +81,16 @@ fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     );
     let which = output_of(
         Command::new("sh")
-            .args(["-c", "command -v salus-tune; command -v cargo || echo no-cargo"])
+            .args([
+                "-c",
+                "command -v salus-tune; command -v cargo || echo no-cargo",
+            ])
             .env("PATH", &path),
     );
     let found = String::from_utf8_lossy(&which.stdout).to_string();
     assert!(
-        found.starts_with(&venv.join("bin/salus-tune").display().to_string()) && found.contains("no-cargo"),
+        found.starts_with(&venv.join("bin/salus-tune").display().to_string())
+            && found.contains("no-cargo"),
         "{found}"
     );
     let out = output_of(
@@ -89,5 +104,8 @@ fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let rows = trials(&study.join("rosenbrock.db"), None);
     assert_eq!(rows.len(), 6);
-    assert!(rows.iter().all(|t| t.state == TrialState::Complete), "{rows:?}");
+    assert!(
+        rows.iter().all(|t| t.state == TrialState::Complete),
+        "{rows:?}"
+    );
 }

@@ -3,9 +3,12 @@
 //!
 //! * [`protocol`]: the versioned JSON-lines protocol, pure and tested.
 //! * [`worker`]: [`worker::ExternalTrial`], a worker process as a `Job`.
+//! * [`mps`]: `[scheduler] mps = true`, the run's own MPS daemon.
 //!
-//! The Python client library lives in `clients/python/salus_worker.py`.
+//! The Python client library is the `salus_worker` package in
+//! `clients/python/`.
 
+pub mod mps;
 pub mod protocol;
 pub mod worker;
 

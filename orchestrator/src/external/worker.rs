@@ -81,6 +81,8 @@ pub struct MemoryPlan {
     budget: u64,
     /// The run's first measurement, the guess for unmeasured trials.
     learned: Mutex<Option<MemoryReport>>,
+    /// With `[scheduler] mps = true`: the run's daemon, and its lanes.
+    mps: Option<(super::mps::MpsDaemon, usize)>,
 }
 
 impl MemoryPlan {
@@ -89,7 +91,15 @@ impl MemoryPlan {
             declared,
             budget,
             learned: Mutex::new(None),
+            mps: None,
         }
+    }
+
+    /// Workers share the GPU through `daemon`, each limited by its grant
+    /// of the budget that `lanes` lanes share.
+    pub fn with_mps(mut self, daemon: super::mps::MpsDaemon, lanes: usize) -> Self {
+        self.mps = Some((daemon, lanes));
+        self
     }
 
     fn learned(&self) -> Option<MemoryReport> {
@@ -169,8 +179,8 @@ fn fail(msg: impl Into<String>) -> WorkerError {
     WorkerError::External(msg.into())
 }
 
-/// This process's folder for worker sockets.
-fn socket_dir() -> PathBuf {
+/// This process's folder for worker sockets (and its MPS daemon's).
+pub(crate) fn socket_dir() -> PathBuf {
     std::env::temp_dir().join(format!("salus-tune-{}", std::process::id()))
 }
 
@@ -364,10 +374,23 @@ impl ExternalTrial {
         listener
             .set_nonblocking(true)
             .map_err(|e| fail(format!("socket: {e}")))?;
+        let grant = self.planned();
+        let mps_env = self
+            .plan
+            .mps
+            .as_ref()
+            .map_or(Vec::new(), |(daemon, lanes)| {
+                daemon.worker_env(
+                    (grant.persistent_bytes + grant.ephemeral_bytes) as u64,
+                    self.plan.budget,
+                    *lanes,
+                )
+            });
         let mut child = Command::new(&cfg.command[0])
             .args(&cfg.command[1..])
             .current_dir(&cfg.cwd)
             .envs(&cfg.env)
+            .envs(mps_env)
             .env("SALUS_TUNE_SOCKET", &socket)
             .env("SALUS_TUNE_TRIAL", self.number.to_string())
             .env("SALUS_TUNE_DEVICE", self.device)

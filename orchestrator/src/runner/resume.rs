@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use kernels::Backend;
+use kernels::{Backend, DeviceKind};
 use training::{DeviceData, TrainTrial};
 
 use super::{
@@ -21,8 +21,10 @@ use super::{
     trial_seed,
 };
 use crate::error::{Error, Result};
+use crate::external::mps::MpsDaemon;
+use crate::external::worker::MemoryPlan;
 use crate::pruner::{Curve, Curves};
-use crate::salus::core::SalusCore;
+use crate::salus::core::{CoreConfig, SalusCore};
 use crate::sampler::{
     GpSampler, GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord,
 };
@@ -52,6 +54,11 @@ impl Runner<'_> {
     ) -> Result<RunState<B>> {
         let study = self.study;
         let config = self.core_config(backend.as_ref());
+        // Before the run is registered: MPS may fail to start.
+        let worker_memory = match &study.worker {
+            Some(w) => Some(Arc::new(self.worker_memory(w, backend.kind(), &config)?)),
+            None => None,
+        };
         let device = backend.name();
         let place = crate::storage::Place::here();
         let host = place.host.clone();
@@ -153,12 +160,7 @@ impl Runner<'_> {
             closing: BTreeSet::new(),
             failures: (0, None),
             backend: backend.clone(),
-            worker_memory: study.worker.as_ref().map(|w| {
-                Arc::new(crate::external::worker::MemoryPlan::new(
-                    w.memory_bytes,
-                    config.budget,
-                ))
-            }),
+            worker_memory,
             fusion: Fusion {
                 fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
                 policy: config.policy,
@@ -464,3 +466,31 @@ impl Runner<'_> {
 
 /// Keeps enqueued trials' draws apart from other users of a trial's seed.
 const ENQUEUED_STREAM: u64 = 0xe9c0_e0ed_0000_0001;
+
+impl Runner<'_> {
+    /// How this run sizes its external trials; with `[scheduler] mps`, the
+    /// MPS daemon they share (an error names what is missing).
+    fn worker_memory(
+        &mut self,
+        w: &crate::study::WorkerConfig,
+        device: DeviceKind,
+        config: &CoreConfig,
+    ) -> Result<MemoryPlan> {
+        let plan = MemoryPlan::new(w.memory_bytes, config.budget);
+        if !self.study.scheduler.mps {
+            return Ok(plan);
+        }
+        let DeviceKind::Cuda(ordinal) = device else {
+            return Err(Error::Mps(
+                "[scheduler] mps = true needs a CUDA device, and this run is on the CPU \
+                 (see `salus-tune devices`; or set mps = false)"
+                    .into(),
+            ));
+        };
+        let daemon = MpsDaemon::start(&crate::external::worker::socket_dir(), ordinal)
+            .map_err(Error::Mps)?;
+        self.reporter
+            .note("MPS: the run's own control daemon started; workers share the GPU through it");
+        Ok(plan.with_mps(daemon, config.lanes))
+    }
+}

@@ -325,6 +325,9 @@ pub struct SchedulerConfig {
     pub fuse: Option<usize>,
     /// Whether iterations are captured and replayed as CUDA graphs.
     pub graphs: Option<GraphsMode>,
+    /// `mps = true`: external workers share the GPU through an MPS daemon
+    /// of the run's own, each capped by its grant.
+    pub mps: bool,
 }
 
 /// `[scheduler] graphs`: `auto` replays each trial's iterations as a CUDA

@@ -363,7 +363,7 @@ impl Checker<'_> {
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
         let sampler = self.sampler(root.sampler, &space, seed)?;
         let pruner = self.pruner(root.pruner)?;
-        let scheduler = self.scheduler(root.scheduler)?;
+        let scheduler = self.scheduler(root.scheduler, worker.is_some())?;
 
         Ok(Study {
             path: self.src.path.to_path_buf(),

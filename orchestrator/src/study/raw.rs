@@ -248,6 +248,7 @@ pub struct SchedulerSection {
     pub memory: Field<Scalar>,
     pub fuse: Field<Int>,
     pub graphs: Field<Named<super::GraphsMode>>,
+    pub mps: Field<Bool>,
 }
 
 #[derive(Deserialize, Default)]

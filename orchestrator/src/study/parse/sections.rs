@@ -407,8 +407,17 @@ impl Checker<'_> {
     pub(super) fn scheduler(
         &self,
         section: Option<Spanned<raw::Table<raw::SchedulerSection>>>,
+        command_worker: bool,
     ) -> Result<SchedulerConfig> {
         let (_, s) = inner(section);
+        let mps = s.mps.as_ref().is_some_and(|b| b.get_ref().0);
+        if mps && !command_worker {
+            return Err(self.err(
+                span_of(&s.mps).unwrap_or_default(),
+                "scheduler.mps",
+                "mps = true shares the GPU between worker processes: it needs [worker] kind = \"command\" (built-in trials already share one process)",
+            ));
+        }
         let count = |field: &Option<Spanned<Int>>, key: &str| {
             Ok::<_, Error>(
                 self.at_least(field, &format!("scheduler.{key}"), 1)?
@@ -426,6 +435,7 @@ impl Checker<'_> {
             )?,
             fuse: count(&s.fuse, "fuse")?,
             graphs: s.graphs.map(|g| g.into_inner().0),
+            mps,
         })
     }
 }
