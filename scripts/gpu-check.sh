@@ -48,6 +48,14 @@
 #                       18-digits-cnn-asha-cuda.txt, its ASHA variant)
 #   19-torch-cnn.txt    PyTorch on the GPU (scripts/anchors/torch_cnn.py):
 #                       each seq cell of 17- again, beside our seq and fused
+#   20-torch-study.txt  PyTorch trials per hour (scripts/torch-study-bench.sh
+#                       on cuda): a small ResNet on CIFAR-shaped images, 16
+#                       trials, under Optuna one at a time, Optuna with
+#                       n_jobs = 4 threads, salus-tune with 4 lanes and
+#                       salus-tune with MPS, each with nvidia-smi's mean GPU
+#                       utilisation, and pause-to-resume of a 256 MiB trial
+#                       (1 GiB of state) in process against checkpoint and
+#                       restart. Optuna travels as wheels (gpu-anchors/wheels).
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
 #   device-tests.txt    each device test, run or skipped
@@ -82,6 +90,12 @@ for line in sys.stdin:
     # A call carries 64 MiB at most: no symbols needed there.
     strip gpu-build/* 2>/dev/null || true
     cp ../shared/gpu/torch_anchor.py ../shared/gpu/torch_anchor_graphs.py gpu-anchors/
+    # Optuna and what it needs beyond the device image's packages, as
+    # wheels for its Python 3.12 (phase 20 installs them under /tmp/site).
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d gpu-anchors/wheels \
+        "optuna>=5.0,<5.1" alembic sqlalchemy mako colorlog greenlet
     du -sh gpu-build gpu-anchors
     cat <<'EOF'
 
@@ -243,6 +257,16 @@ if [[ -n "$NCU" ]]; then
 else
     note "no ncu on this machine: no kernel profile"
 fi
+
+# PyTorch trials four ways (see scripts/torch-study-bench.sh), with Optuna
+# from the carried wheels.
+phase 20-torch-study.txt 180 bash -c '
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site gpu-anchors/wheels/*.whl || exit
+    export PYTHONPATH=/tmp/site
+    bash scripts/torch-study-bench.sh --device cuda --trials 16 --epochs 3 --jobs 4 --lanes 4 \
+        --bin gpu-build/salus-tune --python "$(command -v python3)" --out "$0/20-torch-study"
+' "$WORK"
 
 phase 10-torch_anchor.txt 75 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor.py
 

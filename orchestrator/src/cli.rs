@@ -213,6 +213,10 @@ pub enum BenchCmd {
         /// Pause-and-resume rounds each way.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         rounds: u64,
+        /// Where the worker keeps its state: `cpu`, or `cuda` (host memory
+        /// is then pinned, and a swap crosses PCIe).
+        #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+        device: String,
     },
     /// P processes on one SQLite study with the smallest built-in trial:
     /// trials per second, errors, and the writer's time per trial.

@@ -158,12 +158,14 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             python,
             megabytes,
             rounds,
+            device,
         } => {
             let python = bench::flag_python(python.map(PathBuf::from));
             let r = bench::swap::run(
                 &python.to_string_lossy(),
                 megabytes,
                 rounds as usize,
+                if device == "cuda" { "cuda" } else { "cpu" },
                 &mut progress,
             )?;
             if json {

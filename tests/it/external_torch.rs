@@ -283,3 +283,56 @@ fn an_out_of_memory_error_requeues_the_trial_with_a_larger_grant() {
         assert_eq!(t.intermediate.len(), 3);
     }
 }
+
+#[test]
+fn the_gpu_check_s_torch_study_phase_runs_in_its_cpu_form() {
+    if !has_torch("the_gpu_check_s_torch_study_phase_runs_in_its_cpu_form") {
+        return;
+    }
+    // scripts/gpu-check.sh's phase 20, small and on the CPU: every mode
+    // runs and reports; how they compare is for the device run to say.
+    let dir = tempfile::tempdir().unwrap();
+    let out = output_of(
+        std::process::Command::new("bash")
+            .arg(root().join("scripts/torch-study-bench.sh"))
+            .args([
+                "--device", "cpu", "--trials", "2", "--epochs", "1", "--images", "128",
+            ])
+            .args([
+                "--jobs",
+                "2",
+                "--lanes",
+                "2",
+                "--bin",
+                env!("CARGO_BIN_EXE_salus-tune"),
+            ])
+            .args(["--python", &python(), "--out"])
+            .arg(dir.path())
+            .env("SWAP_MB", "8"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(dir.path().join("torch-study.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let modes: Vec<&str> = lines.iter().map(|l| l["mode"].as_str().unwrap()).collect();
+    assert_eq!(
+        modes,
+        [
+            "optuna-jobs1",
+            "optuna-jobs2",
+            "salus-lanes",
+            "salus-mps",
+            "pause-to-resume"
+        ]
+    );
+    for l in &lines[..3] {
+        assert_eq!(l["trials"], 2);
+        assert!(l["trials_per_hour"].as_f64().unwrap() > 0.0, "{l}");
+    }
+    assert_eq!(lines[3]["skipped"], "MPS needs a CUDA device");
+    assert!(lines[4]["in_process_ms"].as_f64().unwrap() > 0.0);
+    assert!(lines[4]["checkpoint_ms"].as_f64().unwrap() > 0.0);
+}

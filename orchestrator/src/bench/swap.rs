@@ -40,7 +40,7 @@ torch.set_num_threads(1)
 trial = salus_worker.connect()
 width, layers = trial.params["width"], trial.params["layers"]
 torch.manual_seed(0)
-model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(trial.device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 start = 0
 state = trial.load_checkpoint(torch.load)
@@ -52,7 +52,7 @@ if os.environ.get("SWAP_BENCH_TRACK") == "1":
     trial.track(model, opt)
 step = start
 trial.on_checkpoint(lambda path: torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, path))
-x = torch.randn(4, width)
+x = torch.randn(4, width, device=trial.device)
 loss = 0.0
 for i in trial.iterations(1_000_000, start=start):
     opt.zero_grad()
@@ -65,6 +65,8 @@ trial.done(loss.item())
 "#;
 
 pub struct Results {
+    /// Where the worker keeps its state: `cpu` or `cuda`.
+    pub device: &'static str,
     pub python: String,
     pub parameter_bytes: u64,
     /// Parameters, gradients and Adam's moments.
@@ -88,6 +90,7 @@ impl Results {
 
     pub fn json(&self) -> serde_json::Value {
         json!({
+            "device": self.device,
             "python": self.python,
             "parameter_bytes": self.parameter_bytes,
             "state_bytes": self.state_bytes,
@@ -103,10 +106,11 @@ impl Results {
     pub fn table(&self) -> String {
         let mb = |b: u64| b as f64 / (1 << 20) as f64;
         format!(
-            "pause-to-resume of a PyTorch trial ({:.0} MiB of parameters, {:.0} MiB with gradients and Adam state), median of {} rounds\n\
+            "pause-to-resume of a PyTorch trial on {} ({:.0} MiB of parameters, {:.0} MiB with gradients and Adam state), median of {} rounds\n\
              in process (host memory)     {:>9.1} ms\n\
              checkpoint, exit, restart    {:>9.1} ms\n\
              in process is {:.1}x faster\n",
+            self.device,
             mb(self.parameter_bytes),
             mb(self.state_bytes),
             self.rounds,
@@ -128,6 +132,7 @@ fn rounds(
     track: bool,
     params: serde_json::Value,
     rounds: usize,
+    device: &'static str,
 ) -> Result<Vec<f64>> {
     let cfg = Arc::new(WorkerConfig {
         command: vec![
@@ -157,7 +162,8 @@ fn rounds(
         params,
         dir.join(format!("swap-{track}.ckpt")),
         None,
-    );
+    )
+    .on_device(device);
     let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1)?;
     Job::<CpuBackend>::swap_in(&mut trial, &mut lane)?;
     let mut times = Vec::with_capacity(rounds);
@@ -181,6 +187,7 @@ pub fn run(
     python: &str,
     megabytes: u64,
     n: usize,
+    device: &'static str,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
     let ok = std::process::Command::new(python)
@@ -217,10 +224,11 @@ pub fn run(
         "{layers} layers of {width} x {width}: {:.0} MiB of parameters; in process...",
         parameter_bytes as f64 / (1 << 20) as f64
     ));
-    let in_process_ms = rounds(python, &dir, true, params.clone(), n)?;
+    let in_process_ms = rounds(python, &dir, true, params.clone(), n, device)?;
     progress("checkpoint, exit and restart...");
-    let checkpoint_ms = rounds(python, &dir, false, params, n)?;
+    let checkpoint_ms = rounds(python, &dir, false, params, n, device)?;
     Ok(Results {
+        device,
         python: python.to_string(),
         parameter_bytes,
         state_bytes: 4 * parameter_bytes,

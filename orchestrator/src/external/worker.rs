@@ -173,6 +173,9 @@ pub struct ExternalTrial {
     resume_point: (u64, u64),
     /// `cuda` or `cpu`: what the worker calls its device.
     device: &'static str,
+    /// Set by [`ExternalTrial::on_device`]: the lane's backend does not
+    /// decide it.
+    device_fixed: bool,
 }
 
 fn fail(msg: impl Into<String>) -> WorkerError {
@@ -317,7 +320,16 @@ impl ExternalTrial {
             oom_message: String::new(),
             resume_point: (0, 0),
             device: "cpu",
+            device_fixed: false,
         }
+    }
+
+    /// Tells the worker its device is `device` (`cuda` or `cpu`) whatever
+    /// lane steps it: a benchmark's worker on a GPU, gated from a CPU lane.
+    pub fn on_device(mut self, device: &'static str) -> Self {
+        self.device = device;
+        self.device_fixed = true;
+        self
     }
 
     /// Waits until the worker asks for its next iteration (a benchmark's
@@ -835,10 +847,12 @@ impl<B: Backend> Job<B> for ExternalTrial {
     }
 
     fn swap_in(&mut self, lane: &mut Lane<B>) -> training::Result<usize> {
-        self.device = match lane.backend().kind() {
-            DeviceKind::Cuda(_) => "cuda",
-            DeviceKind::Cpu => "cpu",
-        };
+        if !self.device_fixed {
+            self.device = match lane.backend().kind() {
+                DeviceKind::Cuda(_) => "cuda",
+                DeviceKind::Cpu => "cpu",
+            };
+        }
         if self.finished {
             return Ok(0);
         }
