@@ -787,3 +787,39 @@ fn mps_says_what_is_missing_and_refuses_built_in_trials() {
         text(&out)
     );
 }
+
+#[test]
+fn a_worker_learns_its_device_and_its_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "env.py",
+        "import os, salus_worker\n\
+         t = salus_worker.connect()\n\
+         for k in ('SALUS_TUNE_DEVICE', 'XLA_PYTHON_CLIENT_PREALLOCATE'):\n\
+         \x20   t.set_user_attr(k, os.environ.get(k))\n\
+         t.set_user_attr('device', t.device)\n\
+         t.set_user_attr('memory_limit', t.memory_limit)\n\
+         for i in t.iterations(1):\n\
+         \x20   t.report(i + 1, 1.0)\n\
+         t.done(1.0)\n",
+    );
+    let study = worker_study("env", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 1")
+        .replace("iterations = 6", "iterations = 1");
+    write(dir.path(), "e.toml", &study);
+    let out = run_in(dir.path(), &["e.toml", "--no-progress", "--device", "cpu"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let attr = |k: &str| {
+        scalar_text(
+            &dir.path().join("env.db"),
+            &format!("SELECT value_json FROM trial_user_attributes WHERE key = '{k}'"),
+        )
+        .unwrap()
+    };
+    assert_eq!(attr("SALUS_TUNE_DEVICE"), "\"cpu\"");
+    assert_eq!(attr("device"), "\"cpu\"");
+    assert_eq!(attr("XLA_PYTHON_CLIENT_PREALLOCATE"), "\"false\"");
+    // The declared 16 MiB, as its grant.
+    assert_eq!(attr("memory_limit"), (16u64 << 20).to_string());
+}

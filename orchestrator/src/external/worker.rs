@@ -401,6 +401,10 @@ impl ExternalTrial {
         let mut child = Command::new(&cfg.command[0])
             .args(&cfg.command[1..])
             .current_dir(&cfg.cwd)
+            // JAX takes 75% of a GPU at its start unless told not to, and
+            // its neighbours would run out of memory (`[worker] env` may
+            // say otherwise).
+            .env("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
             .envs(&cfg.env)
             .envs(mps_env)
             .env("SALUS_TUNE_SOCKET", &socket)
