@@ -136,12 +136,11 @@ fn study_file(kind: Kind, o: &Options, dir: &Path) -> Result<String> {
         ),
         Kind::External => {
             super::write_client(dir)?;
-            for (name, text) in [(
-                "numpy_mlp.py",
+            std::fs::write(
+                dir.join("numpy_mlp.py"),
                 include_str!("../../../studies/workers/numpy_mlp.py"),
-            )] {
-                std::fs::write(dir.join(name), text).map_err(io(format!("writing {name}")))?;
-            }
+            )
+            .map_err(io("writing numpy_mlp.py"))?;
             format!(
                 "{head}\n[worker]\nkind = \"command\"\ncommand = [\"{}\", \"numpy_mlp.py\"]\n\
                  env = {{ PYTHONPATH = \".\" }}\nmemory = \"16MiB\"\niterations = {}\nheartbeat_timeout = \"60s\"\n\n\
