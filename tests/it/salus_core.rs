@@ -408,17 +408,28 @@ fn a_pruned_job_ends_and_frees_its_memory() {
 /// A trial whose memory was misjudged: its first `fails` swap-ins run out
 /// of memory, and until its first step it says its footprint is `guess`
 /// (as an external worker does before its client has measured it). With a
-/// `gate`, its swap-out says it started and waits to be let go on.
+/// `gate`, its swap-out says it started and waits to be let go on. It holds
+/// `cache` bytes more between iterations until asked to release them, as
+/// an external worker's allocator cache.
 struct Misjudged {
     inner: TrainTrial<CpuBackend>,
     fails: usize,
     guess: Option<training::Footprint>,
     gate: Option<(std::sync::mpsc::Sender<()>, Receiver<()>)>,
+    cache: usize,
 }
 
 impl Job<CpuBackend> for Misjudged {
     fn footprint(&self) -> training::Footprint {
-        self.guess.unwrap_or(self.inner.footprint())
+        let mut fp = self.inner.footprint();
+        fp.persistent_bytes += self.cache;
+        self.guess.unwrap_or(fp)
+    }
+    fn releasable_bytes(&self) -> usize {
+        self.cache
+    }
+    fn release_cache(&mut self, _lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
+        Ok(std::mem::take(&mut self.cache))
     }
     fn fusion_key(&self) -> training::FusionKey {
         self.inner.fusion_key()
@@ -488,6 +499,7 @@ fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
             fails: 2,
             guess: None,
             gate: None,
+            cache: 0,
         }),
         0.0,
         "d",
@@ -549,6 +561,7 @@ fn a_job_that_measures_itself_smaller_lets_the_waiting_jobs_in() {
                     fails: 0,
                     guess: Some(whole),
                     gate: None,
+                    cache: 0,
                 }),
                 0.0,
                 "d",
@@ -593,6 +606,7 @@ fn a_job_pruned_while_it_is_swapped_out_ends() {
             fails: 0,
             guess: None,
             gate: Some((started_tx, go_on_rx)),
+            cache: 0,
         }),
         0.0,
         "d",
@@ -613,6 +627,57 @@ fn a_job_pruned_while_it_is_swapped_out_ends() {
         log.events
     );
     assert_eq!(core.live_jobs(), 0);
+}
+
+#[test]
+fn a_cache_is_given_back_before_anyone_is_swapped_out() {
+    // Job A holds an allocator cache as large as B's state; B fits only
+    // once A gives it back. A gives it back at a boundary, keeps its state, and B comes in.
+    let data = data();
+    let (ca, cb) = (cfg(16, 5, 2), cfg(16, 6, 2));
+    let (fa, fb) = (job(&data, &ca).footprint(), job(&data, &cb).footprint());
+    let cache = fb.persistent_bytes;
+    let budget = (fa.persistent_bytes
+        + fa.ephemeral_bytes
+        + fa.shared_bytes
+        + fb.persistent_bytes
+        + cache / 2) as u64;
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig::cpu(Policy::Pack, 1, 1, budget),
+        tx,
+    )
+    .unwrap();
+    let a = core.submit(
+        Box::new(Misjudged {
+            inner: TrainTrial::new_on_host(data.clone(), ca.clone()).unwrap(),
+            fails: 0,
+            guess: None,
+            gate: None,
+            cache,
+        }),
+        0.0,
+        "d",
+    );
+    let b = core.submit(job(&data, &cb), 0.0, "d");
+    let log = drain(&rx, 2, |_| {});
+    let at = |want: &dyn Fn(&CoreEvent) -> bool| log.events.iter().position(want);
+    let released = at(&|e| {
+        matches!(e, CoreEvent::Refit { job, footprint, .. }
+            if *job == a && footprint.persistent_bytes == fa.persistent_bytes)
+    })
+    .expect("A gave its cache back");
+    let admitted = at(&|e| matches!(e, CoreEvent::Admitted { job, .. } if *job == b)).unwrap();
+    assert!(admitted > released, "B waited for the room");
+    assert!(
+        !log.events
+            .iter()
+            .any(|e| matches!(e, CoreEvent::Swapped { out: true, .. })),
+        "nobody was swapped out"
+    );
+    assert_eq!(log.reports[&a], alone(&data, &ca));
+    assert_eq!(log.reports[&b], alone(&data, &cb));
 }
 
 /// The reports of a trial run alone on its own lane of `backend`.

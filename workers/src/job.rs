@@ -170,6 +170,16 @@ pub trait Job<B: Backend>: Send {
     fn swap_medium(&self) -> SwapMedium {
         SwapMedium::HostMemory
     }
+    /// Device bytes the job holds between iterations that it could give
+    /// back without moving its state (an external worker's allocator
+    /// cache); part of its footprint's persistent bytes.
+    fn releasable_bytes(&self) -> usize {
+        0
+    }
+    /// Gives those bytes back; returns how many. The footprint shrinks.
+    fn release_cache(&mut self, _lane: &mut Lane<B>) -> Result<usize> {
+        Ok(0)
+    }
     /// Trials still inside the job: 1 for a lone trial, the members of a
     /// fused group. A fused job with none left has ended.
     fn live_members(&self) -> usize {

@@ -88,6 +88,16 @@ def _framework_memory(device: str) -> Optional[Dict[str, int]]:
     return None
 
 
+def _release_cache(device: str) -> int:
+    """Empties PyTorch's CUDA cache; the bytes it gave back."""
+    torch = sys.modules.get("torch")
+    if torch is None or device != "cuda" or not torch.cuda.is_available():
+        return 0
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return max(0, before - torch.cuda.memory_reserved())
+
+
 class Trial:
     """One trial, as salus-tune hands it to this process."""
 
@@ -259,6 +269,8 @@ class Trial:
                 self._send({"type": "swapped_out", "bytes": self._tracker.swap_out()})
             if kind == "swap_in":
                 self._send({"type": "swapped_in", "bytes": self._tracker.swap_in()})
+            if kind == "release_cache":
+                self._send({"type": "released", "bytes": _release_cache(self.device)})
             if kind == "pause":
                 continue  # wait for the next go
 

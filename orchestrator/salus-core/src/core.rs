@@ -246,6 +246,8 @@ struct Entry<B: Backend> {
     /// Waiting for the caller's decision on its last report.
     held: bool,
     swap_out: bool,
+    /// Asked to give back its allocator cache at its next boundary.
+    release: bool,
     prune: bool,
     iterations: u64,
 }
@@ -275,6 +277,8 @@ struct State<B: Backend> {
 enum Work<B: Backend> {
     Step(JobId, Box<dyn Job<B>>),
     SwapOut(JobId, Box<dyn Job<B>>),
+    /// Give back an allocator cache the ledger needs (`Job::release_cache`).
+    Release(JobId, Box<dyn Job<B>>),
 }
 
 struct Shared<B: Backend> {
@@ -368,6 +372,7 @@ impl<B: Backend> SalusCore<B> {
             paused: false,
             held: false,
             swap_out: false,
+            release: false,
             prune: false,
         };
         st.jobs.insert(id, entry);
@@ -607,8 +612,27 @@ impl<B: Backend> State<B> {
     /// Asks for the lowest-priority paused, resident job below `for_job`'s
     /// priority to be swapped out, if none is already on its way out. One
     /// still finishing its iteration counts: it goes out at that boundary.
+    ///
+    /// Before any swap, resident jobs not running that hold an allocator
+    /// cache (`Job::releasable_bytes`) are asked to give it back: that
+    /// costs them nothing they need, and only happens when the ledger
+    /// needs the room, never at every switch.
     fn make_room(&mut self, for_job: JobId) {
-        if self.jobs.values().any(|e| e.swap_out) {
+        if self.jobs.values().any(|e| e.swap_out || e.release) {
+            return;
+        }
+        let caches: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| {
+                e.lane.is_some() && e.job.as_ref().is_some_and(|j| j.releasable_bytes() > 0)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if !caches.is_empty() {
+            for id in caches {
+                self.jobs.get_mut(&id).expect("job").release = true;
+            }
             return;
         }
         let want = self.jobs[&for_job].sched.priority;
@@ -649,7 +673,10 @@ impl<B: Backend> State<B> {
         };
         let Some(lane) = lane else { return };
         self.ledger.release(id, &key);
-        self.jobs.get_mut(&id).expect("job").lane = None;
+        let e = self.jobs.get_mut(&id).expect("job");
+        e.lane = None;
+        // Off the device, it has no cache to give back.
+        e.release = false;
         let shape_left = self
             .jobs
             .values()
@@ -698,6 +725,13 @@ impl<B: Backend> State<B> {
         {
             return Some(Work::SwapOut(id, self.take(id)));
         }
+        if let Some((&id, _)) = self
+            .jobs
+            .iter()
+            .find(|(_, e)| e.lane == Some(lane) && e.release && !e.running())
+        {
+            return Some(Work::Release(id, self.take(id)));
+        }
         let id = policy::next(self.policy, &self.runnable(lane, None))?;
         Some(Work::Step(id, self.take(id)))
     }
@@ -730,7 +764,7 @@ impl<B: Backend> State<B> {
             && !self
                 .jobs
                 .values()
-                .any(|e| e.lane == Some(lane) && e.swap_out)
+                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release))
     }
 
     /// The policy's pick for `lane` while it holds `running` with one

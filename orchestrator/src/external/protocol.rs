@@ -24,6 +24,8 @@
 //! | worker | `swapped_out` | `bytes` | device bytes freed |
 //! | orchestrator | `swap_in` | | bring the tracked state back; answer `swapped_in` |
 //! | worker | `swapped_in` | `bytes` | device bytes taken again |
+//! | orchestrator | `release_cache` | | (version 2, while the worker waits) give the allocator's cache back: the ledger needs the room |
+//! | worker | `released` | `bytes` | device bytes given back |
 //!
 //! The version is the lower of the worker's and the orchestrator's: a
 //! version 1 worker is sent version 1 messages only, and is swapped out by
@@ -123,6 +125,10 @@ pub enum FromWorker {
         #[serde(deserialize_with = "bytes")]
         bytes: u64,
     },
+    Released {
+        #[serde(deserialize_with = "bytes")]
+        bytes: u64,
+    },
 }
 
 /// A message to a worker.
@@ -152,6 +158,9 @@ pub enum ToWorker {
     SwapOut,
     #[serde(rename = "swap_in")]
     SwapIn,
+    /// Give the allocator's cache back to the device.
+    #[serde(rename = "release_cache")]
+    ReleaseCache,
 }
 
 /// The version both sides speak, for a worker's `hello`; the error says
@@ -404,6 +413,10 @@ mod tests {
             parse(r#"{"type":"swapped_in","bytes":123}"#),
             Ok(FromWorker::SwappedIn { bytes: 123 })
         );
+        assert_eq!(
+            parse(r#"{"type":"released","bytes":4096}"#),
+            Ok(FromWorker::Released { bytes: 4096 })
+        );
         let e = parse(r#"{"type":"ready","memory":{"persistent":-1}}"#).unwrap_err();
         assert!(e.contains("byte counts must be non-negative"), "{e}");
         let e = parse(r#"{"type":"ready","memory":{"peak":1}}"#).unwrap_err();
@@ -542,6 +555,7 @@ mod tests {
             (ToWorker::Checkpoint { path: "/p".into() }, "checkpoint"),
             (ToWorker::SwapOut, "swap_out"),
             (ToWorker::SwapIn, "swap_in"),
+            (ToWorker::ReleaseCache, "release_cache"),
         ] {
             let v: Value = serde_json::from_str(&encode(&m)).unwrap();
             assert_eq!(v["type"], t);

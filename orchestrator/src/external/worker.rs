@@ -878,6 +878,39 @@ impl<B: Backend> Job<B> for ExternalTrial {
     fn swap_medium(&self) -> SwapMedium {
         self.medium
     }
+
+    fn releasable_bytes(&self) -> usize {
+        let waiting = self
+            .proc
+            .as_ref()
+            .is_some_and(|p| p.ready && p.version >= 2);
+        match self.measured {
+            Some(m) if waiting && !self.on_host => m.cached as usize,
+            _ => 0,
+        }
+    }
+
+    /// Asks the waiting worker to empty its allocator's cache.
+    fn release_cache(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
+        if Job::<B>::releasable_bytes(self) == 0 {
+            return Ok(0);
+        }
+        self.send(&ToWorker::ReleaseCache)?;
+        loop {
+            match self.recv()? {
+                FromWorker::Released { bytes } => {
+                    if let Some(m) = self.measured.as_mut() {
+                        m.cached = 0;
+                    }
+                    return Ok(bytes as usize);
+                }
+                FromWorker::Heartbeat => {}
+                other => {
+                    return Err(self.abort(format!("expected released, got {other:?}")));
+                }
+            }
+        }
+    }
 }
 
 impl ExternalTrial {

@@ -197,6 +197,7 @@ pub(super) fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                     run_steps(lane, &shared, &mut segment, job_id, job, previous_live)
                 }
                 Work::SwapOut(job_id, job) => swap_out(lane, &shared, job_id, job),
+                Work::Release(job_id, job) => release_cache(lane, &shared, job_id, job),
             }
         }
     });
@@ -395,6 +396,34 @@ fn swap_out<B: Backend>(
                 medium,
             });
             // Pruned while it was on its way out: it ends now.
+            if pruned {
+                st.remove(job_id, Ending::Pruned);
+            }
+        }
+        Err(error) => st.remove(job_id, Ending::Failed(error)),
+    }
+    st.admit_waiting();
+    drop(st);
+    shared.wake.notify_all();
+}
+
+/// Gives back a job's allocator cache, then accounts its smaller
+/// footprint and admits what now fits.
+fn release_cache<B: Backend>(
+    lane: &mut Lane<B>,
+    shared: &Shared<B>,
+    job_id: JobId,
+    mut job: Box<dyn Job<B>>,
+) {
+    let result = job.release_cache(lane);
+    let mut st = shared.lock();
+    let e = st.jobs.get_mut(&job_id).expect("job");
+    e.job = Some(job);
+    e.release = false;
+    let pruned = e.prune;
+    match result {
+        Ok(_) => {
+            st.refit(job_id);
             if pruned {
                 st.remove(job_id, Ending::Pruned);
             }
