@@ -59,19 +59,26 @@ def _requested_bytes(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
 
 
+def torch_cuda_memory(torch: Any) -> Dict[str, int]:
+    """PyTorch's caching allocator's counts on the current CUDA device:
+    `persistent` allocated now, `peak` since the last call, `cached`
+    reserved beyond what is allocated."""
+    allocated = torch.cuda.memory_allocated()
+    memory = {
+        "persistent": allocated,
+        "peak": torch.cuda.max_memory_allocated(),
+        "cached": max(0, torch.cuda.memory_reserved() - allocated),
+    }
+    torch.cuda.reset_peak_memory_stats()
+    return memory
+
+
 def _framework_memory(device: str) -> Optional[Dict[str, int]]:
     """What the framework already imported by the script says about its
     device memory, or None (a CPU, or no framework)."""
     torch = sys.modules.get("torch")
     if torch is not None and device == "cuda" and torch.cuda.is_available() and torch.cuda.is_initialized():
-        allocated = torch.cuda.memory_allocated()
-        memory = {
-            "persistent": allocated,
-            "peak": torch.cuda.max_memory_allocated(),
-            "cached": max(0, torch.cuda.memory_reserved() - allocated),
-        }
-        torch.cuda.reset_peak_memory_stats()
-        return memory
+        return torch_cuda_memory(torch)
     jax = sys.modules.get("jax")
     if jax is not None and device == "cuda":
         try:

@@ -16,6 +16,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 import torch
 
+from salus_worker import torch_cuda_memory
+
 __all__ = ["Tracker"]
 
 
@@ -131,12 +133,5 @@ class Tracker:
         counts (`persistent` allocated now, `peak` since the last call,
         `cached` reserved beyond that); on the CPU, the tracked state."""
         if self.device.type == "cuda":
-            allocated = torch.cuda.memory_allocated()
-            memory = {
-                "persistent": allocated,
-                "peak": torch.cuda.max_memory_allocated(),
-                "cached": max(0, torch.cuda.memory_reserved() - allocated),
-            }
-            torch.cuda.reset_peak_memory_stats()
-            return memory
+            return torch_cuda_memory(torch)
         return {"persistent": self.state_bytes()}

@@ -379,13 +379,15 @@ fn swap_out<B: Backend>(
     let result = job.swap_out(lane);
     let seconds = t.elapsed().as_secs_f64();
     let medium = job.swap_medium();
-    let mut st = shared.lock();
-    let e = st.jobs.get_mut(&job_id).expect("job");
-    e.job = Some(job);
-    e.swap_out = false;
-    let pruned = e.prune;
-    match result {
-        Ok(bytes) => {
+    take_back(
+        shared,
+        job_id,
+        job,
+        result,
+        |st| {
+            st.jobs.get_mut(&job_id).expect("job").swap_out = false;
+        },
+        |st, bytes| {
             st.leave_lane(job_id);
             st.emit(CoreEvent::Swapped {
                 job: job_id,
@@ -395,20 +397,12 @@ fn swap_out<B: Backend>(
                 seconds,
                 medium,
             });
-            // Pruned while it was on its way out: it ends now.
-            if pruned {
-                st.remove(job_id, Ending::Pruned);
-            }
-        }
-        Err(error) => st.remove(job_id, Ending::Failed(error)),
-    }
-    st.admit_waiting();
-    drop(st);
-    shared.wake.notify_all();
+        },
+    );
 }
 
 /// Gives back a job's allocator cache, then accounts its smaller
-/// footprint and admits what now fits.
+/// footprint.
 fn release_cache<B: Backend>(
     lane: &mut Lane<B>,
     shared: &Shared<B>,
@@ -416,15 +410,39 @@ fn release_cache<B: Backend>(
     mut job: Box<dyn Job<B>>,
 ) {
     let result = job.release_cache(lane);
-    let mut st = shared.lock();
-    let e = st.jobs.get_mut(&job_id).expect("job");
-    e.job = Some(job);
-    e.release = false;
-    let pruned = e.prune;
-    match result {
-        Ok(_) => {
+    take_back(
+        shared,
+        job_id,
+        job,
+        result,
+        |st| {
+            st.jobs.get_mut(&job_id).expect("job").release = false;
+        },
+        |st, _| {
             st.refit(job_id);
-            if pruned {
+        },
+    );
+}
+
+/// Returns a job to the table after work that was not a step (`clear`
+/// takes back the request): `done` on success, then the end of a job
+/// pruned meanwhile; a failure ends it. Then admits what now fits.
+fn take_back<B: Backend>(
+    shared: &Shared<B>,
+    job_id: JobId,
+    job: Box<dyn Job<B>>,
+    result: Result<usize, WorkerError>,
+    clear: impl FnOnce(&mut State<B>),
+    done: impl FnOnce(&mut State<B>, usize),
+) {
+    let mut st = shared.lock();
+    st.jobs.get_mut(&job_id).expect("job").job = Some(job);
+    clear(&mut st);
+    match result {
+        Ok(bytes) => {
+            done(&mut st, bytes);
+            // Pruned while the work ran: it ends now.
+            if st.jobs[&job_id].prune {
                 st.remove(job_id, Ending::Pruned);
             }
         }
