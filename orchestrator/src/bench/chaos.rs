@@ -563,7 +563,10 @@ fn command(
     let roll: u64 = rng.random();
     let running: Vec<i64> = block_retrying(|| async {
         let mut store = Store::open_existing(url).await?;
-        let info = store.pick_study(Some(name)).await?;
+        // No process has created the study yet: nothing runs.
+        let Some(info) = store.studies().await?.into_iter().find(|s| s.name == name) else {
+            return Ok(Vec::new());
+        };
         Ok(store
             .trials(info.id)
             .await?
