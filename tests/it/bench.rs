@@ -455,15 +455,11 @@ fn bench_chaos_finds_no_violation_on_postgres() {
 fn bench_swap_measures_both_ways_to_pause_a_torch_trial() {
     // Only the run and its figures: which way is faster is the bench's
     // to say, not a test's.
-    if std::env::var_os("SALUS_TUNE_REQUIRE_TORCH").is_none()
-        && !std::process::Command::new(
-            std::env::var("SALUS_TUNE_PYTHON").unwrap_or("python3".into()),
-        )
-        .args(["-c", "import torch"])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("bench_swap_measures_both_ways_to_pause_a_torch_trial: skipped: no torch");
+    if !python_imports(
+        "bench_swap_measures_both_ways_to_pause_a_torch_trial",
+        "torch",
+        "SALUS_TUNE_REQUIRE_TORCH",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

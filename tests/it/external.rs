@@ -9,10 +9,6 @@ use std::time::Duration;
 use crate::common::*;
 use salus_tune::storage::TrialState;
 
-fn python() -> String {
-    std::env::var("SALUS_TUNE_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 fn client_dir() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("clients/python")
@@ -26,20 +22,7 @@ fn studies_dir() -> PathBuf {
 
 /// Whether this Python can run the NumPy example; prints why not.
 fn has_numpy(test: &str) -> bool {
-    let ok = std::process::Command::new(python())
-        .args(["-c", "import numpy"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        if std::env::var_os("SALUS_TUNE_REQUIRE_OPTUNA").is_some() {
-            panic!(
-                "{test}: {} has no NumPy (scripts/test.sh installs it)",
-                python()
-            );
-        }
-        eprintln!("{test}: skipped: {} has no NumPy", python());
-    }
-    ok
+    python_imports(test, "numpy", "SALUS_TUNE_REQUIRE_OPTUNA")
 }
 
 fn worker_study(name: &str, script: &Path, params: &str, extra: &str) -> String {

@@ -16,30 +16,13 @@ use salus_tune::storage::{TrialNumber, TrialRow, TrialState};
 use salus_tune::study::WorkerConfig;
 use training::{Job, Lane, StepOutcome, SwapMedium};
 
-fn python() -> String {
-    std::env::var("SALUS_TUNE_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Whether this Python has torch and scikit-learn; prints why not.
 fn has_torch(test: &str) -> bool {
-    let ok = std::process::Command::new(python())
-        .args(["-c", "import torch, sklearn"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        if std::env::var_os("SALUS_TUNE_REQUIRE_TORCH").is_some() {
-            panic!(
-                "{test}: {} has no torch or scikit-learn (scripts/test.sh installs them)",
-                python()
-            );
-        }
-        eprintln!("{test}: skipped: {} has no torch or scikit-learn", python());
-    }
-    ok
+    python_imports(test, "torch, sklearn", "SALUS_TUNE_REQUIRE_TORCH")
 }
 
 /// `studies/external_torch.toml` as shipped, run from `dir` with this

@@ -425,6 +425,9 @@ impl Job<CpuBackend> for Misjudged {
         fp.persistent_bytes += self.cache;
         self.guess.unwrap_or(fp)
     }
+    fn footprint_changes(&self) -> bool {
+        true
+    }
     fn releasable_bytes(&self) -> usize {
         self.cache
     }

@@ -10,10 +10,6 @@ use std::process::Command;
 use crate::common::*;
 use salus_tune::storage::TrialState;
 
-fn python() -> String {
-    std::env::var("SALUS_TUNE_PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
 #[test]
 fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

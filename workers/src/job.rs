@@ -148,6 +148,12 @@ pub enum MemberOutcome {
 /// A schedulable trial. See the module docs.
 pub trait Job<B: Backend>: Send {
     fn footprint(&self) -> Footprint;
+    /// Whether `footprint` may change while the job lives (an external
+    /// worker measures its own): the core then reads it again after each
+    /// step and before admission. Built-in trials know theirs up front.
+    fn footprint_changes(&self) -> bool {
+        false
+    }
     fn fusion_key(&self) -> FusionKey;
     fn iterations_done(&self) -> u64;
     fn total_iterations(&self) -> u64;

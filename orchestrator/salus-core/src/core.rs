@@ -529,11 +529,14 @@ impl<B: Backend> State<B> {
         }
     }
 
-    /// Re-reads `id`'s footprint from the job (it may have measured
-    /// itself), never below its floor. Returns whether it changed.
+    /// Re-reads `id`'s footprint from a job that measures itself
+    /// (`Job::footprint_changes`), never below its floor. Returns whether
+    /// it changed.
     fn refresh_footprint(&mut self, id: JobId) -> bool {
         let e = self.jobs.get_mut(&id).expect("job");
-        let Some(job) = &e.job else { return false };
+        let Some(job) = e.job.as_ref().filter(|j| j.footprint_changes()) else {
+            return false;
+        };
         let fp = at_least(job.footprint(), e.floor);
         let changed = fp != e.footprint;
         e.footprint = fp;
@@ -823,15 +826,17 @@ impl<B: Backend> State<B> {
     }
 
     /// Puts a job that ran out of device memory back to waiting, its
-    /// footprint estimate half as large again, or what the job now says it
-    /// needs where that is more.
+    /// footprint estimate half as large again, or, for a job that measures
+    /// itself, what it now says it needs where that is more.
     fn requeue_larger(&mut self, id: JobId, job: Box<dyn Job<B>>) {
         self.leave_lane(id);
         let e = self.jobs.get_mut(&id).expect("job");
         let mut fp = e.footprint;
         fp.persistent_bytes += fp.persistent_bytes / 2;
         fp.ephemeral_bytes += fp.ephemeral_bytes / 2;
-        let fp = at_least(fp, job.footprint());
+        if job.footprint_changes() {
+            fp = at_least(fp, job.footprint());
+        }
         e.job = Some(job);
         e.floor = fp;
         e.footprint = fp;

@@ -164,10 +164,8 @@ pub struct ExternalTrial {
     on_host: bool,
     /// How the last swap-out kept the state.
     medium: SwapMedium,
-    /// After an out-of-memory error: the bytes the trial needs at least,
-    /// and what the client said.
+    /// After an out-of-memory error: the bytes the trial needs at least.
     oom_need: u64,
-    oom_message: String,
     /// The iteration and step the last checkpoint holds: where a restart
     /// after an out-of-memory error resumes.
     resume_point: (u64, u64),
@@ -317,7 +315,6 @@ impl ExternalTrial {
             on_host: false,
             medium: SwapMedium::HostMemory,
             oom_need: 0,
-            oom_message: String::new(),
             resume_point: (0, 0),
             device: "cpu",
             device_fixed: false,
@@ -342,6 +339,13 @@ impl ExternalTrial {
             (_, None) => Ok(()),
             (_, Some(_)) => Err(fail("the worker finished instead")),
         }
+    }
+
+    /// The bytes the ledger grants the trial: its planned footprint's
+    /// persistent and ephemeral parts (an external trial shares no data).
+    fn grant(&self) -> u64 {
+        let fp = self.planned();
+        (fp.persistent_bytes + fp.ephemeral_bytes) as u64
     }
 
     /// The footprint the ledger plans with: see [`plan_footprint`].
@@ -386,17 +390,12 @@ impl ExternalTrial {
         listener
             .set_nonblocking(true)
             .map_err(|e| fail(format!("socket: {e}")))?;
-        let grant = self.planned();
         let mps_env = self
             .plan
             .mps
             .as_ref()
             .map_or(Vec::new(), |(daemon, lanes)| {
-                daemon.worker_env(
-                    (grant.persistent_bytes + grant.ephemeral_bytes) as u64,
-                    self.plan.budget,
-                    *lanes,
-                )
+                daemon.worker_env(self.grant(), self.plan.budget, *lanes)
             });
         let mut child = Command::new(&cfg.command[0])
             .args(&cfg.command[1..])
@@ -488,7 +487,6 @@ impl ExternalTrial {
     fn start_message(&self) -> ToWorker {
         let version = self.proc.as_ref().map_or(protocol::OLDEST, |p| p.version);
         let v2 = version >= 2;
-        let grant = self.planned();
         ToWorker::Start {
             version,
             trial: self.number,
@@ -498,8 +496,8 @@ impl ExternalTrial {
             resume_from: self.resume_from.clone(),
             device: v2.then(|| self.device.to_string()),
             // The grant is a cap only once the trial's need is known.
-            memory_limit: (v2 && (self.measured.is_some() || self.cfg.memory_bytes.is_some()))
-                .then(|| (grant.persistent_bytes + grant.ephemeral_bytes) as u64),
+            memory_limit: (v2 && (self.measured.is_some() || self.plan.declared.is_some()))
+                .then(|| self.grant()),
         }
     }
 
@@ -625,33 +623,35 @@ impl ExternalTrial {
                 FromWorker::Error { message } => {
                     return Err(self.abort(format!("the worker reported an error: {message}")));
                 }
-                FromWorker::Oom { message, needed } => {
-                    return Err(self.out_of_memory(&message, needed));
-                }
+                // Requeued, not failed: only the need matters to the core
+                // (the script's traceback is in its own output).
+                FromWorker::Oom { needed, .. } => return Err(self.out_of_memory(needed)),
                 other => return Err(self.abort(format!("unexpected message {other:?}"))),
             }
         }
     }
 
-    /// Waits for `swapped_out` (`out`) or `swapped_in`: the bytes moved.
-    fn until_swapped(&mut self, out: bool) -> training::Result<u64> {
+    /// Sends `request` to the waiting worker and waits for its answer
+    /// (`want`, which `bytes_of` reads the bytes from): the bytes moved.
+    fn ask(
+        &mut self,
+        request: ToWorker,
+        want: &str,
+        bytes_of: fn(&FromWorker) -> Option<u64>,
+    ) -> training::Result<u64> {
+        self.send(&request)?;
         loop {
-            match (self.recv()?, out) {
-                (FromWorker::SwappedOut { bytes }, true)
-                | (FromWorker::SwappedIn { bytes }, false) => {
-                    return Ok(bytes);
-                }
-                (FromWorker::Heartbeat, _) => {}
-                (FromWorker::Oom { message, needed }, _) => {
-                    return Err(self.out_of_memory(&message, needed));
-                }
-                (FromWorker::Error { message }, _) => {
+            let m = self.recv()?;
+            if let Some(bytes) = bytes_of(&m) {
+                return Ok(bytes);
+            }
+            match m {
+                FromWorker::Heartbeat => {}
+                FromWorker::Oom { needed, .. } => return Err(self.out_of_memory(needed)),
+                FromWorker::Error { message } => {
                     return Err(self.abort(format!("the worker reported an error: {message}")));
                 }
-                (other, _) => {
-                    let want = if out { "swapped_out" } else { "swapped_in" };
-                    return Err(self.abort(format!("expected {want}, got {other:?}")));
-                }
+                other => return Err(self.abort(format!("expected {want}, got {other:?}"))),
             }
         }
     }
@@ -660,15 +660,13 @@ impl ExternalTrial {
     /// restart from its last checkpoint (or the start) once the ledger
     /// grants at least what the client says it needs, and at least half as
     /// much again as it had.
-    fn out_of_memory(&mut self, message: &str, needed: u64) -> WorkerError {
-        let had = self.planned();
-        let had = (had.persistent_bytes + had.ephemeral_bytes) as u64;
+    fn out_of_memory(&mut self, needed: u64) -> WorkerError {
+        let had = self.grant();
         self.oom_need = needed.max(had + had / 2);
         self.reap();
         self.on_host = false;
         (self.iteration, self.last_step) = self.resume_point;
         self.last_report = None;
-        self.oom_message = message.to_string();
         WorkerError::Kernel(KernelError::OutOfMemory {
             requested: self.oom_need as usize,
         })
@@ -720,6 +718,11 @@ impl Drop for ExternalTrial {
 impl<B: Backend> Job<B> for ExternalTrial {
     fn footprint(&self) -> Footprint {
         self.planned()
+    }
+
+    /// Its client measures it at every `ready`.
+    fn footprint_changes(&self) -> bool {
+        true
     }
 
     /// No two external trials fuse: each key names its trial. They share
@@ -828,8 +831,10 @@ impl<B: Backend> Job<B> for ExternalTrial {
             }
         }
         if self.proc.as_ref().is_some_and(|p| p.swap) {
-            self.send(&ToWorker::SwapOut)?;
-            let bytes = self.until_swapped(true)?;
+            let bytes = self.ask(ToWorker::SwapOut, "swapped_out", |m| match m {
+                FromWorker::SwappedOut { bytes } => Some(*bytes),
+                _ => None,
+            })?;
             self.on_host = true;
             self.medium = SwapMedium::HostMemory;
             return Ok(bytes as usize);
@@ -861,8 +866,10 @@ impl<B: Backend> Job<B> for ExternalTrial {
             return Ok(0);
         }
         if self.on_host {
-            self.send(&ToWorker::SwapIn)?;
-            let bytes = self.until_swapped(false)?;
+            let bytes = self.ask(ToWorker::SwapIn, "swapped_in", |m| match m {
+                FromWorker::SwappedIn { bytes } => Some(*bytes),
+                _ => None,
+            })?;
             self.on_host = false;
             return Ok(bytes as usize);
         }
@@ -880,10 +887,8 @@ impl<B: Backend> Job<B> for ExternalTrial {
     }
 
     fn releasable_bytes(&self) -> usize {
-        let waiting = self
-            .proc
-            .as_ref()
-            .is_some_and(|p| p.ready && p.version >= 2);
+        // Only a version 2 client measures; it must be waiting to answer.
+        let waiting = self.proc.as_ref().is_some_and(|p| p.ready);
         match self.measured {
             Some(m) if waiting && !self.on_host => m.cached as usize,
             _ => 0,
@@ -895,21 +900,14 @@ impl<B: Backend> Job<B> for ExternalTrial {
         if Job::<B>::releasable_bytes(self) == 0 {
             return Ok(0);
         }
-        self.send(&ToWorker::ReleaseCache)?;
-        loop {
-            match self.recv()? {
-                FromWorker::Released { bytes } => {
-                    if let Some(m) = self.measured.as_mut() {
-                        m.cached = 0;
-                    }
-                    return Ok(bytes as usize);
-                }
-                FromWorker::Heartbeat => {}
-                other => {
-                    return Err(self.abort(format!("expected released, got {other:?}")));
-                }
-            }
+        let bytes = self.ask(ToWorker::ReleaseCache, "released", |m| match m {
+            FromWorker::Released { bytes } => Some(*bytes),
+            _ => None,
+        })?;
+        if let Some(m) = self.measured.as_mut() {
+            m.cached = 0;
         }
+        Ok(bytes as usize)
     }
 }
 

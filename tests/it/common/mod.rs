@@ -440,3 +440,29 @@ impl TestDb {
         }
     }
 }
+
+/// The Python the tests run workers and anchors with: `SALUS_TUNE_PYTHON`
+/// (scripts/test.sh's `.venv`), else `python3`.
+pub fn python() -> String {
+    std::env::var("SALUS_TUNE_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Whether [`python`] can `import` `modules` (say `"torch, sklearn"`).
+/// When it cannot, `test` fails if `require` (an environment variable that
+/// scripts/test.sh sets) is set, else it prints that it is skipped.
+pub fn python_imports(test: &str, modules: &str, require: &str) -> bool {
+    let ok = Command::new(python())
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        if std::env::var_os(require).is_some() {
+            panic!(
+                "{test}: {} cannot import {modules} (scripts/test.sh installs them)",
+                python()
+            );
+        }
+        eprintln!("{test}: skipped: {} cannot import {modules}", python());
+    }
+    ok
+}
