@@ -78,6 +78,13 @@ pub trait Backend: Send + Sync + 'static {
     fn kind(&self) -> DeviceKind;
     /// A human-readable device name.
     fn name(&self) -> String;
+    /// The device as `--device` names it: `cpu`, `cpu:1`, `cuda:0`.
+    fn label(&self) -> String {
+        match self.kind() {
+            DeviceKind::Cpu => "cpu".into(),
+            DeviceKind::Cuda(n) => format!("cuda:{n}"),
+        }
+    }
     /// Bytes this device can give to trials (before any reserve).
     fn memory_bytes(&self) -> usize;
 

@@ -311,9 +311,11 @@ pub struct RunFlags {
     /// beside the study file.
     #[arg(long, env = "SALUS_TUNE_STORAGE", hide_env_values = true)]
     pub storage: Option<String>,
-    /// auto, cpu or cuda:N.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
+    /// auto, all, cpu, cuda:N, or a list of one kind (cuda:0,cuda:1;
+    /// cpu:0,cpu:1): one Salus core per device. Default: [scheduler]
+    /// devices, else auto (CUDA device 0 where CUDA works, else the CPU).
+    #[arg(long)]
+    pub device: Option<String>,
     /// Total number of finished trials to reach (overrides [study] trials).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with = "more")]
     pub trials: Option<u64>,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use training::data::SplitData;
 
 use crate::checkpoint::Checkpoints;
-use crate::device::{self, OnBackend};
+use crate::device::{self, OnDevices};
 use crate::error::{Error, Result};
 use crate::output::{self, Format};
 use crate::progress::Reporter;
@@ -27,7 +27,8 @@ pub const EXIT_NO_COMPLETE_TRIAL: i32 = 1;
 pub struct RunArgs {
     pub study: PathBuf,
     pub storage: Option<String>,
-    pub device: String,
+    /// `--device`; `None` takes `[scheduler] devices`, else `auto`.
+    pub device: Option<String>,
     pub options: RunOptions,
     /// Progress bars (true), plain lines (false), or nothing (None).
     pub progress: Option<bool>,
@@ -41,14 +42,20 @@ pub struct RunArgs {
 
 /// `salus-tune STUDY.toml`: runs or resumes the study; returns the exit status.
 pub async fn run(args: RunArgs) -> Result<i32> {
-    let request = device::parse(&args.device)?;
+    // A bad --device is refused before the study file is read.
+    let flag = args.device.as_deref().map(device::parse).transpose()?;
     let mut study = study::load(&args.study)?;
+    let request = match (flag, &study.scheduler.devices) {
+        (Some(r), _) => r,
+        (None, Some(list)) => device::parse(list)?,
+        (None, None) => device::Request::Auto,
+    };
     // A fork lives in the storage of the study it starts from.
     let url = study.storage_url(args.storage.as_deref());
     if let Some(name) = args.fork {
         fork(&mut study, name)?;
     }
-    let backend = device::open(request)?;
+    let backend = device::open_all(request)?;
     // The data is loaded and checked before the database is opened: a data
     // mistake leaves no study behind, and a new database gets its study
     // right after its tables.
@@ -568,9 +575,9 @@ struct RunOnDevice<'a> {
     data: SplitData,
 }
 
-impl OnBackend for RunOnDevice<'_> {
+impl OnDevices for RunOnDevice<'_> {
     type Output = RunSummary;
-    fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<RunSummary> {
-        self.runner.run(backend, self.data)
+    fn run<B: kernels::Backend>(self, backends: Vec<std::sync::Arc<B>>) -> Result<RunSummary> {
+        self.runner.run(backends, self.data)
     }
 }

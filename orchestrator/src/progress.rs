@@ -116,6 +116,19 @@ impl Reporter {
         }
     }
 
+    /// Where a trial runs, when the run has several devices.
+    pub fn trial_placed(&mut self, number: TrialNumber, device: &str) {
+        match self {
+            Reporter::Bars { trials, .. } => {
+                if let Some(bar) = trials.get(&number) {
+                    bar.set_prefix(format!("{number} on {device}"));
+                }
+            }
+            Reporter::Lines { .. } => eprintln!("trial {number} runs on {device}"),
+            Reporter::Quiet => {}
+        }
+    }
+
     pub fn trial_report(&mut self, number: TrialNumber, step: u64, metric: &str, value: f64) {
         if let Reporter::Bars { trials, .. } = self
             && let Some(bar) = trials.get(&number)

@@ -45,6 +45,7 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
         rung: (phase == Phase::Paused).then_some(1),
         priority: (phase == Phase::Paused).then_some(0.25),
         lane: phase.is_live().then_some(number % 2),
+        device: None,
         iterations: 10 * curve.len() as i64,
         total_iterations: 40,
         its_per_s: phase.is_live().then_some(850.0 + number as f64),
@@ -140,6 +141,25 @@ fn the_dashboard_at_80x24() {
         "{screen}"
     );
     insta::assert_snapshot!(screen);
+}
+
+#[test]
+fn a_run_on_two_devices_shows_each() {
+    let mut snap = fixture();
+    for t in &mut snap.trials {
+        t.device = t.lane.map(|l| format!("cuda:{l}"));
+    }
+    let screen = render(120, 40, &snap, &ViewState::default());
+    // Trials 4 and 6 are live on lane 0 of cuda:0, trial 5 on cuda:1.
+    assert!(screen.contains("cuda:0: 2 live · #pers 6.0MiB"), "{screen}");
+    assert!(screen.contains("cuda:1: 1 live · #pers 3.0MiB"), "{screen}");
+    assert!(
+        screen.contains("cuda:0 L0") && screen.contains("cuda:1 L1"),
+        "{screen}"
+    );
+    // On one device, no per-device lines.
+    let screen = render(120, 40, &fixture(), &ViewState::default());
+    assert!(!screen.contains("live ·"), "{screen}");
 }
 
 #[test]

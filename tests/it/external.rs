@@ -806,3 +806,64 @@ fn a_worker_learns_its_device_and_its_grant() {
     // The declared 16 MiB, as its grant.
     assert_eq!(attr("memory_limit"), (16u64 << 20).to_string());
 }
+
+/// Two CPU devices in one process: each worker learns where it was
+/// placed, the trial's resources say the same device, and both devices
+/// take trials.
+#[test]
+fn workers_are_placed_on_every_device_and_told_which() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write(
+        dir.path(),
+        "place.py",
+        "import os, salus_worker\n\
+         t = salus_worker.connect()\n\
+         for k in ('SALUS_TUNE_PLACEMENT', 'CUDA_VISIBLE_DEVICES', 'SALUS_TUNE_DEVICE'):\n\
+         \x20   t.set_user_attr(k, os.environ.get(k))\n\
+         for i in t.iterations(2):\n\
+         \x20   t.report(i + 1, 1.0)\n\
+         t.done(1.0)\n",
+    );
+    let study = worker_study("place", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 4")
+        .replace("iterations = 6", "iterations = 2");
+    write(dir.path(), "p.toml", &study);
+    let out = run_in(
+        dir.path(),
+        &["p.toml", "--no-progress", "--device", "cpu:0,cpu:1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("place.db");
+    let count = |sql: &str| scalar(&db, sql);
+    let placed = "FROM salus_trials st JOIN trial_user_attributes a ON a.trial_id = st.trial_id \
+                  WHERE a.key = 'SALUS_TUNE_PLACEMENT'";
+    assert_eq!(
+        count(&format!(
+            "SELECT COUNT(*) {placed} AND a.value_json = '\"' || st.device || '\"'"
+        )),
+        4,
+        "each worker's placement is its trial's device"
+    );
+    assert_eq!(
+        count(&format!("SELECT COUNT(DISTINCT st.device) {placed}")),
+        2,
+        "both devices ran trials"
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM trial_user_attributes \
+             WHERE key = 'CUDA_VISIBLE_DEVICES' AND value_json = 'null'"
+        ),
+        4,
+        "a CPU worker is not pointed at a GPU"
+    );
+    assert_eq!(
+        count(
+            "SELECT COUNT(*) FROM trial_user_attributes \
+             WHERE key = 'SALUS_TUNE_DEVICE' AND value_json = '\"cpu\"'"
+        ),
+        4,
+        "scripts keep saying the device kind"
+    );
+    assert!(text(&out).contains("runs on cpu:1"), "{}", text(&out));
+}

@@ -8,6 +8,7 @@ mod bad_input;
 mod bench;
 mod cnn;
 mod dashboard;
+mod devices;
 mod docs;
 mod enqueue;
 mod external;

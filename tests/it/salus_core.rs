@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, channel};
 use kernels::{Activation, CpuBackend};
 use salus_tune::salus::JobId;
 use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use salus_tune::salus::devices::DeviceCores;
 use salus_tune::salus::policy::Policy;
 use training::data::{split, synthetic_classification};
 use training::{
@@ -257,6 +258,12 @@ impl Job<CpuBackend> for Gated {
     fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
         self.inner.swap_in(lane)
     }
+    fn can_move(&self) -> bool {
+        self.inner.can_move()
+    }
+    fn rehome(&mut self, data: &Data) {
+        self.inner.rehome(data)
+    }
 }
 
 /// A gated job, the receiver of its "reached" signal and the sender of "go".
@@ -324,6 +331,67 @@ fn pause_swap_and_resume_continue_bit_exactly() {
         swapped,
         vec![(false, persistent), (true, persistent), (false, persistent)]
     );
+}
+
+/// Two devices in one process: a trial swapped out on a full device
+/// resumes on the other, where there is room, bit-exactly.
+#[test]
+fn a_swapped_out_trial_resumes_on_another_device_with_room() {
+    let datas: Vec<Data> = (0..2).map(|_| data()).collect();
+    let (ca, cb) = (cfg(16, 11, 3), cfg(16, 12, 3));
+    let fp = job(&datas[0], &ca).footprint();
+    // Each device holds one trial, not two.
+    let budget =
+        (fp.persistent_bytes + fp.ephemeral_bytes + datas[0].bytes() + fp.persistent_bytes / 2)
+            as u64;
+    let (tx, rx) = channel();
+    let devices = (0..2)
+        .map(|i| {
+            let backend = Arc::new(CpuBackend::numbered(i));
+            let config = CoreConfig::cpu(Policy::Pack, 1, 1, budget);
+            (format!("cpu:{i}"), backend, config)
+        })
+        .collect();
+    let cores = DeviceCores::start(devices, tx).unwrap();
+    assert_eq!(cores.layout().len(), 2);
+    let (reached_tx, reached) = channel();
+    let (ja, go) = gated(&datas[0], &ca, 5, 0, &reached_tx);
+    let a = cores.submit_on(0, ja, 0.0, "d");
+    reached.recv().unwrap();
+    cores.pause(a);
+    cores.swap_out(a);
+    go.send(()).unwrap();
+    let jb = std::cell::Cell::new(Some(job(&datas[0], &cb)));
+    let mut b = None;
+    let mut moved = Vec::new();
+    let mut admitted: Vec<(JobId, usize)> = Vec::new();
+    let log = drain(&rx, 2, |e| match e {
+        CoreEvent::Swapped { job, out: true, .. } if *job == a => {
+            // Device 0 fills up again, then `a` may run: it waits there.
+            b = Some(cores.submit_on(0, jb.take().unwrap(), 0.0, "d"));
+            cores.resume(a);
+            // The lane hands `a` back to its core just after this event.
+            for _ in 0..5000 {
+                moved = cores.rebalance(|j, d| j.rehome(&datas[d]));
+                if !moved.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        CoreEvent::Admitted { job, lane } => admitted.push((*job, cores.device_of_lane(*lane))),
+        _ => {}
+    });
+    let b = b.expect("b was submitted");
+    assert_eq!(moved, vec![(a, 0, 1)], "a moved to the device with room");
+    assert_eq!(admitted, vec![(a, 0), (b, 0), (a, 1)]);
+    assert_eq!(cores.device_of(a), 1);
+    assert_eq!(
+        log.reports[&a],
+        alone(&datas[0], &ca),
+        "a's curve, bit for bit"
+    );
+    assert_eq!(log.reports[&b], alone(&datas[0], &cb));
 }
 
 #[test]

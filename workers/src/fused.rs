@@ -365,6 +365,17 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
         self.group.is_some()
     }
 
+    /// A group formed on the host may be placed on any device before its
+    /// first swap-in; once resident it stays (`can_move` is false).
+    fn rehome(&mut self, data: &Arc<DeviceData<B>>) {
+        if self.group.is_none() {
+            self.data = data.clone();
+            for m in &mut self.members {
+                m.trial.rehome(data);
+            }
+        }
+    }
+
     /// One iteration of every member. The outcome is always
     /// [`StepOutcome::Members`], listing the members that left at this
     /// boundary, then those at a report point or at their end; those that

@@ -5,8 +5,11 @@
 //! that advances one iteration per `step`, reports at report points, and
 //! moves its persistent state off and back onto the device on request.
 
+use std::sync::Arc;
+
 use kernels::Backend;
 
+use crate::device_data::DeviceData;
 use crate::error::Result;
 use crate::group::GroupShape;
 use crate::hparams::OptimizerFamily;
@@ -186,6 +189,15 @@ pub trait Job<B: Backend>: Send {
     fn release_cache(&mut self, _lane: &mut Lane<B>) -> Result<usize> {
         Ok(0)
     }
+    /// Whether the job, now off the device, could continue on another
+    /// device of the same kind: its state is on the host, not held by a
+    /// device (a worker process's). A fused group stays where it formed.
+    fn can_move(&self) -> bool {
+        false
+    }
+    /// Points a job that [`Job::can_move`] at another device's copy of the
+    /// study's data before that device's core adopts it.
+    fn rehome(&mut self, _data: &Arc<DeviceData<B>>) {}
     /// Trials still inside the job: 1 for a lone trial, the members of a
     /// fused group. A fused job with none left has ended.
     fn live_members(&self) -> usize {

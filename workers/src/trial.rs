@@ -368,6 +368,18 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         self.group.is_some()
     }
 
+    /// Off the device its whole state is a host snapshot.
+    fn can_move(&self) -> bool {
+        !self.is_resident()
+    }
+
+    fn rehome(&mut self, data: &Arc<DeviceData<B>>) {
+        debug_assert_eq!(data.name, self.data.name, "the same data on another device");
+        if !self.is_resident() {
+            self.data = data.clone();
+        }
+    }
+
     fn step(&mut self, lane: &mut Lane<B>) -> Result<StepOutcome> {
         if self.iteration >= self.total_iterations() {
             return Err(WorkerError::Config("the trial has already finished".into()));

@@ -23,16 +23,27 @@ use crate::ops::{
 #[derive(Debug, Clone, Default)]
 pub struct CpuBackend {
     memory_bytes: Option<usize>,
+    /// `N` of `cpu:N`, where a run splits the machine into several CPU
+    /// devices (each a Salus core with its own lanes and threads).
+    index: Option<usize>,
 }
 
 impl CpuBackend {
     pub fn new() -> Self {
-        CpuBackend { memory_bytes: None }
+        CpuBackend::default()
     }
     /// A CPU device that reports `bytes` of memory instead of the RAM it finds.
     pub fn with_memory(bytes: usize) -> Self {
         CpuBackend {
             memory_bytes: Some(bytes),
+            index: None,
+        }
+    }
+    /// CPU device `cpu:index` of several in one run.
+    pub fn numbered(index: usize) -> Self {
+        CpuBackend {
+            memory_bytes: None,
+            index: Some(index),
         }
     }
 }
@@ -121,6 +132,10 @@ impl Backend for CpuBackend {
             "cpu ({} threads)",
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )
+    }
+
+    fn label(&self) -> String {
+        self.index.map_or("cpu".into(), |i| format!("cpu:{i}"))
     }
 
     fn memory_bytes(&self) -> usize {

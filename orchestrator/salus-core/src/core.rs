@@ -34,6 +34,7 @@
 //! is not a switch).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -229,6 +230,21 @@ pub enum CoreEvent {
     },
 }
 
+impl CoreEvent {
+    /// The event with its lane numbers counted from `base`.
+    fn with_lane_base(mut self, base: LaneId) -> Self {
+        match &mut self {
+            CoreEvent::Admitted { lane, .. }
+            | CoreEvent::Refit { lane, .. }
+            | CoreEvent::Swapped { lane, .. }
+            | CoreEvent::Segment { lane, .. }
+            | CoreEvent::Switch { lane, .. } => *lane += base,
+            _ => {}
+        }
+        self
+    }
+}
+
 struct Entry<B: Backend> {
     /// `None` while a lane holds it.
     job: Option<Box<dyn Job<B>>>,
@@ -264,7 +280,10 @@ struct State<B: Backend> {
     max_lanes: usize,
     ledger: MemoryLedger,
     jobs: BTreeMap<JobId, Entry<B>>,
-    next_id: JobId,
+    /// Numbers jobs; cores of one process share it (see [`Numbering`]).
+    ids: Arc<AtomicU64>,
+    /// Added to this core's lane numbers in its events.
+    lane_base: LaneId,
     boundary: u64,
     stop: bool,
     events: Sender<CoreEvent>,
@@ -302,12 +321,55 @@ pub struct SalusCore<B: Backend> {
     lanes: Vec<JoinHandle<()>>,
 }
 
+/// How a core numbers what it reports, so that the cores of several
+/// devices can share one event channel ([`crate::devices::DeviceCores`]):
+/// job ids come from one counter, and each core's lanes are numbered from
+/// its own base.
+#[derive(Debug, Clone, Default)]
+pub struct Numbering {
+    pub ids: Arc<AtomicU64>,
+    pub lane_base: LaneId,
+}
+
+/// A job taken out of one core, off the device, to be adopted by another
+/// ([`SalusCore::withdraw`], [`SalusCore::adopt`]). It keeps its id and
+/// what the scheduler knows of it.
+pub struct Withdrawn<B: Backend> {
+    pub id: JobId,
+    pub job: Box<dyn Job<B>>,
+    sched: JobState,
+    floor: Footprint,
+    shared_key: String,
+    iterations: u64,
+}
+
+/// A core's load, for placing jobs across devices
+/// ([`crate::devices::choose_device`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLoad {
+    /// Bytes the ledger has not placed.
+    pub free: u64,
+    pub lanes: usize,
+    /// Jobs not ended: resident, waiting or paused.
+    pub jobs: usize,
+}
+
 impl<B: Backend> SalusCore<B> {
     /// Starts `config.lanes` lane threads on `backend`.
     pub fn start(
         backend: Arc<B>,
         config: CoreConfig,
         events: Sender<CoreEvent>,
+    ) -> Result<Self, WorkerError> {
+        Self::start_numbered(backend, config, events, Numbering::default())
+    }
+
+    /// As [`SalusCore::start`], numbering jobs and lanes as `numbering` says.
+    pub fn start_numbered(
+        backend: Arc<B>,
+        config: CoreConfig,
+        events: Sender<CoreEvent>,
+        numbering: Numbering,
     ) -> Result<Self, WorkerError> {
         let shared = Arc::new(Shared {
             checkpoints: config.checkpoints,
@@ -318,7 +380,8 @@ impl<B: Backend> SalusCore<B> {
                 max_lanes: config.lanes,
                 ledger: MemoryLedger::new(config.budget),
                 jobs: BTreeMap::new(),
-                next_id: JobId(0),
+                ids: numbering.ids,
+                lane_base: numbering.lane_base,
                 boundary: 0,
                 stop: false,
                 events,
@@ -349,8 +412,7 @@ impl<B: Backend> SalusCore<B> {
     /// Queues a job; it runs once memory and a lane allow.
     pub fn submit(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
         let mut st = self.lock();
-        let id = st.next_id;
-        st.next_id.0 += 1;
+        let id = JobId(st.ids.fetch_add(1, Ordering::Relaxed));
         let sched = JobState {
             id,
             arrival: id.0,
@@ -446,6 +508,87 @@ impl<B: Backend> SalusCore<B> {
         self.lock().jobs.len()
     }
 
+    /// Free memory, lanes and jobs now.
+    pub fn load(&self) -> DeviceLoad {
+        let st = self.lock();
+        DeviceLoad {
+            free: st.ledger.free(),
+            lanes: st.max_lanes,
+            jobs: st.jobs.len(),
+        }
+    }
+
+    /// Jobs that wait off the device for memory or a lane and could run on
+    /// another device (`Job::can_move`), with the bytes each needs on an
+    /// empty device ([`MemoryLedger::alone_cost`]), in the policy's
+    /// admission order.
+    pub fn movable_waiting(&self) -> Vec<(JobId, u64)> {
+        let st = self.lock();
+        let waiting: Vec<JobState> = st
+            .jobs
+            .values()
+            .filter(|e| {
+                e.lane.is_none()
+                    && !e.paused
+                    && !e.held
+                    && !e.prune
+                    && e.job.as_ref().is_some_and(|j| j.can_move())
+            })
+            .map(|e| e.sched)
+            .collect();
+        policy::admission_order(st.policy, &waiting)
+            .into_iter()
+            .map(|id| (id, MemoryLedger::alone_cost(&st.jobs[&id].footprint)))
+            .collect()
+    }
+
+    /// Takes waiting job `id` out of this core, for another core to adopt;
+    /// `None` unless it is off the device, not running, paused, held or
+    /// pruned, and can move. No event says it left.
+    pub fn withdraw(&self, id: JobId) -> Option<Withdrawn<B>> {
+        let mut st = self.lock();
+        let e = st.jobs.get(&id)?;
+        let free = e.lane.is_none() && !e.paused && !e.held && !e.prune;
+        if !free || !e.job.as_ref().is_some_and(|j| j.can_move()) {
+            return None;
+        }
+        let e = st.jobs.remove(&id).expect("job");
+        Some(Withdrawn {
+            id,
+            job: e.job.expect("not running"),
+            sched: e.sched,
+            floor: e.floor,
+            shared_key: e.shared_key,
+            iterations: e.iterations,
+        })
+    }
+
+    /// Takes a job another core gave up; it waits here for memory and a
+    /// lane as it waited there.
+    pub fn adopt(&self, w: Withdrawn<B>) {
+        let mut st = self.lock();
+        let entry = Entry {
+            footprint: at_least(w.job.footprint(), w.floor),
+            floor: w.floor,
+            shape: w.job.fusion_key().shape,
+            iterations: w.iterations,
+            job: Some(w.job),
+            sched: w.sched,
+            shared_key: w.shared_key,
+            lane: None,
+            paused: false,
+            held: false,
+            swap_out: false,
+            release: false,
+            prune: false,
+        };
+        st.jobs.insert(w.id, entry);
+        st.fail_if_never_fits(w.id);
+        st.admit_waiting();
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+
     /// Stops every lane at its next boundary and returns the jobs that had
     /// not ended, by id.
     pub fn shutdown(mut self) -> Vec<(JobId, Box<dyn Job<B>>)> {
@@ -489,7 +632,7 @@ enum Ending {
 
 impl<B: Backend> State<B> {
     fn emit(&self, e: CoreEvent) {
-        let _ = self.events.send(e);
+        let _ = self.events.send(e.with_lane_base(self.lane_base));
     }
 
     fn lane_loads(&self, shape: &GroupShape) -> Vec<LaneLoad> {

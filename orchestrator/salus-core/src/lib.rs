@@ -21,15 +21,18 @@
 //!
 //! * [`fusion`]: how many trials of one shape may run as one fused group.
 //!
-//! [`core::SalusCore`] is the executor that drives lanes with these decisions.
+//! [`core::SalusCore`] is the executor that drives lanes with these decisions,
+//! and [`devices::DeviceCores`] runs one core per device of a machine.
 
 pub mod core;
+pub mod devices;
 pub mod fusion;
 pub mod ledger;
 pub mod policy;
 
 /// Identifies a job inside the core: a trial running alone, or a fused
-/// group. The core numbers jobs from 0 in submission order.
+/// group. The core numbers jobs from 0 in submission order (the cores of
+/// one process share the count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct JobId(pub u64);
 

@@ -62,6 +62,8 @@ pub struct TrialInfo {
     pub rung: Option<i64>,
     pub priority: Option<f64>,
     pub lane: Option<i64>,
+    /// The device it was last placed on (`cuda:1` where a run has several).
+    pub device: Option<String>,
     pub iterations: i64,
     pub total_iterations: i64,
     /// Iterations per second of lane time in the latest run.
@@ -83,6 +85,15 @@ impl TrialInfo {
     pub fn last_metric(&self) -> Option<f64> {
         self.curve.last().map(|&(_, v)| v).or(self.value)
     }
+}
+
+/// One device's share of a run on several ([`Snapshot::devices`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceUse {
+    pub name: String,
+    pub trials: usize,
+    pub persistent_bytes: i64,
+    pub lanes: std::collections::BTreeSet<i64>,
 }
 
 /// Everything the dashboard draws. See the module docs.
@@ -165,6 +176,29 @@ impl Snapshot {
         (persistent, per_lane.values().sum())
     }
 
+    /// Per device, where live trials sit on more than one: its name, its
+    /// live trials, their persistent bytes, and its lanes. Empty on one
+    /// device.
+    pub fn devices(&self) -> Vec<DeviceUse> {
+        let mut by: BTreeMap<&str, DeviceUse> = BTreeMap::new();
+        for t in self.trials.iter().filter(|t| t.phase.is_live()) {
+            let Some(d) = t.device.as_deref() else {
+                continue;
+            };
+            let u = by.entry(d).or_insert_with(|| DeviceUse {
+                name: d.to_string(),
+                ..DeviceUse::default()
+            });
+            u.trials += 1;
+            u.persistent_bytes += t.persistent_bytes;
+            u.lanes.extend(t.lane);
+        }
+        if by.len() < 2 {
+            return Vec::new();
+        }
+        by.into_values().collect()
+    }
+
     /// Sizes of the fused groups that are still running.
     pub fn fused_groups(&self) -> Vec<usize> {
         let mut groups: BTreeMap<Vec<TrialNumber>, usize> = BTreeMap::new();
@@ -220,6 +254,7 @@ pub async fn load(
     let TrialDetails {
         mut params,
         res,
+        mut devices,
         reasons,
         swapped,
         fused,
@@ -261,6 +296,7 @@ pub async fn load(
                 rung: t.rung,
                 priority: t.priority,
                 lane: r.0,
+                device: devices.remove(&t.trial_id),
                 iterations: r.4,
                 total_iterations: r.5,
                 its_per_s: speed.get(&t.trial_id).copied(),

@@ -396,6 +396,22 @@ fn device_panel(frame: &mut Frame, area: Rect, snap: &Snapshot, focused: bool) {
             snap.swaps
         )),
     ];
+    // A run on several devices: one line each, and each lane says its device.
+    let devices = snap.devices();
+    for d in &devices {
+        lines.push(Line::from(format!(
+            "{}: {} live · #pers {}",
+            d.name,
+            d.trials,
+            bytes(d.persistent_bytes)
+        )));
+    }
+    let device_of = |lane: i64| {
+        devices
+            .iter()
+            .find(|d| d.lanes.contains(&lane))
+            .map_or(String::new(), |d| format!("{} ", d.name))
+    };
     lines.truncate(inner.height as usize);
     let text_h = lines.len() as u16;
     frame.render_widget(
@@ -408,7 +424,7 @@ fn device_panel(frame: &mut Frame, area: Rect, snap: &Snapshot, focused: bool) {
     // One sparkline per lane below: busy % per second over the last minute.
     let bottom = inner.y + inner.height;
     for (y, lane) in (inner.y + text_h..bottom).zip(&snap.lanes) {
-        let label = format!("L{} ", lane.lane);
+        let label = format!("{}L{} ", device_of(lane.lane), lane.lane);
         let lw = label.len() as u16;
         frame.render_widget(Paragraph::new(label), Rect::new(inner.x, y, lw, 1));
         let spark_w = inner.width.saturating_sub(lw) as usize;

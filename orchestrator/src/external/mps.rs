@@ -23,8 +23,6 @@ pub struct MpsDaemon {
     control: PathBuf,
     pipe: PathBuf,
     log: PathBuf,
-    /// The CUDA device the workers use, as MPS numbers it.
-    device: usize,
 }
 
 /// `program` in the folders of a `PATH`-style list.
@@ -46,9 +44,9 @@ pub fn worker_limits(grant: u64, budget: u64, lanes: usize) -> (u64, u32) {
 }
 
 impl MpsDaemon {
-    /// Starts the daemon for CUDA device `device`, its folders under `dir`.
-    /// The error names what is missing.
-    pub fn start(dir: &Path, device: usize) -> Result<MpsDaemon, String> {
+    /// Starts the daemon for the run's CUDA devices, its folders under
+    /// `dir`. The error names what is missing.
+    pub fn start(dir: &Path) -> Result<MpsDaemon, String> {
         let path = std::env::var_os("PATH").unwrap_or_default();
         let control = find_on_path(CONTROL, &path).ok_or_else(|| {
             format!(
@@ -61,12 +59,7 @@ impl MpsDaemon {
             std::fs::create_dir_all(d)
                 .map_err(|e| format!("cannot create the MPS folder {}: {e}", d.display()))?;
         }
-        let daemon = MpsDaemon {
-            control,
-            pipe,
-            log,
-            device,
-        };
+        let daemon = MpsDaemon { control, pipe, log };
         let out = daemon
             .command()
             .arg("-d")
@@ -93,7 +86,8 @@ impl MpsDaemon {
     }
 
     /// The environment of a worker granted `grant` bytes of a `budget`
-    /// shared by `lanes` lanes.
+    /// shared by `lanes` lanes. Each worker sees only its own device
+    /// (`CUDA_VISIBLE_DEVICES`), which it numbers 0.
     pub fn worker_env(&self, grant: u64, budget: u64, lanes: usize) -> Vec<(String, String)> {
         let (mib, percent) = worker_limits(grant, budget, lanes);
         vec![
@@ -107,7 +101,7 @@ impl MpsDaemon {
             ),
             (
                 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(),
-                format!("{}={mib}M", self.device),
+                format!("0={mib}M"),
             ),
             (
                 "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(),

@@ -171,6 +171,12 @@ pub struct ExternalTrial {
     resume_point: (u64, u64),
     /// `cuda` or `cpu`: what the worker calls its device.
     device: &'static str,
+    /// The device the trial was placed on, as `--device` names it (`cpu`,
+    /// `cpu:1`, `cuda:1`): its worker's `SALUS_TUNE_PLACEMENT`, and on
+    /// CUDA, through `CUDA_VISIBLE_DEVICES`, the only device it sees.
+    placement: String,
+    /// The placement's CUDA ordinal in this process, where it is a GPU.
+    cuda_ordinal: Option<usize>,
     /// Set by [`ExternalTrial::on_device`]: the lane's backend does not
     /// decide it.
     device_fixed: bool,
@@ -233,23 +239,45 @@ fn drain_into(tail: Tail, stream: impl std::io::Read + Send + 'static) {
 }
 
 /// Serving workers (`done` with `more`) waiting for their next trial, per
-/// command line and folder.
-type Pool = Mutex<std::collections::HashMap<(Vec<String>, PathBuf), Vec<Process>>>;
+/// command line, folder and device.
+type PoolKey = (Vec<String>, PathBuf, String);
+type Pool = Mutex<std::collections::HashMap<PoolKey, Vec<Process>>>;
 
 fn idle_pool_all() -> &'static Pool {
     static POOL: std::sync::OnceLock<Pool> = std::sync::OnceLock::new();
     POOL.get_or_init(Default::default)
 }
 
-fn idle_pool(cfg: &WorkerConfig) -> PoolGuard {
+fn idle_pool(cfg: &WorkerConfig, placement: &str) -> PoolGuard {
     PoolGuard {
-        key: (cfg.command.clone(), cfg.cwd.clone()),
+        key: (cfg.command.clone(), cfg.cwd.clone(), placement.to_string()),
         pool: idle_pool_all(),
     }
 }
 
+/// `CUDA_VISIBLE_DEVICES` for a worker on CUDA device `ordinal` of this
+/// process: the `ordinal`-th entry of this process's own list where it has
+/// one (ordinals count what it lets this process see), else the ordinal.
+pub fn visible_device(parent: Option<&str>, ordinal: usize) -> String {
+    parent
+        .and_then(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .nth(ordinal)
+        })
+        .map_or(ordinal.to_string(), str::to_string)
+}
+
+/// JAX's `XLA_PYTHON_CLIENT_MEM_FRACTION`: the grant's share of the
+/// device budget, rounded up to a hundredth, between 0.01 and 1.
+pub fn memory_fraction(grant: u64, budget: u64) -> String {
+    let hundredths = (100 * grant).div_ceil(budget.max(1)).clamp(1, 100);
+    format!("{:.2}", hundredths as f64 / 100.0)
+}
+
 struct PoolGuard {
-    key: (Vec<String>, PathBuf),
+    key: PoolKey,
     pool: &'static Pool,
 }
 
@@ -317,6 +345,8 @@ impl ExternalTrial {
             oom_need: 0,
             resume_point: (0, 0),
             device: "cpu",
+            placement: "cpu".into(),
+            cuda_ordinal: None,
             device_fixed: false,
         }
     }
@@ -325,6 +355,7 @@ impl ExternalTrial {
     /// lane steps it: a benchmark's worker on a GPU, gated from a CPU lane.
     pub fn on_device(mut self, device: &'static str) -> Self {
         self.device = device;
+        self.placement = device.to_string();
         self.device_fixed = true;
         self
     }
@@ -368,9 +399,29 @@ impl ExternalTrial {
         tail_text(&p.tail)
     }
 
+    /// What tells a worker where it was placed: `SALUS_TUNE_PLACEMENT`,
+    /// and on a GPU `CUDA_VISIBLE_DEVICES` naming only that one (as this
+    /// process's own `CUDA_VISIBLE_DEVICES` numbers it), so that the
+    /// user's script keeps saying `"cuda"`. JAX gets its grant's share of
+    /// the device (`XLA_PYTHON_CLIENT_MEM_FRACTION`). These win over
+    /// `[worker] env`: the placement is the scheduler's.
+    fn placement_env(&self) -> Vec<(&'static str, String)> {
+        let mut env = vec![("SALUS_TUNE_PLACEMENT", self.placement.clone())];
+        if let Some(n) = self.cuda_ordinal {
+            let parent = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+            env.push(("CUDA_VISIBLE_DEVICES", visible_device(parent.as_deref(), n)));
+            env.push((
+                "XLA_PYTHON_CLIENT_MEM_FRACTION",
+                memory_fraction(self.grant(), self.plan.budget),
+            ));
+        }
+        env
+    }
+
     fn spawn(&mut self) -> training::Result<()> {
-        // A serving worker that finished a trial takes this one.
-        while let Some(p) = idle_pool(&self.cfg).pop() {
+        // A serving worker that finished a trial takes this one, where it
+        // was started on the same device.
+        while let Some(p) = idle_pool(&self.cfg, &self.placement).pop() {
             self.proc = Some(p);
             let line = protocol::encode(&self.start_message());
             if let Some(p) = self.proc.as_mut()
@@ -406,6 +457,7 @@ impl ExternalTrial {
             .env("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
             .envs(&cfg.env)
             .envs(mps_env)
+            .envs(self.placement_env())
             .env("SALUS_TUNE_SOCKET", &socket)
             .env("SALUS_TUNE_TRIAL", self.number.to_string())
             .env("SALUS_TUNE_DEVICE", self.device)
@@ -720,6 +772,12 @@ impl<B: Backend> Job<B> for ExternalTrial {
         self.planned()
     }
 
+    /// Only with no live worker: not started yet, or swapped out through
+    /// its checkpoint. A worker keeps the device it started on.
+    fn can_move(&self) -> bool {
+        self.proc.is_none() && !self.on_host
+    }
+
     /// Its client measures it at every `ready`.
     fn footprint_changes(&self) -> bool {
         true
@@ -856,11 +914,13 @@ impl<B: Backend> Job<B> for ExternalTrial {
     }
 
     fn swap_in(&mut self, lane: &mut Lane<B>) -> training::Result<usize> {
-        if !self.device_fixed {
-            self.device = match lane.backend().kind() {
-                DeviceKind::Cuda(_) => "cuda",
-                DeviceKind::Cpu => "cpu",
+        if !self.device_fixed && self.proc.is_none() {
+            let backend = lane.backend();
+            (self.device, self.cuda_ordinal) = match backend.kind() {
+                DeviceKind::Cuda(n) => ("cuda", Some(n)),
+                DeviceKind::Cpu => ("cpu", None),
             };
+            self.placement = backend.label();
         }
         if self.finished {
             return Ok(0);
@@ -921,7 +981,7 @@ impl ExternalTrial {
         self.finished = true;
         match (more, self.proc.take()) {
             // A serving worker waits for its next trial, in the pool.
-            (true, Some(p)) => idle_pool(&self.cfg).push(p),
+            (true, Some(p)) => idle_pool(&self.cfg, &self.placement).push(p),
             (_, p) => {
                 self.proc = p;
                 self.reap();
@@ -949,5 +1009,30 @@ impl ExternalTrial {
         }
         self.last_report = Some(r.clone());
         Ok(StepOutcome::Finished(r))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_sees_only_its_own_gpu_as_this_process_numbers_it() {
+        assert_eq!(visible_device(None, 1), "1");
+        // This process sees physical GPUs 4 and 6: its cuda:1 is GPU 6.
+        assert_eq!(visible_device(Some("4,6"), 1), "6");
+        assert_eq!(visible_device(Some(" GPU-a1 , GPU-b2 "), 0), "GPU-a1");
+        // A list shorter than the ordinal (or empty) falls back to it.
+        assert_eq!(visible_device(Some(""), 2), "2");
+        assert_eq!(visible_device(Some("3"), 1), "1");
+    }
+
+    #[test]
+    fn jax_gets_its_grant_as_a_fraction_of_the_device() {
+        assert_eq!(memory_fraction(1 << 30, 4 << 30), "0.25");
+        // Rounded up to a hundredth, at least one, at most all.
+        assert_eq!(memory_fraction(1, 100 << 30), "0.01");
+        assert_eq!(memory_fraction((1 << 30) + 1, 4 << 30), "0.26");
+        assert_eq!(memory_fraction(8 << 30, 4 << 30), "1.00");
     }
 }

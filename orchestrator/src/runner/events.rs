@@ -37,6 +37,9 @@ impl Runner<'_> {
                         claim: f.pending.claim,
                         resources: st.resources(f, lane),
                     })?;
+                    if let Some(device) = st.placement(lane) {
+                        self.reporter.trial_placed(f.pending.number, device);
+                    }
                 }
                 Ok(())
             }

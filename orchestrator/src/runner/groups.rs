@@ -19,6 +19,7 @@ use super::{Flight, MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::salus::JobId;
 use crate::salus::fusion::{self, Seat};
+use crate::salus::ledger::MemoryLedger;
 use crate::storage::TrialNumber;
 use crate::storage::writer::{TrialResources, WriteOp};
 
@@ -228,8 +229,11 @@ impl Runner<'_> {
         new: Vec<(TrainTrial<B>, Flight)>,
     ) -> Result<()> {
         if st.fusion.fuse <= 1 {
-            for (trial, flight) in new {
-                let id = st.core.submit(Box::new(trial), 0.0, &st.data.name);
+            for (mut trial, flight) in new {
+                let device = st.core.choose(MemoryLedger::alone_cost(&flight.footprint));
+                trial.rehome(&st.data[device]);
+                let key = st.data[device].name.clone();
+                let id = st.core.submit_on(device, Box::new(trial), 0.0, &key);
                 st.timeline
                     .trial_ids
                     .insert(id, flight.pending.claim.trial_id);
@@ -311,9 +315,11 @@ impl Runner<'_> {
             if join.is_empty() {
                 continue;
             }
+            let device = st.core.device_of(g);
             for id in &join {
                 let pos = waiting.iter().position(|(w, _)| w == id).expect("waiting");
-                let (m, trial) = waiting.swap_remove(pos);
+                let (m, mut trial) = waiting.swap_remove(pos);
+                trial.rehome(&st.data[device]);
                 let group = st.fusion.groups.get_mut(&g).expect("group");
                 group.control.join(m.0, trial);
                 group.members.push(m);
@@ -363,7 +369,10 @@ impl Runner<'_> {
             .keeping_final_states(self.study.keep != crate::study::Keep::None);
         let control = fused.control();
         let key = fused.fusion_key();
-        let id = st.core.submit(Box::new(fused), 0.0, &st.data.name);
+        let mut fused: Box<dyn Job<B>> = Box::new(fused);
+        let device = st.core.choose(MemoryLedger::alone_cost(&fused.footprint()));
+        fused.rehome(&st.data[device]);
+        let id = st.core.submit_on(device, fused, 0.0, &key.data);
         // The group's timeline is filed under its first member.
         let first = st.in_flight[&TrialHandle::Member(tags[0])]
             .pending
@@ -436,11 +445,12 @@ impl Runner<'_> {
 }
 
 impl<B: Backend> RunState<B> {
-    /// What `salus_trial_resources` stores for a trial on `lane`.
+    /// What `salus_trials` stores of a trial's resources on `lane` (as
+    /// events number lanes: the device follows from it).
     pub(super) fn resources(&self, f: &Flight, lane: usize) -> TrialResources {
         let fp = f.footprint;
         TrialResources {
-            device: self.device.clone(),
+            device: self.device_names[self.core.device_of_lane(lane)].clone(),
             lane: Some(lane as i64),
             persistent_bytes: fp.persistent_bytes as i64,
             ephemeral_bytes: fp.ephemeral_bytes as i64,

@@ -32,6 +32,7 @@ mod dash_commands;
 mod events;
 mod groups;
 mod keep;
+mod placement;
 mod processes;
 use processes::Next;
 mod resume;
@@ -45,7 +46,8 @@ use crate::external::ExternalTrial;
 use crate::progress::Reporter;
 use crate::pruner::{Curves, Pruner};
 use crate::salus::JobId;
-use crate::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use crate::salus::core::{CoreConfig, CoreEvent};
+use crate::salus::devices::DeviceCores;
 use crate::salus::ledger::MemoryLedger;
 use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{Sampler, TrialRecord};
@@ -172,10 +174,12 @@ struct LaneTally {
 }
 
 impl Runner<'_> {
-    /// The core's settings from `[scheduler]` and this machine.
-    fn core_config<B: Backend>(&self, backend: &B) -> CoreConfig {
+    /// A core's settings from `[scheduler]` and this machine, on one of
+    /// `devices` devices: CPU devices share the machine's cores and memory.
+    fn core_config<B: Backend>(&self, backend: &B, devices: usize) -> CoreConfig {
         let s = &self.study.scheduler;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let devices = devices.max(1);
+        let cores = (std::thread::available_parallelism().map_or(1, |n| n.get()) / devices).max(1);
         let policy = s
             .policy
             .unwrap_or(default_policy(self.study.pruner != PrunerKind::None));
@@ -184,7 +188,10 @@ impl Runner<'_> {
                 policy,
                 s.lanes.unwrap_or(cores),
                 cores,
-                MemoryLedger::cpu_budget(s.memory_bytes, backend.memory_bytes() as u64),
+                MemoryLedger::cpu_budget(
+                    s.memory_bytes,
+                    backend.memory_bytes() as u64 / devices as u64,
+                ),
             ),
             DeviceKind::Cuda(_) => CoreConfig::cuda(
                 policy,
@@ -203,12 +210,16 @@ impl Runner<'_> {
         }
     }
 
-    /// Runs the study to its budget, its timeout, an exhausted grid or a stop.
-    /// `data` is the study's, loaded and checked ([`Study::load_data`]).
-    pub fn run<B: Backend>(mut self, backend: Arc<B>, data: SplitData) -> Result<RunSummary> {
+    /// Runs the study to its budget, its timeout, an exhausted grid or a
+    /// stop, on `backends` (one Salus core each). `data` is the study's,
+    /// loaded and checked ([`Study::load_data`]); each device gets a copy.
+    pub fn run<B: Backend>(mut self, backends: Vec<Arc<B>>, data: SplitData) -> Result<RunSummary> {
         let study = self.study;
-        let device_data = DeviceData::upload(&mut Lane::new(backend.clone(), 0, 1)?, &data)?;
-        let mut st = self.start(&backend, device_data)?;
+        let device_data = backends
+            .iter()
+            .map(|b| DeviceData::upload(&mut Lane::new(b.clone(), 0, 1)?, &data))
+            .collect::<training::Result<Vec<_>>>()?;
+        let mut st = self.start(&backends, device_data)?;
         st.kept.norm = Some(crate::kept_model::Standardisation::of(&data));
         let interrupted = loop {
             if self.stop.load(Ordering::SeqCst) {
@@ -223,6 +234,7 @@ impl Runner<'_> {
             self.beat_claims(&mut st);
             self.sync(&mut st)?;
             self.fill(&mut st, timed_out || halted)?;
+            self.rebalance(&mut st)?;
             self.close_paused(&mut st, timed_out || halted)?;
             // Trials other live processes hold: this one stays until they
             // end (each process stops when the study is done), and takes
@@ -327,15 +339,17 @@ impl Runner<'_> {
                     &describe(study, &pending.params),
                     w.iterations.div_ceil(w.report_every.max(1)),
                 );
+                let footprint = Job::<B>::footprint(&trial);
                 let flight = Flight {
-                    footprint: Job::<B>::footprint(&trial),
+                    footprint,
                     total_iterations: w.iterations,
                     history_index,
                     external_checkpoint: pending.external_resume.map(|(_, step)| step),
                     pending,
                     priority: 0.0,
                 };
-                let id = st.core.submit(Box::new(trial), 0.0, "external");
+                let device = st.core.choose(MemoryLedger::alone_cost(&footprint));
+                let id = st.core.submit_on(device, Box::new(trial), 0.0, "external");
                 st.timeline
                     .trial_ids
                     .insert(id, flight.pending.claim.trial_id);
@@ -345,8 +359,8 @@ impl Runner<'_> {
             let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
             st.ran += 1;
             let made = match pending.resume.take() {
-                Some(state) => TrainTrial::resume_on_host(st.data.clone(), cfg.clone(), state),
-                None => TrainTrial::new_on_host(st.data.clone(), cfg.clone()),
+                Some(state) => TrainTrial::resume_on_host(st.data[0].clone(), cfg.clone(), state),
+                None => TrainTrial::new_on_host(st.data[0].clone(), cfg.clone()),
             };
             match made {
                 Ok(trial) => {
@@ -431,7 +445,7 @@ impl Runner<'_> {
             events,
             in_flight,
             fusion: Fusion { groups, parked, .. },
-            backend,
+            backends,
             timeline,
             curves,
             ..
@@ -440,14 +454,25 @@ impl Runner<'_> {
         // Whatever has not ended goes back to WAITING and runs first on
         // resume, from a checkpoint taken now where it can be: a lone
         // trial's state, each member's of a fused group, a parked trial's.
-        let mut lane = Lane::new(backend, 0, 1).ok();
+        // Each is read through a lane of the device that holds it.
+        let layout = core.layout();
+        let homes: BTreeMap<JobId, usize> = stopped
+            .iter()
+            .map(|(id, _)| (*id, core.device_of(*id)))
+            .collect();
+        let mut lanes: Vec<Option<Lane<B>>> = backends
+            .into_iter()
+            .map(|b| Lane::new(b, 0, 1).ok())
+            .collect();
         drop(core);
         let mut states: BTreeMap<TrialHandle, training::TrialSnapshot> = BTreeMap::new();
         // External trials whose worker saved its state as it stopped.
         let mut saved_by_worker: BTreeSet<TrialHandle> = BTreeSet::new();
         if self.checkpoints.is_some() {
             for (job, mut boxed) in stopped {
-                let Some(lane) = lane.as_mut() else { break };
+                let Some(lane) = lanes[homes[&job]].as_mut() else {
+                    continue;
+                };
                 if self.study.worker.is_some() {
                     // A worker checkpoints itself when asked, covering
                     // every step it reported.
@@ -520,6 +545,9 @@ impl Runner<'_> {
             )?;
         }
         let wall_s = timeline.started.elapsed().as_secs_f64();
+        for line in placement::device_summary(&layout, &st_lanes, wall_s) {
+            self.reporter.note(&line);
+        }
         for (lane, t) in st_lanes {
             let stats = LaneStats {
                 lane: lane as i64,
@@ -571,12 +599,17 @@ impl Runner<'_> {
 
 /// The state of one run of the core: what is in flight, paused, learned.
 struct RunState<B: Backend> {
-    core: SalusCore<B>,
+    /// One Salus core per device.
+    core: DeviceCores<B>,
     events: Receiver<CoreEvent>,
     pruner: Box<dyn Pruner>,
     sampler: Box<dyn Sampler>,
-    data: Arc<DeviceData<B>>,
-    device: String,
+    /// The study's data on each device, by device index (trials are built
+    /// against device 0's and pointed at their device's as they are placed).
+    data: Vec<Arc<DeviceData<B>>>,
+    /// Each device's name for `salus_trials.device`: the backend's own
+    /// name on one device, `cpu:1` or `cuda:1` on several.
+    device_names: Vec<String>,
     /// Seeds each trial (with its number).
     seed: u64,
     /// Finished trials the study should reach.
@@ -598,7 +631,7 @@ struct RunState<B: Backend> {
     closing: BTreeSet<TrialHandle>,
     /// Trials that failed in a row, and the last one's reason.
     failures: (u64, Option<String>),
-    backend: Arc<B>,
+    backends: Vec<Arc<B>>,
     /// How external trials are sized for the ledger (with `[worker]`).
     worker_memory: Option<Arc<crate::external::worker::MemoryPlan>>,
     fusion: Fusion<B>,

@@ -51,7 +51,7 @@ impl Runner<'_> {
                 .writer
                 .claim_waiting(p.claim.trial_id, st.timeline.run_id, store)?
             {
-                Some(claimed) => self.settle_resume(&st.data, &mut p, &claimed),
+                Some(claimed) => self.settle_resume(&st.data[0], &mut p, &claimed),
                 None => return Ok(Next::Skip),
             }
             if let Some(Err(why)) = &p.enqueued {
@@ -113,7 +113,7 @@ impl Runner<'_> {
             .map(|f| f.pending.claim.trial_id)
             .collect();
         let listed: Vec<_> = st.waiting.iter().map(|p| p.claim.trial_id).collect();
-        let data = Arc::clone(&st.data);
+        let data = Arc::clone(&st.data[0]);
         // Judging others dead by age waits while this process's own
         // heartbeats were held up (see `storage::heartbeat`); a dead pid
         // on this host is judged at once.

@@ -24,7 +24,8 @@ use crate::error::{Error, Result};
 use crate::external::mps::MpsDaemon;
 use crate::external::worker::MemoryPlan;
 use crate::pruner::{Curve, Curves};
-use crate::salus::core::{CoreConfig, SalusCore};
+use crate::salus::core::CoreConfig;
+use crate::salus::devices::DeviceCores;
 use crate::sampler::{
     GpSampler, GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord,
 };
@@ -46,20 +47,43 @@ struct Stock {
 }
 
 impl Runner<'_> {
-    /// Takes stock of the stored trials, records the run, and starts the core.
+    /// Takes stock of the stored trials, records the run, and starts one
+    /// core per device (`data`: the study's data on each).
     pub(super) fn start<B: Backend>(
         &mut self,
-        backend: &Arc<B>,
-        data: Arc<DeviceData<B>>,
+        backends: &[Arc<B>],
+        data: Vec<Arc<DeviceData<B>>>,
     ) -> Result<RunState<B>> {
         let study = self.study;
-        let config = self.core_config(backend.as_ref());
+        let configs: Vec<CoreConfig> = backends
+            .iter()
+            .map(|b| self.core_config(b.as_ref(), backends.len()))
+            .collect();
+        let config = configs[0];
+        let lanes: usize = configs.iter().map(|c| c.lanes).sum();
         // Before the run is registered: MPS may fail to start.
         let worker_memory = match &study.worker {
-            Some(w) => Some(Arc::new(self.worker_memory(w, backend.kind(), &config)?)),
+            Some(w) => Some(Arc::new(self.worker_memory(
+                w,
+                backends[0].kind(),
+                &config,
+            )?)),
             None => None,
         };
-        let device = backend.name();
+        let several = backends.len() > 1;
+        let device_names: Vec<String> = backends
+            .iter()
+            .map(|b| if several { b.label() } else { b.name() })
+            .collect();
+        let device = if several {
+            let names: Vec<String> = backends
+                .iter()
+                .map(|b| format!("{} {}", b.label(), b.name()))
+                .collect();
+            names.join(", ")
+        } else {
+            backends[0].name()
+        };
         let place = crate::storage::Place::here();
         let host = place.host.clone();
         let limit_s = study.liveness.as_secs_f64();
@@ -74,9 +98,9 @@ impl Runner<'_> {
                 liveness_s: limit_s,
                 device: device.clone(),
                 policy: config.policy.name().to_string(),
-                lanes: config.lanes as i64,
+                lanes: lanes as i64,
                 threads_per_lane: config.threads_per_lane as i64,
-                budget_bytes: config.budget as i64,
+                budget_bytes: configs.iter().map(|c| c.budget).sum::<u64>() as i64,
             },
         )?;
         self.writer.beat().start(run_id, limit_s);
@@ -93,7 +117,7 @@ impl Runner<'_> {
             best,
             elsewhere,
             kept_steps,
-        } = self.take_stock(&data, &existing, &place, limit_s)?;
+        } = self.take_stock(&data[0], &existing, &place, limit_s)?;
         let budget = match self.options.more {
             Some(n) => finished + n,
             None => self.options.trials.unwrap_or(study.trials),
@@ -110,17 +134,35 @@ impl Runner<'_> {
             .as_ref()
             .and_then(|w| w.max_concurrency)
             .or(study.scheduler.max_concurrent)
-            .unwrap_or(2 * config.lanes)
+            .unwrap_or(2 * lanes)
             .max(1);
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_start",
-            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": config.lanes, "max_concurrent": max_concurrent, "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": lanes, "max_concurrent": max_concurrent, "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
         })?;
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
-        let core = SalusCore::start(backend.clone(), config, tx)?;
+        let core = DeviceCores::start(
+            backends
+                .iter()
+                .zip(&configs)
+                .map(|(b, c)| (b.label(), b.clone(), *c))
+                .collect(),
+            tx,
+        )?;
+        if several {
+            let each: Vec<String> = backends
+                .iter()
+                .zip(&configs)
+                .map(|(b, c)| format!("{} ({} lanes)", b.label(), c.lanes))
+                .collect();
+            self.reporter.note(&format!(
+                "devices: {}; one Salus core each",
+                each.join(", ")
+            ));
+        }
         let curves = Self::stored_curves(&existing, &kept_steps);
         if let Some(c) = &self.checkpoints {
             // Only finished trials' files: the folder may be shared with
@@ -144,7 +186,7 @@ impl Runner<'_> {
             pruner: study.pruner.build(),
             sampler,
             data,
-            device,
+            device_names,
             seed: self.options.seed.unwrap_or(study.seed),
             budget,
             max_concurrent,
@@ -159,15 +201,15 @@ impl Runner<'_> {
             paused: BTreeMap::new(),
             closing: BTreeSet::new(),
             failures: (0, None),
-            backend: backend.clone(),
+            backends: backends.to_vec(),
             worker_memory,
             fusion: Fusion {
                 fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
                 policy: config.policy,
                 parked: BTreeMap::new(),
                 lane_budget: config.budget / config.lanes.max(1) as u64,
-                lanes_n: config.lanes.max(1),
-                core_kind: backend.kind(),
+                lanes_n: lanes.max(1),
+                core_kind: backends[0].kind(),
                 groups: BTreeMap::new(),
                 member_group: BTreeMap::new(),
                 next_member: MemberId(0),
@@ -480,15 +522,15 @@ impl Runner<'_> {
         if !self.study.scheduler.mps {
             return Ok(plan);
         }
-        let DeviceKind::Cuda(ordinal) = device else {
+        let DeviceKind::Cuda(_) = device else {
             return Err(Error::Mps(
                 "[scheduler] mps = true needs a CUDA device, and this run is on the CPU \
                  (see `salus-tune devices`; or set mps = false)"
                     .into(),
             ));
         };
-        let daemon = MpsDaemon::start(&crate::external::worker::socket_dir(), ordinal)
-            .map_err(Error::Mps)?;
+        let daemon =
+            MpsDaemon::start(&crate::external::worker::socket_dir()).map_err(Error::Mps)?;
         self.reporter
             .note("MPS: the run's own control daemon started; workers share the GPU through it");
         Ok(plan.with_mps(daemon, config.lanes))

@@ -328,6 +328,9 @@ pub struct SchedulerConfig {
     /// `mps = true`: external workers share the GPU through an MPS daemon
     /// of the run's own, each capped by its grant.
     pub mps: bool,
+    /// `devices`: what `--device` takes when the command line does not
+    /// say, as one comma-separated list (checked when the file is read).
+    pub devices: Option<String>,
 }
 
 /// `[scheduler] graphs`: `auto` replays each trial's iterations as a CUDA

@@ -249,6 +249,7 @@ pub struct SchedulerSection {
     pub fuse: Field<Int>,
     pub graphs: Field<Named<super::GraphsMode>>,
     pub mps: Field<Bool>,
+    pub devices: Field<DeviceList>,
 }
 
 #[derive(Deserialize, Default)]
@@ -377,6 +378,9 @@ pub struct Choices(pub Vec<Spanned<Scalar>>);
 /// each element is a string, as toml gives an element's own span only to
 /// errors raised outside its deserializer.
 pub struct CommandLine(pub Vec<Spanned<Scalar>>);
+
+/// `devices = "all"` or `devices = ["cuda:0", "cuda:1"]`, as written.
+pub struct DeviceList(pub Vec<String>);
 
 /// `env = { NAME = "value" }`.
 pub struct Env(pub Vec<(String, String)>);
@@ -638,6 +642,36 @@ impl<'de> Deserialize<'de> for Choices {
     fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(ArrayVisitor::new("an array"))
             .map(Choices)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceList {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DeviceList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a device or an array of devices, such as \"all\" or [\"cuda:0\", \"cuda:1\"]",
+                )
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<DeviceList, E> {
+                Ok(DeviceList(vec![v.to_string()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DeviceList, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    items.push(item);
+                }
+                if items.is_empty() {
+                    return Err(de::Error::custom(
+                        "expected at least one device, found an empty array",
+                    ));
+                }
+                Ok(DeviceList(items))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

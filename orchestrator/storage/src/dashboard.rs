@@ -185,6 +185,8 @@ type Resources = (Option<i64>, i64, i64, i64, i64, i64);
 pub struct TrialDetails {
     pub params: BTreeMap<TrialId, Vec<(String, String)>>,
     pub res: BTreeMap<TrialId, Resources>,
+    /// The device each trial was last placed on (`salus_trials.device`).
+    pub devices: BTreeMap<TrialId, String>,
     pub reasons: BTreeMap<TrialId, String>,
     pub swapped: BTreeMap<TrialId, String>,
     pub fused: BTreeMap<TrialId, Vec<TrialNumber>>,
@@ -215,8 +217,9 @@ pub async fn trial_details(
             .push((r.get(1), v.unwrap_or_default()));
     }
     let mut res: BTreeMap<TrialId, Resources> = BTreeMap::new();
+    let mut devices: BTreeMap<TrialId, String> = BTreeMap::new();
     for r in sqlx::query(&sql(&*conn, "SELECT st.trial_id, st.lane, st.persistent_bytes, st.ephemeral_bytes, st.shared_bytes, \
-         st.iterations, st.total_iterations FROM salus_trials st JOIN trials t ON t.trial_id = st.trial_id \
+         st.iterations, st.total_iterations, st.device FROM salus_trials st JOIN trials t ON t.trial_id = st.trial_id \
          WHERE t.study_id = ?",))
     .bind(study_id)
     .fetch_all(&mut *conn)
@@ -227,6 +230,9 @@ pub async fn trial_details(
             r.get(0),
             (r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6)),
         );
+        if let Some(d) = r.get::<Option<String>, _>(7) {
+            devices.insert(r.get(0), d);
+        }
     }
     let reasons: BTreeMap<TrialId, String> = sqlx::query(&sql(&*conn, "SELECT p.trial_id, p.reason FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
          WHERE t.study_id = ? AND p.priority_id = (SELECT MAX(priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id)",))
@@ -310,6 +316,7 @@ pub async fn trial_details(
         user_attrs,
         params,
         res,
+        devices,
         reasons,
         swapped,
         fused,

@@ -424,7 +424,19 @@ impl Checker<'_> {
                     .map(|n| n as usize),
             )
         };
+        let devices = match &s.devices {
+            Some(d) => {
+                let joined = d.get_ref().0.join(",");
+                crate::device::parse(&joined).map_err(|e| {
+                    let why = e.to_string().replacen("--device ", "", 1);
+                    self.err(d.span(), "scheduler.devices", why)
+                })?;
+                Some(joined)
+            }
+            None => None,
+        };
         Ok(SchedulerConfig {
+            devices,
             policy: s.policy.map(|p| p.into_inner().0),
             lanes: count(&s.lanes, "lanes")?,
             max_concurrent: count(&s.max_concurrent, "max_concurrent")?,
