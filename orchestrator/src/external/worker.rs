@@ -177,6 +177,9 @@ pub struct ExternalTrial {
     placement: String,
     /// The placement's CUDA ordinal in this process, where it is a GPU.
     cuda_ordinal: Option<usize>,
+    /// When NVML last read the worker's real usage, and whether it warned.
+    usage_checked: Option<Instant>,
+    usage_warned: bool,
     /// Set by [`ExternalTrial::on_device`]: the lane's backend does not
     /// decide it.
     device_fixed: bool,
@@ -347,6 +350,8 @@ impl ExternalTrial {
             device: "cpu",
             placement: "cpu".into(),
             cuda_ordinal: None,
+            usage_checked: None,
+            usage_warned: false,
             device_fixed: false,
         }
     }
@@ -397,6 +402,23 @@ impl ExternalTrial {
         // Give the output threads a moment to catch the last lines.
         std::thread::sleep(Duration::from_millis(50));
         tail_text(&p.tail)
+    }
+
+    /// On a GPU, now and then: whether the worker holds clearly more than
+    /// its client reports ([`super::nvml`]); said once per trial.
+    fn check_usage(&mut self) {
+        if self.cuda_ordinal.is_none()
+            || self.usage_warned
+            || self.usage_checked.is_some_and(|t| t.elapsed() < super::nvml::CHECK_EVERY)
+        {
+            return;
+        }
+        let Some(pid) = self.proc.as_ref().map(|p| p.child.id()) else {
+            return;
+        };
+        self.usage_checked = Some(Instant::now());
+        let reported = self.measured.map_or(0, |m| m.persistent + m.cached);
+        self.usage_warned = super::nvml::check(self.number.0 as u64, pid, reported);
     }
 
     /// What tells a worker where it was placed: `SALUS_TUNE_PLACEMENT`,
@@ -649,6 +671,7 @@ impl ExternalTrial {
                         self.measured = Some(m);
                         self.plan.learn(m);
                     }
+                    self.check_usage();
                     return Ok((last, None));
                 }
                 FromWorker::Report { step, .. } if !granted => {

@@ -18,6 +18,30 @@ use crate::storage::{Claim, TrialNumber};
 use crate::study::PrunerKind;
 
 impl Runner<'_> {
+    /// Workers that hold GPU memory their clients do not report
+    /// (`external::nvml`): said once each, and stored as an event.
+    pub(super) fn warn_unreported_memory<B: Backend>(&mut self, st: &RunState<B>) -> Result<()> {
+        if self.study.worker.is_none() {
+            return Ok(());
+        }
+        for w in crate::external::nvml::take_warnings() {
+            self.reporter.note(&format!("warning: {}", w.message()));
+            let trial_id = st
+                .in_flight
+                .values()
+                .find(|f| f.pending.number.0 as u64 == w.trial)
+                .map(|f| f.pending.claim.trial_id);
+            self.writer.send(WriteOp::Event {
+                study_id: self.info.id,
+                trial_id,
+                kind: "worker_unreported_memory",
+                detail: serde_json::json!({ "pid": w.pid, "real_bytes": w.real, "reported_bytes": w.reported })
+                    .to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
     pub(super) fn on_event<B: Backend>(
         &mut self,
         st: &mut RunState<B>,

@@ -235,6 +235,7 @@ impl Runner<'_> {
             self.sync(&mut st)?;
             self.fill(&mut st, timed_out || halted)?;
             self.rebalance(&mut st)?;
+            self.warn_unreported_memory(&st)?;
             self.close_paused(&mut st, timed_out || halted)?;
             // Trials other live processes hold: this one stays until they
             // end (each process stops when the study is done), and takes
