@@ -224,9 +224,6 @@ pub fn report() -> Vec<String> {
         }
         Err(why) => lines.push(format!("cuda: none ({why})")),
     }
-    for (what, state) in crate::external::nvml::available() {
-        lines.push(format!("{what}: {state}"));
-    }
     lines
 }
 

@@ -339,6 +339,7 @@ fn main() {
             Command::Bench { which } => bench(which),
             Command::Devices => {
                 device::report().iter().for_each(|l| println!("{l}"));
+                println!("{}", salus_tune::external::nvml::describe());
                 Ok(0)
             }
         }

@@ -169,7 +169,7 @@ fn bad_flags_and_storage_exit_2() {
         ),
         (
             vec!["s.toml", "--device", "tpu"],
-            "expected auto, cpu, cuda or cuda:N",
+            "'tpu' is not a device; expected auto, all, cpu, cuda, cuda:N",
         ),
         (vec!["s.toml", "--trials", "0"], "--trials"),
         (

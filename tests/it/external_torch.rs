@@ -129,6 +129,48 @@ fn the_torch_example_learns_digits_with_measured_memory_and_in_process_swaps() {
     }
 }
 
+/// The example on two CPU devices of one process: trials are placed on
+/// both, each measured as on one device, and every one finishes.
+#[test]
+fn the_torch_example_runs_on_two_cpu_devices() {
+    if !has_torch("the_torch_example_runs_on_two_cpu_devices") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    torch_study(
+        dir.path(),
+        &example(),
+        &[("trials = 16", "trials = 6"), ("lanes = 2", "lanes = 1")],
+    );
+    let out = run_in(
+        dir.path(),
+        &["torch.toml", "--no-progress", "--device", "cpu:0,cpu:1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("torch-digits.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 6);
+    assert!(rows.iter().all(|t| t.state.is_finished()), "{rows:?}");
+    for d in ["cpu:0", "cpu:1"] {
+        let n = scalar(
+            &db,
+            &format!("SELECT COUNT(*) FROM salus_trials WHERE device = '{d}'"),
+        );
+        assert!(n > 0, "{d} ran trials:\n{}", text(&out));
+    }
+    for t in &rows {
+        let h = hidden(t);
+        let stored = scalar(
+            &db,
+            &format!(
+                "SELECT persistent_bytes FROM salus_trials WHERE trial_id = {}",
+                t.trial_id
+            ),
+        );
+        assert_eq!(stored, 4 * 4 * (64 * h + h + h * 10 + 10) + 4 * 4);
+    }
+}
+
 /// The example's trial 3 driven step by step through an `ExternalTrial`
 /// on a CPU lane: its reported values, and for each swap-out after an
 /// iteration in `swap_after`, where the state went and the bytes moved.

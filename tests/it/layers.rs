@@ -137,6 +137,8 @@ fn each_module_uses_only_the_layers_below_it() {
                 "objective",
                 "error",
                 "numbers",
+                // `[scheduler] devices` is checked by `--device`'s grammar.
+                "device",
             ],
         ),
         // The dashboard reads the database, never the runner's state.

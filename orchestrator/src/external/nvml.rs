@@ -12,7 +12,6 @@
 //! stores as an event. Without NVML (the CPU, a container without the
 //! driver's library) nothing is read and nothing is said.
 
-use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -114,21 +113,14 @@ pub fn take_warnings() -> Vec<Warning> {
 }
 
 /// Whether NVML could be loaded here, for `salus-tune devices`.
-pub fn available() -> BTreeMap<&'static str, String> {
-    let mut facts = BTreeMap::new();
+pub fn describe() -> String {
     match nvml() {
-        Some(n) => {
-            facts.insert(
-                "nvml",
-                n.sys_driver_version()
-                    .map_or("loaded".into(), |v| format!("loaded (driver {v})")),
-            );
-        }
-        None => {
-            facts.insert("nvml", "not loaded: worker usage is not checked".into());
-        }
+        Some(n) => match n.sys_driver_version() {
+            Ok(v) => format!("nvml: loaded (driver {v}): workers' real usage is checked"),
+            Err(_) => "nvml: loaded: workers' real usage is checked".into(),
+        },
+        None => "nvml: not loaded: workers' real usage is not checked".into(),
     }
-    facts
 }
 
 #[cfg(test)]

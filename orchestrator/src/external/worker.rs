@@ -409,7 +409,9 @@ impl ExternalTrial {
     fn check_usage(&mut self) {
         if self.cuda_ordinal.is_none()
             || self.usage_warned
-            || self.usage_checked.is_some_and(|t| t.elapsed() < super::nvml::CHECK_EVERY)
+            || self
+                .usage_checked
+                .is_some_and(|t| t.elapsed() < super::nvml::CHECK_EVERY)
         {
             return;
         }
