@@ -150,12 +150,22 @@ pub async fn run(args: RunArgs) -> Result<i32> {
 
     let study_id = store.pick_study(Some(&study.name)).await?.id;
     let trials = store.trials(study_id).await?;
-    match output::best(&trials, study.direction) {
-        Some(best) => print!(
-            "{}",
-            output::render_best(best, Some(&study.metric), Format::Table)
-        ),
-        None => println!("no trial completed"),
+    if study.objectives.len() > 1 {
+        let directions: Vec<_> = study.objectives.iter().map(|(_, d)| *d).collect();
+        let names: Vec<String> = study.objectives.iter().map(|(m, _)| m.clone()).collect();
+        let front = output::pareto_front(&trials, &directions);
+        match front.is_empty() {
+            false => print!("{}", output::render_front(&front, &names, Format::Table)),
+            true => println!("no trial completed"),
+        }
+    } else {
+        match output::best(&trials, study.direction) {
+            Some(best) => print!(
+                "{}",
+                output::render_best(best, Some(&study.metric), Format::Table)
+            ),
+            None => println!("no trial completed"),
+        }
     }
     println!("results: {}", storage::masked(&url));
     let completed = trials.iter().any(|t| t.state == TrialState::Complete);
@@ -440,6 +450,23 @@ pub async fn trials(args: ReadArgs) -> Result<String> {
 pub async fn best(args: ReadArgs) -> Result<String> {
     let (mut store, info, metric) = open_for_reading(&args).await?;
     let trials = store.trials(info.id).await?;
+    let objectives = store.objectives(info.id).await?;
+    if objectives.len() > 1 {
+        // A study of several objectives has no one best trial: its front.
+        let directions: Vec<_> = objectives.iter().map(|(_, d)| *d).collect();
+        let names: Vec<String> = objectives
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| n.clone().unwrap_or(format!("value{i}")))
+            .collect();
+        let front = output::pareto_front(&trials, &directions);
+        if front.is_empty() {
+            return Err(Error::NoCompleteTrial {
+                study: info.name.clone(),
+            });
+        }
+        return Ok(output::render_front(&front, &names, args.format));
+    }
     let best = output::best(&trials, info.direction).ok_or_else(|| Error::NoCompleteTrial {
         study: info.name.clone(),
     })?;

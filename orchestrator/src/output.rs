@@ -48,6 +48,7 @@ pub fn trial_json(t: &TrialRow) -> Value {
         "number": t.number,
         "state": t.state.as_str(),
         "value": t.value,
+        "values": (!t.more_values.is_empty()).then(|| values_of(t)),
         "params": params_json(t),
         "datetime_start": t.datetime_start,
         "datetime_complete": t.datetime_complete,
@@ -68,6 +69,80 @@ pub fn best(trials: &[TrialRow], direction: Direction) -> Option<&TrialRow> {
             Some(b) if !direction.better(t.value.unwrap(), b.value.unwrap()) => Some(b),
             _ => Some(t),
         })
+}
+
+/// Every objective's value of a trial of a study of several.
+fn values_of(t: &TrialRow) -> Vec<f64> {
+    t.value.iter().chain(&t.more_values).copied().collect()
+}
+
+/// The COMPLETE trials no other COMPLETE trial dominates, for a study of
+/// several objectives in `directions`, by trial number (Optuna's
+/// `study.best_trials`).
+pub fn pareto_front<'a>(trials: &'a [TrialRow], directions: &[Direction]) -> Vec<&'a TrialRow> {
+    let complete: Vec<&TrialRow> = trials
+        .iter()
+        .filter(|t| t.state == TrialState::Complete)
+        .filter(|t| {
+            let v = values_of(t);
+            v.len() == directions.len() && v.iter().all(|x| x.is_finite())
+        })
+        .collect();
+    let points: Vec<Vec<f64>> = complete
+        .iter()
+        .map(|t| crate::pareto::minimised(&values_of(t), directions))
+        .collect();
+    crate::pareto::front(&points)
+        .into_iter()
+        .map(|i| complete[i])
+        .collect()
+}
+
+/// The Pareto front as text in `format`: one row per trial, its number,
+/// each objective (named `names`) and its parameters.
+pub fn render_front(front: &[&TrialRow], names: &[String], format: Format) -> String {
+    if format == Format::Json {
+        let all: Vec<Value> = front.iter().map(|t| trial_json(t)).collect();
+        return serde_json::to_string_pretty(&all).unwrap() + "\n";
+    }
+    let mut params: Vec<String> = Vec::new();
+    for t in front {
+        for p in &t.params {
+            if !params.contains(&p.name) {
+                params.push(p.name.clone());
+            }
+        }
+    }
+    let header: Vec<String> = std::iter::once("number".to_string())
+        .chain(names.iter().cloned())
+        .chain(params.iter().cloned())
+        .collect();
+    let exact = format == Format::Csv;
+    let rows: Vec<Vec<String>> = front
+        .iter()
+        .map(|t| {
+            let p = params_json(t);
+            std::iter::once(t.number.to_string())
+                .chain(values_of(t).into_iter().map(|v| cell(&json!(v), exact)))
+                .chain(
+                    params
+                        .iter()
+                        .map(|n| p.get(n).map_or(String::new(), |v| cell(v, exact))),
+                )
+                .collect()
+        })
+        .collect();
+    match format {
+        Format::Csv => std::iter::once(&header)
+            .chain(&rows)
+            .map(|r| r.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",") + "\n")
+            .collect(),
+        _ => format!(
+            "Pareto front: {} trials that no other trial beats in every objective\n{}",
+            front.len(),
+            table(&header, &rows)
+        ),
+    }
 }
 
 /// A value as a cell: floats rounded for people (`fmt_float`), or with

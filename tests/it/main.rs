@@ -16,6 +16,7 @@ mod external_torch;
 mod fusion;
 mod keep_export;
 mod layers;
+mod objectives;
 mod optuna_interop;
 mod postgres;
 mod processes;

@@ -341,6 +341,7 @@ fn end(claim: Claim, state: TrialState, value: Option<f64>) -> WriteOp {
         claim,
         state,
         value,
+        more_values: Vec::new(),
         iterations: 3,
         device_seconds: 0.1,
         fail_reason: None,

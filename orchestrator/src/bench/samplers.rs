@@ -398,6 +398,7 @@ fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> (Vec<f64>, f64) {
         h.push(TrialRecord {
             params,
             value: Some(v),
+            values: Vec::new(),
         });
     }
     (out, late.as_secs_f64() * 1e3 / 10.0)

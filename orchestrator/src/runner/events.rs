@@ -370,6 +370,49 @@ impl Runner<'_> {
         self.promote(st)
     }
 
+    /// A finished trial's objectives after the first, in the study's
+    /// order (none for a study of one): a reported metric, or a built-in
+    /// objective (`study::BUILT_IN_OBJECTIVES`). A value that is not finite
+    /// fails the trial, as its first objective's would.
+    fn other_objectives<B: Backend>(
+        &self,
+        st: &RunState<B>,
+        f: &super::Flight,
+        report: &Report,
+        device_seconds: f64,
+    ) -> std::result::Result<Vec<f64>, String> {
+        let study = self.study;
+        let mut values = Vec::new();
+        for (name, _) in study.objectives.iter().skip(1) {
+            let value = match name.as_str() {
+                "params" | "flops" => {
+                    let cfg = study.trial_config(&f.pending.params, 0);
+                    let data = &st.data[0];
+                    let spec = cfg
+                        .spec(data.features, data.task, data.image)
+                        .map_err(|e| format!("{name}: {e}"))?;
+                    if name == "params" {
+                        spec.n_params() as f64
+                    } else {
+                        // Forward FLOPs of one example: two per multiply-add.
+                        2.0 * spec.macs_per_sample() as f64
+                    }
+                }
+                "train_time" => device_seconds,
+                "memory" => {
+                    let fp = f.footprint;
+                    (fp.persistent_bytes + fp.ephemeral_bytes) as f64
+                }
+                metric => report.metric(metric).unwrap_or(f64::NAN),
+            };
+            if !value.is_finite() {
+                return Err(format!("{name} is {value}"));
+            }
+            values.push(value);
+        }
+        Ok(values)
+    }
+
     pub(super) fn on_finished<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
@@ -407,10 +450,19 @@ impl Runner<'_> {
         }
         st.failures = (0, None);
         self.forget_checkpoint(f.pending.claim);
+        let more_values = match self.other_objectives(st, &f, &report, device_seconds) {
+            Ok(v) => v,
+            Err(reason) => {
+                st.kept.finals.remove(&run);
+                return self.fail(st, &f.pending, iterations as i64, device_seconds, reason);
+            }
+        };
+        let values = super::all_values(study, Some(value), &more_values);
         self.writer.send(WriteOp::Finish(TrialEnd {
             claim: f.pending.claim,
             state: TrialState::Complete,
             value: Some(value),
+            more_values,
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
@@ -427,6 +479,7 @@ impl Runner<'_> {
             st.best = Some((f.pending.number, value));
         }
         st.history[f.history_index].value = Some(value);
+        st.history[f.history_index].values = values;
         self.reporter
             .trial_end(f.pending.number, Some(value), st.best, st.finished);
         Ok(())
@@ -468,6 +521,7 @@ impl Runner<'_> {
             claim: f.pending.claim,
             state: TrialState::Pruned,
             value: None,
+            more_values: Vec::new(),
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
@@ -578,6 +632,7 @@ impl Runner<'_> {
             claim: p.claim,
             state: TrialState::Fail,
             value: None,
+            more_values: Vec::new(),
             iterations,
             device_seconds: seconds,
             fail_reason: Some(reason.clone()),

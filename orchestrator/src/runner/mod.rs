@@ -129,6 +129,18 @@ fn encode_params(study: &Study, params: &Params) -> Vec<StoredParam> {
         .collect()
 }
 
+/// Every objective's value of a COMPLETE trial, for the samplers of a
+/// study of several (`TrialRecord::values`); empty for a study of one or
+/// a trial without all of them.
+fn all_values(study: &Study, value: Option<f64>, more: &[f64]) -> Vec<f64> {
+    match value {
+        Some(v) if study.objectives.len() > 1 && more.len() + 1 == study.objectives.len() => {
+            std::iter::once(v).chain(more.iter().copied()).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// A trial's seed: a pure function of the study seed and the trial number.
 pub fn trial_seed(study_seed: u64, number: TrialNumber) -> u64 {
     kernels::rng::mix64(study_seed ^ (number.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -656,6 +668,7 @@ impl<B: Backend> RunState<B> {
         self.history.push(TrialRecord {
             params,
             value: None,
+            values: Vec::new(),
         });
         self.history_at.insert(number, self.history.len() - 1);
         self.history.len() - 1

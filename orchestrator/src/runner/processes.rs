@@ -129,6 +129,10 @@ impl Runner<'_> {
             // A value another process found.
             if let (TrialState::Complete, Some(&i)) = (row.state, st.history_at.get(&row.number)) {
                 st.history[i].value = st.history[i].value.or(row.value);
+                if st.history[i].values.is_empty() {
+                    st.history[i].values =
+                        super::all_values(self.study, row.value, &row.more_values);
+                }
             }
             if mine.contains(&row.trial_id) || listed.contains(&row.trial_id) {
                 continue;
@@ -221,6 +225,7 @@ pub(super) fn propose_unseen(
         seen.push(TrialRecord {
             params: params.clone(),
             value: None,
+            values: Vec::new(),
         });
         let next = sampler.propose(space, &seen)?;
         if !seen.iter().any(|t| t.params == next) {
@@ -259,6 +264,7 @@ mod tests {
             history.push(TrialRecord {
                 params: q,
                 value: Some(1.0),
+                values: Vec::new(),
             });
         }
         let p = sampler.propose(&space, &history).unwrap();

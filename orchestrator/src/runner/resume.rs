@@ -27,7 +27,8 @@ use crate::pruner::{Curve, Curves};
 use crate::salus::core::CoreConfig;
 use crate::salus::devices::DeviceCores;
 use crate::sampler::{
-    GpSampler, GridSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord,
+    GpSampler, GridSampler, Nsga2Sampler, QmcSampler, RandomSampler, Sampler, TpeSampler,
+    TrialRecord,
 };
 use crate::storage::writer::{RunInfo, WriteOp};
 use crate::storage::{Claim, Place, Requeuer, TrialId, TrialNumber};
@@ -276,6 +277,7 @@ impl Runner<'_> {
                 history.push(TrialRecord {
                     params,
                     value: None,
+                    values: Vec::new(),
                 });
                 continue;
             }
@@ -294,9 +296,14 @@ impl Runner<'_> {
             {
                 best = Some((row.number, v));
             }
+            let values = match row.state {
+                TrialState::Complete => super::all_values(study, row.value, &row.more_values),
+                _ => Vec::new(),
+            };
             history.push(TrialRecord {
                 params,
                 value: row.value,
+                values,
             });
         }
         Ok(Stock {
@@ -479,6 +486,11 @@ impl Runner<'_> {
             SamplerKind::Grid => {
                 Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)
             }
+            SamplerKind::Nsga2 { population } => Box::new(Nsga2Sampler::with_population(
+                sampler_seed,
+                study.objectives.iter().map(|(_, d)| *d).collect(),
+                population,
+            )),
         })
     }
 

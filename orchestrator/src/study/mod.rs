@@ -179,6 +179,10 @@ pub enum SamplerKind {
     },
     /// Scrambled Sobol quasi-random points.
     Qmc,
+    /// NSGA-II, for several objectives, in generations of `population`.
+    Nsga2 {
+        population: usize,
+    },
     /// Gaussian-process Bayesian optimisation after `startup_trials`
     /// random proposals.
     Gp {
@@ -200,6 +204,7 @@ impl std::fmt::Display for SamplerKind {
             ),
             SamplerKind::Qmc => write!(f, "qmc"),
             SamplerKind::Gp { startup_trials } => write!(f, "gp (startup_trials {startup_trials})"),
+            SamplerKind::Nsga2 { population } => write!(f, "nsga2 (population {population})"),
         }
     }
 }
@@ -364,13 +369,23 @@ pub struct WorkerConfig {
     pub heartbeat_timeout: std::time::Duration,
 }
 
+/// Objectives a built-in trial has besides the metrics it reports, each
+/// minimised: its parameter count, forward FLOPs per example, seconds of
+/// device time (the core's own accounting), and the device bytes the
+/// ledger held for it.
+pub const BUILT_IN_OBJECTIVES: &[&str] = &["params", "flops", "train_time", "memory"];
+
 /// A validated study file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Study {
     pub path: PathBuf,
     pub name: String,
+    /// The first objective's direction and metric (the only one, mostly).
     pub direction: Direction,
     pub metric: String,
+    /// Every objective, in order: `metric = ["val_accuracy", "params"]`
+    /// makes a study of several, stored as Optuna stores them.
+    pub objectives: Vec<(String, Direction)>,
     pub trials: u64,
     pub seed: u64,
     /// As written in the file, resolved against the file's folder.
@@ -603,6 +618,7 @@ impl Study {
             file: self.path.clone(),
             direction: self.direction,
             metric: self.metric.clone(),
+            objectives: self.objectives.clone(),
             space: self.space_json(),
             fixed: self
                 .fixed

@@ -17,7 +17,7 @@ use toml::Spanned;
 use training::data::TaskKind;
 
 use super::locate::{Source, suggest};
-use super::raw::{self, Int, KnobRaw, KnobSection, Scalar, Str};
+use super::raw::{self, Int, KnobRaw, KnobSection, Named, Scalar, Str};
 use super::*;
 use crate::error::{Error, Result};
 use crate::sampler::GridSampler;
@@ -255,33 +255,9 @@ impl Checker<'_> {
                 .file_stem()
                 .map_or("study".into(), |s| s.to_string_lossy().into_owned()),
         };
-        let metric = self.metric(&study.metric, worker.is_some(), data.task)?;
-        // The built-in metrics have a right direction; a command worker's
-        // own metric takes the one given.
-        let natural = match metric.as_str() {
-            _ if worker.is_some() => None,
-            "val_accuracy" | "val_r2" => Some(Direction::Maximize),
-            _ => Some(Direction::Minimize),
-        };
-        let direction = match (&study.direction, natural) {
-            (Some(d), Some(n)) if d.get_ref().0 != n => {
-                let word = |d: Direction| d.optuna().to_lowercase();
-                return Err(self.err(
-                    d.span(),
-                    "study.direction",
-                    format!(
-                        "{metric} is to {}, so direction = \"{}\" would search for the worst trials; \
-                         remove direction or set it to \"{}\"",
-                        word(n),
-                        word(d.get_ref().0),
-                        word(n)
-                    ),
-                ));
-            }
-            (Some(d), _) => d.get_ref().0,
-            (None, Some(n)) => n,
-            (None, None) => Direction::Minimize,
-        };
+        let metrics = self.metrics(&study.metric, worker.is_some(), data.task)?;
+        let objectives = self.directions(&study.direction, metrics, worker.is_some())?;
+        let (metric, direction) = objectives[0].clone();
         let trials = self
             .at_least(&study.trials, "study.trials", 1)?
             .map_or(20, |n| n as u64);
@@ -361,8 +337,8 @@ impl Checker<'_> {
         }
         let space = SearchSpace::new(knobs.params)
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
-        let sampler = self.sampler(root.sampler, &space, seed)?;
-        let pruner = self.pruner(root.pruner)?;
+        let sampler = self.sampler(root.sampler, &space, seed, objectives.len())?;
+        let pruner = self.pruner(root.pruner, objectives.len())?;
         let scheduler = self.scheduler(root.scheduler, worker.is_some())?;
 
         Ok(Study {
@@ -370,6 +346,7 @@ impl Checker<'_> {
             name,
             direction,
             metric,
+            objectives,
             trials,
             seed,
             storage,
@@ -392,44 +369,143 @@ impl Checker<'_> {
         })
     }
 
-    /// `study.metric`: one the task reports, or any name for a command worker.
-    fn metric(
+    /// `study.metric`: one the task reports (or, beside it, a built-in
+    /// objective: [`BUILT_IN_OBJECTIVES`]), or any name for a command
+    /// worker; several for a study of several objectives.
+    fn metrics(
         &self,
-        field: &Option<Spanned<Str>>,
+        field: &Option<Spanned<raw::OneOrMany<Str>>>,
         command: bool,
         task: TaskKind,
-    ) -> Result<String> {
+    ) -> Result<Vec<String>> {
         let regression = task == TaskKind::Regression;
-        let metrics: &[&str] = if regression {
+        let reported: &[&str] = if regression {
             &["val_rmse", "val_r2", "val_loss", "train_loss"]
         } else {
             &["val_accuracy", "val_loss", "train_loss"]
         };
-        Ok(match field {
-            // A command worker reports values under any name.
-            Some(m) if command => m.get_ref().0.clone(),
-            None if command => "value".to_string(),
-            Some(m) if !metrics.contains(&m.get_ref().0.as_str()) => {
-                let m_name = &m.get_ref().0;
-                let task = if regression {
-                    "regression"
-                } else {
-                    "classification"
-                };
-                let hint = suggest(m_name, metrics)
-                    .map_or(String::new(), |k| format!("; did you mean '{k}'?"));
+        let Some(field) = field else {
+            return Ok(vec![
+                if command { "value" } else { reported[0] }.to_string(),
+            ]);
+        };
+        let names: Vec<String> = field.get_ref().0.iter().map(|m| m.0.clone()).collect();
+        if command && names.len() > 1 {
+            return Err(self.err(
+                field.span(),
+                "study.metric",
+                "a command worker's study has one objective for now (its done() sends one value); \
+                 several objectives are for the built-in models",
+            ));
+        }
+        if !command && BUILT_IN_OBJECTIVES.contains(&names[0].as_str()) {
+            return Err(self.err(
+                field.span(),
+                "study.metric",
+                format!(
+                    "the first metric is the one trials report as they train; '{}' is known only at a \
+                     trial's end: list a reported metric first ({}), then '{}'",
+                    names[0],
+                    reported.join(", "),
+                    names[0]
+                ),
+            ));
+        }
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
                 return Err(self.err(
-                    m.span(),
+                    field.span(),
                     "study.metric",
-                    format!(
-                        "'{m_name}' is not a metric of {task}; expected one of: {}{hint}",
-                        metrics.join(", ")
-                    ),
+                    format!("'{name}' is named twice; each objective once"),
                 ));
             }
-            Some(m) => m.get_ref().0.clone(),
-            None => metrics[0].to_string(),
-        })
+            if command
+                || reported.contains(&name.as_str())
+                || BUILT_IN_OBJECTIVES.contains(&name.as_str())
+            {
+                continue;
+            }
+            let task = if regression {
+                "regression"
+            } else {
+                "classification"
+            };
+            let built_in: &[&str] = if names.len() > 1 {
+                BUILT_IN_OBJECTIVES
+            } else {
+                &[]
+            };
+            let allowed: Vec<&str> = reported.iter().chain(built_in).copied().collect();
+            let hint =
+                suggest(name, &allowed).map_or(String::new(), |k| format!("; did you mean '{k}'?"));
+            return Err(self.err(
+                field.span(),
+                "study.metric",
+                format!(
+                    "'{name}' is not a metric of {task}; expected one of: {}{hint}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        Ok(names)
+    }
+
+    /// `study.direction`, one per metric: built-in metrics have a right
+    /// direction, a command worker's own metric takes the one given
+    /// (minimize by default).
+    fn directions(
+        &self,
+        field: &Option<Spanned<raw::OneOrMany<Named<Direction>>>>,
+        metrics: Vec<String>,
+        command: bool,
+    ) -> Result<Vec<(String, Direction)>> {
+        let given: Option<Vec<Direction>> = field
+            .as_ref()
+            .map(|d| d.get_ref().0.iter().map(|n| n.0).collect());
+        let span = span_of(field).unwrap_or_default();
+        if let Some(g) = &given
+            && g.len() != metrics.len()
+        {
+            return Err(self.err(
+                span,
+                "study.direction",
+                format!(
+                    "{} directions for {} metrics ({}): give one per metric, in the same order",
+                    g.len(),
+                    metrics.len(),
+                    metrics.join(", ")
+                ),
+            ));
+        }
+        let mut out = Vec::new();
+        for (i, metric) in metrics.into_iter().enumerate() {
+            let natural = match metric.as_str() {
+                _ if command => None,
+                "val_accuracy" | "val_r2" => Some(Direction::Maximize),
+                _ => Some(Direction::Minimize),
+            };
+            let direction = match (given.as_ref().map(|g| g[i]), natural) {
+                (Some(d), Some(n)) if d != n => {
+                    let word = |d: Direction| d.optuna().to_lowercase();
+                    return Err(self.err(
+                        span,
+                        "study.direction",
+                        format!(
+                            "{metric} is to {}, so direction = \"{}\" would search for the worst trials; \
+                             remove direction or set it to \"{}\"",
+                            word(n),
+                            word(d),
+                            word(n)
+                        ),
+                    ));
+                }
+                (Some(d), _) => d,
+                (None, Some(n)) => n,
+                (None, None) => Direction::Minimize,
+            };
+            out.push((metric, direction));
+        }
+        Ok(out)
     }
 
     /// `[params]` of a command worker: any names, any scalar or

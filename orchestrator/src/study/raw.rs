@@ -39,8 +39,8 @@ pub struct Root {
 #[serde(deny_unknown_fields)]
 pub struct StudySection {
     pub name: Field<Str>,
-    pub direction: Field<Named<super::Direction>>,
-    pub metric: Field<Str>,
+    pub direction: Field<OneOrMany<Named<super::Direction>>>,
+    pub metric: Field<OneOrMany<Str>>,
     pub trials: Field<Int>,
     pub seed: Field<Int>,
     pub storage: Field<Str>,
@@ -226,6 +226,7 @@ pub struct SamplerSection {
     pub seed: Field<Int>,
     pub startup_trials: Field<Int>,
     pub multivariate: Field<Bool>,
+    pub population: Field<Int>,
 }
 
 #[derive(Deserialize, Default)]
@@ -378,6 +379,63 @@ pub struct Choices(pub Vec<Spanned<Scalar>>);
 /// each element is a string, as toml gives an element's own span only to
 /// errors raised outside its deserializer.
 pub struct CommandLine(pub Vec<Spanned<Scalar>>);
+
+/// One value, or an array of them (`metric = ["val_accuracy", "params"]`).
+pub struct OneOrMany<T>(pub Vec<T>);
+
+impl<'de, T: de::DeserializeOwned> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<T> V<T> {
+            fn refuse<E: de::Error>(found: Scalar) -> E {
+                E::custom(format!(
+                    "expected a string or an array of strings, found {}",
+                    found.type_name()
+                ))
+            }
+        }
+        impl<'de, T: de::DeserializeOwned> Visitor<'de> for V<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<OneOrMany<T>, E> {
+                Err(Self::refuse(Scalar::Bool(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<OneOrMany<T>, E> {
+                Err(Self::refuse(Scalar::Int(v)))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<OneOrMany<T>, E> {
+                Err(Self::refuse(Scalar::Int(0)))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<OneOrMany<T>, E> {
+                Err(Self::refuse(Scalar::Float(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<OneOrMany<T>, A::Error> {
+                Err(Self::refuse(ScalarVisitor.visit_map(map)?))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OneOrMany<T>, E> {
+                let one: Result<T, de::value::Error> =
+                    T::deserialize(de::IntoDeserializer::into_deserializer(v));
+                one.map(|t| OneOrMany(vec![t]))
+                    .map_err(|e| E::custom(e.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OneOrMany<T>, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<T>()? {
+                    items.push(item);
+                }
+                if items.is_empty() {
+                    return Err(de::Error::custom(
+                        "expected a string or an array of strings, found an empty array",
+                    ));
+                }
+                Ok(OneOrMany(items))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
 
 /// `devices = "all"` or `devices = ["cuda:0", "cuda:1"]`, as written.
 pub struct DeviceList(pub Vec<String>);

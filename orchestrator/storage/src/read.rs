@@ -74,6 +74,9 @@ pub struct TrialRow {
     pub number: TrialNumber,
     pub state: TrialState,
     pub value: Option<f64>,
+    /// The other objectives' values, by objective index from 1, for a
+    /// study of several; empty otherwise.
+    pub more_values: Vec<f64>,
     pub datetime_start: Option<String>,
     pub datetime_complete: Option<String>,
     pub params: Vec<StoredParam>,
@@ -123,6 +126,38 @@ fn direction_of(s: &str) -> Direction {
 }
 
 impl Store {
+    /// A study's objectives in order: the metric's name where the study
+    /// stored one (Optuna's `study:metric_names`, or salus-tune's `metric`
+    /// for one), and the direction.
+    pub async fn objectives(&mut self, id: StudyId) -> Result<Vec<(Option<String>, Direction)>> {
+        let url = self.url.clone();
+        let e = |err: sqlx::Error| Error::storage(&url, err);
+        let directions: Vec<String> = sqlx::query_scalar(&sql(
+            self.conn(),
+            "SELECT CAST(direction AS TEXT) FROM study_directions WHERE study_id = ? ORDER BY objective",
+        ))
+        .bind(id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(e)?;
+        let names: Option<String> = sqlx::query_scalar(&sql(
+            self.conn(),
+            "SELECT value_json FROM study_system_attributes WHERE study_id = ? AND \"key\" = 'study:metric_names'",
+        ))
+        .bind(id)
+        .fetch_optional(self.conn())
+        .await
+        .map_err(e)?;
+        let names: Vec<String> = names
+            .and_then(|n| serde_json::from_str(&n).ok())
+            .unwrap_or_default();
+        Ok(directions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (names.get(i).cloned(), direction_of(d)))
+            .collect())
+    }
+
     pub async fn studies(&mut self) -> Result<Vec<StudyInfo>> {
         let url = self.url.clone();
         // A file that a writer has created but not yet migrated holds no study.
@@ -215,6 +250,7 @@ pub(super) async fn read_trials(
             number: TrialNumber(r.get(1)),
             state: TrialState::parse(r.get::<String, _>(2).as_str()).unwrap_or(TrialState::Fail),
             value: r.get(3),
+            more_values: Vec::new(),
             datetime_start: r.get(4),
             datetime_complete: r.get(5),
             params: Vec::new(),
@@ -249,6 +285,21 @@ pub(super) async fn read_trials(
                 internal: r.get(2),
                 distribution_json: r.get(3),
             });
+        }
+    }
+    // A study of several objectives: the values after the first.
+    let more = sqlx::query(&sql(
+        &*conn,
+        "SELECT v.trial_id, v.value FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id \
+             WHERE t.study_id = ? AND v.objective > 0 ORDER BY v.trial_id, v.objective",
+    ))
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &more {
+        if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+            let v: Option<f64> = r.get(1);
+            trials[i].more_values.push(v.unwrap_or(f64::NAN));
         }
     }
     let values = sqlx::query(&sql(&*conn, "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \

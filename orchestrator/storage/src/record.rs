@@ -29,6 +29,9 @@ pub struct StudyRecord {
     pub file: std::path::PathBuf,
     pub direction: tuning::objective::Direction,
     pub metric: String,
+    /// Every objective's metric and direction, the first included (one,
+    /// mostly); stored as Optuna stores a study of several.
+    pub objectives: Vec<(String, tuning::objective::Direction)>,
     /// The search space in Optuna's `distribution_json` form, by name.
     pub space: BTreeMap<String, String>,
     /// The fixed knobs: each as typed JSON, and as the text that studies
@@ -187,7 +190,26 @@ impl Store {
             let direction: Option<String> = row.get(1);
             let stored: Option<String> = row.get(2);
             let fixed: Option<String> = row.get(3);
-            let changed = if direction.as_deref() != Some(study.direction.optuna()) {
+            let directions: Vec<String> = sqlx::query_scalar(&sql(
+                &tx,
+                "SELECT CAST(direction AS TEXT) FROM study_directions WHERE study_id = ? ORDER BY objective",
+            ))
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(err)?;
+            let wanted: Vec<&str> = study.objectives.iter().map(|(_, d)| d.optuna()).collect();
+            let changed = if directions.len() > 1 || wanted.len() > 1 {
+                (directions != wanted).then(|| {
+                    format!(
+                        "study '{}' in {url} is stored with directions [{}], but {} asks for [{}]",
+                        study.name,
+                        directions.join(", "),
+                        study.file.display(),
+                        wanted.join(", ")
+                    )
+                })
+            } else if direction.as_deref() != Some(study.direction.optuna()) {
                 Some(format!(
                     "study '{}' in {url} is stored with direction {}, but {} asks for {}",
                     study.name,
@@ -287,12 +309,15 @@ async fn define(
     study: &StudyRecord,
     kind: &str,
 ) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(&sql(&*conn, "INSERT INTO study_directions (direction, study_id, objective) VALUES (?::studydirection, ?, 0) \
-         ON CONFLICT (study_id, objective) DO UPDATE SET direction = excluded.direction",))
-    .bind(study.direction.optuna())
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
+    for (i, (_, direction)) in study.objectives.iter().enumerate() {
+        sqlx::query(&sql(&*conn, "INSERT INTO study_directions (direction, study_id, objective) VALUES (?::studydirection, ?, ?) \
+             ON CONFLICT (study_id, objective) DO UPDATE SET direction = excluded.direction",))
+        .bind(direction.optuna())
+        .bind(id)
+        .bind(i as i64)
+        .execute(&mut *conn)
+        .await?;
+    }
     let space = serde_json::to_string(&study.space).expect("a map of strings serialises");
     let mut attrs = vec![
         ("study_system_attributes", SPACE_KEY, space),
@@ -312,6 +337,15 @@ async fn define(
             serde_json::to_string(&format!("salus-tune {}", env!("CARGO_PKG_VERSION"))).unwrap(),
         ),
     ];
+    if study.objectives.len() > 1 {
+        // Optuna's `study.metric_names` (`set_metric_names`).
+        let names: Vec<&str> = study.objectives.iter().map(|(m, _)| m.as_str()).collect();
+        attrs.push((
+            "study_system_attributes",
+            "study:metric_names",
+            serde_json::to_string(&names).unwrap(),
+        ));
+    }
     if let Some(parent) = &study.forked_from {
         attrs.push((
             "study_user_attributes",

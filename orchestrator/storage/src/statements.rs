@@ -455,6 +455,7 @@ pub(super) async fn finish_trial(
         claim,
         state,
         value,
+        more_values,
         iterations,
         device_seconds,
         fail_reason,
@@ -473,11 +474,13 @@ pub(super) async fn finish_trial(
         return Ok(());
     }
     record_write(conn, claim, "end", 0).await?;
-    if let Some(value) = value {
+    let values = value.iter().chain(more_values.iter());
+    for (objective, value) in values.enumerate() {
         let (v, kind) = optuna_value(*value, false);
-        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, 0, NULLIF(?::float8, 'NaN'), ?::trialvaluetype) \
+        sqlx::query(&sql(&*conn, "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES (?, ?, NULLIF(?::float8, 'NaN'), ?::trialvaluetype) \
                  ON CONFLICT (trial_id, objective) DO UPDATE SET value = excluded.value, value_type = excluded.value_type",))
             .bind(*trial_id)
+            .bind(objective as i64)
             .bind(nan_for_null(v))
             .bind(kind)
             .execute(&mut *conn)

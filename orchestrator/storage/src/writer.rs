@@ -91,7 +91,10 @@ pub struct LaneStats {
 pub struct TrialEnd {
     pub claim: Claim,
     pub state: TrialState,
+    /// The first objective's value (the only one, mostly).
     pub value: Option<f64>,
+    /// The other objectives' values, in order, for a study of several.
+    pub more_values: Vec<f64>,
     pub iterations: i64,
     pub device_seconds: f64,
     pub fail_reason: Option<String>,

@@ -13,6 +13,7 @@
 //! builds its sampler and pruner from these parts (see `ARCHITECTURE.md`).
 
 pub mod objective;
+pub mod pareto;
 pub mod pruner;
 pub mod sampler;
 pub mod space;

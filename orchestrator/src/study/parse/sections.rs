@@ -11,13 +11,47 @@ impl Checker<'_> {
         section: Option<Spanned<raw::Table<raw::SamplerSection>>>,
         space: &SearchSpace,
         study_seed: u64,
+        objectives: usize,
     ) -> Result<SamplerConfig> {
         let (_, s) = inner(section);
-        let kind = match self.one_of(
+        let kind_field = self.one_of(
             &s.kind,
             "sampler.kind",
-            &["random", "grid", "tpe", "qmc", "gp"],
-        )? {
+            &["random", "grid", "tpe", "qmc", "gp", "nsga2"],
+        )?;
+        let several = objectives > 1;
+        match &kind_field {
+            Some(k) if several && matches!(k.get_ref().as_str(), "tpe" | "gp") => {
+                return Err(self.err(
+                    k.span(),
+                    "sampler.kind",
+                    format!(
+                        "kind = \"{}\" models one objective, and this study has {objectives}; \
+                         use \"nsga2\" (the default for several), \"random\", \"qmc\" or \"grid\"",
+                        k.get_ref()
+                    ),
+                ));
+            }
+            Some(k) if !several && k.get_ref() == "nsga2" => {
+                return Err(self.err(
+                    k.span(),
+                    "sampler.kind",
+                    "kind = \"nsga2\" searches for the trade-offs between several objectives, \
+                     and this study has one: give study.metric a list, or use \"tpe\"",
+                ));
+            }
+            _ => {}
+        }
+        let nsga2 = || {
+            Ok::<_, Error>(SamplerKind::Nsga2 {
+                population: self
+                    .at_least(&s.population, "sampler.population", 2)?
+                    .map_or(crate::sampler::NSGA2_POPULATION, |n| n as usize),
+            })
+        };
+        let kind = match kind_field {
+            None if several => nsga2()?,
+            Some(k) if k.get_ref() == "nsga2" => nsga2()?,
             Some(k) if k.get_ref() == "grid" => {
                 GridSampler::new(space, 0).map_err(|e| self.err(k.span(), "sampler.kind", e))?;
                 SamplerKind::Grid
@@ -38,6 +72,12 @@ impl Checker<'_> {
         };
         let model_based = matches!(kind, SamplerKind::Tpe { .. } | SamplerKind::Gp { .. });
         for (key, span, applies, to) in [
+            (
+                "population",
+                span_of(&s.population),
+                matches!(kind, SamplerKind::Nsga2 { .. }),
+                "kind = \"nsga2\"",
+            ),
             (
                 "startup_trials",
                 span_of(&s.startup_trials),
@@ -70,8 +110,23 @@ impl Checker<'_> {
     pub(super) fn pruner(
         &self,
         section: Option<Spanned<raw::Table<raw::PrunerSection>>>,
+        objectives: usize,
     ) -> Result<PrunerKind> {
         let (_, s) = inner(section);
+        if let Some(k) = s
+            .kind
+            .as_ref()
+            .filter(|k| objectives > 1 && k.get_ref().0 != "none")
+        {
+            return Err(self.err(
+                k.span(),
+                "pruner.kind",
+                format!(
+                    "a pruner compares one value per step, and this study has {objectives} objectives \
+                     (Optuna refuses to prune them too): remove [pruner] or set kind = \"none\""
+                ),
+            ));
+        }
         let kind = self
             .one_of(
                 &s.kind,

@@ -7,12 +7,14 @@
 
 mod gp;
 mod grid;
+mod nsga2;
 mod qmc;
 pub mod random;
 mod tpe;
 
 pub use gp::GpSampler;
 pub use grid::GridSampler;
+pub use nsga2::{Nsga2Sampler, POPULATION as NSGA2_POPULATION};
 pub use qmc::{QmcSampler, from_unit};
 pub use random::RandomSampler;
 pub use tpe::{TpeSampler, gamma};
@@ -31,8 +33,11 @@ pub(crate) fn proposal_rng(seed: u64, history_len: usize, salt: u64) -> rand::rn
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialRecord {
     pub params: Params,
-    /// The objective, for finished trials.
+    /// The objective, for finished trials (the first, where there are several).
     pub value: Option<f64>,
+    /// Every objective, in the study's order, for a COMPLETE trial of a
+    /// study of several objectives; empty otherwise.
+    pub values: Vec<f64>,
 }
 
 /// Proposes parameters; TPE and the others implement this too.
@@ -176,6 +181,7 @@ mod tests {
                 history.push(TrialRecord {
                     params,
                     value: None,
+                    values: Vec::new(),
                 });
             }
             history.into_iter().map(|t| t.params).collect::<Vec<_>>()
@@ -189,6 +195,7 @@ mod tests {
             .map(|p| TrialRecord {
                 params: p.clone(),
                 value: None,
+                values: Vec::new(),
             })
             .collect();
         assert_eq!(
@@ -264,6 +271,7 @@ mod tests {
             history.push(TrialRecord {
                 params: p,
                 value: None,
+                values: Vec::new(),
             });
             if history.len() == 5 {
                 // A resumed study (a new sampler, the same history) carries on.

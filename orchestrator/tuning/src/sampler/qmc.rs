@@ -139,6 +139,7 @@ mod tests {
             h.push(TrialRecord {
                 params: p,
                 value: None,
+                values: Vec::new(),
             });
         }
         cells.into_iter().max().unwrap()

@@ -458,6 +458,7 @@ mod tests {
             h.push(TrialRecord {
                 params,
                 value: Some(v),
+                values: Vec::new(),
             });
         }
         h
@@ -617,6 +618,7 @@ mod tests {
             history.push(TrialRecord {
                 params: first.clone(),
                 value: None,
+                values: Vec::new(),
             });
             let second = s.propose(&space, &history).unwrap();
             let dist = ((first["x"].internal() - second["x"].internal()).powi(2)

@@ -33,6 +33,7 @@ fn optimise(
         h.push(TrialRecord {
             params: p,
             value: Some(v),
+            values: Vec::new(),
         });
     }
     h
@@ -264,6 +265,7 @@ fn pending_trials_push_proposals_apart() {
         h.push(TrialRecord {
             params: p,
             value: None,
+            values: Vec::new(),
         });
     }
     xs.sort_by(f64::total_cmp);

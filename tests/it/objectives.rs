@@ -1,0 +1,251 @@
+//! Studies of several objectives: the study file's lists, the built-in
+//! objectives, NSGA-II, the Pareto front `best` prints, and Optuna and
+//! optuna-dashboard reading the same front, on SQLite and PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::common::*;
+
+/// The digits MLP of several widths, for accuracy against size.
+fn two_objectives(name: &str, trials: u64) -> String {
+    StudyFile::new(name, trials, 5)
+        .set("study", "metric", "[\"val_accuracy\", \"params\"]")
+        .set("model", "depth", "1")
+        .set("model", "width", "{ int = [4, 64], log = true }")
+        .set("train", "optimizer", "\"adam\"")
+        .set("train", "lr", "{ float = [1e-3, 1e-1], log = true }")
+        .set("train", "batch_size", "64")
+        .set("train", "epochs", "2")
+        .set("sampler", "population", "6")
+        .build()
+}
+
+/// Whether this Python has Optuna; says why not.
+fn has_optuna(test: &str) -> bool {
+    python_imports(test, "optuna, pandas", "SALUS_TUNE_REQUIRE_OPTUNA")
+}
+
+fn width_of(t: &serde_json::Value) -> i64 {
+    t["params"]["width"].as_i64().unwrap()
+}
+
+/// Runs the study of `trials` trials in `dir` on `storage`, checks what
+/// was stored and what `best` prints, and has Optuna read it from `optuna_db`.
+fn front_agrees(dir: &Path, storage: &[&str], optuna_db: Option<String>, trials: u64) {
+    write(dir, "s.toml", &two_objectives("mo", trials));
+    let out = run_in(dir, &[&["s.toml", "--no-progress"], storage].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("Pareto front: "), "{}", text(&out));
+    let out = run_in(
+        dir,
+        &[&["best", "s.toml", "--format", "json"], storage].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    std::fs::write(dir.join("front.json"), &out.stdout).unwrap();
+    let front: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let out = run_in(
+        dir,
+        &[&["trials", "s.toml", "--format", "json"], storage].concat(),
+    );
+    let all: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all.len() as u64, trials);
+    // `params` is the MLP's parameter count: 64 inputs, 10 classes.
+    for t in &all {
+        let w = width_of(t);
+        assert_eq!(
+            t["values"][1].as_f64().unwrap(),
+            (64 * w + w + w * 10 + 10) as f64
+        );
+    }
+    // The front: nothing in the study beats one of its trials in both.
+    let values = |t: &serde_json::Value| {
+        (
+            t["values"][0].as_f64().unwrap(),
+            t["values"][1].as_f64().unwrap(),
+        )
+    };
+    assert!(!front.is_empty());
+    for f in &front {
+        let (acc, size) = values(f);
+        for t in &all {
+            let (a, s) = values(t);
+            assert!(
+                !(a >= acc && s <= size && (a > acc || s < size)),
+                "{t} beats {f}"
+            );
+        }
+    }
+    // Every trial off the front is beaten by one on it.
+    let on: Vec<i64> = front
+        .iter()
+        .map(|t| t["number"].as_i64().unwrap())
+        .collect();
+    for t in all
+        .iter()
+        .filter(|t| !on.contains(&t["number"].as_i64().unwrap()))
+    {
+        let (a, s) = values(t);
+        assert!(
+            front.iter().any(|f| {
+                let (fa, fs) = values(f);
+                fa >= a && fs <= s && (fa > a || fs < s)
+            }),
+            "nothing on the front beats {t}"
+        );
+    }
+    if let Some(db) = optuna_db {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/optuna_objectives.py");
+        let out = output_of(Command::new(python()).current_dir(dir).arg(script).args([
+            db,
+            "mo".into(),
+            "front.json".into(),
+            trials.to_string(),
+        ]));
+        assert!(out.status.success(), "{}", text(&out));
+        eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
+#[test]
+fn accuracy_against_size_gives_the_front_optuna_reads_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_sqlite")
+        .then(|| dir.path().join("mo.db").display().to_string());
+    front_agrees(dir.path(), &[], optuna, 14);
+}
+
+#[test]
+fn accuracy_against_size_gives_the_front_optuna_reads_on_postgres() {
+    let Some(cluster) = postgres::Cluster::start("objectives") else {
+        return;
+    };
+    let url = cluster.database("objectives");
+    let dir = tempfile::tempdir().unwrap();
+    let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_postgres")
+        .then(|| cluster.optuna_url("objectives"));
+    front_agrees(dir.path(), &["--storage", &url], optuna, 8);
+}
+
+#[test]
+fn the_built_in_objectives_are_what_the_core_and_the_model_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = StudyFile::new("costs", 3, 2)
+        .set(
+            "study",
+            "metric",
+            "[\"val_loss\", \"flops\", \"train_time\", \"memory\"]",
+        )
+        .set("model", "depth", "1")
+        .set("model", "width", "{ choices = [8, 32] }")
+        .set("train", "epochs", "1")
+        .set("sampler", "kind", "\"random\"")
+        .build();
+    write(dir.path(), "c.toml", &study);
+    let out = run_in(dir.path(), &["c.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("costs.db");
+    let one = |sql: &str| scalar_text(&db, sql).unwrap().parse::<f64>().unwrap();
+    for t in trials(&db, None) {
+        // A choice is stored as its index.
+        let w = [8, 32][t
+            .params
+            .iter()
+            .find(|p| p.name == "width")
+            .unwrap()
+            .internal as usize];
+        let v = |objective: i64| {
+            one(&format!(
+                "SELECT CAST(value AS TEXT) FROM trial_values WHERE trial_id = {} AND objective = {objective}",
+                t.trial_id
+            ))
+        };
+        // Forward FLOPs of one example: two per multiply-add.
+        assert_eq!(v(1), (2 * (64 * w + w * 10)) as f64);
+        let seconds = one(&format!(
+            "SELECT CAST(device_seconds AS TEXT) FROM salus_trials WHERE trial_id = {}",
+            t.trial_id
+        ));
+        assert_eq!(v(2), seconds, "train_time is the core's device seconds");
+        assert!(seconds > 0.0);
+        let held = one(&format!(
+            "SELECT CAST(persistent_bytes + ephemeral_bytes AS TEXT) FROM salus_trials WHERE trial_id = {}",
+            t.trial_id
+        ));
+        assert_eq!(v(3), held, "memory is what the ledger held");
+    }
+}
+
+#[test]
+fn study_files_of_several_objectives_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = || {
+        StudyFile::digits("bad", 2)
+            .without("train.sgd", "momentum")
+            .set("train", "optimizer", "\"adam\"")
+    };
+    for (edit, key, words) in [
+        (
+            base()
+                .set("study", "metric", "[\"val_accuracy\", \"params\"]")
+                .set("study", "direction", "\"maximize\""),
+            "study.direction",
+            "1 directions for 2 metrics",
+        ),
+        (
+            base().set("study", "metric", "[\"params\", \"val_accuracy\"]"),
+            "study.metric",
+            "list a reported metric first",
+        ),
+        (
+            base().set("study", "metric", "[\"val_accuracy\", \"val_accuracy\"]"),
+            "study.metric",
+            "named twice",
+        ),
+        (
+            base().set("study", "metric", "[\"val_accuracy\", \"latency\"]"),
+            "study.metric",
+            "expected one of: val_accuracy, val_loss, train_loss, params, flops, train_time, memory",
+        ),
+        (
+            base()
+                .set("study", "metric", "[\"val_accuracy\", \"params\"]")
+                .set("study", "direction", "[\"maximize\", \"maximize\"]"),
+            "study.direction",
+            "params is to minimize",
+        ),
+        (
+            base()
+                .set("study", "metric", "[\"val_accuracy\", \"params\"]")
+                .set("pruner", "kind", "\"asha\""),
+            "pruner.kind",
+            "Optuna refuses to prune them too",
+        ),
+        (
+            base()
+                .set("study", "metric", "[\"val_accuracy\", \"params\"]")
+                .set("sampler", "kind", "\"tpe\""),
+            "sampler.kind",
+            "models one objective",
+        ),
+        (
+            base().set("sampler", "kind", "\"nsga2\""),
+            "sampler.kind",
+            "this study has one",
+        ),
+        (
+            base().set("sampler", "population", "10"),
+            "sampler.population",
+            "applies only to kind = \"nsga2\"",
+        ),
+    ] {
+        write(dir.path(), "b.toml", &edit.build());
+        let out = run_in(dir.path(), &["check", "b.toml"]);
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{msg}");
+        assert!(
+            msg.contains("b.toml:") && msg.contains(key) && msg.contains(words),
+            "{key}: {msg}"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+"""Checks a salus-tune study of several objectives through Optuna itself.
+
+Usage: optuna_objectives.py DB STUDY_NAME OURS_FRONT_JSON N_TRIALS
+
+DB is a SQLite file, or a SQLAlchemy URL (postgresql+psycopg2://...).
+Exits non-zero, with a message, on the first disagreement.
+"""
+import json
+import os
+import sys
+
+import optuna
+
+db, name, front_path, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+url = db if "://" in db else f"sqlite:///{db}"
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+study = optuna.load_study(study_name=name, storage=url)
+front = json.load(open(front_path))
+
+assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"], study.directions
+assert study.metric_names == ["val_accuracy", "params"], study.metric_names
+assert len(study.trials) == n, f"Optuna sees {len(study.trials)} trials, expected {n}"
+for t in study.trials:
+    if t.state == optuna.trial.TrialState.COMPLETE:
+        assert len(t.values) == 2 and all(v is not None for v in t.values), (t.number, t.values)
+ours = sorted(t["number"] for t in front)
+theirs = sorted(t.number for t in study.best_trials)
+assert ours == theirs, f"our front {ours}, Optuna's best_trials {theirs}"
+by_number = {t["number"]: t for t in front}
+for t in study.best_trials:
+    assert t.values == by_number[t.number]["values"], (t.number, t.values, by_number[t.number])
+    assert t.params == by_number[t.number]["params"], (t.number, t.params)
+
+df = study.trials_dataframe()
+assert len(df) == n
+for column in ("values_val_accuracy", "values_params"):
+    assert column in df.columns, (column, list(df.columns))
+print(f"optuna {optuna.__version__} reads both objectives of all {n} trials; its best_trials are our front {ours}")
+
+try:
+    import optuna_dashboard
+except ImportError:
+    if os.environ.get("SALUS_TUNE_REQUIRE_OPTUNA") == "1":
+        raise
+    print("optuna-dashboard not installed: its check skipped")
+else:
+    import threading
+    import urllib.request
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = make_server("127.0.0.1", 0, optuna_dashboard.wsgi(optuna.storages.RDBStorage(url)), handler_class=Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api = f"http://127.0.0.1:{server.server_port}/api/studies"
+    summaries = json.load(urllib.request.urlopen(api))["study_summaries"]
+    mine = [s for s in summaries if s["study_name"] == name]
+    assert len(mine) == 1, summaries
+    detail = json.load(urllib.request.urlopen(f"{api}/{mine[0]['study_id']}?after=0"))
+    shown = sorted(t["number"] for t in detail["best_trials"])
+    assert shown == ours, f"optuna-dashboard's Pareto front {shown}, ours {ours}"
+    server.shutdown()
+    print(f"optuna-dashboard {optuna_dashboard.__version__} draws the same front")
