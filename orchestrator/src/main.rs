@@ -119,17 +119,28 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 problems,
                 optuna: !no_optuna,
             };
-            let (rows, notes) = bench::samplers::run(&plan, &mut progress)?;
+            let (rows, mut notes) = bench::samplers::run(&plan, &mut progress)?;
+            let (fronts, more) = bench::fronts::run(&plan, &mut progress)?;
+            notes.extend(more);
             for n in notes {
                 eprintln!("{n}");
             }
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&bench::samplers::json(&rows)).expect("JSON")
-                );
+                // One array: the rows of one objective, then of several.
+                let mut all = bench::samplers::json(&rows);
+                if let (Some(a), serde_json::Value::Array(b)) =
+                    (all.as_array_mut(), bench::fronts::json(&fronts))
+                {
+                    a.extend(b);
+                }
+                println!("{}", serde_json::to_string_pretty(&all).expect("JSON"));
             } else {
-                print!("{}", bench::samplers::table(&rows, seeds, first_seed));
+                if !rows.is_empty() {
+                    print!("{}", bench::samplers::table(&rows, seeds, first_seed));
+                }
+                if !fronts.is_empty() {
+                    print!("{}", bench::fronts::table(&fronts, seeds));
+                }
             }
         }
         BenchCmd::Workers {

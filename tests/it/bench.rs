@@ -489,3 +489,73 @@ fn bench_swap_measures_both_ways_to_pause_a_torch_trial() {
         );
     }
 }
+
+#[test]
+fn bench_samplers_scores_fronts_by_hypervolume() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "samplers",
+            "--seeds",
+            "2",
+            "--samplers",
+            "random,nsga2",
+            "--problems",
+            "zdt1,dtlz2",
+            "--no-optuna",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<(String, String)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let (h100, h300) = (
+                r["median_hypervolume_100"].as_f64().unwrap(),
+                r["median_hypervolume_300"].as_f64().unwrap(),
+            );
+            // More trials never shrink the dominated volume.
+            assert!(h100 > 0.0 && h300 >= h100, "{r}");
+            assert_eq!(r["hypervolume_300_per_seed"].as_array().unwrap().len(), 2);
+            (
+                r["problem"].as_str().unwrap().to_string(),
+                r["sampler"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("zdt1", "random"),
+        ("zdt1", "nsga2"),
+        ("dtlz2", "random"),
+        ("dtlz2", "nsga2"),
+    ]
+    .iter()
+    .map(|(p, s)| (p.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(rows, want);
+    // The table names both parts' columns.
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "samplers",
+            "--seeds",
+            "1",
+            "--samplers",
+            "nsga2",
+            "--problems",
+            "zdt2",
+            "--no-optuna",
+        ],
+    );
+    assert!(
+        text(&out).contains("median hypervolume") && text(&out).contains("zdt2"),
+        "{}",
+        text(&out)
+    );
+}

@@ -13,6 +13,7 @@
 
 pub mod chaos;
 pub mod external_workers;
+pub mod fronts;
 pub mod packing;
 pub mod policies;
 pub mod samplers;

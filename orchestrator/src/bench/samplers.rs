@@ -432,7 +432,8 @@ pub struct Row {
 /// Our samplers, then Optuna's (through Python).
 pub const SAMPLERS: [&str; 6] = ["random", "qmc", "tpe", "gp", "optuna-tpe", "optuna-gp"];
 
-fn python() -> Option<PathBuf> {
+/// The Python with Optuna that runs Optuna's samplers, if there is one.
+pub(super) fn optuna_python() -> Option<PathBuf> {
     let py = super::anchor_python();
     super::python_imports(&py, "optuna").then_some(py)
 }
@@ -449,26 +450,44 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn runs_sampler(&self, name: &str) -> bool {
+    pub(super) fn runs_sampler(&self, name: &str) -> bool {
         (self.optuna || !name.starts_with("optuna-"))
             && (self.samplers.is_empty() || self.samplers.iter().any(|s| s == name))
+    }
+
+    pub(super) fn runs_problem(&self, name: &str) -> bool {
+        self.problems.is_empty() || self.problems.iter().any(|n| n == name)
     }
 
     fn problems(&self) -> Vec<Problem> {
         problems()
             .into_iter()
-            .filter(|p| self.problems.is_empty() || self.problems.iter().any(|n| n == p.name))
+            .filter(|p| self.runs_problem(p.name))
             .collect()
     }
 
-    /// Refuses names that are not samplers or problems.
+    /// Refuses names that are not samplers or problems (of one objective
+    /// or of several, `super::fronts`).
     pub fn check(&self) -> Result<()> {
-        let names: Vec<&str> = problems().iter().map(|p| p.name).collect();
+        let names: Vec<&str> = problems()
+            .iter()
+            .map(|p| p.name)
+            .chain(super::fronts::front_problems().iter().map(|p| p.name))
+            .collect();
+        let samplers: Vec<&str> = SAMPLERS
+            .iter()
+            .chain(
+                super::fronts::SAMPLERS
+                    .iter()
+                    .filter(|s| !SAMPLERS.contains(s)),
+            )
+            .copied()
+            .collect();
         for s in &self.samplers {
-            if !SAMPLERS.contains(&s.as_str()) {
+            if !samplers.contains(&s.as_str()) {
                 return Err(crate::error::Error::Input(format!(
                     "--samplers: unknown sampler '{s}'; expected some of: {}",
-                    SAMPLERS.join(", ")
+                    samplers.join(", ")
                 )));
             }
         }
@@ -528,7 +547,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
         .filter(|s| plan.runs_sampler(&format!("optuna-{s}")))
         .collect();
     if !optuna.is_empty() {
-        match python() {
+        match optuna_python() {
             None => notes.push("optuna-tpe, optuna-gp: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
             Some(py) => {
                 // Optuna's GPSampler needs torch and scipy.

@@ -6,11 +6,11 @@
 //! random. Each later one breeds from a parent population: the elite of
 //! the previous parents and the previous generation's finished trials, by
 //! non-dominated rank and then crowding distance
-//! ([`pareto::sort_fronts`], [`pareto::crowding`]). A child takes two
-//! parents by binary tournament (the one that dominates, else the first);
-//! with probability `crossover_prob` its values come from both, each
-//! parameter from either with probability one half (uniform crossover),
-//! else from the first parent; then each parameter is dropped with
+//! ([`pareto::sort_fronts`], [`pareto::crowding`]). With probability
+//! `crossover_prob` a child takes two distinct parents by binary
+//! tournament (the one that dominates, else the first) and each parameter
+//! from either with probability one half (uniform crossover); otherwise
+//! it copies a parent taken at random. Then each parameter is dropped with
 //! probability `1 / parameters` (mutation) and, like any parameter the
 //! parents lack (a condition that did not hold for them), drawn at random.
 //!
@@ -124,22 +124,31 @@ impl Sampler for Nsga2Sampler {
         };
         let inherited: Params = if parents.len() < 2 {
             Params::new()
-        } else {
-            let first = &history[self.tournament(history, &parents, &mut rng)].params;
-            let second = &history[self.tournament(history, &parents, &mut rng)].params;
-            let cross = rng.random::<f64>() < CROSSOVER_PROB;
+        } else if rng.random::<f64>() < CROSSOVER_PROB {
+            // Two distinct parents by tournament; each parameter from
+            // either with probability one half.
+            let a = self.tournament(history, &parents, &mut rng);
+            let rest: Vec<usize> = parents.iter().copied().filter(|&i| i != a).collect();
+            let b = self.tournament(history, &rest, &mut rng);
+            let (first, second) = (&history[a].params, &history[b].params);
             let mut child = Params::new();
             for (name, &v) in first {
-                let from_second = cross && rng.random::<f64>() < SWAPPING_PROB;
+                let from_second = rng.random::<f64>() < SWAPPING_PROB;
                 match (from_second, second.get(name)) {
                     (true, Some(&w)) => child.insert(name.clone(), w),
                     _ => child.insert(name.clone(), v),
                 };
             }
-            let mutation = 1.0 / child.len().max(1) as f64;
-            child.retain(|_, _| rng.random::<f64>() >= mutation);
             child
+        } else {
+            // No crossover: a copy of a parent taken at random.
+            history[parents[rng.random_range(0..parents.len())]]
+                .params
+                .clone()
         };
+        let mutation = 1.0 / inherited.len().max(1) as f64;
+        let mut inherited = inherited;
+        inherited.retain(|_, _| rng.random::<f64>() >= mutation);
         // Active parameters in the space's order: inherited where the child
         // has a value that is still in range, else drawn at random.
         let mut params = Params::new();

@@ -1,0 +1,334 @@
+//! The part of `salus-tune bench samplers` with several objectives: each
+//! sampler searches ZDT1, ZDT2 (two objectives, 5 variables) and DTLZ2
+//! (three objectives, 7 variables) for 300 trials under each seed; a row
+//! gives the median hypervolume of the trials after 100 and after 300
+//! (higher is better), against fixed reference points, and the time per
+//! proposal once 290 trials are in the history. Optuna 5.0's
+//! `NSGAIISampler` runs the same functions through
+//! `scripts/anchors/optuna_fronts.py`, which returns every trial's values,
+//! so that both sides' hypervolumes are computed here, by one function
+//! ([`crate::pareto::hypervolume`]).
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::samplers::Plan;
+use crate::error::Result;
+use crate::pareto;
+use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TrialRecord};
+use crate::space::{Distribution, Param, Params, SearchSpace};
+use crate::study::Direction;
+
+/// A test problem of several objectives, all minimised.
+pub struct FrontProblem {
+    pub name: &'static str,
+    pub space: SearchSpace,
+    pub f: fn(&Params) -> Vec<f64>,
+    /// The hypervolume's reference point: no worse than any point of the
+    /// space in every objective, so every trial counts.
+    pub reference: Vec<f64>,
+}
+
+/// Our samplers of several objectives, then Optuna's.
+pub const SAMPLERS: [&str; 3] = ["random", "nsga2", "optuna-nsga2"];
+
+/// Trials per run, and where the first hypervolume is read.
+const TRIALS: usize = 300;
+const EARLY: usize = 100;
+
+fn unit_space(n: usize) -> SearchSpace {
+    SearchSpace::new(
+        (0..n)
+            .map(|i| Param {
+                name: format!("x{i}"),
+                dist: Distribution::Float {
+                    low: 0.0,
+                    high: 1.0,
+                    log: false,
+                    step: None,
+                },
+                condition: None,
+            })
+            .collect(),
+    )
+    .expect("a valid space")
+}
+
+fn xs(p: &Params) -> Vec<f64> {
+    // `x0`, `x1`, ... in order (the names sort as numbers below 10).
+    p.values().map(|v| v.internal()).collect()
+}
+
+fn zdt(p: &Params, f2: fn(f64, f64) -> f64) -> Vec<f64> {
+    let x = xs(p);
+    let g = 1.0 + 9.0 * x[1..].iter().sum::<f64>() / (x.len() - 1) as f64;
+    vec![x[0], g * f2(x[0], g)]
+}
+
+fn zdt1(p: &Params) -> Vec<f64> {
+    zdt(p, |f1, g| 1.0 - (f1 / g).sqrt())
+}
+
+fn zdt2(p: &Params) -> Vec<f64> {
+    zdt(p, |f1, g| 1.0 - (f1 / g).powi(2))
+}
+
+/// DTLZ2 with three objectives: its front is the positive octant of the
+/// unit sphere.
+fn dtlz2(p: &Params) -> Vec<f64> {
+    use std::f64::consts::FRAC_PI_2;
+    let x = xs(p);
+    let g: f64 = x[2..].iter().map(|v| (v - 0.5).powi(2)).sum();
+    let (a, b) = (x[0] * FRAC_PI_2, x[1] * FRAC_PI_2);
+    vec![
+        (1.0 + g) * a.cos() * b.cos(),
+        (1.0 + g) * a.cos() * b.sin(),
+        (1.0 + g) * a.sin(),
+    ]
+}
+
+pub fn front_problems() -> Vec<FrontProblem> {
+    vec![
+        FrontProblem {
+            name: "zdt1",
+            space: unit_space(5),
+            f: zdt1,
+            reference: vec![1.1, 11.0],
+        },
+        FrontProblem {
+            name: "zdt2",
+            space: unit_space(5),
+            f: zdt2,
+            reference: vec![1.1, 11.0],
+        },
+        FrontProblem {
+            name: "dtlz2",
+            space: unit_space(7),
+            f: dtlz2,
+            reference: vec![2.5, 2.5, 2.5],
+        },
+    ]
+}
+
+/// One row: problem, sampler, median hypervolume after 100 and after 300
+/// trials, the median time per proposal at 290-299 trials, and each seed's
+/// hypervolumes (in seed order).
+#[derive(Debug, Clone)]
+pub struct FrontRow {
+    pub problem: &'static str,
+    pub sampler: String,
+    pub hv_100: f64,
+    pub hv_300: f64,
+    pub ms_per_proposal: f64,
+    pub per_seed_100: Vec<f64>,
+    pub per_seed_300: Vec<f64>,
+}
+
+/// Hypervolumes after 100 and 300 trials of one run's values.
+fn hypervolumes(values: &[Vec<f64>], reference: &[f64]) -> (f64, f64) {
+    (
+        pareto::hypervolume(&values[..EARLY.min(values.len())], reference),
+        pareto::hypervolume(values, reference),
+    )
+}
+
+fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<Vec<f64>>, f64) {
+    let mut h: Vec<TrialRecord> = Vec::with_capacity(TRIALS);
+    let mut late = std::time::Duration::ZERO;
+    for i in 0..TRIALS {
+        let t0 = Instant::now();
+        let params = s
+            .propose(&p.space, &h)
+            .expect("these samplers always propose");
+        if i + 10 >= TRIALS {
+            late += t0.elapsed();
+        }
+        let values = (p.f)(&params);
+        h.push(TrialRecord {
+            params,
+            value: Some(values[0]),
+            values,
+        });
+    }
+    let values = h.into_iter().map(|t| t.values).collect();
+    (values, late.as_secs_f64() * 1e3 / 10.0)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+fn row(
+    problem: &'static str,
+    sampler: &str,
+    runs: Vec<((f64, f64), f64)>,
+    progress: &mut dyn FnMut(&str),
+) -> FrontRow {
+    let per_seed_100: Vec<f64> = runs.iter().map(|r| r.0.0).collect();
+    let per_seed_300: Vec<f64> = runs.iter().map(|r| r.0.1).collect();
+    let row = FrontRow {
+        problem,
+        sampler: sampler.into(),
+        hv_100: median(per_seed_100.clone()),
+        hv_300: median(per_seed_300.clone()),
+        ms_per_proposal: median(runs.iter().map(|r| r.1).collect()),
+        per_seed_100,
+        per_seed_300,
+    };
+    progress(&format!(
+        "{:<18} {:<13} median hypervolume {:.4} at 100, {:.4} at 300; {:.2} ms per proposal",
+        problem, sampler, row.hv_100, row.hv_300, row.ms_per_proposal
+    ));
+    row
+}
+
+pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>, Vec<String>)> {
+    let problems: Vec<FrontProblem> = front_problems()
+        .into_iter()
+        .filter(|p| plan.runs_problem(p.name))
+        .collect();
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let seeds = plan.first_seed..plan.first_seed + plan.seeds;
+    for p in &problems {
+        for name in ["random", "nsga2"] {
+            if !plan.runs_sampler(name) {
+                continue;
+            }
+            let directions = vec![Direction::Minimize; p.reference.len()];
+            let runs = seeds
+                .clone()
+                .map(|seed| {
+                    let mut s: Box<dyn Sampler> = match name {
+                        "random" => Box::new(RandomSampler::new(seed)),
+                        _ => Box::new(Nsga2Sampler::new(seed, directions.clone())),
+                    };
+                    let (values, ms) = run_one(s.as_mut(), p);
+                    (hypervolumes(&values, &p.reference), ms)
+                })
+                .collect();
+            rows.push(row(p.name, name, runs, progress));
+        }
+    }
+    if !problems.is_empty() && plan.runs_sampler("optuna-nsga2") {
+        match super::samplers::optuna_python() {
+            None => notes.push("optuna-nsga2: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
+            Some(py) => {
+                let names: Vec<&str> = problems.iter().map(|p| p.name).collect();
+                progress("running Optuna's NSGAIISampler through scripts/anchors/optuna_fronts.py ...");
+                let v = super::run_anchor_script(
+                    &py,
+                    "optuna_fronts.py",
+                    include_str!("../../../scripts/anchors/optuna_fronts.py"),
+                    &[
+                        plan.seeds.to_string(),
+                        names.join(","),
+                        plan.first_seed.to_string(),
+                        TRIALS.to_string(),
+                    ],
+                )?;
+                for r in v.as_array().into_iter().flatten() {
+                    let Some(p) = problems.iter().find(|p| Some(p.name) == r["problem"].as_str()) else {
+                        continue;
+                    };
+                    let runs = r["runs"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|run| {
+                            let values: Vec<Vec<f64>> = run["values"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .map(|t| {
+                                    t.as_array()
+                                        .into_iter()
+                                        .flatten()
+                                        .map(|x| x.as_f64().unwrap_or(f64::NAN))
+                                        .collect()
+                                })
+                                .collect();
+                            let ms = run["ms_per_trial"].as_f64().unwrap_or(f64::NAN);
+                            (hypervolumes(&values, &p.reference), ms)
+                        })
+                        .collect();
+                    rows.push(row(p.name, "optuna-nsga2", runs, progress));
+                }
+            }
+        }
+    }
+    rows.sort_by_key(|r| front_problems().iter().position(|p| p.name == r.problem));
+    Ok((rows, notes))
+}
+
+pub fn json(rows: &[FrontRow]) -> serde_json::Value {
+    serde_json::Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "problem": r.problem,
+                    "sampler": r.sampler,
+                    "median_hypervolume_100": r.hv_100,
+                    "median_hypervolume_300": r.hv_300,
+                    "ms_per_proposal_at_300": r.ms_per_proposal,
+                    "hypervolume_100_per_seed": r.per_seed_100,
+                    "hypervolume_300_per_seed": r.per_seed_300,
+                })
+            })
+            .collect(),
+    )
+}
+
+pub fn table(rows: &[FrontRow], seeds: u64) -> String {
+    let mut out = format!(
+        "\nseveral objectives: median hypervolume over {seeds} seeds (higher is better; reference \
+         points: zdt1, zdt2 (1.1, 11), dtlz2 (2.5, 2.5, 2.5));\n\
+         ms: median time per proposal with 290-299 trials in the history (Optuna's: per trial)\n\n\
+         problem            sampler        @100           @300           ms\n"
+    );
+    for r in rows {
+        out += &format!(
+            "{:<18} {:<14} {:<14.6} {:<14.6} {:.2}\n",
+            r.problem, r.sampler, r.hv_100, r.hv_300, r.ms_per_proposal
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::ParamValue;
+
+    #[test]
+    fn the_fronts_are_where_the_problems_say() {
+        let at = |xs: &[f64]| -> Params {
+            xs.iter()
+                .enumerate()
+                .map(|(i, &v)| (format!("x{i}"), ParamValue::Float(v)))
+                .collect()
+        };
+        // On the front (the other variables at 0): f2 = 1 - sqrt(f1), 1 - f1^2.
+        assert_eq!(zdt1(&at(&[0.25, 0.0, 0.0, 0.0, 0.0])), vec![0.25, 0.5]);
+        assert_eq!(zdt2(&at(&[0.5, 0.0, 0.0, 0.0, 0.0])), vec![0.5, 0.75]);
+        // DTLZ2's front is the unit sphere (the others at 0.5).
+        let f = dtlz2(&at(&[0.3, 0.7, 0.5, 0.5, 0.5, 0.5, 0.5]));
+        assert!((f.iter().map(|v| v * v).sum::<f64>() - 1.0).abs() < 1e-12);
+        // Every point of the space is inside its reference.
+        for p in front_problems() {
+            let corner = at(&vec![1.0; p.space.params().len()]);
+            assert!(
+                (p.f)(&corner).iter().zip(&p.reference).all(|(v, r)| v < r),
+                "{}",
+                p.name
+            );
+        }
+    }
+}
