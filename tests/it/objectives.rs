@@ -249,3 +249,64 @@ fn study_files_of_several_objectives_are_checked() {
         );
     }
 }
+
+/// A command worker's study of several objectives: its `done([a, b])`
+/// gives each, in order; a worker that sends one value fails its trial
+/// with the reason.
+#[test]
+fn a_worker_sends_one_value_per_objective() {
+    if !python_imports(
+        "a_worker_sends_one_value_per_objective",
+        "json",
+        "SALUS_TUNE_REQUIRE_OPTUNA",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/python");
+    let script = write(
+        dir.path(),
+        "two.py",
+        "import salus_worker\n\
+         t = salus_worker.connect()\n\
+         x = t.params['x']\n\
+         for i in t.iterations(2):\n\
+         \x20   t.report(i + 1, x)\n\
+         t.done([x, (1 - x) ** 2] if x < 0.9 else x)\n",
+    );
+    let study = StudyFile::new("w2", 8, 4)
+        .set("study", "metric", "[\"f1\", \"f2\"]")
+        .set("worker", "kind", "\"command\"")
+        .set(
+            "worker",
+            "command",
+            &format!("[\"{}\", \"{}\"]", python(), script.display()),
+        )
+        .set(
+            "worker",
+            "env",
+            &format!("{{ PYTHONPATH = \"{}\" }}", client.display()),
+        )
+        .set("worker", "iterations", "2")
+        .set("sampler", "population", "4")
+        .with_text("[params]\nx = { float = [0.0, 1.0] }\n")
+        .build();
+    write(dir.path(), "w.toml", &study);
+    let out = run_in(dir.path(), &["w.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("w2.db");
+    for t in trials(&db, None) {
+        let x = t.params[0].internal;
+        if x < 0.9 {
+            assert_eq!(t.value, Some(x));
+            assert_eq!(t.more_values, vec![(1.0 - x).powi(2)], "trial {}", t.number);
+        } else {
+            assert_eq!(t.state, salus_tune::storage::TrialState::Fail);
+            let why = t.fail_reason.unwrap_or_default();
+            assert!(
+                why.contains("sent 1 values for the study's 2 objectives (f1, f2)"),
+                "{why}"
+            );
+        }
+    }
+}

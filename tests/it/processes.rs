@@ -798,6 +798,7 @@ fn statements_hold_on_both_dialects(postgres: bool) {
             extras: training::ReportExtras {
                 metrics: vec![("aux".into(), v)],
                 attrs: vec![],
+                more_values: vec![],
             },
         })
         .unwrap();

@@ -30,14 +30,18 @@ fn the_wheel_installs_the_binary_and_the_client_and_runs_a_study() {
     }
     let dir = tempfile::tempdir().unwrap();
     let wheels = dir.path().join("wheels");
-    // The test profile's build, which `cargo test` has just made: a release
-    // wheel is the same command with --release.
-    let out = output_of(
+    // The dev profile's build (a release wheel is the same command with
+    // --release). maturin's build of the binary alone does not reuse all of
+    // `cargo test`'s artefacts: in a fresh clone it compiled ring, rustls,
+    // sqlx and the workspace again, past a run's deadline on two busy cores.
+    let out = Running::spawn(
         Command::new(&maturin)
             .current_dir(root.join("clients/python"))
             .args(["build", "--profile", "dev", "--out"])
             .arg(&wheels),
-    );
+    )
+    .within(deadline() * 4)
+    .wait();
     assert!(out.status.success(), "maturin build: {}", text(&out));
     let wheel = std::fs::read_dir(&wheels)
         .unwrap()

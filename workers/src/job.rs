@@ -85,11 +85,14 @@ pub struct ReportExtras {
     pub metrics: Vec<(String, f64)>,
     /// `set_user_attr(key, value)`: the key and the value as JSON text.
     pub attrs: Vec<(String, String)>,
+    /// `done([a, b, ...])`: the final values after the first, one per
+    /// further objective of a study of several.
+    pub more_values: Vec<f64>,
 }
 
 impl ReportExtras {
     pub fn is_empty(&self) -> bool {
-        self.metrics.is_empty() && self.attrs.is_empty()
+        self.metrics.is_empty() && self.attrs.is_empty() && self.more_values.is_empty()
     }
 }
 

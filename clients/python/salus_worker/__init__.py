@@ -32,7 +32,7 @@ import pickle
 import re
 import socket
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 VERSION = 2
 
@@ -309,10 +309,16 @@ class Trial:
         """Keeps a long iteration from hitting salus-tune's heartbeat timeout."""
         self._send({"type": "heartbeat"})
 
-    def done(self, value: float, more: bool = False) -> None:
-        """The trial's final value. The process should exit after this,
-        unless `more`: then call `next_trial()` to take another trial."""
-        self._send({"type": "done", "value": self._number(value), "more": bool(more)})
+    def done(self, value: Union[float, Sequence[float]], more: bool = False) -> None:
+        """The trial's final value: a number, or for a study of several
+        objectives (`metric = ["a", "b"]`) a list of them, one per metric in
+        that order. The process should exit after this, unless `more`:
+        then call `next_trial()` to take another trial."""
+        if isinstance(value, (list, tuple)):
+            sent: Any = [self._number(v) for v in value]
+        else:
+            sent = self._number(value)
+        self._send({"type": "done", "value": sent, "more": bool(more)})
         if not more:
             self._sock.close()
 

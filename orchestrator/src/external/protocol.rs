@@ -97,9 +97,11 @@ pub enum FromWorker {
         path: String,
     },
     /// `more`: the worker can take another trial (it then waits for `start`).
+    /// `value`: the trial's final value, or a list of them, one per
+    /// objective, for a study of several.
     Done {
-        #[serde(deserialize_with = "value")]
-        value: f64,
+        #[serde(deserialize_with = "values")]
+        value: Vec<f64>,
         #[serde(default)]
         more: bool,
     },
@@ -192,6 +194,18 @@ fn value<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
         other => Err(de::Error::custom(format!(
             "'value' must be a number, got {other}"
         ))),
+    }
+}
+
+/// A number, or a non-empty list of them, each read as `value` reads one.
+fn values<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+    let one = |v: Value| value(v).map_err(|e: serde_json::Error| de::Error::custom(e.to_string()));
+    match Value::deserialize(d)? {
+        Value::Array(items) if items.is_empty() => Err(de::Error::custom(
+            "'value' is an empty list: give one number per objective",
+        )),
+        Value::Array(items) => items.into_iter().map(one).collect(),
+        v => Ok(vec![one(v)?]),
     }
 }
 
@@ -356,9 +370,17 @@ mod tests {
         assert_eq!(
             parse(r#"{"type":"done","value":2,"more":true}"#),
             Ok(FromWorker::Done {
-                value: 2.0,
+                value: vec![2.0],
                 more: true
             })
+        );
+        // A study of several objectives: one value each.
+        assert_eq!(
+            parse(r#"{"type":"done","value":[0.9,1200,"NaN"]}"#).map(|m| match m {
+                FromWorker::Done { value, .. } => format!("{value:?}"),
+                other => panic!("{other:?}"),
+            }),
+            Ok("[0.9, 1200.0, NaN]".to_string())
         );
         assert_eq!(
             parse(r#"{"type":"checkpointed","path":"/tmp/x"}"#),
@@ -369,7 +391,7 @@ mod tests {
         assert_eq!(
             parse(r#"{"type":"done","value":-1.5e3}"#),
             Ok(FromWorker::Done {
-                value: -1500.0,
+                value: vec![-1500.0],
                 more: false
             })
         );
@@ -435,7 +457,8 @@ mod tests {
     #[test]
     fn non_finite_values_arrive_as_nan_or_infinity() {
         let v = |line: &str| match parse(line).unwrap() {
-            FromWorker::Report { value, .. } | FromWorker::Done { value, .. } => value,
+            FromWorker::Report { value, .. } => value,
+            FromWorker::Done { value, .. } => value[0],
             other => panic!("{other:?}"),
         };
         assert!(v(r#"{"type":"done","value":"NaN"}"#).is_nan());
@@ -460,7 +483,7 @@ mod tests {
             let line = format!(r#"{{"type":"done","value":{v}}}"#);
             match parse(&line).unwrap() {
                 FromWorker::Done { value, .. } => {
-                    assert_eq!(value.to_bits(), v.to_bits(), "{line}")
+                    assert_eq!(value[0].to_bits(), v.to_bits(), "{line}")
                 }
                 other => panic!("{other:?}"),
             }
@@ -483,6 +506,10 @@ mod tests {
                 "'value' must be a number",
             ),
             ("{\"type\":\"done\"}", "'value' is missing"),
+            (
+                "{\"type\":\"done\",\"value\":[]}",
+                "empty list: give one number per objective",
+            ),
             ("{\"type\":\"checkpointed\"}", "'path' is missing"),
             (
                 "{\"type\":\"checkpointed\",\"path\":3}",

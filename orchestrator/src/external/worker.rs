@@ -56,7 +56,9 @@ const TAIL_LINES: usize = 20;
 type Tail = Arc<Mutex<VecDeque<String>>>;
 
 /// A worker's `done`: its value, and whether it takes another trial.
-type End = (f64, bool);
+/// A `done`: the trial's values (one per objective) and whether the
+/// worker takes another trial.
+type End = (Vec<f64>, bool);
 
 struct Process {
     child: Child,
@@ -649,6 +651,7 @@ impl ExternalTrial {
             extras: training::ReportExtras {
                 metrics,
                 attrs: std::mem::take(&mut self.attrs),
+                more_values: Vec::new(),
             },
         };
         self.last_report = Some(r.clone());
@@ -1000,9 +1003,10 @@ impl ExternalTrial {
     fn finish(
         &mut self,
         report: Option<Report>,
-        value: f64,
+        values: Vec<f64>,
         more: bool,
     ) -> training::Result<StepOutcome> {
+        let value = values[0];
         self.finished = true;
         match (more, self.proc.take()) {
             // A serving worker waits for its next trial, in the pool.
@@ -1018,6 +1022,7 @@ impl ExternalTrial {
         // is stored with the end.
         let mut extras = report.map(|r| r.extras).unwrap_or_default();
         extras.attrs.append(&mut self.attrs);
+        extras.more_values = values[1..].to_vec();
         let mut r = Report {
             step,
             iteration: self.iteration,

@@ -383,6 +383,30 @@ impl Runner<'_> {
     ) -> std::result::Result<Vec<f64>, String> {
         let study = self.study;
         let mut values = Vec::new();
+        if study.worker.is_some() {
+            // A worker's `done([a, b, ...])` names none: they come in order.
+            let more = &report.extras.more_values;
+            if more.len() + 1 != study.objectives.len() {
+                return Err(format!(
+                    "the worker's done() sent {} values for the study's {} objectives ({}); \
+                     send a list, one per metric, in that order",
+                    more.len() + 1,
+                    study.objectives.len(),
+                    study
+                        .objectives
+                        .iter()
+                        .map(|(m, _)| m.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            for (v, (name, _)) in more.iter().zip(study.objectives.iter().skip(1)) {
+                if !v.is_finite() {
+                    return Err(format!("{name} is {v}"));
+                }
+            }
+            return Ok(more.clone());
+        }
         for (name, _) in study.objectives.iter().skip(1) {
             let value = match name.as_str() {
                 "params" | "flops" => {

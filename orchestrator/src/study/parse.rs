@@ -370,8 +370,9 @@ impl Checker<'_> {
     }
 
     /// `study.metric`: one the task reports (or, beside it, a built-in
-    /// objective: [`BUILT_IN_OBJECTIVES`]), or any name for a command
-    /// worker; several for a study of several objectives.
+    /// objective: [`BUILT_IN_OBJECTIVES`]), or any names for a command
+    /// worker (whose `done()` then sends a value for each, in order);
+    /// several for a study of several objectives.
     fn metrics(
         &self,
         field: &Option<Spanned<raw::OneOrMany<Str>>>,
@@ -390,14 +391,6 @@ impl Checker<'_> {
             ]);
         };
         let names: Vec<String> = field.get_ref().0.iter().map(|m| m.0.clone()).collect();
-        if command && names.len() > 1 {
-            return Err(self.err(
-                field.span(),
-                "study.metric",
-                "a command worker's study has one objective for now (its done() sends one value); \
-                 several objectives are for the built-in models",
-            ));
-        }
         if !command && BUILT_IN_OBJECTIVES.contains(&names[0].as_str()) {
             return Err(self.err(
                 field.span(),

@@ -35,6 +35,8 @@ pub struct Running {
     child: Child,
     what: String,
     started: Instant,
+    /// How long it may run ([`deadline`] unless told otherwise).
+    limit: Duration,
     out: Option<JoinHandle<Vec<u8>>>,
     err: Option<JoinHandle<Vec<u8>>>,
 }
@@ -63,9 +65,16 @@ impl Running {
             child,
             what,
             started: Instant::now(),
+            limit: deadline(),
             out,
             err,
         }
+    }
+
+    /// Allows it `limit` instead of [`deadline`] (a build).
+    pub fn within(mut self, limit: Duration) -> Running {
+        self.limit = limit;
+        self
     }
 
     pub fn id(&self) -> u32 {
@@ -76,14 +85,14 @@ impl Running {
     /// run past [`deadline`].
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         let status = self.child.try_wait().expect("try_wait");
-        if status.is_none() && self.started.elapsed() > deadline() {
+        if status.is_none() && self.started.elapsed() > self.limit {
             let _ = self.child.kill();
             let _ = self.child.wait();
             let out = self.collect(None);
             panic!(
                 "{} still ran after {:?}: killed. Its output:\n{}",
                 self.what,
-                deadline(),
+                self.limit,
                 text(&out)
             );
         }
