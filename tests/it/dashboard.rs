@@ -37,6 +37,7 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
             },
         ],
         value,
+        more_values: vec![],
         curve: curve
             .iter()
             .enumerate()
@@ -113,6 +114,7 @@ fn fixture() -> Snapshot {
             })
             .collect(),
         swaps: 3,
+        objectives: vec![("val_accuracy".into(), Direction::Maximize)],
     }
 }
 
@@ -141,6 +143,63 @@ fn the_dashboard_at_80x24() {
         "{screen}"
     );
     insta::assert_snapshot!(screen);
+}
+
+/// The fixture as a study of accuracy against size: the complete trials
+/// 0 (0.91, 300), 2 (0.95, 900) and a third, 8 (0.80, 500), which both
+/// beat.
+fn two_objectives() -> Snapshot {
+    let mut snap = fixture();
+    snap.objectives.push(("params".into(), Direction::Minimize));
+    for t in &mut snap.trials {
+        t.more_values = match t.number.0 {
+            0 => vec![300.0],
+            2 => vec![900.0],
+            _ => vec![],
+        };
+    }
+    let mut dominated = trial(8, Phase::Complete, Some(0.80), &[0.7, 0.8]);
+    dominated.more_values = vec![500.0];
+    snap.trials.push(dominated);
+    snap
+}
+
+#[test]
+fn a_study_of_several_objectives_draws_its_front_and_walks_along_it() {
+    let snap = two_objectives();
+    assert_eq!(snap.front(), vec![TrialNumber(0), TrialNumber(2)]);
+    let screen = render(120, 40, &snap, &ViewState::default());
+    assert!(
+        screen.contains("Pareto front (2 trials): val_accuracy × params"),
+        "{screen}"
+    );
+    assert!(!screen.contains("Optimization history"), "{screen}");
+    // `]` and `[` walk the front in the first objective's order.
+    let mut v = ViewState::default();
+    let step = |v: &mut ViewState, k| {
+        let a = state::action(v, k);
+        v.apply(&snap, a);
+        v.selected
+    };
+    assert_eq!(step(&mut v, Key::Char(']')), Some(TrialNumber(0)));
+    assert_eq!(step(&mut v, Key::Char(']')), Some(TrialNumber(2)));
+    assert_eq!(step(&mut v, Key::Char(']')), Some(TrialNumber(2)));
+    assert_eq!(step(&mut v, Key::Char('[')), Some(TrialNumber(0)));
+    // A third objective: `o` plots it against the first instead.
+    let mut three = two_objectives();
+    three.objectives.push(("flops".into(), Direction::Minimize));
+    for t in &mut three.trials {
+        if !t.more_values.is_empty() {
+            t.more_values.push(1e6);
+        }
+    }
+    let mut v = ViewState::default();
+    assert!(render(120, 40, &three, &v).contains("val_accuracy × params"));
+    let a = state::action(&v, Key::Char('o'));
+    v.apply(&three, a);
+    assert!(render(120, 40, &three, &v).contains("val_accuracy × flops"));
+    // One objective: no front, the history as before.
+    assert!(fixture().front().is_empty());
 }
 
 #[test]

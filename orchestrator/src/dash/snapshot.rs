@@ -57,6 +57,8 @@ pub struct TrialInfo {
     /// `(name, value as the user wrote it)`, in the study's order.
     pub params: Vec<(String, String)>,
     pub value: Option<f64>,
+    /// The other objectives' values, for a study of several.
+    pub more_values: Vec<f64>,
     /// Intermediate values `(step, value)`.
     pub curve: Vec<(i64, f64)>,
     pub rung: Option<i64>,
@@ -114,6 +116,9 @@ pub struct Snapshot {
     pub trials: Vec<TrialInfo>,
     pub lanes: Vec<LaneInfo>,
     pub swaps: i64,
+    /// Every objective's name and direction; more than one for a study of
+    /// several, whose charts show the Pareto front.
+    pub objectives: Vec<(String, Direction)>,
 }
 
 impl Snapshot {
@@ -215,6 +220,39 @@ impl Snapshot {
         groups.into_values().collect()
     }
 
+    /// Every objective's value of a COMPLETE trial with all of them.
+    pub fn values(&self, t: &TrialInfo) -> Option<Vec<f64>> {
+        let v: Vec<f64> = t.value.iter().chain(&t.more_values).copied().collect();
+        (t.phase == Phase::Complete
+            && v.len() == self.objectives.len()
+            && v.iter().all(|x| x.is_finite()))
+        .then_some(v)
+    }
+
+    /// The trials on the Pareto front of a study of several objectives,
+    /// ordered by the first objective; empty for a study of one.
+    pub fn front(&self) -> Vec<TrialNumber> {
+        if self.objectives.len() < 2 {
+            return Vec::new();
+        }
+        let directions: Vec<Direction> = self.objectives.iter().map(|(_, d)| *d).collect();
+        let done: Vec<(TrialNumber, Vec<f64>)> = self
+            .trials
+            .iter()
+            .filter_map(|t| self.values(t).map(|v| (t.number, v)))
+            .collect();
+        let points: Vec<Vec<f64>> = done
+            .iter()
+            .map(|(_, v)| crate::pareto::minimised(v, &directions))
+            .collect();
+        let mut front: Vec<(TrialNumber, f64)> = crate::pareto::front(&points)
+            .into_iter()
+            .map(|i| (done[i].0, done[i].1[0]))
+            .collect();
+        front.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        front.into_iter().map(|(n, _)| n).collect()
+    }
+
     pub fn switches(&self) -> i64 {
         self.lanes.iter().map(|l| l.switches).sum()
     }
@@ -235,6 +273,13 @@ pub async fn load(
     direction: Direction,
 ) -> Result<Snapshot> {
     let rows = store.trials(study_id).await?;
+    let objectives: Vec<(String, Direction)> = store
+        .objectives(study_id)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, d))| (name.unwrap_or(format!("value{i}")), d))
+        .collect();
     let url = store.url.clone();
     let store_path = match store.location() {
         crate::storage::Location::Sqlite(path) => Some(path.clone()),
@@ -292,6 +337,7 @@ pub async fn load(
                 phase,
                 params: params.remove(&t.trial_id).unwrap_or_default(),
                 value: t.value,
+                more_values: t.more_values,
                 curve: t.intermediate,
                 rung: t.rung,
                 priority: t.priority,
@@ -323,5 +369,6 @@ pub async fn load(
         trials,
         lanes,
         swaps,
+        objectives,
     })
 }

@@ -120,6 +120,11 @@ pub enum Action {
     ToggleDetail,
     /// `pause`, `resume` or `prune` the selected trial.
     Command(DashCommand),
+    /// The next or previous trial on the Pareto front (several objectives).
+    FrontNext,
+    FrontPrev,
+    /// Plot the next objective against the first.
+    NextObjective,
     /// A character typed into the search box.
     Type(char),
     Backspace,
@@ -163,6 +168,9 @@ pub struct ViewState {
     pub detail: bool,
     /// A line for the status bar (the last command sent, an error).
     pub message: String,
+    /// A study of several objectives: the objective the Pareto chart
+    /// plots upward (against the first).
+    pub front_y: usize,
 }
 
 impl Default for ViewState {
@@ -178,6 +186,7 @@ impl Default for ViewState {
             help: false,
             detail: false,
             message: String::new(),
+            front_y: 1,
         }
     }
 }
@@ -218,6 +227,9 @@ pub fn action(state: &ViewState, key: Key) -> Action {
         Key::Char('p') => Action::Command(DashCommand::Pause),
         Key::Char('r') => Action::Command(DashCommand::Resume),
         Key::Char('x') => Action::Command(DashCommand::Prune),
+        Key::Char(']') => Action::FrontNext,
+        Key::Char('[') => Action::FrontPrev,
+        Key::Char('o') => Action::NextObjective,
         Key::Esc => Action::Cancel,
         _ => Action::None,
     }
@@ -278,6 +290,31 @@ impl ViewState {
             .or_else(|| rows.first().copied())
     }
 
+    /// The objective the Pareto chart plots upward (1 unless `o` moved it).
+    pub fn front_axis(&self, snap: &Snapshot) -> usize {
+        self.front_y.clamp(1, snap.objectives.len().max(2) - 1)
+    }
+
+    /// Selects the next (`delta` 1) or previous trial on the Pareto front,
+    /// by the first objective; from a trial off the front, its first one.
+    fn along_front(&mut self, snap: &Snapshot, delta: isize) {
+        let front = snap.front();
+        if front.is_empty() {
+            return;
+        }
+        let to = match self
+            .selected
+            .and_then(|n| front.iter().position(|&f| f == n))
+        {
+            Some(at) => (at as isize + delta).clamp(0, front.len() as isize - 1) as usize,
+            None => 0,
+        };
+        self.selected = Some(front[to]);
+        // It is listed whatever the table shows.
+        self.filter = StateFilter::All;
+        self.search.clear();
+    }
+
     fn move_by(&mut self, snap: &Snapshot, delta: isize) {
         let rows = self.rows(snap);
         if rows.is_empty() {
@@ -297,6 +334,14 @@ impl ViewState {
         match action {
             Action::Quit | Action::None => {}
             Action::Help => self.help = !self.help,
+            Action::FrontNext => self.along_front(snap, 1),
+            Action::FrontPrev => self.along_front(snap, -1),
+            Action::NextObjective => {
+                let n = snap.objectives.len();
+                if n > 2 {
+                    self.front_y = 1 + self.front_y.max(1) % (n - 1);
+                }
+            }
             Action::Up => self.move_by(snap, -1),
             Action::Down => self.move_by(snap, 1),
             Action::PageUp => self.move_by(snap, -10),

@@ -456,6 +456,58 @@ fn axis<'a>(title: &'a str, b: [f64; 2]) -> Axis<'a> {
     ])
 }
 
+/// A study of several objectives: every COMPLETE trial by the first
+/// objective (across) and another (up), the Pareto front joined in bold,
+/// and the selected trial marked.
+fn front_chart(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
+    let y_axis = view.front_axis(snap);
+    let at = |v: &[f64]| (v[0], v[y_axis]);
+    let front = snap.front();
+    let mut on: Vec<(f64, f64)> = Vec::new();
+    let mut off: Vec<(f64, f64)> = Vec::new();
+    for t in &snap.trials {
+        if let Some(v) = snap.values(t) {
+            match front.contains(&t.number) {
+                true => on.push(at(&v)),
+                false => off.push(at(&v)),
+            }
+        }
+    }
+    on.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let selected: Vec<(f64, f64)> = view
+        .current(snap)
+        .and_then(|t| snap.values(t))
+        .map(|v| vec![at(&v)])
+        .unwrap_or_default();
+    let x = bounds(on.iter().chain(&off).map(|p| p.0));
+    let y = bounds(on.iter().chain(&off).map(|p| p.1));
+    let (xn, yn) = (&snap.objectives[0].0, &snap.objectives[y_axis].0);
+    let title = format!("Pareto front ({} trials): {xn} × {yn}", front.len());
+    let chart = Chart::new(vec![
+        Dataset::default()
+            .name("trial")
+            .marker(Marker::Dot)
+            .graph_type(GraphType::Scatter)
+            .data(&off),
+        Dataset::default()
+            .name("front")
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::default().add_modifier(Modifier::BOLD))
+            .data(&on),
+        Dataset::default()
+            .name("selected")
+            .marker(Marker::Block)
+            .graph_type(GraphType::Scatter)
+            .style(Style::default().add_modifier(Modifier::REVERSED))
+            .data(&selected),
+    ])
+    .block(block(&title, view.focus == Pane::Charts))
+    .x_axis(axis(xn, x))
+    .y_axis(axis("", y));
+    frame.render_widget(chart, area);
+}
+
 fn charts(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
     let [left, right] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
@@ -497,7 +549,11 @@ fn charts(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState) {
     .block(block("Optimization history", focused))
     .x_axis(axis("trial", x))
     .y_axis(axis("", y));
-    frame.render_widget(history, left);
+    if snap.objectives.len() > 1 {
+        front_chart(frame, left, snap, view);
+    } else {
+        frame.render_widget(history, left);
+    }
 
     // Learning curves: the selected trial and the three best.
     let selected = view.current(snap);
@@ -666,6 +722,14 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("Up/Down, j/k", "select a trial; PgUp/PgDn, g/G jump"),
     ("Tab", "next pane: trials, device, charts, detail"),
+    (
+        "[ / ]",
+        "several objectives: previous / next trial on the Pareto front",
+    ),
+    (
+        "o",
+        "several objectives: plot the next objective against the first",
+    ),
     ("s / S", "sort by the next column / reverse the order"),
     ("f", "filter by state: all, live, complete, pruned, failed"),
     (
