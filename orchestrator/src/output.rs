@@ -60,11 +60,20 @@ pub fn trial_json(t: &TrialRow) -> Value {
     })
 }
 
-/// The best COMPLETE trial for `direction` (the lowest number on ties).
+/// Whether a trial holds every constraint it has (Optuna's feasibility:
+/// each value at most 0).
+pub fn feasible(t: &TrialRow) -> bool {
+    t.constraints.iter().all(|&c| c <= 0.0)
+}
+
+/// The best COMPLETE trial for `direction` (the lowest number on ties);
+/// in a constrained study, the best feasible one, as Optuna's
+/// `best_trial` is.
 pub fn best(trials: &[TrialRow], direction: Direction) -> Option<&TrialRow> {
     trials
         .iter()
         .filter(|t| t.state == TrialState::Complete && t.value.is_some_and(f64::is_finite))
+        .filter(|t| feasible(t))
         .fold(None, |acc: Option<&TrialRow>, t| match acc {
             Some(b) if !direction.better(t.value.unwrap(), b.value.unwrap()) => Some(b),
             _ => Some(t),
@@ -77,12 +86,12 @@ fn values_of(t: &TrialRow) -> Vec<f64> {
 }
 
 /// The COMPLETE trials no other COMPLETE trial dominates, for a study of
-/// several objectives in `directions`, by trial number (Optuna's
-/// `study.best_trials`).
+/// several objectives in `directions`, by trial number; in a constrained
+/// study, among the feasible ones (Optuna's `study.best_trials`).
 pub fn pareto_front<'a>(trials: &'a [TrialRow], directions: &[Direction]) -> Vec<&'a TrialRow> {
     let complete: Vec<&TrialRow> = trials
         .iter()
-        .filter(|t| t.state == TrialState::Complete)
+        .filter(|t| t.state == TrialState::Complete && feasible(t))
         .filter(|t| {
             let v = values_of(t);
             v.len() == directions.len() && v.iter().all(|x| x.is_finite())

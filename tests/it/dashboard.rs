@@ -38,6 +38,7 @@ fn trial(number: i64, phase: Phase, value: Option<f64>, curve: &[f64]) -> TrialI
         ],
         value,
         more_values: vec![],
+        feasible: true,
         curve: curve
             .iter()
             .enumerate()

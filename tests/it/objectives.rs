@@ -31,9 +31,24 @@ fn width_of(t: &serde_json::Value) -> i64 {
 }
 
 /// Runs the study of `trials` trials in `dir` on `storage`, checks what
-/// was stored and what `best` prints, and has Optuna read it from `optuna_db`.
-fn front_agrees(dir: &Path, storage: &[&str], optuna_db: Option<String>, trials: u64) {
-    write(dir, "s.toml", &two_objectives("mo", trials));
+/// was stored and what `best` prints, and has Optuna read it from
+/// `optuna_db`. `constraint`: a bound on `params`, which keeps the trials
+/// above it off the front.
+fn front_agrees(
+    dir: &Path,
+    storage: &[&str],
+    optuna_db: Option<String>,
+    trials: u64,
+    constraint: Option<f64>,
+) -> Vec<serde_json::Value> {
+    let mut study = two_objectives("mo", trials);
+    if let Some(c) = constraint {
+        study = study.replace(
+            "[study]\n",
+            &format!("[study]\nconstraints = [\"params <= {c}\"]\n"),
+        );
+    }
+    write(dir, "s.toml", &study);
     let out = run_in(dir, &[&["s.toml", "--no-progress"], storage].concat());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(text(&out).contains("Pareto front: "), "{}", text(&out));
@@ -65,10 +80,12 @@ fn front_agrees(dir: &Path, storage: &[&str], optuna_db: Option<String>, trials:
             t["values"][1].as_f64().unwrap(),
         )
     };
+    let feasible = |t: &serde_json::Value| constraint.is_none_or(|c| values(t).1 <= c);
     assert!(!front.is_empty());
     for f in &front {
+        assert!(feasible(f), "{f} breaks the constraint");
         let (acc, size) = values(f);
-        for t in &all {
+        for t in all.iter().filter(|t| feasible(t)) {
             let (a, s) = values(t);
             assert!(
                 !(a >= acc && s <= size && (a > acc || s < size)),
@@ -76,14 +93,14 @@ fn front_agrees(dir: &Path, storage: &[&str], optuna_db: Option<String>, trials:
             );
         }
     }
-    // Every trial off the front is beaten by one on it.
+    // Every feasible trial off the front is beaten by one on it.
     let on: Vec<i64> = front
         .iter()
         .map(|t| t["number"].as_i64().unwrap())
         .collect();
     for t in all
         .iter()
-        .filter(|t| !on.contains(&t["number"].as_i64().unwrap()))
+        .filter(|t| feasible(t) && !on.contains(&t["number"].as_i64().unwrap()))
     {
         let (a, s) = values(t);
         assert!(
@@ -105,6 +122,7 @@ fn front_agrees(dir: &Path, storage: &[&str], optuna_db: Option<String>, trials:
         assert!(out.status.success(), "{}", text(&out));
         eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     }
+    all
 }
 
 #[test]
@@ -112,7 +130,7 @@ fn accuracy_against_size_gives_the_front_optuna_reads_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_sqlite")
         .then(|| dir.path().join("mo.db").display().to_string());
-    front_agrees(dir.path(), &[], optuna, 14);
+    front_agrees(dir.path(), &[], optuna, 14, None);
 }
 
 #[test]
@@ -124,7 +142,32 @@ fn accuracy_against_size_gives_the_front_optuna_reads_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_postgres")
         .then(|| cluster.optuna_url("objectives"));
-    front_agrees(dir.path(), &["--storage", &url], optuna, 8);
+    front_agrees(dir.path(), &["--storage", &url], optuna, 8, None);
+}
+
+/// Optuna's constrained optimisation: each trial's `constraints:KEY`, the
+/// front among feasible trials only, and Optuna's `best_trials` the same.
+#[test]
+fn a_constraint_keeps_the_trials_that_break_it_off_the_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let optuna = has_optuna("a_constraint_keeps_the_trials_that_break_it_off_the_front")
+        .then(|| dir.path().join("mo.db").display().to_string());
+    let all = front_agrees(dir.path(), &[], optuna, 14, Some(1500.0));
+    let broken = all
+        .iter()
+        .filter(|t| t["values"][1].as_f64().unwrap() > 1500.0)
+        .count();
+    assert!(broken > 0, "some trials break the constraint");
+    // Stored as Optuna's `trial.set_constraint` stores one.
+    let db = dir.path().join("mo.db");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'constraints:params <= 1500' \
+             AND CAST(value_json AS REAL) > 0"
+        ),
+        broken as i64
+    );
 }
 
 #[test]

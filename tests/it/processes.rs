@@ -342,6 +342,7 @@ fn end(claim: Claim, state: TrialState, value: Option<f64>) -> WriteOp {
         state,
         value,
         more_values: Vec::new(),
+        constraints: Vec::new(),
         iterations: 3,
         device_seconds: 0.1,
         fail_reason: None,

@@ -149,6 +149,7 @@ fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<Vec<f64>>, f64) {
             params,
             value: Some(values[0]),
             values,
+            violation: 0.0,
         });
     }
     let values = h.into_iter().map(|t| t.values).collect();

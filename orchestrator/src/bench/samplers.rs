@@ -399,6 +399,7 @@ fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> (Vec<f64>, f64) {
             params,
             value: Some(v),
             values: Vec::new(),
+            violation: 0.0,
         });
     }
     (out, late.as_secs_f64() * 1e3 / 10.0)

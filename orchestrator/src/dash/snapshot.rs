@@ -59,6 +59,8 @@ pub struct TrialInfo {
     pub value: Option<f64>,
     /// The other objectives' values, for a study of several.
     pub more_values: Vec<f64>,
+    /// Whether it holds every constraint of the study (true without any).
+    pub feasible: bool,
     /// Intermediate values `(step, value)`.
     pub curve: Vec<(i64, f64)>,
     pub rung: Option<i64>,
@@ -126,7 +128,7 @@ impl Snapshot {
     pub fn best(&self) -> Option<(TrialNumber, f64)> {
         self.trials
             .iter()
-            .filter(|t| t.phase == Phase::Complete)
+            .filter(|t| t.phase == Phase::Complete && t.feasible)
             .filter_map(|t| t.value.map(|v| (t.number, v)))
             .filter(|(_, v)| v.is_finite())
             .reduce(|a, b| {
@@ -220,17 +222,19 @@ impl Snapshot {
         groups.into_values().collect()
     }
 
-    /// Every objective's value of a COMPLETE trial with all of them.
+    /// Every objective's value of a COMPLETE, feasible trial with all of them.
     pub fn values(&self, t: &TrialInfo) -> Option<Vec<f64>> {
         let v: Vec<f64> = t.value.iter().chain(&t.more_values).copied().collect();
         (t.phase == Phase::Complete
+            && t.feasible
             && v.len() == self.objectives.len()
             && v.iter().all(|x| x.is_finite()))
         .then_some(v)
     }
 
-    /// The trials on the Pareto front of a study of several objectives,
-    /// ordered by the first objective; empty for a study of one.
+    /// The trials on the Pareto front of a study of several objectives
+    /// (its feasible trials', where it has constraints), ordered by the
+    /// first objective; empty for a study of one.
     pub fn front(&self) -> Vec<TrialNumber> {
         if self.objectives.len() < 2 {
             return Vec::new();
@@ -337,6 +341,7 @@ pub async fn load(
                 phase,
                 params: params.remove(&t.trial_id).unwrap_or_default(),
                 value: t.value,
+                feasible: t.constraints.iter().all(|&c| c <= 0.0),
                 more_values: t.more_values,
                 curve: t.intermediate,
                 rung: t.rung,

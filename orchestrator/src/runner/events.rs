@@ -17,6 +17,9 @@ use crate::storage::writer::{TrialEnd, WriteOp};
 use crate::storage::{Claim, TrialNumber};
 use crate::study::PrunerKind;
 
+/// A finished trial's other objectives' values, and its constraints' by key.
+type EndValues = (Vec<f64>, Vec<(String, f64)>);
+
 impl Runner<'_> {
     /// Workers that hold GPU memory their clients do not report
     /// (`external::nvml`): said once each, and stored as an event.
@@ -370,19 +373,18 @@ impl Runner<'_> {
         self.promote(st)
     }
 
-    /// A finished trial's objectives after the first, in the study's
-    /// order (none for a study of one): a reported metric, or a built-in
-    /// objective (`study::BUILT_IN_OBJECTIVES`). A value that is not finite
-    /// fails the trial, as its first objective's would.
-    fn other_objectives<B: Backend>(
+    /// What a finished trial gives beyond its first objective: the other
+    /// objectives' values, in the study's order (none for a study of one),
+    /// and each constraint's value (`study::Constraint::value`). A value
+    /// that is not finite fails the trial, as its first objective's would.
+    fn end_values<B: Backend>(
         &self,
         st: &RunState<B>,
         f: &super::Flight,
         report: &Report,
         device_seconds: f64,
-    ) -> std::result::Result<Vec<f64>, String> {
+    ) -> std::result::Result<EndValues, String> {
         let study = self.study;
-        let mut values = Vec::new();
         if study.worker.is_some() {
             // A worker's `done([a, b, ...])` names none: they come in order.
             let more = &report.extras.more_values;
@@ -400,41 +402,73 @@ impl Runner<'_> {
                         .join(", ")
                 ));
             }
-            for (v, (name, _)) in more.iter().zip(study.objectives.iter().skip(1)) {
-                if !v.is_finite() {
-                    return Err(format!("{name} is {v}"));
-                }
-            }
-            return Ok(more.clone());
         }
+        let value = |name: &str| self.end_value(st, f, report, device_seconds, name);
+        let mut more = Vec::new();
         for (name, _) in study.objectives.iter().skip(1) {
-            let value = match name.as_str() {
-                "params" | "flops" => {
-                    let cfg = study.trial_config(&f.pending.params, 0);
-                    let data = &st.data[0];
-                    let spec = cfg
-                        .spec(data.features, data.task, data.image)
-                        .map_err(|e| format!("{name}: {e}"))?;
-                    if name == "params" {
-                        spec.n_params() as f64
-                    } else {
-                        // Forward FLOPs of one example: two per multiply-add.
-                        2.0 * spec.macs_per_sample() as f64
-                    }
-                }
-                "train_time" => device_seconds,
-                "memory" => {
-                    let fp = f.footprint;
-                    (fp.persistent_bytes + fp.ephemeral_bytes) as f64
-                }
-                metric => report.metric(metric).unwrap_or(f64::NAN),
-            };
-            if !value.is_finite() {
-                return Err(format!("{name} is {value}"));
+            let v = value(name)?;
+            if !v.is_finite() {
+                return Err(format!("{name} is {v}"));
             }
-            values.push(value);
+            more.push(v);
         }
-        Ok(values)
+        let mut constraints = Vec::new();
+        for c in &study.constraints {
+            let v = value(&c.metric)?;
+            if !v.is_finite() {
+                return Err(format!("{} is {v} (constraint {})", c.metric, c.text));
+            }
+            constraints.push((c.text.clone(), c.value(v)));
+        }
+        Ok((more, constraints))
+    }
+
+    /// A value known at a trial's end, by name: for a worker, one of the
+    /// study's metrics (its `done()` list, in order); for a built-in
+    /// trial, a reported metric or a built-in objective
+    /// (`study::BUILT_IN_OBJECTIVES`).
+    fn end_value<B: Backend>(
+        &self,
+        st: &RunState<B>,
+        f: &super::Flight,
+        report: &Report,
+        device_seconds: f64,
+        name: &str,
+    ) -> std::result::Result<f64, String> {
+        let study = self.study;
+        if study.worker.is_some() {
+            return Ok(match study.objectives.iter().position(|(m, _)| m == name) {
+                Some(0) => report.metric(name).unwrap_or(f64::NAN),
+                Some(i) => report
+                    .extras
+                    .more_values
+                    .get(i - 1)
+                    .copied()
+                    .unwrap_or(f64::NAN),
+                None => f64::NAN,
+            });
+        }
+        Ok(match name {
+            "params" | "flops" => {
+                let cfg = study.trial_config(&f.pending.params, 0);
+                let data = &st.data[0];
+                let spec = cfg
+                    .spec(data.features, data.task, data.image)
+                    .map_err(|e| format!("{name}: {e}"))?;
+                if name == "params" {
+                    spec.n_params() as f64
+                } else {
+                    // Forward FLOPs of one example: two per multiply-add.
+                    2.0 * spec.macs_per_sample() as f64
+                }
+            }
+            "train_time" => device_seconds,
+            "memory" => {
+                let fp = f.footprint;
+                (fp.persistent_bytes + fp.ephemeral_bytes) as f64
+            }
+            metric => report.metric(metric).unwrap_or(f64::NAN),
+        })
     }
 
     pub(super) fn on_finished<B: Backend>(
@@ -474,7 +508,7 @@ impl Runner<'_> {
         }
         st.failures = (0, None);
         self.forget_checkpoint(f.pending.claim);
-        let more_values = match self.other_objectives(st, &f, &report, device_seconds) {
+        let (more_values, constraints) = match self.end_values(st, &f, &report, device_seconds) {
             Ok(v) => v,
             Err(reason) => {
                 st.kept.finals.remove(&run);
@@ -487,6 +521,7 @@ impl Runner<'_> {
             state: TrialState::Complete,
             value: Some(value),
             more_values,
+            constraints: constraints.clone(),
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
@@ -496,14 +531,17 @@ impl Runner<'_> {
         if self.lost_at_its_end(st, &f.pending) {
             return Ok(());
         }
-        if st
-            .best
-            .is_none_or(|(_, b)| study.direction.better(value, b))
+        let feasible = constraints.iter().all(|c| c.1 <= 0.0);
+        if feasible
+            && st
+                .best
+                .is_none_or(|(_, b)| study.direction.better(value, b))
         {
             st.best = Some((f.pending.number, value));
         }
         st.history[f.history_index].value = Some(value);
         st.history[f.history_index].values = values;
+        st.history[f.history_index].violation = super::violation(constraints.iter().map(|c| c.1));
         self.reporter
             .trial_end(f.pending.number, Some(value), st.best, st.finished);
         Ok(())
@@ -546,6 +584,7 @@ impl Runner<'_> {
             state: TrialState::Pruned,
             value: None,
             more_values: Vec::new(),
+            constraints: Vec::new(),
             iterations: iterations as i64,
             device_seconds,
             fail_reason: None,
@@ -657,6 +696,7 @@ impl Runner<'_> {
             state: TrialState::Fail,
             value: None,
             more_values: Vec::new(),
+            constraints: Vec::new(),
             iterations,
             device_seconds: seconds,
             fail_reason: Some(reason.clone()),

@@ -141,6 +141,12 @@ fn all_values(study: &Study, value: Option<f64>, more: &[f64]) -> Vec<f64> {
     }
 }
 
+/// How far a trial breaks its constraints: the sum of their positive
+/// values (0 when it is feasible, or has none).
+fn violation(constraints: impl Iterator<Item = f64>) -> f64 {
+    constraints.map(|c| c.max(0.0)).sum()
+}
+
 /// A trial's seed: a pure function of the study seed and the trial number.
 pub fn trial_seed(study_seed: u64, number: TrialNumber) -> u64 {
     kernels::rng::mix64(study_seed ^ (number.0 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -669,6 +675,7 @@ impl<B: Backend> RunState<B> {
             params,
             value: None,
             values: Vec::new(),
+            violation: 0.0,
         });
         self.history_at.insert(number, self.history.len() - 1);
         self.history.len() - 1

@@ -132,6 +132,7 @@ impl Runner<'_> {
                 if st.history[i].values.is_empty() {
                     st.history[i].values =
                         super::all_values(self.study, row.value, &row.more_values);
+                    st.history[i].violation = super::violation(row.constraints.iter().copied());
                 }
             }
             if mine.contains(&row.trial_id) || listed.contains(&row.trial_id) {
@@ -226,6 +227,7 @@ pub(super) fn propose_unseen(
             params: params.clone(),
             value: None,
             values: Vec::new(),
+            violation: 0.0,
         });
         let next = sampler.propose(space, &seen)?;
         if !seen.iter().any(|t| t.params == next) {
@@ -265,6 +267,7 @@ mod tests {
                 params: q,
                 value: Some(1.0),
                 values: Vec::new(),
+                violation: 0.0,
             });
         }
         let p = sampler.propose(&space, &history).unwrap();

@@ -278,6 +278,7 @@ impl Runner<'_> {
                     params,
                     value: None,
                     values: Vec::new(),
+                    violation: 0.0,
                 });
                 continue;
             }
@@ -304,6 +305,7 @@ impl Runner<'_> {
                 params,
                 value: row.value,
                 values,
+                violation: super::violation(row.constraints.iter().copied()),
             });
         }
         Ok(Stock {

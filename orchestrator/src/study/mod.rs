@@ -375,6 +375,31 @@ pub struct WorkerConfig {
 /// ledger held for it.
 pub const BUILT_IN_OBJECTIVES: &[&str] = &["params", "flops", "train_time", "memory"];
 
+/// `[study] constraints`: a bound on a value known at a trial's end, in
+/// Optuna's constrained-optimisation sense: the trial is feasible when
+/// every constraint's value ([`Constraint::value`]) is at most 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constraint {
+    /// As written, normalised (`params <= 5000`): its key in storage.
+    pub text: String,
+    pub metric: String,
+    /// `<=` (true) or `>=`.
+    pub at_most: bool,
+    pub bound: f64,
+}
+
+impl Constraint {
+    /// Optuna's constraint value: at most 0 when the bound holds, else by
+    /// how much it is broken.
+    pub fn value(&self, x: f64) -> f64 {
+        if self.at_most {
+            x - self.bound
+        } else {
+            self.bound - x
+        }
+    }
+}
+
 /// A validated study file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Study {
@@ -386,6 +411,8 @@ pub struct Study {
     /// Every objective, in order: `metric = ["val_accuracy", "params"]`
     /// makes a study of several, stored as Optuna stores them.
     pub objectives: Vec<(String, Direction)>,
+    /// `[study] constraints`, in order.
+    pub constraints: Vec<Constraint>,
     pub trials: u64,
     pub seed: u64,
     /// As written in the file, resolved against the file's folder.

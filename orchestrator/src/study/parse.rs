@@ -258,6 +258,8 @@ impl Checker<'_> {
         let metrics = self.metrics(&study.metric, worker.is_some(), data.task)?;
         let objectives = self.directions(&study.direction, metrics, worker.is_some())?;
         let (metric, direction) = objectives[0].clone();
+        let constraints =
+            self.constraints(&study.constraints, &objectives, worker.is_some(), data.task)?;
         let trials = self
             .at_least(&study.trials, "study.trials", 1)?
             .map_or(20, |n| n as u64);
@@ -338,6 +340,19 @@ impl Checker<'_> {
         let space = SearchSpace::new(knobs.params)
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
         let sampler = self.sampler(root.sampler, &space, seed, objectives.len())?;
+        if let (false, SamplerKind::Tpe { .. } | SamplerKind::Gp { .. }) =
+            (constraints.is_empty(), &sampler.kind)
+        {
+            return Err(self.err(
+                span_of(&study.constraints).unwrap_or_default(),
+                "study.constraints",
+                format!(
+                    "the {} sampler does not take constraints into account yet: use \"nsga2\" \
+                     (several objectives), \"random\" or \"qmc\", or drop the constraints",
+                    sampler.kind
+                ),
+            ));
+        }
         let pruner = self.pruner(root.pruner, objectives.len())?;
         let scheduler = self.scheduler(root.scheduler, worker.is_some())?;
 
@@ -347,6 +362,7 @@ impl Checker<'_> {
             direction,
             metric,
             objectives,
+            constraints,
             trials,
             seed,
             storage,
@@ -441,6 +457,87 @@ impl Checker<'_> {
             ));
         }
         Ok(names)
+    }
+
+    /// `study.constraints`: `"NAME <= BOUND"` or `"NAME >= BOUND"`, on a
+    /// value known at a trial's end: a metric the trial reports or a
+    /// built-in objective (a command worker: one of the study's metrics).
+    /// The bound is a number, a size (`"64MiB"`) or a duration (`"30s"`).
+    fn constraints(
+        &self,
+        field: &Option<Spanned<raw::OneOrMany<Str>>>,
+        objectives: &[(String, Direction)],
+        command: bool,
+        task: TaskKind,
+    ) -> Result<Vec<Constraint>> {
+        let Some(field) = field else {
+            return Ok(Vec::new());
+        };
+        let known: Vec<&str> = if command {
+            objectives.iter().map(|(m, _)| m.as_str()).collect()
+        } else if task == TaskKind::Regression {
+            ["val_rmse", "val_r2", "val_loss", "train_loss"]
+                .iter()
+                .chain(BUILT_IN_OBJECTIVES)
+                .copied()
+                .collect()
+        } else {
+            ["val_accuracy", "val_loss", "train_loss"]
+                .iter()
+                .chain(BUILT_IN_OBJECTIVES)
+                .copied()
+                .collect()
+        };
+        let mut out = Vec::new();
+        for c in &field.get_ref().0 {
+            let text = c.0.trim();
+            let bad = |why: String| {
+                self.err(
+                    field.span(),
+                    "study.constraints",
+                    format!("'{text}': {why}"),
+                )
+            };
+            let (metric, at_most, bound) = match (text.split_once("<="), text.split_once(">=")) {
+                (Some((m, b)), None) => (m.trim(), true, b.trim()),
+                (None, Some((m, b))) => (m.trim(), false, b.trim()),
+                _ => {
+                    return Err(bad(
+                        "expected NAME <= BOUND or NAME >= BOUND, such as \"params <= 5000\""
+                            .into(),
+                    ));
+                }
+            };
+            if !known.contains(&metric) {
+                let what = if command {
+                    "the study's metrics"
+                } else {
+                    "values known at a trial's end"
+                };
+                return Err(bad(format!(
+                    "'{metric}' is not one of {what}: expected one of: {}",
+                    known.join(", ")
+                )));
+            }
+            let bound = bound
+                .parse::<f64>()
+                .ok()
+                .filter(|b| b.is_finite())
+                .or_else(|| parse_bytes(bound).map(|b| b as f64))
+                .or_else(|| parse_duration(bound))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "'{bound}' is not a number, a size (\"64MiB\") or a duration (\"30s\")"
+                    ))
+                })?;
+            out.push(Constraint {
+                text: format!("{metric} {} {bound}", if at_most { "<=" } else { ">=" }),
+                metric: metric.to_string(),
+                at_most,
+                bound,
+            });
+        }
+        Ok(out)
     }
 
     /// `study.direction`, one per metric: built-in metrics have a right

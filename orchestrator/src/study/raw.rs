@@ -41,6 +41,7 @@ pub struct StudySection {
     pub name: Field<Str>,
     pub direction: Field<OneOrMany<Named<super::Direction>>>,
     pub metric: Field<OneOrMany<Str>>,
+    pub constraints: Field<OneOrMany<Str>>,
     pub trials: Field<Int>,
     pub seed: Field<Int>,
     pub storage: Field<Str>,

@@ -77,6 +77,9 @@ pub struct TrialRow {
     /// The other objectives' values, by objective index from 1, for a
     /// study of several; empty otherwise.
     pub more_values: Vec<f64>,
+    /// Its constraints' values (Optuna's `constraints:KEY` system
+    /// attributes, or its older `constraints` list); at most 0 holds.
+    pub constraints: Vec<f64>,
     pub datetime_start: Option<String>,
     pub datetime_complete: Option<String>,
     pub params: Vec<StoredParam>,
@@ -251,6 +254,7 @@ pub(super) async fn read_trials(
             state: TrialState::parse(r.get::<String, _>(2).as_str()).unwrap_or(TrialState::Fail),
             value: r.get(3),
             more_values: Vec::new(),
+            constraints: Vec::new(),
             datetime_start: r.get(4),
             datetime_complete: r.get(5),
             params: Vec::new(),
@@ -300,6 +304,26 @@ pub(super) async fn read_trials(
         if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
             let v: Option<f64> = r.get(1);
             trials[i].more_values.push(v.unwrap_or(f64::NAN));
+        }
+    }
+    let constraints = sqlx::query(&sql(
+        &*conn,
+        "SELECT a.trial_id, a.\"key\", a.value_json FROM trial_system_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+             WHERE t.study_id = ? AND (a.\"key\" = 'constraints' OR a.\"key\" LIKE 'constraints:%') ORDER BY a.trial_id, a.\"key\"",
+    ))
+    .bind(study_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &constraints {
+        if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+            let json: serde_json::Value =
+                serde_json::from_str(r.get::<&str, _>(2)).unwrap_or_default();
+            match json {
+                serde_json::Value::Array(list) => trials[i]
+                    .constraints
+                    .extend(list.iter().map(|v| v.as_f64().unwrap_or(f64::NAN))),
+                v => trials[i].constraints.push(v.as_f64().unwrap_or(f64::NAN)),
+            }
         }
     }
     let values = sqlx::query(&sql(&*conn, "SELECT iv.trial_id, iv.step, iv.intermediate_value FROM trial_intermediate_values iv \

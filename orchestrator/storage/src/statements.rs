@@ -456,6 +456,7 @@ pub(super) async fn finish_trial(
         state,
         value,
         more_values,
+        constraints,
         iterations,
         device_seconds,
         fail_reason,
@@ -485,6 +486,18 @@ pub(super) async fn finish_trial(
             .bind(kind)
             .execute(&mut *conn)
             .await?;
+    }
+    for (key, c) in constraints {
+        // Optuna's `trial.set_constraint(key, value)`: `constraints:KEY`.
+        let json = serde_json::to_string(c).unwrap_or_else(|_| "null".into());
+        set_trial_attr(
+            conn,
+            Attrs::System,
+            *trial_id,
+            &format!("constraints:{key}"),
+            &json,
+        )
+        .await?;
     }
     if let Some(reason) = fail_reason {
         sqlx::query(&sql(&*conn, "INSERT INTO trial_system_attributes (trial_id, \"key\", value_json) VALUES (?, 'fail_reason', ?) ON CONFLICT (trial_id, \"key\") DO UPDATE SET value_json = excluded.value_json"))

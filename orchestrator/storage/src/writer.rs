@@ -95,6 +95,9 @@ pub struct TrialEnd {
     pub value: Option<f64>,
     /// The other objectives' values, in order, for a study of several.
     pub more_values: Vec<f64>,
+    /// Each constraint's value by its key (at most 0: it holds), stored
+    /// as Optuna's `trial.set_constraint` stores one.
+    pub constraints: Vec<(String, f64)>,
     pub iterations: i64,
     pub device_seconds: f64,
     pub fail_reason: Option<String>,

@@ -25,6 +25,19 @@ pub fn dominates(a: &[f64], b: &[f64]) -> bool {
     a.iter().zip(b).all(|(x, y)| x <= y) && a.iter().zip(b).any(|(x, y)| x < y)
 }
 
+/// Dominance under constraints (Deb's rule, as Optuna's NSGA-II applies
+/// it): a feasible point (`violation` 0) beats an infeasible one, the
+/// smaller violation wins between infeasible ones, and feasible ones
+/// compare by [`dominates`].
+pub fn constrained_dominates(a: &[f64], a_violation: f64, b: &[f64], b_violation: f64) -> bool {
+    match (a_violation > 0.0, b_violation > 0.0) {
+        (false, true) => true,
+        (true, false) => false,
+        (true, true) => a_violation < b_violation,
+        (false, false) => dominates(a, b),
+    }
+}
+
 /// The indices of `points` that nothing in `points` dominates, in order.
 pub fn front(points: &[Vec<f64>]) -> Vec<usize> {
     (0..points.len())
@@ -35,14 +48,19 @@ pub fn front(points: &[Vec<f64>]) -> Vec<usize> {
 /// Fast non-dominated sorting (Deb et al. 2002): the fronts, best first,
 /// each as indices into `points` in ascending order.
 pub fn sort_fronts(points: &[Vec<f64>]) -> Vec<Vec<usize>> {
-    let n = points.len();
+    sort_fronts_by(points.len(), |i, j| dominates(&points[i], &points[j]))
+}
+
+/// [`sort_fronts`] of `n` points under any dominance relation `dom(i, j)`
+/// (i dominates j), such as [`constrained_dominates`].
+pub fn sort_fronts_by(n: usize, dom: impl Fn(usize, usize) -> bool) -> Vec<Vec<usize>> {
     let mut dominated_by = vec![0usize; n];
     let mut dominating: Vec<Vec<usize>> = vec![Vec::new(); n];
     for i in 0..n {
         for j in 0..n {
-            if dominates(&points[i], &points[j]) {
+            if dom(i, j) {
                 dominating[i].push(j);
-            } else if dominates(&points[j], &points[i]) {
+            } else if dom(j, i) {
                 dominated_by[i] += 1;
             }
         }
@@ -171,6 +189,24 @@ mod tests {
             minimised(&[0.9, 100.0], &[Direction::Maximize, Direction::Minimize]),
             vec![-0.9, 100.0]
         );
+    }
+
+    #[test]
+    fn a_feasible_point_beats_any_infeasible_one() {
+        // Worse in both objectives, but feasible.
+        assert!(constrained_dominates(&[9.0, 9.0], 0.0, &[1.0, 1.0], 0.5));
+        assert!(!constrained_dominates(&[1.0, 1.0], 0.5, &[9.0, 9.0], 0.0));
+        // Both infeasible: the smaller violation.
+        assert!(constrained_dominates(&[9.0, 9.0], 0.1, &[1.0, 1.0], 0.5));
+        // Both feasible: plain dominance.
+        assert!(constrained_dominates(&[1.0, 1.0], 0.0, &[2.0, 2.0], 0.0));
+        assert!(!constrained_dominates(&[1.0, 3.0], 0.0, &[2.0, 2.0], 0.0));
+        let pts = [vec![1.0, 1.0], vec![5.0, 5.0], vec![2.0, 0.5]];
+        let violation = [0.3, 0.0, 0.0];
+        let fronts = sort_fronts_by(3, |i, j| {
+            constrained_dominates(&pts[i], violation[i], &pts[j], violation[j])
+        });
+        assert_eq!(fronts, vec![vec![2], vec![1], vec![0]]);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct TrialRecord {
     /// Every objective, in the study's order, for a COMPLETE trial of a
     /// study of several objectives; empty otherwise.
     pub values: Vec<f64>,
+    /// How far it breaks the study's constraints: the sum of their
+    /// positive values (0: feasible, or no constraints).
+    pub violation: f64,
 }
 
 /// Proposes parameters; TPE and the others implement this too.
@@ -182,6 +185,7 @@ mod tests {
                     params,
                     value: None,
                     values: Vec::new(),
+                    violation: 0.0,
                 });
             }
             history.into_iter().map(|t| t.params).collect::<Vec<_>>()
@@ -196,6 +200,7 @@ mod tests {
                 params: p.clone(),
                 value: None,
                 values: Vec::new(),
+                violation: 0.0,
             })
             .collect();
         assert_eq!(
@@ -272,6 +277,7 @@ mod tests {
                 params: p,
                 value: None,
                 values: Vec::new(),
+                violation: 0.0,
             });
             if history.len() == 5 {
                 // A resumed study (a new sampler, the same history) carries on.

@@ -14,6 +14,10 @@
 //! probability `1 / parameters` (mutation) and, like any parameter the
 //! parents lack (a condition that did not hold for them), drawn at random.
 //!
+//! With constraints, dominance is Deb's rule
+//! ([`pareto::constrained_dominates`]): feasible trials first, then the
+//! smaller violation, as Optuna's NSGA-II ranks them.
+//!
 //! Everything is recomputed from the history at each proposal, and the
 //! random stream is a function of the seed and the history's length: a
 //! resumed study, or another process with the same history, proposes the
@@ -79,8 +83,12 @@ impl Nsga2Sampler {
             .iter()
             .map(|&i| pareto::minimised(&history[i].values, &self.directions))
             .collect();
+        let violation = |k: usize| history[pool[k]].violation;
+        let fronts = pareto::sort_fronts_by(points.len(), |a, b| {
+            pareto::constrained_dominates(&points[a], violation(a), &points[b], violation(b))
+        });
         let mut chosen = Vec::new();
-        for front in pareto::sort_fronts(&points) {
+        for front in fronts {
             if chosen.len() + front.len() <= self.population {
                 chosen.extend(front.iter().map(|&k| pool[k]));
                 continue;
@@ -105,7 +113,12 @@ impl Nsga2Sampler {
             pareto::minimised(&history[a].values, &self.directions),
             pareto::minimised(&history[b].values, &self.directions),
         );
-        if pareto::dominates(&vb, &va) { b } else { a }
+        let (ra, rb) = (&history[a], &history[b]);
+        if pareto::constrained_dominates(&vb, rb.violation, &va, ra.violation) {
+            b
+        } else {
+            a
+        }
     }
 }
 
@@ -213,6 +226,7 @@ mod tests {
                 params,
                 value: Some(values[0]),
                 values,
+                violation: 0.0,
             });
         }
         h
@@ -253,6 +267,7 @@ mod tests {
             params: Params::new(),
             value: Some(a),
             values: vec![a, b],
+            violation: 0.0,
         };
         // Front 1: 0, 1, 2, 3 (four points, room for three); 4 is dominated.
         let h = vec![

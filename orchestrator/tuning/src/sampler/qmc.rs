@@ -140,6 +140,7 @@ mod tests {
                 params: p,
                 value: None,
                 values: Vec::new(),
+                violation: 0.0,
             });
         }
         cells.into_iter().max().unwrap()

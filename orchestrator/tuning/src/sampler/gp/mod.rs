@@ -459,6 +459,7 @@ mod tests {
                 params,
                 value: Some(v),
                 values: Vec::new(),
+                violation: 0.0,
             });
         }
         h
@@ -619,6 +620,7 @@ mod tests {
                 params: first.clone(),
                 value: None,
                 values: Vec::new(),
+                violation: 0.0,
             });
             let second = s.propose(&space, &history).unwrap();
             let dist = ((first["x"].internal() - second["x"].internal()).powi(2)

@@ -34,6 +34,7 @@ fn optimise(
             params: p,
             value: Some(v),
             values: Vec::new(),
+            violation: 0.0,
         });
     }
     h
@@ -266,6 +267,7 @@ fn pending_trials_push_proposals_apart() {
             params: p,
             value: None,
             values: Vec::new(),
+            violation: 0.0,
         });
     }
     xs.sort_by(f64::total_cmp);
