@@ -125,7 +125,8 @@ pub enum BenchCmd {
         /// Run only these problems (comma-separated): branin, hartmann6,
         /// rosenbrock10, levy5, mixed, ordinal5, ordinal-hartmann6,
         /// int-styblinski4, int-categorical; of several objectives (scored
-        /// by hypervolume at 100 and 300 trials): zdt1, zdt2, dtlz2.
+        /// by hypervolume at 100 and 300 trials): zdt1, zdt2, dtlz2, bnh
+        /// (constrained).
         #[arg(long, value_delimiter = ',')]
         problems: Vec<String>,
     },

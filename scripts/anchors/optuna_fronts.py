@@ -1,9 +1,10 @@
 """Optuna 5.0's NSGAIISampler on the problems of several objectives of `salus-tune bench samplers`.
 
 Usage: optuna_fronts.py SEEDS PROBLEMS FIRST TRIALS, PROBLEMS comma-separated
-(zdt1, zdt2, dtlz2), the seeds FIRST to FIRST+SEEDS-1. Prints a JSON array
-of {problem, runs: [{seed, values, ms_per_trial}]}: every trial's objective
-values in order, so that salus-tune computes both sides' hypervolumes with
+(zdt1, zdt2, dtlz2, bnh), the seeds FIRST to FIRST+SEEDS-1. Prints a JSON
+array of {problem, runs: [{seed, values, feasible, ms_per_trial}]}: every
+trial's objective values in order and whether it holds the constraints
+(bnh's, given to the sampler as its constraints_func), so that salus-tune computes both sides' hypervolumes with
 one function, and the median wall time per trial for the last ten trials
 (the sampler plus Optuna's in-memory storage). The functions and spaces
 mirror orchestrator/src/bench/fronts.rs exactly; the sampler keeps its
@@ -44,7 +45,17 @@ def dtlz2(t):
     return ((1 + g) * math.cos(a) * math.cos(b), (1 + g) * math.cos(a) * math.sin(b), (1 + g) * math.sin(a))
 
 
-PROBLEMS = {"zdt1": (zdt1, 2), "zdt2": (zdt2, 2), "dtlz2": (dtlz2, 3)}
+def bnh(t):
+    x0, x1 = t.suggest_float("x0", 0, 5), t.suggest_float("x1", 0, 3)
+    t.set_user_attr("c", [(x0 - 5) ** 2 + x1 ** 2 - 25, 7.7 - ((x0 - 8) ** 2 + (x1 + 3) ** 2)])
+    return 4 * x0 * x0 + 4 * x1 * x1, (x0 - 5) ** 2 + (x1 - 5) ** 2
+
+
+def constraints(trial):
+    return trial.user_attrs["c"]
+
+
+PROBLEMS = {"zdt1": (zdt1, 2), "zdt2": (zdt2, 2), "dtlz2": (dtlz2, 3), "bnh": (bnh, 2)}
 seeds, wanted, first, trials = int(sys.argv[1]), sys.argv[2].split(","), int(sys.argv[3]), int(sys.argv[4])
 rows = []
 for name in wanted:
@@ -52,10 +63,12 @@ for name in wanted:
     runs = []
     for seed in range(first, first + seeds):
         ends = []
-        study = optuna.create_study(directions=["minimize"] * m,
-                                    sampler=optuna.samplers.NSGAIISampler(seed=seed))
+        constrained = name == "bnh"
+        sampler = optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints if constrained else None)
+        study = optuna.create_study(directions=["minimize"] * m, sampler=sampler)
         study.optimize(f, n_trials=trials, callbacks=[lambda s, t: ends.append(time.perf_counter())])
         runs.append({"seed": seed, "values": [list(tr.values) for tr in study.trials],
+                     "feasible": [all(c <= 0 for c in tr.user_attrs.get("c", [])) for tr in study.trials],
                      "ms_per_trial": (ends[-1] - ends[-11]) * 1e3 / 10})
     print(f"  optuna-nsga2 {name}: {seeds} seeds of {trials} trials", file=sys.stderr, flush=True)
     rows.append({"problem": name, "runs": runs})

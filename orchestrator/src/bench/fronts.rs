@@ -1,6 +1,7 @@
 //! The part of `salus-tune bench samplers` with several objectives: each
-//! sampler searches ZDT1, ZDT2 (two objectives, 5 variables) and DTLZ2
-//! (three objectives, 7 variables) for 300 trials under each seed; a row
+//! sampler searches ZDT1, ZDT2 (two objectives, 5 variables), DTLZ2
+//! (three objectives, 7 variables) and Binh and Korn's problem (two
+//! objectives, two constraints) for 300 trials under each seed; a row
 //! gives the median hypervolume of the trials after 100 and after 300
 //! (higher is better), against fixed reference points, and the time per
 //! proposal once 290 trials are in the history. Optuna 5.0's
@@ -28,6 +29,9 @@ pub struct FrontProblem {
     /// The hypervolume's reference point: no worse than any point of the
     /// space in every objective, so every trial counts.
     pub reference: Vec<f64>,
+    /// Constraint values (at most 0 holds), for a constrained problem:
+    /// only the trials that hold them all count toward the hypervolume.
+    pub constraints: Option<fn(&Params) -> Vec<f64>>,
 }
 
 /// Our samplers of several objectives, then Optuna's.
@@ -88,6 +92,37 @@ fn dtlz2(p: &Params) -> Vec<f64> {
     ]
 }
 
+/// Binh and Korn's problem, with its two constraints.
+fn bnh(p: &Params) -> Vec<f64> {
+    let x = xs(p);
+    vec![
+        4.0 * x[0] * x[0] + 4.0 * x[1] * x[1],
+        (x[0] - 5.0).powi(2) + (x[1] - 5.0).powi(2),
+    ]
+}
+
+fn bnh_constraints(p: &Params) -> Vec<f64> {
+    let x = xs(p);
+    vec![
+        (x[0] - 5.0).powi(2) + x[1] * x[1] - 25.0,
+        7.7 - ((x[0] - 8.0).powi(2) + (x[1] + 3.0).powi(2)),
+    ]
+}
+
+fn bnh_space() -> SearchSpace {
+    let float = |name: &str, high: f64| Param {
+        name: name.into(),
+        dist: Distribution::Float {
+            low: 0.0,
+            high,
+            log: false,
+            step: None,
+        },
+        condition: None,
+    };
+    SearchSpace::new(vec![float("x0", 5.0), float("x1", 3.0)]).expect("a valid space")
+}
+
 pub fn front_problems() -> Vec<FrontProblem> {
     vec![
         FrontProblem {
@@ -95,18 +130,28 @@ pub fn front_problems() -> Vec<FrontProblem> {
             space: unit_space(5),
             f: zdt1,
             reference: vec![1.1, 11.0],
+            constraints: None,
         },
         FrontProblem {
             name: "zdt2",
             space: unit_space(5),
             f: zdt2,
             reference: vec![1.1, 11.0],
+            constraints: None,
         },
         FrontProblem {
             name: "dtlz2",
             space: unit_space(7),
             f: dtlz2,
             reference: vec![2.5, 2.5, 2.5],
+            constraints: None,
+        },
+        FrontProblem {
+            name: "bnh",
+            space: bnh_space(),
+            f: bnh,
+            reference: vec![140.0, 55.0],
+            constraints: Some(bnh_constraints),
         },
     ]
 }
@@ -125,15 +170,21 @@ pub struct FrontRow {
     pub per_seed_300: Vec<f64>,
 }
 
-/// Hypervolumes after 100 and 300 trials of one run's values.
-fn hypervolumes(values: &[Vec<f64>], reference: &[f64]) -> (f64, f64) {
+/// Hypervolumes after 100 and 300 trials of one run: its trials' values
+/// in order, and whether each holds the problem's constraints (only those
+/// that do count).
+fn hypervolumes(trials: &[(Vec<f64>, bool)], reference: &[f64]) -> (f64, f64) {
+    let feasible = |ts: &[(Vec<f64>, bool)]| -> Vec<Vec<f64>> {
+        ts.iter().filter(|t| t.1).map(|t| t.0.clone()).collect()
+    };
     (
-        pareto::hypervolume(&values[..EARLY.min(values.len())], reference),
-        pareto::hypervolume(values, reference),
+        pareto::hypervolume(&feasible(&trials[..EARLY.min(trials.len())]), reference),
+        pareto::hypervolume(&feasible(trials), reference),
     )
 }
 
-fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<Vec<f64>>, f64) {
+/// One run's trials (values, feasible) and the time per proposal at the end.
+fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<(Vec<f64>, bool)>, f64) {
     let mut h: Vec<TrialRecord> = Vec::with_capacity(TRIALS);
     let mut late = std::time::Duration::ZERO;
     for i in 0..TRIALS {
@@ -145,15 +196,21 @@ fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<Vec<f64>>, f64) {
             late += t0.elapsed();
         }
         let values = (p.f)(&params);
+        let violation = p
+            .constraints
+            .map_or(0.0, |c| c(&params).iter().map(|v| v.max(0.0)).sum());
         h.push(TrialRecord {
             params,
             value: Some(values[0]),
             values,
-            violation: 0.0,
+            violation,
         });
     }
-    let values = h.into_iter().map(|t| t.values).collect();
-    (values, late.as_secs_f64() * 1e3 / 10.0)
+    let trials = h
+        .into_iter()
+        .map(|t| (t.values, t.violation == 0.0))
+        .collect();
+    (trials, late.as_secs_f64() * 1e3 / 10.0)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -256,8 +313,20 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
                                         .collect()
                                 })
                                 .collect();
+                            let feasible = run["feasible"].as_array();
+                            let trials: Vec<(Vec<f64>, bool)> = values
+                                .into_iter()
+                                .enumerate()
+                                .map(|(i, v)| {
+                                    let ok = feasible
+                                        .and_then(|f| f.get(i))
+                                        .and_then(|b| b.as_bool())
+                                        .unwrap_or(true);
+                                    (v, ok)
+                                })
+                                .collect();
                             let ms = run["ms_per_trial"].as_f64().unwrap_or(f64::NAN);
-                            (hypervolumes(&values, &p.reference), ms)
+                            (hypervolumes(&trials, &p.reference), ms)
                         })
                         .collect();
                     rows.push(row(p.name, "optuna-nsga2", runs, progress));
@@ -290,7 +359,7 @@ pub fn json(rows: &[FrontRow]) -> serde_json::Value {
 pub fn table(rows: &[FrontRow], seeds: u64) -> String {
     let mut out = format!(
         "\nseveral objectives: median hypervolume over {seeds} seeds (higher is better; reference \
-         points: zdt1, zdt2 (1.1, 11), dtlz2 (2.5, 2.5, 2.5));\n\
+         points: zdt1, zdt2 (1.1, 11), dtlz2 (2.5, 2.5, 2.5), bnh (140, 55), its feasible trials only);\n\
          ms: median time per proposal with 290-299 trials in the history (Optuna's: per trial)\n\n\
          problem            sampler        @100           @300           ms\n"
     );
@@ -322,9 +391,22 @@ mod tests {
         // DTLZ2's front is the unit sphere (the others at 0.5).
         let f = dtlz2(&at(&[0.3, 0.7, 0.5, 0.5, 0.5, 0.5, 0.5]));
         assert!((f.iter().map(|v| v * v).sum::<f64>() - 1.0).abs() < 1e-12);
+        // BNH: the origin holds both constraints, (5, 3) breaks the first.
+        assert!(bnh_constraints(&at(&[0.0, 0.0])).iter().all(|&c| c <= 0.0));
+        assert!(bnh_constraints(&at(&[5.0, 3.0]))[0] <= 0.0);
+        assert!(bnh_constraints(&at(&[0.0, 3.0]))[0] > 0.0);
+        assert_eq!(bnh(&at(&[0.0, 0.0])), vec![0.0, 50.0]);
         // Every point of the space is inside its reference.
         for p in front_problems() {
-            let corner = at(&vec![1.0; p.space.params().len()]);
+            let corner = at(&p
+                .space
+                .params()
+                .iter()
+                .map(|q| match q.dist {
+                    Distribution::Float { high, .. } => high,
+                    _ => 1.0,
+                })
+                .collect::<Vec<_>>());
             assert!(
                 (p.f)(&corner).iter().zip(&p.reference).all(|(v, r)| v < r),
                 "{}",
