@@ -115,6 +115,12 @@ pub enum BenchCmd {
         /// Skip Optuna's samplers.
         #[arg(long)]
         no_optuna: bool,
+        /// Trials in flight: each proposal is made while the N - 1 before
+        /// it still run (their values unknown), as with N trials running at
+        /// once; Optuna's run the same way (ask and tell), its TPE with
+        /// constant_liar. Problems of one objective only.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+        in_flight: u64,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,
         /// optuna-tpe, optuna-gp on the problems of one objective; random,
         /// nsga2, optuna-nsga2 on those of several. Optuna's GPSampler takes

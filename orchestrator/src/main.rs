@@ -109,6 +109,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             seeds,
             first_seed,
             no_optuna,
+            in_flight,
             samplers,
             problems,
         } => {
@@ -118,16 +119,22 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 samplers,
                 problems,
                 optuna: !no_optuna,
+                in_flight: in_flight as usize,
             };
             let (rows, mut notes) = bench::samplers::run(&plan, &mut progress)?;
-            let (fronts, more) = bench::fronts::run(&plan, &mut progress)?;
+            let (fronts, more) = if plan.in_flight > 1 {
+                notes.push("several objectives: skipped, --in-flight applies to the problems of one objective".into());
+                (Vec::new(), Vec::new())
+            } else {
+                bench::fronts::run(&plan, &mut progress)?
+            };
             notes.extend(more);
             for n in notes {
                 eprintln!("{n}");
             }
             if json {
                 // One array: the rows of one objective, then of several.
-                let mut all = bench::samplers::json(&rows);
+                let mut all = bench::samplers::json(&rows, plan.in_flight);
                 if let (Some(a), serde_json::Value::Array(b)) =
                     (all.as_array_mut(), bench::fronts::json(&fronts))
                 {
@@ -136,7 +143,10 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 println!("{}", serde_json::to_string_pretty(&all).expect("JSON"));
             } else {
                 if !rows.is_empty() {
-                    print!("{}", bench::samplers::table(&rows, seeds, first_seed));
+                    print!(
+                        "{}",
+                        bench::samplers::table(&rows, seeds, first_seed, plan.in_flight)
+                    );
                 }
                 if !fronts.is_empty() {
                     print!("{}", bench::fronts::table(&fronts, seeds));

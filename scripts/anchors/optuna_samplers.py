@@ -1,8 +1,10 @@
 """Optuna 5.0's TPESampler and GPSampler on the problems of `salus-tune bench samplers`.
 
-Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS [FIRST]]], SAMPLERS and
-PROBLEMS comma-separated (default: tpe,gp and every problem), the seeds
-FIRST to FIRST+SEEDS-1 (FIRST defaults to 0). Prints a
+Usage: optuna_samplers.py SEEDS [SAMPLERS [PROBLEMS [FIRST [IN_FLIGHT]]]],
+SAMPLERS and PROBLEMS comma-separated (default: tpe,gp and every problem),
+the seeds FIRST to FIRST+SEEDS-1 (FIRST defaults to 0). With IN_FLIGHT N > 1
+each trial is asked while the N - 1 before it still run (ask and tell, the
+oldest told first), TPE with constant_liar=True. Prints a
 JSON array of {problem, sampler, at_50, at_100, ms_per_trial, best_50,
 best_100}: the median best value over the seeds, each seed's best value
 (in seed order), and the median wall time per trial for trials
@@ -101,6 +103,7 @@ PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosen
             ("mixed", mixed), ("ordinal5", ordinal5), ("ordinal-hartmann6", ordinal_hartmann6),
             ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
 first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+in_flight = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 if len(sys.argv) > 3 and sys.argv[3]:
     wanted = sys.argv[3].split(",")
     PROBLEMS = [p for p in PROBLEMS if p[0] in wanted]
@@ -111,9 +114,23 @@ for name, f in PROBLEMS:
         b50, b100, ms = [], [], []
         for seed in range(first, first + seeds):
             ends = []
-            study = optuna.create_study(sampler=SAMPLERS[sampler](seed=seed))
-            study.optimize(f, n_trials=100, callbacks=[lambda s, t: ends.append(time.perf_counter())])
-            values = [tr.value for tr in study.trials]
+            kwargs = {"constant_liar": True} if sampler == "tpe" and in_flight > 1 else {}
+            study = optuna.create_study(sampler=SAMPLERS[sampler](seed=seed, **kwargs))
+            if in_flight == 1:
+                study.optimize(f, n_trials=100, callbacks=[lambda s, t: ends.append(time.perf_counter())])
+                values = [tr.value for tr in study.trials]
+            else:
+                # N trials running at once, as n_jobs=N runs them, but in a
+                # fixed order: ask until N run, then the oldest finishes.
+                running, values = [], []
+                while len(values) < 100:
+                    while len(running) < in_flight and len(values) + len(running) < 100:
+                        running.append(study.ask())
+                    t = running.pop(0)
+                    v = f(t)
+                    study.tell(t, v)
+                    values.append(v)
+                    ends.append(time.perf_counter())
             b50.append(min(values[:50]))
             b100.append(min(values))
             ms.append((ends[99] - ends[89]) * 1e3 / 10)

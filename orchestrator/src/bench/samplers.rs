@@ -377,30 +377,40 @@ pub fn problems() -> Vec<Problem> {
     ]
 }
 
-/// Best value after each trial, and the mean time of the proposals
-/// made with 90 to 99 trials in the history.
-fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize) -> (Vec<f64>, f64) {
+/// Best value after each finished trial, and the mean time of the
+/// proposals made with 90 to 99 trials in the history. With `in_flight`
+/// N > 1, each proposal is made while the N - 1 trials before it still
+/// run: they are in the history without a value (pending) until the
+/// oldest finishes, as in a study that keeps N trials running.
+fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize, in_flight: usize) -> (Vec<f64>, f64) {
     let mut h: Vec<TrialRecord> = Vec::with_capacity(trials);
     let mut best = f64::INFINITY;
     let mut out = Vec::with_capacity(trials);
     let mut late = std::time::Duration::ZERO;
-    for i in 0..trials {
-        let t0 = Instant::now();
-        let params = s
-            .propose(&p.space, &h)
-            .expect("these samplers always propose");
-        if i + 10 >= trials {
-            late += t0.elapsed();
+    let mut finished = 0;
+    while finished < trials {
+        // Keep `in_flight` trials running while the budget allows.
+        while h.len() < trials && h.len() - finished < in_flight.max(1) {
+            let t0 = Instant::now();
+            let params = s
+                .propose(&p.space, &h)
+                .expect("these samplers always propose");
+            if h.len() + 10 >= trials {
+                late += t0.elapsed();
+            }
+            h.push(TrialRecord {
+                params,
+                value: None,
+                values: Vec::new(),
+                violation: 0.0,
+            });
         }
-        let v = (p.f)(&params);
+        // The oldest running trial finishes.
+        let v = (p.f)(&h[finished].params);
+        h[finished].value = Some(v);
+        finished += 1;
         best = best.min(v);
         out.push(best);
-        h.push(TrialRecord {
-            params,
-            value: Some(v),
-            values: Vec::new(),
-            violation: 0.0,
-        });
     }
     (out, late.as_secs_f64() * 1e3 / 10.0)
 }
@@ -448,6 +458,8 @@ pub struct Plan {
     pub samplers: Vec<String>,
     pub problems: Vec<String>,
     pub optuna: bool,
+    /// Trials in flight when each is proposed (1: one at a time).
+    pub in_flight: usize,
 }
 
 impl Plan {
@@ -521,7 +533,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
                     "tpe" => Box::new(TpeSampler::new(seed, Direction::Minimize)),
                     _ => Box::new(GpSampler::new(seed, Direction::Minimize)),
                 };
-                let (curve, late_ms) = run_one(s.as_mut(), &p, 100);
+                let (curve, late_ms) = run_one(s.as_mut(), &p, 100, plan.in_flight);
                 b50.push(curve[49]);
                 b100.push(curve[99]);
                 ms.push(late_ms);
@@ -589,6 +601,7 @@ fn run_optuna(
             samplers.join(","),
             problem_names.join(","),
             plan.first_seed.to_string(),
+            plan.in_flight.to_string(),
         ],
     )?;
     Ok(v.as_array()
@@ -621,13 +634,14 @@ fn run_optuna(
         .collect())
 }
 
-pub fn json(rows: &[Row]) -> serde_json::Value {
+pub fn json(rows: &[Row], in_flight: usize) -> serde_json::Value {
     serde_json::Value::Array(
         rows.iter()
             .map(|r| {
                 json!({
                     "problem": r.problem,
                     "sampler": r.sampler,
+                    "in_flight": in_flight,
                     "median_best_50": r.at_50,
                     "median_best_100": r.at_100,
                     "ms_per_proposal_at_100": r.ms_per_proposal,
@@ -639,10 +653,14 @@ pub fn json(rows: &[Row]) -> serde_json::Value {
     )
 }
 
-pub fn table(rows: &[Row], seeds: u64, first_seed: u64) -> String {
+pub fn table(rows: &[Row], seeds: u64, first_seed: u64, in_flight: usize) -> String {
     let last = first_seed + seeds - 1;
+    let flight = match in_flight {
+        1 => "one trial at a time".to_string(),
+        n => format!("{n} trials in flight"),
+    };
     let mut out = format!(
-        "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better);\n\
+        "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better; {flight});\n\
          ms: median time per proposal with 90-99 trials in the history (Optuna's: per trial, storage included)\n\n\
          problem            sampler      @50            @100           ms\n"
     );
