@@ -559,3 +559,35 @@ fn bench_samplers_scores_fronts_by_hypervolume() {
         text(&out)
     );
 }
+
+#[test]
+fn bench_samplers_keeps_trials_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let best_at_50 = |in_flight: &str| {
+        let out = run_in(
+            dir.path(),
+            &[
+                "bench",
+                "samplers",
+                "--seeds",
+                "3",
+                "--samplers",
+                "tpe",
+                "--problems",
+                "branin",
+                "--no-optuna",
+                "--json",
+                "--in-flight",
+                in_flight,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v[0]["in_flight"].as_u64(), Some(in_flight.parse().unwrap()));
+        v[0]["best_50_per_seed"].clone()
+    };
+    // With trials pending, the proposals see fewer values: another run.
+    assert_ne!(best_at_50("1"), best_at_50("8"));
+    let out = run_in(dir.path(), &["bench", "samplers", "--in-flight", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
