@@ -48,30 +48,13 @@ assert len(rows) == n, cli.stdout
 print(f"optuna {optuna.__version__} reads all {n} trials, their params, values and intermediate values; best trial {best['number']} agrees")
 
 # optuna-dashboard's own API reads the study too (scripts/test.sh installs it).
-try:
-    import optuna_dashboard
-except ImportError:
-    if os.environ.get("SALUS_TUNE_REQUIRE_OPTUNA") == "1":
-        raise
-    print("optuna-dashboard not installed: its check skipped")
-else:
-    import threading
-    import urllib.request
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from optuna_dashboard_api import study_detail  # noqa: E402
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = make_server("127.0.0.1", 0, optuna_dashboard.wsgi(optuna.storages.RDBStorage(url)), handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    api = f"http://127.0.0.1:{server.server_port}/api/studies"
-    summaries = json.load(urllib.request.urlopen(api))["study_summaries"]
-    mine = [s for s in summaries if s["study_name"] == name]
-    assert len(mine) == 1, summaries
-    detail = json.load(urllib.request.urlopen(f"{api}/{mine[0]['study_id']}?after=0"))
+served = study_detail(url, name)
+if served is not None:
+    detail, version = served
     assert len(detail["trials"]) == n, len(detail["trials"])
     shown = {p["name"]: p["param_external_value"] for p in detail["trials"][0]["params"]}
     assert shown == {k: str(v) for k, v in study.trials[0].params.items()}, (shown, study.trials[0].params)
-    server.shutdown()
-    print(f"optuna-dashboard {optuna_dashboard.__version__} shows all {n} trials")
+    print(f"optuna-dashboard {version} shows all {n} trials")

@@ -37,34 +37,17 @@ for column in ("values_val_accuracy", "values_params"):
     assert column in df.columns, (column, list(df.columns))
 print(f"optuna {optuna.__version__} reads both objectives of all {n} trials; its best_trials are our front {ours}")
 
-try:
-    import optuna_dashboard
-except ImportError:
-    if os.environ.get("SALUS_TUNE_REQUIRE_OPTUNA") == "1":
-        raise
-    print("optuna-dashboard not installed: its check skipped")
-else:
-    import threading
-    import urllib.request
-    from wsgiref.simple_server import WSGIRequestHandler, make_server
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from optuna_dashboard_api import study_detail  # noqa: E402
 
-    class Quiet(WSGIRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = make_server("127.0.0.1", 0, optuna_dashboard.wsgi(optuna.storages.RDBStorage(url)), handler_class=Quiet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    api = f"http://127.0.0.1:{server.server_port}/api/studies"
-    summaries = json.load(urllib.request.urlopen(api))["study_summaries"]
-    mine = [s for s in summaries if s["study_name"] == name]
-    assert len(mine) == 1, summaries
-    detail = json.load(urllib.request.urlopen(f"{api}/{mine[0]['study_id']}?after=0"))
+served = study_detail(url, name)
+if served is not None:
+    detail, version = served
     shown = sorted(t["number"] for t in detail["best_trials"])
     # optuna-dashboard draws the front of every COMPLETE trial, feasible or
     # not: in a constrained study that is Optuna's front without constraints.
     from optuna.study._multi_objective import _get_pareto_front_trials_by_trials
     unconstrained = sorted(t.number for t in _get_pareto_front_trials_by_trials(study.trials, study.directions))
     assert shown == unconstrained, f"optuna-dashboard's Pareto front {shown}, Optuna's {unconstrained}"
-    server.shutdown()
     same = "the same front" if shown == ours else f"its own front {shown} (it ignores constraints)"
-    print(f"optuna-dashboard {optuna_dashboard.__version__} draws {same}")
+    print(f"optuna-dashboard {version} draws {same}")

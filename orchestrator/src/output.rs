@@ -142,10 +142,7 @@ pub fn render_front(front: &[&TrialRow], names: &[String], format: Format) -> St
         })
         .collect();
     match format {
-        Format::Csv => std::iter::once(&header)
-            .chain(&rows)
-            .map(|r| r.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",") + "\n")
-            .collect(),
+        Format::Csv => csv(&header, &rows),
         _ => format!(
             "Pareto front: {} trials that no other trial beats in every objective\n{}",
             front.len(),
@@ -233,12 +230,17 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
         })
         .collect();
     match format {
-        Format::Csv => std::iter::once(&header)
-            .chain(&rows)
-            .map(|r| r.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",") + "\n")
-            .collect(),
+        Format::Csv => csv(&header, &rows),
         _ => table(&header, &rows),
     }
+}
+
+/// A header and rows as CSV.
+fn csv(header: &[String], rows: &[Vec<String>]) -> String {
+    std::iter::once(header)
+        .chain(rows.iter().map(Vec::as_slice))
+        .map(|r| r.iter().map(|c| csv_field(c)).collect::<Vec<_>>().join(",") + "\n")
+        .collect()
 }
 
 fn table(header: &[String], rows: &[Vec<String>]) -> String {

@@ -269,6 +269,31 @@ struct Entry<B: Backend> {
 }
 
 impl<B: Backend> Entry<B> {
+    /// A job off the device, waiting for memory and a lane.
+    fn waiting(
+        job: Box<dyn Job<B>>,
+        sched: JobState,
+        floor: Footprint,
+        shared_key: String,
+        iterations: u64,
+    ) -> Self {
+        Entry {
+            footprint: at_least(job.footprint(), floor),
+            floor,
+            shape: job.fusion_key().shape,
+            iterations,
+            job: Some(job),
+            sched,
+            shared_key,
+            lane: None,
+            paused: false,
+            held: false,
+            swap_out: false,
+            release: false,
+            prune: false,
+        }
+    }
+
     fn running(&self) -> bool {
         self.job.is_none()
     }
@@ -411,7 +436,7 @@ impl<B: Backend> SalusCore<B> {
 
     /// Queues a job; it runs once memory and a lane allow.
     pub fn submit(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
-        let mut st = self.lock();
+        let st = self.lock();
         let id = JobId(st.ids.fetch_add(1, Ordering::Relaxed));
         let sched = JobState {
             id,
@@ -422,26 +447,15 @@ impl<B: Backend> SalusCore<B> {
             last_run: 0,
             slice_s: 0.0,
         };
-        let entry = Entry {
-            footprint: job.footprint(),
-            floor: Footprint::default(),
-            shape: job.fusion_key().shape,
-            iterations: job.iterations_done(),
-            job: Some(job),
+        let iterations = job.iterations_done();
+        let entry = Entry::waiting(
+            job,
             sched,
-            shared_key: shared_key.to_string(),
-            lane: None,
-            paused: false,
-            held: false,
-            swap_out: false,
-            release: false,
-            prune: false,
-        };
-        st.jobs.insert(id, entry);
-        st.fail_if_never_fits(id);
-        st.admit_waiting();
-        drop(st);
-        self.shared.wake.notify_all();
+            Footprint::default(),
+            shared_key.into(),
+            iterations,
+        );
+        self.enter(st, id, entry);
         id
     }
 
@@ -566,24 +580,15 @@ impl<B: Backend> SalusCore<B> {
     /// Takes a job another core gave up; it waits here for memory and a
     /// lane as it waited there.
     pub fn adopt(&self, w: Withdrawn<B>) {
-        let mut st = self.lock();
-        let entry = Entry {
-            footprint: at_least(w.job.footprint(), w.floor),
-            floor: w.floor,
-            shape: w.job.fusion_key().shape,
-            iterations: w.iterations,
-            job: Some(w.job),
-            sched: w.sched,
-            shared_key: w.shared_key,
-            lane: None,
-            paused: false,
-            held: false,
-            swap_out: false,
-            release: false,
-            prune: false,
-        };
-        st.jobs.insert(w.id, entry);
-        st.fail_if_never_fits(w.id);
+        let st = self.lock();
+        let entry = Entry::waiting(w.job, w.sched, w.floor, w.shared_key, w.iterations);
+        self.enter(st, w.id, entry);
+    }
+
+    /// Puts a waiting job in the table, and admits what fits.
+    fn enter(&self, mut st: MutexGuard<'_, State<B>>, id: JobId, entry: Entry<B>) {
+        st.jobs.insert(id, entry);
+        st.fail_if_never_fits(id);
         st.admit_waiting();
         drop(st);
         self.shared.wake.notify_all();

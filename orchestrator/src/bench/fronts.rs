@@ -14,11 +14,11 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::samplers::Plan;
+use super::samplers::{Plan, float, median};
 use crate::error::Result;
 use crate::pareto;
 use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TrialRecord};
-use crate::space::{Distribution, Param, Params, SearchSpace};
+use crate::space::{Params, SearchSpace};
 use crate::study::Direction;
 
 /// A test problem of several objectives, all minimised.
@@ -44,16 +44,7 @@ const EARLY: usize = 100;
 fn unit_space(n: usize) -> SearchSpace {
     SearchSpace::new(
         (0..n)
-            .map(|i| Param {
-                name: format!("x{i}"),
-                dist: Distribution::Float {
-                    low: 0.0,
-                    high: 1.0,
-                    log: false,
-                    step: None,
-                },
-                condition: None,
-            })
+            .map(|i| float(&format!("x{i}"), 0.0, 1.0, false, None))
             .collect(),
     )
     .expect("a valid space")
@@ -110,17 +101,11 @@ fn bnh_constraints(p: &Params) -> Vec<f64> {
 }
 
 fn bnh_space() -> SearchSpace {
-    let float = |name: &str, high: f64| Param {
-        name: name.into(),
-        dist: Distribution::Float {
-            low: 0.0,
-            high,
-            log: false,
-            step: None,
-        },
-        condition: None,
-    };
-    SearchSpace::new(vec![float("x0", 5.0), float("x1", 3.0)]).expect("a valid space")
+    SearchSpace::new(vec![
+        float("x0", 0.0, 5.0, false, None),
+        float("x1", 0.0, 3.0, false, None),
+    ])
+    .expect("a valid space")
 }
 
 pub fn front_problems() -> Vec<FrontProblem> {
@@ -211,16 +196,6 @@ fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<(Vec<f64>, bool)>, f64
         .map(|t| (t.values, t.violation == 0.0))
         .collect();
     (trials, late.as_secs_f64() * 1e3 / 10.0)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
 }
 
 fn row(
@@ -375,7 +350,7 @@ pub fn table(rows: &[FrontRow], seeds: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::space::ParamValue;
+    use crate::space::{Distribution, ParamValue};
 
     #[test]
     fn the_fronts_are_where_the_problems_say() {

@@ -30,7 +30,7 @@ pub struct Problem {
     pub optimum: f64,
 }
 
-fn float(name: &str, low: f64, high: f64, log: bool, step: Option<f64>) -> Param {
+pub(super) fn float(name: &str, low: f64, high: f64, log: bool, step: Option<f64>) -> Param {
     Param {
         name: name.into(),
         dist: Distribution::Float {
@@ -415,7 +415,7 @@ fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize, in_flight: usize) ->
     (out, late.as_secs_f64() * 1e3 / 10.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
