@@ -219,6 +219,46 @@ fn the_built_in_objectives_are_what_the_core_and_the_model_say() {
     }
 }
 
+/// `latency`: each trial's final validation pass, timed on the device,
+/// per batch; its trials run unfused.
+#[test]
+fn latency_is_each_trial_s_own_inference_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = StudyFile::new("fast", 6, 2)
+        .set("study", "metric", "[\"val_accuracy\", \"latency\"]")
+        .set("model", "depth", "1")
+        .set("model", "width", "{ choices = [8, 256] }")
+        .set("train", "epochs", "1")
+        .set("sampler", "kind", "\"random\"")
+        .build();
+    write(dir.path(), "l.toml", &study);
+    let out = run_in(dir.path(), &["l.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("fast.db");
+    let rows = trials(&db, None);
+    assert!(
+        rows.iter()
+            .all(|t| t.state == salus_tune::storage::TrialState::Complete)
+    );
+    for t in &rows {
+        let latency = t.more_values[0];
+        // A validation batch of the digits MLP: well under a second.
+        assert!(
+            latency > 0.0 && latency < 1.0,
+            "trial {}: {latency}",
+            t.number
+        );
+    }
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM trial_system_attributes WHERE key = 'salus:fused_with'"
+        ),
+        0,
+        "no trial was fused"
+    );
+}
+
 #[test]
 fn study_files_of_several_objectives_are_checked() {
     let dir = tempfile::tempdir().unwrap();
@@ -246,9 +286,16 @@ fn study_files_of_several_objectives_are_checked() {
             "named twice",
         ),
         (
-            base().set("study", "metric", "[\"val_accuracy\", \"latency\"]"),
+            base().set("study", "metric", "[\"val_accuracy\", \"energy\"]"),
             "study.metric",
-            "expected one of: val_accuracy, val_loss, train_loss, params, flops, train_time, memory",
+            "expected one of: val_accuracy, val_loss, train_loss, params, flops, train_time, memory, latency",
+        ),
+        (
+            base()
+                .set("study", "metric", "[\"val_accuracy\", \"latency\"]")
+                .set("scheduler", "fuse", "4"),
+            "scheduler.fuse",
+            "trials run unfused: set fuse = 1",
         ),
         (
             base()

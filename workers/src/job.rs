@@ -98,8 +98,8 @@ impl ReportExtras {
 
 impl Report {
     /// The value of a metric by name: `val_accuracy`, `val_loss`,
-    /// `val_rmse`, `val_r2` or `train_loss`; an external worker's value
-    /// under any name.
+    /// `val_rmse`, `val_r2`, `train_loss`, or one measured beside them
+    /// (`latency`); an external worker's value under any name.
     pub fn metric(&self, name: &str) -> Option<f64> {
         if self.external.is_some() {
             return self.external;
@@ -110,7 +110,13 @@ impl Report {
             "val_rmse" => self.val_rmse,
             "val_r2" => self.val_r2,
             "train_loss" => Some(self.train_loss),
-            _ => None,
+            // Measured beside the metrics (a built-in trial's `latency`).
+            name => self
+                .extras
+                .metrics
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|&(_, v)| v),
         }
     }
 }

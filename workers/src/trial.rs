@@ -99,9 +99,20 @@ pub struct TrainTrial<B: Backend> {
     perm: Vec<u32>,
     perm_epoch: Option<u64>,
     last_report: Option<Report>,
+    /// Time the last validation pass, as inference `latency` (seconds per
+    /// batch) in the final report's extras ([`TrainTrial::measuring_latency`]).
+    latency: bool,
 }
 
 impl<B: Backend> TrainTrial<B> {
+    /// Times the final validation pass on the device, and reports its
+    /// seconds per batch as the metric `latency` (a study's objective or
+    /// constraint). Measured on a trial that runs alone (not fused).
+    pub fn measuring_latency(mut self, on: bool) -> Self {
+        self.latency = on;
+        self
+    }
+
     /// A trial with fresh weights, resident on `lane`'s device.
     pub fn new(lane: &mut Lane<B>, data: Arc<DeviceData<B>>, cfg: TrialConfig) -> Result<Self> {
         let mut trial = Self::new_on_host(data, cfg)?;
@@ -147,6 +158,7 @@ impl<B: Backend> TrainTrial<B> {
             perm: Vec::new(),
             perm_epoch: None,
             last_report: None,
+            latency: false,
             data,
             cfg,
         };
@@ -391,9 +403,26 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
             return Ok(StepOutcome::Continue);
         };
         let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
+        // Reading the statistics back waits for the device: the clock
+        // then times the validation pass alone (its results read back too).
         let train = group.take_train_stats(lane)?[0];
+        let t0 = std::time::Instant::now();
         let val = group.evaluate(lane, &self.data)?[0];
-        self.finish_report(train, val, finished)
+        let seconds = t0.elapsed().as_secs_f64();
+        let outcome = self.finish_report(train, val, finished)?;
+        if !(finished && self.latency) {
+            return Ok(outcome);
+        }
+        let batches = self.data.n_val.div_ceil(self.cfg.batch_size.max(1)).max(1);
+        let latency = ("latency".to_string(), seconds / batches as f64);
+        Ok(match outcome {
+            StepOutcome::Finished(mut r) => {
+                r.extras.metrics.push(latency);
+                self.last_report = Some(r.clone());
+                StepOutcome::Finished(r)
+            }
+            other => other,
+        })
     }
 
     fn report(&self) -> Option<&Report> {

@@ -380,7 +380,8 @@ impl Runner<'_> {
             let made = match pending.resume.take() {
                 Some(state) => TrainTrial::resume_on_host(st.data[0].clone(), cfg.clone(), state),
                 None => TrainTrial::new_on_host(st.data[0].clone(), cfg.clone()),
-            };
+            }
+            .map(|t| t.measuring_latency(study.measures_latency()));
             match made {
                 Ok(trial) => {
                     let reports = trial.total_iterations().div_ceil(

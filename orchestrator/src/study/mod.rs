@@ -371,9 +371,20 @@ pub struct WorkerConfig {
 
 /// Objectives a built-in trial has besides the metrics it reports, each
 /// minimised: its parameter count, forward FLOPs per example, seconds of
-/// device time (the core's own accounting), and the device bytes the
-/// ledger held for it.
-pub const BUILT_IN_OBJECTIVES: &[&str] = &["params", "flops", "train_time", "memory"];
+/// device time (the core's own accounting), the device bytes the ledger
+/// held for it, and the seconds per batch of its final validation pass
+/// on the device (inference latency; measured with fusion off).
+pub const BUILT_IN_OBJECTIVES: &[&str] = &["params", "flops", "train_time", "memory", "latency"];
+
+impl Study {
+    /// Whether an objective or a constraint needs the trials' inference
+    /// latency measured.
+    pub fn measures_latency(&self) -> bool {
+        self.worker.is_none()
+            && (self.objectives.iter().any(|(m, _)| m == "latency")
+                || self.constraints.iter().any(|c| c.metric == "latency"))
+    }
+}
 
 /// `[study] constraints`: a bound on a value known at a trial's end, in
 /// Optuna's constrained-optimisation sense: the trial is feasible when

@@ -354,7 +354,27 @@ impl Checker<'_> {
             ));
         }
         let pruner = self.pruner(root.pruner, objectives.len())?;
-        let scheduler = self.scheduler(root.scheduler, worker.is_some())?;
+        let fuse_span = root
+            .scheduler
+            .as_ref()
+            .and_then(|t| span_of(&t.get_ref().0.fuse));
+        let mut scheduler = self.scheduler(root.scheduler, worker.is_some())?;
+        // Latency is a trial's own inference time: it runs alone, unfused.
+        let latency = objectives.iter().any(|(m, _)| m == "latency")
+            || constraints.iter().any(|c| c.metric == "latency");
+        if latency && worker.is_none() {
+            match scheduler.fuse {
+                Some(n) if n > 1 => {
+                    return Err(self.err(
+                        fuse_span.unwrap_or_default(),
+                        "scheduler.fuse",
+                        "latency times each trial's own validation pass, so trials run unfused: \
+                         set fuse = 1 or leave it out",
+                    ));
+                }
+                _ => scheduler.fuse = Some(1),
+            }
+        }
 
         Ok(Study {
             path: self.src.path.to_path_buf(),
