@@ -121,16 +121,22 @@ for name, f in PROBLEMS:
                 values = [tr.value for tr in study.trials]
             else:
                 # N trials running at once, as n_jobs=N runs them, but in a
-                # fixed order: ask until N run, then the oldest finishes.
-                running, values = [], []
+                # fixed order: ask until N run, then the oldest finishes. A
+                # trial's parameters are drawn as it starts (the objective
+                # suggests them then; its value is only told when it
+                # finishes), so each draw sees the running ones' parameters.
+                running, values, asked = [], [], 0
                 while len(values) < 100:
-                    while len(running) < in_flight and len(values) + len(running) < 100:
-                        running.append(study.ask())
-                    t = running.pop(0)
-                    v = f(t)
+                    while len(running) < in_flight and asked < 100:
+                        t0 = time.perf_counter()
+                        t = study.ask()
+                        running.append((t, f(t)))
+                        asked += 1
+                        # The clock of trials 90-100 (a proposal each).
+                        ends.append(time.perf_counter() - t0 + (ends[-1] if ends else 0.0))
+                    t, v = running.pop(0)
                     study.tell(t, v)
                     values.append(v)
-                    ends.append(time.perf_counter())
             b50.append(min(values[:50]))
             b100.append(min(values))
             ms.append((ends[99] - ends[89]) * 1e3 / 10)
