@@ -48,7 +48,7 @@ pub fn trial_json(t: &TrialRow) -> Value {
         "number": t.number,
         "state": t.state.as_str(),
         "value": t.value,
-        "values": (!t.more_values.is_empty()).then(|| values_of(t)),
+        "values": (!t.more_values.is_empty()).then(|| t.values()),
         "params": params_json(t),
         "datetime_start": t.datetime_start,
         "datetime_complete": t.datetime_complete,
@@ -60,12 +60,6 @@ pub fn trial_json(t: &TrialRow) -> Value {
     })
 }
 
-/// Whether a trial holds every constraint it has (Optuna's feasibility:
-/// each value at most 0).
-pub fn feasible(t: &TrialRow) -> bool {
-    t.constraints.iter().all(|&c| c <= 0.0)
-}
-
 /// The best COMPLETE trial for `direction` (the lowest number on ties);
 /// in a constrained study, the best feasible one, as Optuna's
 /// `best_trial` is.
@@ -73,16 +67,11 @@ pub fn best(trials: &[TrialRow], direction: Direction) -> Option<&TrialRow> {
     trials
         .iter()
         .filter(|t| t.state == TrialState::Complete && t.value.is_some_and(f64::is_finite))
-        .filter(|t| feasible(t))
+        .filter(|t| t.feasible())
         .fold(None, |acc: Option<&TrialRow>, t| match acc {
             Some(b) if !direction.better(t.value.unwrap(), b.value.unwrap()) => Some(b),
             _ => Some(t),
         })
-}
-
-/// Every objective's value of a trial of a study of several.
-fn values_of(t: &TrialRow) -> Vec<f64> {
-    t.value.iter().chain(&t.more_values).copied().collect()
 }
 
 /// The COMPLETE trials no other COMPLETE trial dominates, for a study of
@@ -91,15 +80,15 @@ fn values_of(t: &TrialRow) -> Vec<f64> {
 pub fn pareto_front<'a>(trials: &'a [TrialRow], directions: &[Direction]) -> Vec<&'a TrialRow> {
     let complete: Vec<&TrialRow> = trials
         .iter()
-        .filter(|t| t.state == TrialState::Complete && feasible(t))
+        .filter(|t| t.state == TrialState::Complete && t.feasible())
         .filter(|t| {
-            let v = values_of(t);
+            let v = t.values();
             v.len() == directions.len() && v.iter().all(|x| x.is_finite())
         })
         .collect();
     let points: Vec<Vec<f64>> = complete
         .iter()
-        .map(|t| crate::pareto::minimised(&values_of(t), directions))
+        .map(|t| crate::pareto::minimised(&t.values(), directions))
         .collect();
     crate::pareto::front(&points)
         .into_iter()
@@ -132,7 +121,7 @@ pub fn render_front(front: &[&TrialRow], names: &[String], format: Format) -> St
         .map(|t| {
             let p = params_json(t);
             std::iter::once(t.number.to_string())
-                .chain(values_of(t).into_iter().map(|v| cell(&json!(v), exact)))
+                .chain(t.values().into_iter().map(|v| cell(&json!(v), exact)))
                 .chain(
                     params
                         .iter()

@@ -341,7 +341,7 @@ pub async fn load(
                 phase,
                 params: params.remove(&t.trial_id).unwrap_or_default(),
                 value: t.value,
-                feasible: t.constraints.iter().all(|&c| c <= 0.0),
+                feasible: t.feasible(),
                 more_values: t.more_values,
                 curve: t.intermediate,
                 rung: t.rung,

@@ -104,6 +104,23 @@ pub struct TrialRow {
     pub heartbeat: Option<String>,
 }
 
+impl TrialRow {
+    /// Every objective's value it has: the first, then the others.
+    pub fn values(&self) -> Vec<f64> {
+        self.value
+            .iter()
+            .chain(&self.more_values)
+            .copied()
+            .collect()
+    }
+
+    /// Whether it holds every constraint it has (Optuna's feasibility:
+    /// each value at most 0).
+    pub fn feasible(&self) -> bool {
+        self.constraints.iter().all(|&c| c <= 0.0)
+    }
+}
+
 /// A run of the core (a process) as another process sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Owner {
