@@ -867,3 +867,111 @@ fn workers_are_placed_on_every_device_and_told_which() {
     );
     assert!(text(&out).contains("runs on cpu:1"), "{}", text(&out));
 }
+
+/// The dashboard's pause and resume of a trial that ASHA holds at a rung
+/// undo only each other: the trial waits on at its rung, and once every
+/// trial left is held and none can start, the study ends. (A resume that
+/// let such a trial run on to its end left the rung's hold in the run's
+/// books, and the run waited forever for a trial already finished: found
+/// by `bench chaos`, about one run in twenty.)
+#[test]
+fn a_dashboard_resume_leaves_a_trial_held_at_its_rung() {
+    use std::time::Duration;
+    if !has_numpy("a_dashboard_resume_leaves_a_trial_held_at_its_rung") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Trial 1 (better) passes rung 0 first, writes `one` and waits for the
+    // file `go` inside its second iteration; trial 0 (worse) waits for
+    // `one` before its first report, so it reaches rung 0 second and is
+    // held there.
+    let script = write(
+        dir.path(),
+        "gated.py",
+        "import os, time\n\
+         import salus_worker\n\
+         t = salus_worker.connect()\n\
+         for i in t.iterations(3):\n\
+         \x20   if t.number == 0 and i == 0:\n\
+         \x20       while not os.path.exists('one'):\n\
+         \x20           time.sleep(0.02)\n\
+         \x20   if t.number == 1 and i == 1:\n\
+         \x20       open('one', 'w').close()\n\
+         \x20       while not os.path.exists('go'):\n\
+         \x20           time.sleep(0.02)\n\
+         \x20   t.report(i + 1, (2.0 if t.number == 0 else 1.0) / (i + 1))\n\
+         t.done(1.0)\n",
+    );
+    let study = worker_study("held", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 2")
+        .replace("iterations = 6", "iterations = 3")
+        + "\n[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n\
+           [scheduler]\nmax_concurrent = 2\n";
+    write(dir.path(), "h.toml", &study);
+    let db = dir.path().join("held.db");
+    let mut child = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["h.toml", "--no-progress"]),
+    );
+    let count = |sql: &str| scalar(&db, sql);
+    let steps_of_0 = || {
+        count(
+            "SELECT COUNT(*) FROM trial_intermediate_values v JOIN trials t USING (trial_id) \
+             WHERE t.number = 0",
+        )
+    };
+    wait_until("trial 0 held at its rung", Duration::from_secs(60), || {
+        migrated(&db)
+            && count(
+                "SELECT COUNT(*) FROM salus_priority p JOIN trials t USING (trial_id) \
+                 WHERE t.number = 0 AND p.reason = 'paused'",
+            ) == 1
+            && count("SELECT COUNT(*) FROM trials WHERE number = 1 AND state = 'RUNNING'") == 1
+    });
+    for action in ["pause", "resume"] {
+        execute(
+            &db,
+            &format!(
+                "INSERT INTO salus_commands (study_id, trial_id, action, created) \
+                 SELECT study_id, trial_id, '{action}', datetime('now') FROM trials WHERE number = 0"
+            ),
+        );
+        wait_until(action, Duration::from_secs(20), || {
+            count(&format!(
+                "SELECT COUNT(*) FROM salus_commands WHERE action = '{action}' AND outcome = 'applied'"
+            )) == 1
+        });
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        steps_of_0(),
+        1,
+        "trial 0 stays at its rung after the resume"
+    );
+    // Trial 1 goes on to its end; with nothing left to start, trial 0
+    // ends as PRUNED at its rung, and the study ends.
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let out = child.kill();
+            panic!("the study hung. Its log:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait();
+    assert!(status.success(), "{}", text(&out));
+    let rows = trials(&db, None);
+    assert_eq!(
+        rows.iter().map(|t| t.state).collect::<Vec<_>>(),
+        [TrialState::Pruned, TrialState::Complete],
+        "{}",
+        text(&out)
+    );
+    assert_eq!(rows[0].intermediate.len(), 1);
+    assert_eq!(rows[1].intermediate.len(), 3);
+}

@@ -37,7 +37,7 @@ use rand::{RngExt, SeedableRng};
 
 use crate::error::{Error, Result};
 use crate::storage::dashboard::DashCommand;
-use crate::storage::{Store, TrialState};
+use crate::storage::{Location, Store, TrialState};
 
 /// Which study the processes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -561,6 +561,12 @@ fn command(
 ) -> Result<Option<(i64, &'static str)>> {
     let pick: u32 = rng.random_range(0..10);
     let roll: u64 = rng.random();
+    // No process has created the SQLite file yet: nothing runs.
+    if let Ok(Location::Sqlite(path)) = Location::parse(url)
+        && !path.is_file()
+    {
+        return Ok(None);
+    }
     let running: Vec<i64> = block_retrying(|| async {
         let mut store = Store::open_existing(url).await?;
         // No process has created the study yet: nothing runs.

@@ -36,9 +36,8 @@ impl Runner<'_> {
             // Out of the runner's books first: the core's last events for
             // it (a report, a prune) then find nothing to record.
             let f = st.in_flight.remove(&run).expect("in flight");
-            st.paused.remove(&run);
+            st.forget_pauses(run);
             st.closing.remove(&run);
-            st.liveness.user_paused.remove(&run);
             st.kept.finals.remove(&run);
             st.prune(run);
             self.reporter.note(&format!(
@@ -80,7 +79,12 @@ impl Runner<'_> {
                 }
                 (Some((j, claim)), Some(DashCommand::Resume)) => {
                     if st.liveness.user_paused.remove(&j) {
-                        st.resume(j);
+                        // A trial the pruner also holds at a rung waits on
+                        // for its promotion: the dashboard undoes only its
+                        // own pause.
+                        if !st.paused.contains_key(&j) {
+                            st.resume(j);
+                        }
                         self.command_priority(claim, "resumed")?;
                         "applied"
                     } else {

@@ -484,6 +484,7 @@ impl Runner<'_> {
             st.kept.finals.remove(&run);
             return Ok(());
         };
+        st.forget_pauses(run);
         st.finished += 1;
         let value = report.metric(&study.metric).unwrap_or(f64::NAN);
         let curve = st.curves.entry(f.pending.number).or_default();
@@ -559,7 +560,7 @@ impl Runner<'_> {
         };
         st.finished += 1;
         let number = f.pending.number;
-        let rung = st.paused.remove(&run).or_else(|| {
+        let rung = st.forget_pauses(run).or_else(|| {
             st.curves.get(&number).and_then(|c| {
                 c.values
                     .keys()
@@ -645,7 +646,10 @@ impl Runner<'_> {
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
             let claim = f.pending.claim;
             st.set_priority(run, p);
-            st.resume(run);
+            // Paused from the dashboard as well: it runs once resumed there.
+            if !st.liveness.user_paused.contains(&run) {
+                st.resume(run);
+            }
             self.writer.send(WriteOp::Priority {
                 claim,
                 priority: p,
@@ -668,7 +672,7 @@ impl Runner<'_> {
         let Some(f) = st.in_flight.remove(&run) else {
             return Ok(());
         };
-        st.paused.remove(&run);
+        st.forget_pauses(run);
         if let TrialHandle::Member(m) = run {
             st.fusion.parked.remove(&m);
         }

@@ -663,6 +663,15 @@ struct RunState<B: Backend> {
 }
 
 impl<B: Backend> RunState<B> {
+    /// Forgets the pauses of trial `run`, which ended or left this run,
+    /// returning the rung the pruner held it at: `paused` lists only
+    /// trials in flight, or [`Runner::close_paused`] would never see
+    /// that only paused ones are left.
+    fn forget_pauses(&mut self, run: TrialHandle) -> Option<usize> {
+        self.liveness.user_paused.remove(&run);
+        self.paused.remove(&run)
+    }
+
     /// An exhausted grid, or a study whose budget other processes filled
     /// with no waiting trial left to take.
     fn nothing_to_start(&self) -> bool {
