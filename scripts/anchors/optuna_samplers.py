@@ -10,10 +10,14 @@ best_100}: the median best value over the seeds, each seed's best value
 (in seed order), and the median wall time per trial for trials
 91-100 (the objectives cost microseconds, so this is the sampler plus
 Optuna's in-memory storage). The functions and spaces mirror
-orchestrator/src/bench/samplers.rs exactly. GPSampler needs torch and scipy.
+orchestrator/src/bench/samplers.rs exactly; the tabulated problems
+(tab-*) read the tables salus-tune writes beside this script
+(orchestrator/src/bench/tables.rs). GPSampler needs torch and scipy.
 """
+import csv
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -97,11 +101,37 @@ def int_categorical(t):
             + (math.log2(batch) - 6) ** 2 / 4 + act_penalty + opt_penalty)
 
 
+ORDINAL = ["width", "depth", "lr", "batch_size"]
+ACTIVATIONS = ["relu", "tanh", "gelu"]
+
+
+def tabulated(path):
+    """A lookup in a table of scripts/tabulate.sh: the knobs' levels as
+    indices (ascending), the activation as a categorical, the validation
+    loss as the value (a diverged configuration's is the table's worst)."""
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    levels = [sorted({r[k] for r in rows}, key=float) for k in ORDINAL]
+    table = {tuple(levels[j].index(r[k]) for j, k in enumerate(ORDINAL)) + (r["activation"],): float(r["val_loss"])
+             for r in rows}
+    worst = max(v for v in table.values() if math.isfinite(v))
+
+    def f(t):
+        key = tuple(t.suggest_int(k, 0, len(levels[j]) - 1) for j, k in enumerate(ORDINAL))
+        loss = table[key + (t.suggest_categorical("activation", ACTIVATIONS),)]
+        return loss if math.isfinite(loss) else worst
+    return f
+
+
+here = os.path.dirname(os.path.abspath(__file__))
+TABLES = [(name[:-4], tabulated(os.path.join(here, name)))
+          for name in sorted(os.listdir(here)) if name.startswith("tab-") and name.endswith(".csv")]
+
 seeds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 samplers = sys.argv[2].split(",") if len(sys.argv) > 2 else ["tpe", "gp"]
 PROBLEMS = [("branin", branin), ("hartmann6", hartmann6), ("rosenbrock10", rosenbrock10), ("levy5", levy5),
             ("mixed", mixed), ("ordinal5", ordinal5), ("ordinal-hartmann6", ordinal_hartmann6),
-            ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)]
+            ("int-styblinski4", int_styblinski4), ("int-categorical", int_categorical)] + TABLES
 first = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 in_flight = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 if len(sys.argv) > 3 and sys.argv[3]:

@@ -19,6 +19,7 @@ pub mod policies;
 pub mod samplers;
 pub mod storage;
 pub mod swap;
+pub mod tables;
 
 use std::sync::Arc;
 

@@ -21,11 +21,14 @@ use crate::sampler::{GpSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, 
 use crate::space::{Choice, Distribution, Param, ParamValue, Params, SearchSpace};
 use crate::study::Direction;
 
+/// A problem's value at a point (to minimise).
+pub type Objective = Box<dyn Fn(&Params) -> f64 + Send + Sync>;
+
 /// A test function: its space and its value (to minimise).
 pub struct Problem {
     pub name: &'static str,
     pub space: SearchSpace,
-    pub f: fn(&Params) -> f64,
+    pub f: Objective,
     /// The known minimum.
     pub optimum: f64,
 }
@@ -207,7 +210,7 @@ fn categorical(name: &str, choices: &[&str]) -> Param {
 }
 
 /// The smallest value of `f` over every point of a small discrete space.
-fn exhaustive_minimum(space: &SearchSpace, f: fn(&Params) -> f64) -> f64 {
+fn exhaustive_minimum(space: &SearchSpace, f: &dyn Fn(&Params) -> f64) -> f64 {
     let mut points: Vec<Params> = vec![Params::new()];
     for p in space.params() {
         let values: Vec<ParamValue> = match p.dist {
@@ -253,11 +256,11 @@ fn ordinal_problem(
             .collect(),
     )
     .expect("valid");
-    let optimum = exhaustive_minimum(&space, f);
+    let optimum = exhaustive_minimum(&space, &f);
     Problem {
         name,
         space,
-        f,
+        f: Box::new(f),
         optimum,
     }
 }
@@ -279,25 +282,25 @@ pub fn problems() -> Vec<Problem> {
                 float("x2", 0.0, 15.0, false, None),
             ])
             .expect("valid"),
-            f: branin,
+            f: Box::new(branin),
             optimum: 0.397887,
         },
         Problem {
             name: "hartmann6",
             space: unit(6, 0.0, 1.0),
-            f: hartmann6,
+            f: Box::new(hartmann6),
             optimum: -3.32237,
         },
         Problem {
             name: "rosenbrock10",
             space: unit(10, -2.0, 2.0),
-            f: rosenbrock10,
+            f: Box::new(rosenbrock10),
             optimum: 0.0,
         },
         Problem {
             name: "levy5",
             space: unit(5, -10.0, 10.0),
-            f: levy5,
+            f: Box::new(levy5),
             optimum: 0.0,
         },
         Problem {
@@ -336,7 +339,7 @@ pub fn problems() -> Vec<Problem> {
                 float("dropout", 0.0, 0.5, false, Some(0.1)),
             ])
             .expect("valid"),
-            f: mixed,
+            f: Box::new(mixed),
             optimum: 0.0,
         },
         ordinal_problem("ordinal5", "o", &ORDINAL_LEVELS, ordinal5),
@@ -354,7 +357,7 @@ pub fn problems() -> Vec<Problem> {
                     .collect(),
             )
             .expect("valid"),
-            f: int_styblinski4,
+            f: Box::new(int_styblinski4),
             optimum: -156.0,
         },
         {
@@ -369,12 +372,23 @@ pub fn problems() -> Vec<Problem> {
             Problem {
                 name: "int-categorical",
                 space,
-                f: int_categorical,
+                f: Box::new(int_categorical),
                 // gelu (centre 6.5: width 91), adam (depth 4), batch 64.
                 optimum: (91f64.log2() - 6.5).powi(2) / 4.0,
             }
         },
     ]
+    .into_iter()
+    .chain(super::tables::TABLES.iter().map(|(name, _, _)| {
+        let table = super::tables::table(name);
+        Problem {
+            name,
+            space: table.space(),
+            optimum: table.best_loss(),
+            f: Box::new(move |p| table.loss(p)),
+        }
+    }))
+    .collect()
 }
 
 /// Best value after each finished trial, and the mean time of the
@@ -574,7 +588,8 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
             }
         }
     }
-    rows.sort_by_key(|r| problems().iter().position(|p| p.name == r.problem));
+    let order: Vec<&str> = problems().iter().map(|p| p.name).collect();
+    rows.sort_by_key(|r| order.iter().position(|&p| p == r.problem));
     Ok((rows, notes))
 }
 
@@ -592,6 +607,7 @@ fn run_optuna(
         samplers.join(" and ")
     ));
     // Carried by the binary: an installed one has no source tree.
+    super::tables::carry()?;
     let v = super::run_anchor_script(
         py,
         "optuna_samplers.py",
