@@ -123,16 +123,19 @@ pub enum BenchCmd {
         in_flight: u64,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,
         /// optuna-tpe, optuna-gp on the problems of one objective; random,
-        /// nsga2, optuna-nsga2 on those of several. Optuna's GPSampler takes
-        /// 5-60 s per 100-trial run on 2 cores (longest on the discrete
-        /// problems).
+        /// nsga2, nsga3, tpe, optuna-nsga2, optuna-nsga3, optuna-tpe on those
+        /// of several.
+        /// Optuna's GPSampler takes 5-60 s per 100-trial run on 2 cores
+        /// (longest on the discrete problems).
         #[arg(long, value_delimiter = ',')]
         samplers: Vec<String>,
         /// Run only these problems (comma-separated): branin, hartmann6,
         /// rosenbrock10, levy5, mixed, ordinal5, ordinal-hartmann6,
-        /// int-styblinski4, int-categorical; of several objectives (scored
-        /// by hypervolume at 100 and 300 trials): zdt1, zdt2, dtlz2, bnh
-        /// (constrained).
+        /// int-styblinski4, int-categorical, and the tabulated MLP
+        /// results tab-digits, tab-synthetic-a, tab-synthetic-b,
+        /// tab-breast-cancer; of several objectives (scored by hypervolume
+        /// at 100 and 300 trials): zdt1, zdt2, dtlz2, bnh (constrained),
+        /// mlp-digits (tabulated: error against parameters).
         #[arg(long, value_delimiter = ',')]
         problems: Vec<String>,
     },

@@ -501,7 +501,7 @@ fn bench_samplers_scores_fronts_by_hypervolume() {
             "--seeds",
             "2",
             "--samplers",
-            "random,nsga2",
+            "random,nsga2,tpe",
             "--problems",
             "zdt1,dtlz2",
             "--no-optuna",
@@ -531,8 +531,10 @@ fn bench_samplers_scores_fronts_by_hypervolume() {
     let want: Vec<(String, String)> = [
         ("zdt1", "random"),
         ("zdt1", "nsga2"),
+        ("zdt1", "tpe"),
         ("dtlz2", "random"),
         ("dtlz2", "nsga2"),
+        ("dtlz2", "tpe"),
     ]
     .iter()
     .map(|(p, s)| (p.to_string(), s.to_string()))

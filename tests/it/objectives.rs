@@ -7,18 +7,29 @@ use std::process::Command;
 
 use crate::common::*;
 
-/// The digits MLP of several widths, for accuracy against size.
-fn two_objectives(name: &str, trials: u64) -> String {
-    StudyFile::new(name, trials, 5)
+/// The digits MLP of several widths, for accuracy against size, searched
+/// by NSGA-II (generations of 6) or, with `tpe`, multi-objective TPE
+/// (after 5 random trials).
+fn two_objectives(name: &str, trials: u64, tpe: bool) -> String {
+    let study = StudyFile::new(name, trials, 5)
         .set("study", "metric", "[\"val_accuracy\", \"params\"]")
         .set("model", "depth", "1")
         .set("model", "width", "{ int = [4, 64], log = true }")
         .set("train", "optimizer", "\"adam\"")
         .set("train", "lr", "{ float = [1e-3, 1e-1], log = true }")
         .set("train", "batch_size", "64")
-        .set("train", "epochs", "2")
-        .set("sampler", "population", "6")
-        .build()
+        .set("train", "epochs", "2");
+    if tpe {
+        // One trial at a time: each proposal sees every trial before it,
+        // so the proposals do not depend on which trial ends first.
+        study
+            .set("sampler", "kind", "\"tpe\"")
+            .set("sampler", "startup_trials", "5")
+            .set("scheduler", "max_concurrent", "1")
+            .build()
+    } else {
+        study.set("sampler", "population", "6").build()
+    }
 }
 
 /// Whether this Python has Optuna; says why not.
@@ -33,15 +44,16 @@ fn width_of(t: &serde_json::Value) -> i64 {
 /// Runs the study of `trials` trials in `dir` on `storage`, checks what
 /// was stored and what `best` prints, and has Optuna read it from
 /// `optuna_db`. `constraint`: a bound on `params`, which keeps the trials
-/// above it off the front.
+/// above it off the front. `tpe`: searched by multi-objective TPE.
 fn front_agrees(
     dir: &Path,
     storage: &[&str],
     optuna_db: Option<String>,
     trials: u64,
     constraint: Option<f64>,
+    tpe: bool,
 ) -> Vec<serde_json::Value> {
-    let mut study = two_objectives("mo", trials);
+    let mut study = two_objectives("mo", trials, tpe);
     if let Some(c) = constraint {
         study = study.replace(
             "[study]\n",
@@ -130,7 +142,7 @@ fn accuracy_against_size_gives_the_front_optuna_reads_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_sqlite")
         .then(|| dir.path().join("mo.db").display().to_string());
-    front_agrees(dir.path(), &[], optuna, 14, None);
+    front_agrees(dir.path(), &[], optuna, 14, None, false);
 }
 
 #[test]
@@ -142,7 +154,7 @@ fn accuracy_against_size_gives_the_front_optuna_reads_on_postgres() {
     let dir = tempfile::tempdir().unwrap();
     let optuna = has_optuna("accuracy_against_size_gives_the_front_optuna_reads_on_postgres")
         .then(|| cluster.optuna_url("objectives"));
-    front_agrees(dir.path(), &["--storage", &url], optuna, 8, None);
+    front_agrees(dir.path(), &["--storage", &url], optuna, 8, None, false);
 }
 
 /// Optuna's constrained optimisation: each trial's `constraints:KEY`, the
@@ -152,7 +164,7 @@ fn a_constraint_keeps_the_trials_that_break_it_off_the_front() {
     let dir = tempfile::tempdir().unwrap();
     let optuna = has_optuna("a_constraint_keeps_the_trials_that_break_it_off_the_front")
         .then(|| dir.path().join("mo.db").display().to_string());
-    let all = front_agrees(dir.path(), &[], optuna, 14, Some(1500.0));
+    let all = front_agrees(dir.path(), &[], optuna, 14, Some(1500.0), false);
     let broken = all
         .iter()
         .filter(|t| t["values"][1].as_f64().unwrap() > 1500.0)
@@ -168,6 +180,111 @@ fn a_constraint_keeps_the_trials_that_break_it_off_the_front() {
         ),
         broken as i64
     );
+}
+
+/// Multi-objective TPE (the good group by front, infeasible trials last)
+/// searches a constrained study of two objectives: seeded (the same
+/// proposals again), not the random sampler's, the front is Optuna's,
+/// and the constraint keeps the large nets off it.
+#[test]
+fn multi_objective_tpe_searches_a_constrained_front() {
+    let dir = tempfile::tempdir().unwrap();
+    let optuna = has_optuna("multi_objective_tpe_searches_a_constrained_front")
+        .then(|| dir.path().join("mo.db").display().to_string());
+    let all = front_agrees(dir.path(), &[], optuna, 12, Some(1500.0), true);
+    assert!(
+        all.iter()
+            .any(|t| t["values"][1].as_f64().unwrap() > 1500.0)
+    );
+    // The same study again, in a new folder: TPE is seeded, so the same
+    // proposals, and they are not a random search's.
+    let again = tempfile::tempdir().unwrap();
+    let rerun = front_agrees(again.path(), &[], None, 12, Some(1500.0), true);
+    let params = |v: &[serde_json::Value]| -> Vec<String> {
+        v.iter().map(|t| t["params"].to_string()).collect()
+    };
+    assert_eq!(params(&all), params(&rerun));
+    let random = two_objectives("mo", 12, false)
+        .replace("population = 6", "")
+        .replace("[sampler]\n", "[sampler]\nkind = \"random\"\n");
+    write(again.path(), "r.toml", &random);
+    let out = run_in(
+        again.path(),
+        &["r.toml", "--no-progress", "--storage", "r.db"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = run_in(
+        again.path(),
+        &["trials", "r.toml", "--storage", "r.db", "--format", "json"],
+    );
+    let random: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    // TPE's proposals are its own, not the random sampler's stream.
+    assert_eq!(random.len(), 12);
+    assert_ne!(params(&all)[5..], params(&random)[5..]);
+}
+
+/// NSGA-III on three objectives (accuracy, size and training time): the
+/// run breeds past its first generation, stores three values a trial, and
+/// `best` prints the three-way front.
+#[test]
+fn nsga3_searches_a_front_of_three_objectives() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = two_objectives("three", 12, false)
+        .replace(
+            "metric = [\"val_accuracy\", \"params\"]",
+            "metric = [\"val_accuracy\", \"params\", \"train_time\"]",
+        )
+        .replace("[sampler]\n", "[sampler]\nkind = \"nsga3\"\n")
+        .replace("population = 6", "population = 4");
+    assert!(
+        study.contains("nsga3") && study.contains("train_time"),
+        "{study}"
+    );
+    write(dir.path(), "s.toml", &study);
+    let out = run_in(dir.path(), &["check", "s.toml"]);
+    assert!(
+        text(&out).contains("nsga3 (population 4)"),
+        "{}",
+        text(&out)
+    );
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let json = |args: &[&str]| -> Vec<serde_json::Value> {
+        let out = run_in(dir.path(), args);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = json(&["trials", "s.toml", "--format", "json"]);
+    let front = json(&["best", "s.toml", "--format", "json"]);
+    assert_eq!(all.len(), 12);
+    let values = |t: &serde_json::Value| -> Vec<f64> {
+        let v: Vec<f64> = t["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(v.len(), 3, "{t}");
+        // Accuracy is maximised: negated, all three are minimised.
+        vec![-v[0], v[1], v[2]]
+    };
+    let beats = |a: &[f64], b: &[f64]| {
+        a.iter().zip(b).all(|(x, y)| x <= y) && a.iter().zip(b).any(|(x, y)| x < y)
+    };
+    assert!(!front.is_empty());
+    for f in &front {
+        assert!(
+            !all.iter().any(|t| beats(&values(t), &values(f))),
+            "{f} is beaten"
+        );
+    }
+    let on: Vec<&serde_json::Value> = front.iter().map(|t| &t["number"]).collect();
+    for t in all.iter().filter(|t| !on.contains(&&t["number"])) {
+        assert!(
+            front.iter().any(|f| beats(&values(f), &values(t))),
+            "{t} is not beaten"
+        );
+    }
 }
 
 #[test]
@@ -314,7 +431,7 @@ fn study_files_of_several_objectives_are_checked() {
         (
             base()
                 .set("study", "metric", "[\"val_accuracy\", \"params\"]")
-                .set("sampler", "kind", "\"tpe\""),
+                .set("sampler", "kind", "\"gp\""),
             "sampler.kind",
             "models one objective",
         ),
@@ -324,9 +441,14 @@ fn study_files_of_several_objectives_are_checked() {
             "this study has one",
         ),
         (
+            base().set("sampler", "kind", "\"nsga3\""),
+            "sampler.kind",
+            "kind = \"nsga3\" searches for the trade-offs",
+        ),
+        (
             base().set("sampler", "population", "10"),
             "sampler.population",
-            "applies only to kind = \"nsga2\"",
+            "applies only to kind = \"nsga2\" and \"nsga3\"",
         ),
     ] {
         write(dir.path(), "b.toml", &edit.build());

@@ -1,11 +1,14 @@
 //! The part of `salus-tune bench samplers` with several objectives: each
 //! sampler searches ZDT1, ZDT2 (two objectives, 5 variables), DTLZ2
-//! (three objectives, 7 variables) and Binh and Korn's problem (two
-//! objectives, two constraints) for 300 trials under each seed; a row
+//! (three objectives, 7 variables), Binh and Korn's problem (two
+//! objectives, two constraints) and the built-in MLP on the digits
+//! (validation error against parameter count, from the tabulated
+//! benchmark) for 300 trials under each seed; a row
 //! gives the median hypervolume of the trials after 100 and after 300
 //! (higher is better), against fixed reference points, and the time per
-//! proposal once 290 trials are in the history. Optuna 5.0's
-//! `NSGAIISampler` runs the same functions through
+//! proposal once 290 trials are in the history. Ours are NSGA-II,
+//! NSGA-III and multi-objective TPE; Optuna 5.0's `NSGAIISampler`,
+//! `NSGAIIISampler` and `TPESampler` run the same functions through
 //! `scripts/anchors/optuna_fronts.py`, which returns every trial's values,
 //! so that both sides' hypervolumes are computed here, by one function
 //! ([`crate::pareto::hypervolume`]).
@@ -17,15 +20,18 @@ use serde_json::json;
 use super::samplers::{Plan, float, median};
 use crate::error::Result;
 use crate::pareto;
-use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TrialRecord};
+use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Params, SearchSpace};
 use crate::study::Direction;
+
+/// A problem's values at a point (each minimised).
+pub type Objectives = Box<dyn Fn(&Params) -> Vec<f64> + Send + Sync>;
 
 /// A test problem of several objectives, all minimised.
 pub struct FrontProblem {
     pub name: &'static str,
     pub space: SearchSpace,
-    pub f: fn(&Params) -> Vec<f64>,
+    pub f: Objectives,
     /// The hypervolume's reference point: no worse than any point of the
     /// space in every objective, so every trial counts.
     pub reference: Vec<f64>,
@@ -35,7 +41,15 @@ pub struct FrontProblem {
 }
 
 /// Our samplers of several objectives, then Optuna's.
-pub const SAMPLERS: [&str; 3] = ["random", "nsga2", "optuna-nsga2"];
+pub const SAMPLERS: [&str; 7] = [
+    "random",
+    "nsga2",
+    "nsga3",
+    "tpe",
+    "optuna-nsga2",
+    "optuna-nsga3",
+    "optuna-tpe",
+];
 
 /// Trials per run, and where the first hypervolume is read.
 const TRIALS: usize = 300;
@@ -113,32 +127,52 @@ pub fn front_problems() -> Vec<FrontProblem> {
         FrontProblem {
             name: "zdt1",
             space: unit_space(5),
-            f: zdt1,
+            f: Box::new(zdt1),
             reference: vec![1.1, 11.0],
             constraints: None,
         },
         FrontProblem {
             name: "zdt2",
             space: unit_space(5),
-            f: zdt2,
+            f: Box::new(zdt2),
             reference: vec![1.1, 11.0],
             constraints: None,
         },
         FrontProblem {
             name: "dtlz2",
             space: unit_space(7),
-            f: dtlz2,
+            f: Box::new(dtlz2),
             reference: vec![2.5, 2.5, 2.5],
             constraints: None,
         },
         FrontProblem {
             name: "bnh",
             space: bnh_space(),
-            f: bnh,
+            f: Box::new(bnh),
             reference: vec![140.0, 55.0],
             constraints: Some(bnh_constraints),
         },
+        mlp_digits(),
     ]
+}
+
+/// The built-in MLP on the digits, from the tabulated benchmark
+/// (`super::tables`): validation error (1 - accuracy) against the
+/// parameter count. A diverged configuration has an error of 1.
+fn mlp_digits() -> FrontProblem {
+    let table = super::tables::table("tab-digits");
+    let reference = vec![1.0, 1.1 * table.most_params()];
+    FrontProblem {
+        name: "mlp-digits",
+        space: table.space(),
+        f: Box::new(move |p| {
+            let e = table.at(p);
+            let error = 1.0 - e.val_accuracy;
+            vec![if error.is_finite() { error } else { 1.0 }, e.params]
+        }),
+        reference,
+        constraints: None,
+    }
 }
 
 /// One row: problem, sampler, median hypervolume after 100 and after 300
@@ -231,7 +265,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
     let mut notes = Vec::new();
     let seeds = plan.first_seed..plan.first_seed + plan.seeds;
     for p in &problems {
-        for name in ["random", "nsga2"] {
+        for name in ["random", "nsga2", "nsga3", "tpe"] {
             if !plan.runs_sampler(name) {
                 continue;
             }
@@ -241,6 +275,12 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
                 .map(|seed| {
                     let mut s: Box<dyn Sampler> = match name {
                         "random" => Box::new(RandomSampler::new(seed)),
+                        "tpe" => Box::new(TpeSampler::multi(seed, directions.clone())),
+                        "nsga3" => Box::new(Nsga2Sampler::nsga3(
+                            seed,
+                            directions.clone(),
+                            crate::sampler::NSGA2_POPULATION,
+                        )),
                         _ => Box::new(Nsga2Sampler::new(seed, directions.clone())),
                     };
                     let (values, ms) = run_one(s.as_mut(), p);
@@ -250,12 +290,20 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
             rows.push(row(p.name, name, runs, progress));
         }
     }
-    if !problems.is_empty() && plan.runs_sampler("optuna-nsga2") {
+    let optuna: Vec<&str> = ["nsga2", "nsga3", "tpe"]
+        .into_iter()
+        .filter(|s| plan.runs_sampler(&format!("optuna-{s}")))
+        .collect();
+    if !problems.is_empty() && !optuna.is_empty() {
         match super::samplers::optuna_python() {
-            None => notes.push("optuna-nsga2: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
+            None => notes.push(format!("{}: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)", optuna.iter().map(|s| format!("optuna-{s}")).collect::<Vec<_>>().join(", "))),
             Some(py) => {
                 let names: Vec<&str> = problems.iter().map(|p| p.name).collect();
-                progress("running Optuna's NSGAIISampler through scripts/anchors/optuna_fronts.py ...");
+                super::tables::carry()?;
+                progress(&format!(
+                    "running Optuna's {} through scripts/anchors/optuna_fronts.py ...",
+                    optuna.join(" and ")
+                ));
                 let v = super::run_anchor_script(
                     &py,
                     "optuna_fronts.py",
@@ -265,6 +313,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
                         names.join(","),
                         plan.first_seed.to_string(),
                         TRIALS.to_string(),
+                        optuna.join(","),
                     ],
                 )?;
                 for r in v.as_array().into_iter().flatten() {
@@ -275,42 +324,41 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<FrontRow>
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .map(|run| {
-                            let values: Vec<Vec<f64>> = run["values"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .map(|t| {
-                                    t.as_array()
-                                        .into_iter()
-                                        .flatten()
-                                        .map(|x| x.as_f64().unwrap_or(f64::NAN))
-                                        .collect()
-                                })
-                                .collect();
-                            let feasible = run["feasible"].as_array();
-                            let trials: Vec<(Vec<f64>, bool)> = values
-                                .into_iter()
-                                .enumerate()
-                                .map(|(i, v)| {
-                                    let ok = feasible
-                                        .and_then(|f| f.get(i))
-                                        .and_then(|b| b.as_bool())
-                                        .unwrap_or(true);
-                                    (v, ok)
-                                })
-                                .collect();
-                            let ms = run["ms_per_trial"].as_f64().unwrap_or(f64::NAN);
-                            (hypervolumes(&trials, &p.reference), ms)
-                        })
+                        .map(|run| (hypervolumes(&optuna_trials(run), &p.reference), run["ms_per_trial"].as_f64().unwrap_or(f64::NAN)))
                         .collect();
-                    rows.push(row(p.name, "optuna-nsga2", runs, progress));
+                    let sampler = format!("optuna-{}", r["sampler"].as_str().unwrap_or("?"));
+                    rows.push(row(p.name, &sampler, runs, progress));
                 }
             }
         }
     }
     rows.sort_by_key(|r| front_problems().iter().position(|p| p.name == r.problem));
     Ok((rows, notes))
+}
+
+/// One run of Optuna's, as the anchor script prints it: each trial's
+/// values and whether it holds the constraints.
+fn optuna_trials(run: &serde_json::Value) -> Vec<(Vec<f64>, bool)> {
+    let feasible = run["feasible"].as_array();
+    run["values"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            let values = t
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|x| x.as_f64().unwrap_or(f64::NAN))
+                .collect();
+            let ok = feasible
+                .and_then(|f| f.get(i))
+                .and_then(|b| b.as_bool())
+                .unwrap_or(true);
+            (values, ok)
+        })
+        .collect()
 }
 
 pub fn json(rows: &[FrontRow]) -> serde_json::Value {
@@ -334,7 +382,8 @@ pub fn json(rows: &[FrontRow]) -> serde_json::Value {
 pub fn table(rows: &[FrontRow], seeds: u64) -> String {
     let mut out = format!(
         "\nseveral objectives: median hypervolume over {seeds} seeds (higher is better; reference \
-         points: zdt1, zdt2 (1.1, 11), dtlz2 (2.5, 2.5, 2.5), bnh (140, 55), its feasible trials only);\n\
+         points: zdt1, zdt2 (1.1, 11), dtlz2 (2.5, 2.5, 2.5), bnh (140, 55), its feasible trials only, \
+         mlp-digits (1, 1.1 x the most parameters));\n\
          ms: median time per proposal with 290-299 trials in the history (Optuna's: per trial)\n\n\
          problem            sampler        @100           @300           ms\n"
     );
@@ -372,7 +421,10 @@ mod tests {
         assert!(bnh_constraints(&at(&[0.0, 3.0]))[0] > 0.0);
         assert_eq!(bnh(&at(&[0.0, 0.0])), vec![0.0, 50.0]);
         // Every point of the space is inside its reference.
-        for p in front_problems() {
+        for p in front_problems()
+            .into_iter()
+            .filter(|p| p.name != "mlp-digits")
+        {
             let corner = at(&p
                 .space
                 .params()

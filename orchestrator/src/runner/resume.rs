@@ -475,7 +475,8 @@ impl Runner<'_> {
                 startup_trials,
                 multivariate,
             } => {
-                let mut tpe = TpeSampler::new(sampler_seed, study.direction);
+                let directions = study.objectives.iter().map(|(_, d)| *d).collect();
+                let mut tpe = TpeSampler::multi(sampler_seed, directions);
                 tpe.startup_trials = startup_trials;
                 tpe.multivariate = multivariate;
                 Box::new(tpe)
@@ -489,6 +490,11 @@ impl Runner<'_> {
                 Box::new(GridSampler::new(&study.space, sampler_seed).map_err(Error::Input)?)
             }
             SamplerKind::Nsga2 { population } => Box::new(Nsga2Sampler::with_population(
+                sampler_seed,
+                study.objectives.iter().map(|(_, d)| *d).collect(),
+                population,
+            )),
+            SamplerKind::Nsga3 { population } => Box::new(Nsga2Sampler::nsga3(
                 sampler_seed,
                 study.objectives.iter().map(|(_, d)| *d).collect(),
                 population,

@@ -183,6 +183,11 @@ pub enum SamplerKind {
     Nsga2 {
         population: usize,
     },
+    /// NSGA-III (reference-point niching), for three or more objectives,
+    /// in generations of `population`.
+    Nsga3 {
+        population: usize,
+    },
     /// Gaussian-process Bayesian optimisation after `startup_trials`
     /// random proposals.
     Gp {
@@ -205,6 +210,7 @@ impl std::fmt::Display for SamplerKind {
             SamplerKind::Qmc => write!(f, "qmc"),
             SamplerKind::Gp { startup_trials } => write!(f, "gp (startup_trials {startup_trials})"),
             SamplerKind::Nsga2 { population } => write!(f, "nsga2 (population {population})"),
+            SamplerKind::Nsga3 { population } => write!(f, "nsga3 (population {population})"),
         }
     }
 }

@@ -340,15 +340,13 @@ impl Checker<'_> {
         let space = SearchSpace::new(knobs.params)
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
         let sampler = self.sampler(root.sampler, &space, seed, objectives.len())?;
-        if let (false, SamplerKind::Tpe { .. } | SamplerKind::Gp { .. }) =
-            (constraints.is_empty(), &sampler.kind)
-        {
+        if let (false, SamplerKind::Gp { .. }) = (constraints.is_empty(), &sampler.kind) {
             return Err(self.err(
                 span_of(&study.constraints).unwrap_or_default(),
                 "study.constraints",
                 format!(
-                    "the {} sampler does not take constraints into account yet: use \"nsga2\" \
-                     (several objectives), \"random\" or \"qmc\", or drop the constraints",
+                    "the {} sampler does not take constraints into account yet: use \"tpe\", \
+                     \"nsga2\" (several objectives), \"random\" or \"qmc\", or drop the constraints",
                     sampler.kind
                 ),
             ));

@@ -1,7 +1,8 @@
 //! Several objectives: Pareto dominance, non-dominated sorting, crowding
 //! distance and hypervolume, on value vectors already turned into
-//! minimisation ([`minimised`]). Pure functions: NSGA-II selects with
-//! them, `salus-tune best` prints the front, and `bench samplers` scores
+//! minimisation ([`minimised`]), and NSGA-III's reference points,
+//! normalisation and niching. Pure functions: NSGA-II and NSGA-III select
+//! with them, `salus-tune best` prints the front, and `bench samplers` scores
 //! fronts by hypervolume.
 
 use crate::objective::Direction;
@@ -111,6 +112,214 @@ pub fn crowding(points: &[&[f64]]) -> Vec<f64> {
         }
     }
     distance
+}
+
+/// NSGA-III's structured reference points (Das and Dennis): every point
+/// of the unit simplex in `m` objectives whose coordinates are multiples
+/// of `1 / divisions`, in lexicographic order. Optuna's default is 3
+/// divisions (10 points for 3 objectives, 4 for 2).
+pub fn simplex_lattice(m: usize, divisions: usize) -> Vec<Vec<f64>> {
+    fn fill(
+        left: usize,
+        k: usize,
+        m: usize,
+        p: usize,
+        cur: &mut Vec<usize>,
+        out: &mut Vec<Vec<f64>>,
+    ) {
+        if k == m - 1 {
+            cur.push(left);
+            out.push(cur.iter().map(|&c| c as f64 / p as f64).collect());
+            cur.pop();
+            return;
+        }
+        for c in (0..=left).rev() {
+            cur.push(c);
+            fill(left - c, k + 1, m, p, cur, out);
+            cur.pop();
+        }
+    }
+    let mut out = Vec::new();
+    if m > 0 && divisions > 0 {
+        fill(
+            divisions,
+            0,
+            m,
+            divisions,
+            &mut Vec::with_capacity(m),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// NSGA-III's normalisation (Deb and Jain 2014, as Optuna 5 applies it):
+/// each objective is shifted so its best value is 0, then divided by the
+/// intercept, on its axis, of the hyperplane through the extreme points
+/// (each objective's minimiser of the achievement scalarising function
+/// with weight 1 on it and 1e6 on the others). Where the extreme points
+/// are degenerate, or an intercept is not finite and positive (the paper's
+/// rule; Optuna only drops non-finite ones), each objective is divided by
+/// its worst value instead.
+pub fn normalise(points: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let Some(m) = points.first().map(Vec::len) else {
+        return Vec::new();
+    };
+    let ideal: Vec<f64> = (0..m)
+        .map(|j| points.iter().map(|p| p[j]).fold(f64::INFINITY, f64::min))
+        .collect();
+    let shifted: Vec<Vec<f64>> = points
+        .iter()
+        .map(|p| p.iter().zip(&ideal).map(|(v, z)| v - z).collect())
+        .collect();
+    let asf = |p: &[f64], axis: usize| {
+        p.iter()
+            .enumerate()
+            .map(|(j, &v)| if j == axis { v } else { v * 1e6 })
+            .fold(f64::NEG_INFINITY, f64::max)
+    };
+    let extremes = nalgebra::DMatrix::from_fn(m, m, |axis, j| {
+        let best = (0..shifted.len())
+            .min_by(|&a, &b| asf(&shifted[a], axis).total_cmp(&asf(&shifted[b], axis)))
+            .expect("points");
+        shifted[best][j]
+    });
+    let inverse_intercepts = extremes
+        .clone()
+        .full_piv_lu()
+        .solve(&nalgebra::DVector::from_element(m, 1.0))
+        .filter(|x| x.iter().all(|v| v.is_finite() && *v > 0.0))
+        .filter(|_| extremes.rank(1e-12) == m)
+        .map(|x| x.iter().copied().collect::<Vec<f64>>())
+        .unwrap_or_else(|| {
+            (0..m)
+                .map(|j| {
+                    let worst = shifted.iter().map(|p| p[j]).fold(0.0, f64::max);
+                    if worst > 0.0 { 1.0 / worst } else { 1.0 }
+                })
+                .collect()
+        });
+    shifted
+        .into_iter()
+        .map(|p| {
+            p.iter()
+                .zip(&inverse_intercepts)
+                .map(|(v, s)| v * s)
+                .collect()
+        })
+        .collect()
+}
+
+/// Each point's nearest reference line (the line through the origin and a
+/// point of `references`) and its perpendicular distance from that line.
+pub fn associate(points: &[Vec<f64>], references: &[Vec<f64>]) -> Vec<(usize, f64)> {
+    points
+        .iter()
+        .map(|p| {
+            references
+                .iter()
+                .enumerate()
+                .map(|(r, w)| {
+                    let ww: f64 = w.iter().map(|x| x * x).sum();
+                    let t = p.iter().zip(w).map(|(a, b)| a * b).sum::<f64>() / ww;
+                    let d2: f64 = p.iter().zip(w).map(|(a, b)| (a - t * b).powi(2)).sum();
+                    (r, d2.sqrt())
+                })
+                .fold(
+                    (usize::MAX, f64::INFINITY),
+                    |a, b| if b.1 < a.1 { b } else { a },
+                )
+        })
+        .collect()
+}
+
+/// NSGA-III's niching: `k` of the last front's members (`front`, each
+/// associated with a reference line and its distance) to join an elite
+/// whose members are associated as `elite`. Again and again, of the lines
+/// that still have a candidate, one with the fewest elite members is
+/// taken (ties at random): with none yet, its closest candidate joins,
+/// else one of its candidates at random. Returns indices into `front`.
+pub fn niche_select(
+    k: usize,
+    elite: &[(usize, f64)],
+    front: &[(usize, f64)],
+    references: usize,
+    rng: &mut impl rand::Rng,
+) -> Vec<usize> {
+    use rand::RngExt;
+    let mut count = vec![0usize; references];
+    for &(r, _) in elite {
+        count[r] += 1;
+    }
+    let mut left: Vec<Vec<usize>> = vec![Vec::new(); references];
+    for (i, &(r, _)) in front.iter().enumerate() {
+        left[r].push(i);
+    }
+    let mut chosen = Vec::with_capacity(k);
+    while chosen.len() < k.min(front.len()) {
+        let fewest = (0..references)
+            .filter(|&r| !left[r].is_empty())
+            .map(|r| count[r])
+            .min()
+            .expect("a candidate is left");
+        let lines: Vec<usize> = (0..references)
+            .filter(|&r| !left[r].is_empty() && count[r] == fewest)
+            .collect();
+        let r = lines[rng.random_range(0..lines.len())];
+        let at = if fewest == 0 {
+            (0..left[r].len())
+                .min_by(|&a, &b| front[left[r][a]].1.total_cmp(&front[left[r][b]].1))
+                .expect("a candidate")
+        } else {
+            rng.random_range(0..left[r].len())
+        };
+        chosen.push(left[r].swap_remove(at));
+        count[r] += 1;
+    }
+    chosen
+}
+
+/// Optuna's reference point for a set of loss vectors: 1.1 times the
+/// worst value of each objective (0.9 times a negative one), a zero made
+/// a tiny positive number, so every point adds volume.
+pub fn reference_point(points: &[Vec<f64>]) -> Vec<f64> {
+    let d = points.first().map_or(0, Vec::len);
+    (0..d)
+        .map(|j| {
+            let worst = points
+                .iter()
+                .map(|p| p[j])
+                .fold(f64::NEG_INFINITY, f64::max);
+            let r = (1.1 * worst).max(0.9 * worst);
+            if r == 0.0 { 1e-12 } else { r }
+        })
+        .collect()
+}
+
+/// `k` of `points` chosen greedily for hypervolume up to `reference`
+/// (each pick adds the most volume to those before it), as indices in
+/// the order picked: the greedy answer to the hypervolume subset
+/// selection problem, within `1 - 1/e` of the best subset. Optuna solves
+/// two objectives exactly and more greedily; greedy everywhere here.
+pub fn greedy_subset(points: &[Vec<f64>], k: usize, reference: &[f64]) -> Vec<usize> {
+    let mut chosen: Vec<usize> = Vec::with_capacity(k);
+    let mut set: Vec<Vec<f64>> = Vec::with_capacity(k);
+    while chosen.len() < k.min(points.len()) {
+        let (best, _) = (0..points.len())
+            .filter(|i| !chosen.contains(i))
+            .map(|i| {
+                set.push(points[i].clone());
+                let v = hypervolume(&set, reference);
+                set.pop();
+                (i, v)
+            })
+            .fold((usize::MAX, f64::NEG_INFINITY), |a, b| {
+                if b.1 > a.1 { b } else { a }
+            });
+        chosen.push(best);
+        set.push(points[best].clone());
+    }
+    chosen
 }
 
 /// The hypervolume `points` dominate up to `reference` (minimisation):
@@ -223,6 +432,83 @@ mod tests {
         // Point 2 has a far neighbour (4, 0); point 1 is boxed in.
         assert!(d[2] > d[1], "{d:?}");
         assert!((d[1] - (1.2 / 4.0 + 1.2 / 4.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_greedy_subset_adds_the_most_volume_first() {
+        let pts = vec![
+            vec![0.0, 4.0],
+            vec![1.0, 3.0],
+            vec![1.1, 2.9],
+            vec![4.0, 0.0],
+        ];
+        let r = reference_point(&pts);
+        assert_eq!(r, vec![1.1 * 4.0, 1.1 * 4.0]);
+        // Alone, (1.1, 2.9) boxes the most (3.3 x 1.5); then (4, 0) adds
+        // 0.4 x 2.9, (0, 4) 1.1 x 0.4, and (1, 3), beside 2, only 0.1 x 1.4.
+        assert_eq!(greedy_subset(&pts, 4, &r), vec![2, 3, 0, 1]);
+        assert_eq!(greedy_subset(&pts, 2, &r), vec![2, 3]);
+        // A negative worst value: 0.9 of it; a zero: just above it.
+        assert_eq!(
+            reference_point(&[vec![-2.0, 0.0], vec![-3.0, -1.0]])[0],
+            -1.8
+        );
+        assert!(reference_point(&[vec![-2.0, 0.0]])[1] > 0.0);
+    }
+
+    #[test]
+    fn the_simplex_lattice_is_das_and_dennis_s() {
+        let l = simplex_lattice(3, 3);
+        // C(3 + 3 - 1, 3) = 10 points, each on the simplex.
+        assert_eq!(l.len(), 10);
+        assert!(
+            l.iter()
+                .all(|p| (p.iter().sum::<f64>() - 1.0).abs() < 1e-12)
+        );
+        assert_eq!(l[0], vec![1.0, 0.0, 0.0]);
+        assert!(l.contains(&vec![1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0]));
+        assert_eq!(simplex_lattice(2, 3).len(), 4);
+        assert_eq!(simplex_lattice(5, 3).len(), 35);
+    }
+
+    #[test]
+    fn normalising_puts_the_extreme_points_on_the_unit_plane() {
+        // The extremes (3, 1) and (1, 5) after the ideal (1, 1) is taken
+        // off: (2, 0) and (0, 4), so the intercepts are 2 and 4.
+        let pts = vec![vec![3.0, 1.0], vec![1.0, 5.0], vec![2.0, 2.0]];
+        let n = normalise(&pts);
+        assert_eq!(n, vec![vec![1.0, 0.0], vec![0.0, 1.0], vec![0.5, 0.25]]);
+        // Degenerate extremes (one point is both): the worst values.
+        let n = normalise(&[vec![0.0, 0.0], vec![2.0, 4.0]]);
+        assert_eq!(n[1], vec![1.0, 1.0]);
+    }
+
+    #[test]
+    fn points_join_the_nearest_reference_line() {
+        let refs = simplex_lattice(2, 2); // (1, 0), (0.5, 0.5), (0, 1)
+        let a = associate(&[vec![2.0, 0.1], vec![1.0, 1.2], vec![0.0, 3.0]], &refs);
+        assert_eq!(a.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert!((a[0].1 - 0.1).abs() < 1e-12);
+        assert!((a[1].1 - 0.2f64 / 2f64.sqrt()).abs() < 1e-12);
+        assert_eq!(a[2].1, 0.0);
+    }
+
+    #[test]
+    fn niching_fills_the_emptiest_lines_first_with_their_closest_member() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        // The elite holds two on line 0 and one on line 1; line 2 is empty.
+        let elite = [(0, 0.1), (0, 0.2), (1, 0.1)];
+        let front = [(0, 0.0), (2, 0.5), (2, 0.3), (1, 0.4)];
+        // Line 2 first, its closer member (2); then lines 1 and 2 have one
+        // each: either 3 or 1 next.
+        let two = niche_select(2, &elite, &front, 3, &mut rng);
+        assert_eq!(two[0], 2);
+        assert!(two[1] == 3 || two[1] == 1, "{two:?}");
+        assert_eq!(niche_select(1, &elite, &front, 3, &mut rng), vec![2]);
+        let mut all = niche_select(9, &elite, &front, 3, &mut rng);
+        all.sort_unstable();
+        assert_eq!(all, vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -17,41 +17,49 @@ impl Checker<'_> {
         let kind_field = self.one_of(
             &s.kind,
             "sampler.kind",
-            &["random", "grid", "tpe", "qmc", "gp", "nsga2"],
+            &["random", "grid", "tpe", "qmc", "gp", "nsga2", "nsga3"],
         )?;
         let several = objectives > 1;
         match &kind_field {
-            Some(k) if several && matches!(k.get_ref().as_str(), "tpe" | "gp") => {
+            Some(k) if several && k.get_ref() == "gp" => {
                 return Err(self.err(
                     k.span(),
                     "sampler.kind",
                     format!(
-                        "kind = \"{}\" models one objective, and this study has {objectives}; \
-                         use \"nsga2\" (the default for several), \"random\", \"qmc\" or \"grid\"",
+                        "kind = \"gp\" models one objective, and this study has {objectives}; \
+                         use \"nsga2\" (the default for several), \"tpe\", \"random\", \"qmc\" or \"grid\""
+                    ),
+                ));
+            }
+            Some(k) if !several && matches!(k.get_ref().as_str(), "nsga2" | "nsga3") => {
+                return Err(self.err(
+                    k.span(),
+                    "sampler.kind",
+                    format!(
+                        "kind = \"{}\" searches for the trade-offs between several objectives, \
+                         and this study has one: give study.metric a list, or use \"tpe\"",
                         k.get_ref()
                     ),
                 ));
             }
-            Some(k) if !several && k.get_ref() == "nsga2" => {
-                return Err(self.err(
-                    k.span(),
-                    "sampler.kind",
-                    "kind = \"nsga2\" searches for the trade-offs between several objectives, \
-                     and this study has one: give study.metric a list, or use \"tpe\"",
-                ));
-            }
             _ => {}
         }
-        let nsga2 = || {
-            Ok::<_, Error>(SamplerKind::Nsga2 {
-                population: self
-                    .at_least(&s.population, "sampler.population", 2)?
+        let population = || {
+            Ok::<_, Error>(
+                self.at_least(&s.population, "sampler.population", 2)?
                     .map_or(crate::sampler::NSGA2_POPULATION, |n| n as usize),
-            })
+            )
         };
         let kind = match kind_field {
-            None if several => nsga2()?,
-            Some(k) if k.get_ref() == "nsga2" => nsga2()?,
+            None if several => SamplerKind::Nsga2 {
+                population: population()?,
+            },
+            Some(k) if k.get_ref() == "nsga2" => SamplerKind::Nsga2 {
+                population: population()?,
+            },
+            Some(k) if k.get_ref() == "nsga3" => SamplerKind::Nsga3 {
+                population: population()?,
+            },
             Some(k) if k.get_ref() == "grid" => {
                 GridSampler::new(space, 0).map_err(|e| self.err(k.span(), "sampler.kind", e))?;
                 SamplerKind::Grid
@@ -75,8 +83,8 @@ impl Checker<'_> {
             (
                 "population",
                 span_of(&s.population),
-                matches!(kind, SamplerKind::Nsga2 { .. }),
-                "kind = \"nsga2\"",
+                matches!(kind, SamplerKind::Nsga2 { .. } | SamplerKind::Nsga3 { .. }),
+                "kind = \"nsga2\" and \"nsga3\"",
             ),
             (
                 "startup_trials",

@@ -40,12 +40,14 @@ use rand_distr::{Distribution as _, Normal};
 use super::random::draw;
 use super::{Sampler, TrialRecord};
 use crate::objective::Direction;
+use crate::pareto;
 use crate::space::{Distribution, ParamValue, Params, SearchSpace};
 
 #[derive(Debug, Clone)]
 pub struct TpeSampler {
     pub seed: u64,
-    pub direction: Direction,
+    /// One per objective; with several, trials are ranked by Pareto front.
+    pub directions: Vec<Direction>,
     pub startup_trials: usize,
     pub candidates: usize,
     pub prior_weight: f64,
@@ -57,9 +59,16 @@ pub struct TpeSampler {
 
 impl TpeSampler {
     pub fn new(seed: u64, direction: Direction) -> Self {
+        Self::multi(seed, vec![direction])
+    }
+
+    /// TPE for a study of several objectives (Optuna's multi-objective
+    /// TPE): the good group is chosen by Pareto front, and its kernels
+    /// weigh the same.
+    pub fn multi(seed: u64, directions: Vec<Direction>) -> Self {
         TpeSampler {
             seed,
-            direction,
+            directions,
             startup_trials: 10,
             candidates: 24,
             prior_weight: 1.0,
@@ -430,9 +439,82 @@ struct Split {
 }
 
 impl TpeSampler {
+    /// Whether `t` finished with every objective's value, and finite ones.
+    fn finished(&self, t: &TrialRecord) -> bool {
+        if self.directions.len() > 1 {
+            t.values.len() == self.directions.len() && t.values.iter().all(|v| v.is_finite())
+        } else {
+            t.value.is_some_and(f64::is_finite)
+        }
+    }
+
+    /// The finished trials `done` (indices into `history`) as `(good,
+    /// bad)`, the good group best first, as Optuna's TPE splits them: the
+    /// good group takes `gamma(n)` trials (`ceil(0.1 n)` with several
+    /// objectives) from the feasible ones, by value, or with several
+    /// objectives by non-dominated front, the front that does not fit
+    /// whole thinned by hypervolume ([`pareto::greedy_subset`]); when too
+    /// few are feasible, the least infeasible fill it.
+    fn rank(&self, history: &[TrialRecord], done: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
+        let n = done.len();
+        let (mut feasible, mut infeasible): (Vec<usize>, Vec<usize>) =
+            done.iter().partition(|&&i| history[i].violation <= 0.0);
+        let several = self.directions.len() > 1;
+        let n_good = if several {
+            (n as f64 * 0.1).ceil() as usize
+        } else {
+            gamma(n)
+        };
+        let mut good = if several {
+            self.best_by_front(history, &feasible, n_good)
+        } else {
+            let value = |i: usize| history[i].value.unwrap_or(f64::NAN);
+            match self.directions[0] {
+                Direction::Minimize => feasible.sort_by(|&a, &b| value(a).total_cmp(&value(b))),
+                Direction::Maximize => feasible.sort_by(|&a, &b| value(b).total_cmp(&value(a))),
+            }
+            feasible.truncate(n_good);
+            feasible
+        };
+        infeasible.sort_by(|&a, &b| history[a].violation.total_cmp(&history[b].violation));
+        let room = n_good.saturating_sub(good.len());
+        good.extend(infeasible.into_iter().take(room));
+        let bad = done.into_iter().filter(|i| !good.contains(i)).collect();
+        (good, bad)
+    }
+
+    /// The best `n_good` of `feasible` by non-dominated front, the last
+    /// front that does not fit whole thinned by hypervolume up to Optuna's
+    /// reference point for it.
+    fn best_by_front(
+        &self,
+        history: &[TrialRecord],
+        feasible: &[usize],
+        n_good: usize,
+    ) -> Vec<usize> {
+        let points: Vec<Vec<f64>> = feasible
+            .iter()
+            .map(|&i| pareto::minimised(&history[i].values, &self.directions))
+            .collect();
+        let mut good = Vec::with_capacity(n_good);
+        for front in pareto::sort_fronts(&points) {
+            if good.len() + front.len() <= n_good {
+                good.extend(front.iter().map(|&k| feasible[k]));
+                continue;
+            }
+            let members: Vec<Vec<f64>> = front.iter().map(|&k| points[k].clone()).collect();
+            let reference = pareto::reference_point(&members);
+            let picked = pareto::greedy_subset(&members, n_good - good.len(), &reference);
+            good.extend(picked.into_iter().map(|j| feasible[front[j]]));
+            break;
+        }
+        good
+    }
+
     /// Trials whose values for every parameter in `names` are known, split
-    /// into `(good, bad)` groups, each in trial order, with each good
-    /// one's rank in its group (0 for the best); pending trials are bad.
+    /// into `(good, bad)` groups ([`TpeSampler::rank`]), each in trial
+    /// order, with each good one's rank in its group (0 for the best);
+    /// pending trials are bad.
     fn split(&self, names: &[&str], history: &[TrialRecord]) -> Split {
         let values = |t: &TrialRecord| {
             names
@@ -440,38 +522,25 @@ impl TpeSampler {
                 .map(|n| t.params.get(*n).copied())
                 .collect::<Option<Vec<_>>>()
         };
-        let mut done: Vec<(usize, f64, Vec<ParamValue>)> = history
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| Some((i, t.value.filter(|v| v.is_finite())?, values(t)?)))
+        let done: Vec<usize> = (0..history.len())
+            .filter(|&i| self.finished(&history[i]) && values(&history[i]).is_some())
             .collect();
-        match self.direction {
-            Direction::Minimize => done.sort_by(|a, b| a.1.total_cmp(&b.1)),
-            Direction::Maximize => done.sort_by(|a, b| b.1.total_cmp(&a.1)),
-        }
-        let n_good = gamma(done.len());
-        let bad_done = done.split_off(n_good);
-        let mut good: Vec<(usize, Vec<ParamValue>, usize)> = done
+        let (good_order, mut bad) = self.rank(history, done);
+        let mut good: Vec<(usize, usize)> = good_order
             .into_iter()
             .enumerate()
-            .map(|(rank, x)| (x.0, x.2, rank))
+            .map(|(rank, i)| (i, rank))
             .collect();
-        let mut bad: Vec<(usize, Vec<ParamValue>)> =
-            bad_done.into_iter().map(|x| (x.0, x.2)).collect();
         // The constant liar: pending trials count as bad.
-        bad.extend(
-            history
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.value.is_none())
-                .filter_map(|(i, t)| Some((i, values(t)?))),
-        );
+        bad.extend((0..history.len()).filter(|&i| history[i].value.is_none()));
         good.sort_by_key(|x| x.0);
-        bad.sort_by_key(|x| x.0);
+        bad.sort();
+        bad.retain(|&i| values(&history[i]).is_some());
+        let point = |i: usize| values(&history[i]).expect("filtered");
         Split {
-            good_ranks: good.iter().map(|x| x.2).collect(),
-            good: good.into_iter().map(|x| x.1).collect(),
-            bad: bad.into_iter().map(|x| x.1).collect(),
+            good_ranks: good.iter().map(|x| x.1).collect(),
+            good: good.iter().map(|x| point(x.0)).collect(),
+            bad: bad.into_iter().map(point).collect(),
         }
     }
 
@@ -516,6 +585,7 @@ impl TpeSampler {
                 .zip(good_weights(ranks))
                 .for_each(|(w, r)| *w *= r);
         }
+
         weights.push(self.prior_weight);
         let total: f64 = weights.iter().sum();
         weights.iter_mut().for_each(|w| *w /= total);
@@ -560,7 +630,10 @@ impl TpeSampler {
         if good.is_empty() {
             return None;
         }
-        let l = self.estimator(dists, &good, Some(&good_ranks));
+        // Ranks within a group of several objectives mean little: equal
+        // weights there, as Optuna's.
+        let ranked = (self.directions.len() == 1).then_some(good_ranks.as_slice());
+        let l = self.estimator(dists, &good, ranked);
         let g = self.estimator(dists, &bad, None);
         let score = |x: &Vec<f64>| l.log_pdf(x) - g.log_pdf(x);
         let best_of = |xs: Vec<Vec<f64>>| {
@@ -614,10 +687,7 @@ impl Sampler for TpeSampler {
 
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
-        let finished = history
-            .iter()
-            .filter(|t| t.value.is_some_and(f64::is_finite))
-            .count();
+        let finished = history.iter().filter(|t| self.finished(t)).count();
         let mut params = Params::new();
         if finished >= self.startup_trials && self.multivariate {
             let joint: Vec<&crate::space::Param> = space

@@ -277,3 +277,113 @@ fn pending_trials_push_proposals_apart() {
     );
     assert!(gamma(10) == 1 && gamma(100) == 10 && gamma(1000) == 25);
 }
+
+fn rec(values: Vec<f64>, violation: f64) -> TrialRecord {
+    TrialRecord {
+        params: Params::new(),
+        value: values.first().copied(),
+        values,
+        violation,
+    }
+}
+
+#[test]
+fn several_objectives_rank_by_front_then_by_hypervolume() {
+    let s = TpeSampler::multi(0, vec![Direction::Minimize, Direction::Maximize]);
+    // The second objective is maximised, so minimised these are (0, 4),
+    // (1, 3), (1.1, 2.9), (4, 0): the first front. 18 more, dominated,
+    // fill the history so that 10% is 3 trials.
+    let mut h = vec![
+        rec(vec![0.0, -4.0], 0.0),
+        rec(vec![1.0, -3.0], 0.0),
+        rec(vec![1.1, -2.9], 0.0),
+        rec(vec![4.0, 0.0], 0.0),
+    ];
+    h.extend((0..18).map(|i| rec(vec![5.0 + i as f64, -1.0], 0.0)));
+    let (good, bad) = s.rank(&h, (0..h.len()).collect());
+    // ceil(0.1 * 22) = 3 of the four on the front: the greedy hypervolume
+    // pick keeps the extremes and drops 1, which adds least beside 2.
+    assert_eq!(good, vec![2, 3, 0]);
+    assert_eq!(bad.len(), 19);
+    assert!(bad.contains(&1));
+}
+
+#[test]
+fn infeasible_trials_are_good_only_when_too_few_are_feasible() {
+    let s = TpeSampler::new(0, Direction::Minimize);
+    // Trial 0 has the best value but breaks a constraint.
+    let mut h = vec![rec(vec![-10.0], 0.5)];
+    h.extend((1..20).map(|i| rec(vec![i as f64], 0.0)));
+    let (good, _) = s.rank(&h, (0..h.len()).collect());
+    assert_eq!(good, vec![1, 2], "gamma(20) = 2 of the feasible ones");
+    // With several objectives too: ceil(0.1 * 15) = 2, the one feasible
+    // trial, then the least infeasible (trial 1), whatever their values.
+    let s = TpeSampler::multi(0, vec![Direction::Minimize, Direction::Minimize]);
+    let h: Vec<TrialRecord> = (0..15)
+        .map(|i| {
+            rec(
+                vec![15.0 - i as f64, 1.0],
+                if i == 0 { 0.0 } else { i as f64 },
+            )
+        })
+        .collect();
+    assert_eq!(s.rank(&h, (0..15).collect()).0, vec![0, 1]);
+}
+
+/// ZDT1 (two objectives, five variables), minimised.
+fn zdt1(p: &Params) -> Vec<f64> {
+    let x: Vec<f64> = (0..5).map(|i| p[&format!("x{i}")].internal()).collect();
+    let g = 1.0 + 9.0 * x[1..].iter().sum::<f64>() / 4.0;
+    vec![x[0], g * (1.0 - (x[0] / g).sqrt())]
+}
+
+#[test]
+fn several_objectives_beat_random_search_on_zdt1_and_are_deterministic() {
+    let sp = space(
+        (0..5)
+            .map(|i| {
+                (
+                    ["x0", "x1", "x2", "x3", "x4"][i],
+                    Distribution::Float {
+                        low: 0.0,
+                        high: 1.0,
+                        log: false,
+                        step: None,
+                    },
+                )
+            })
+            .collect(),
+    );
+    let run = |s: &mut dyn Sampler, n: usize| -> Vec<TrialRecord> {
+        let mut h: Vec<TrialRecord> = Vec::new();
+        for _ in 0..n {
+            let p = s.propose(&sp, &h).unwrap();
+            let v = zdt1(&p);
+            h.push(TrialRecord {
+                params: p,
+                value: Some(v[0]),
+                values: v,
+                violation: 0.0,
+            });
+        }
+        h
+    };
+    let hv = |h: &[TrialRecord]| {
+        let pts: Vec<Vec<f64>> = h.iter().map(|t| t.values.clone()).collect();
+        pareto::hypervolume(&pts, &[1.1, 11.0])
+    };
+    let dirs = vec![Direction::Minimize; 2];
+    let mut wins = 0;
+    for seed in 0..5 {
+        let ours = hv(&run(&mut TpeSampler::multi(seed, dirs.clone()), 100));
+        let random = hv(&run(&mut RandomSampler::new(seed), 100));
+        wins += usize::from(ours > random);
+    }
+    assert!(
+        wins >= 4,
+        "multi-objective TPE beat random search in {wins} of 5 seeds"
+    );
+    let a = run(&mut TpeSampler::multi(3, dirs.clone()), 40);
+    let b = run(&mut TpeSampler::multi(3, dirs), 40);
+    assert_eq!(a, b);
+}
