@@ -68,7 +68,10 @@ impl Checker<'_> {
                 startup_trials: self
                     .at_least(&s.startup_trials, "sampler.startup_trials", 0)?
                     .map_or(10, |n| n as usize),
-                multivariate: s.multivariate.as_ref().is_none_or(|b| b.get_ref().0),
+                // Optuna's defaults: joint for one objective, one
+                // parameter at a time for several (measured better there:
+                // docs/benchmarks/fronts.md).
+                multivariate: s.multivariate.as_ref().map_or(!several, |b| b.get_ref().0),
             },
             Some(k) if k.get_ref() == "gp" => SamplerKind::Gp {
                 startup_trials: self

@@ -64,15 +64,16 @@ impl TpeSampler {
 
     /// TPE for a study of several objectives (Optuna's multi-objective
     /// TPE): the good group is chosen by Pareto front, and its kernels
-    /// weigh the same.
+    /// weigh the same; with several, parameters are sampled one at a time
+    /// (Optuna's default).
     pub fn multi(seed: u64, directions: Vec<Direction>) -> Self {
         TpeSampler {
             seed,
-            directions,
             startup_trials: 10,
             candidates: 24,
             prior_weight: 1.0,
-            multivariate: true,
+            multivariate: directions.len() == 1,
+            directions,
         }
     }
 }
