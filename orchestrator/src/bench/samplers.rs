@@ -573,6 +573,10 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
         .into_iter()
         .filter(|s| plan.runs_sampler(&format!("optuna-{s}")))
         .collect();
+    // Only problems of several objectives asked for: none of these.
+    if plan.problems().is_empty() {
+        optuna.clear();
+    }
     if !optuna.is_empty() {
         match optuna_python() {
             None => notes.push("optuna-tpe, optuna-gp: skipped, no Python with optuna (set SALUS_TUNE_PYTHON or run scripts/test.sh to make .venv)".into()),
