@@ -371,19 +371,22 @@ mod tests {
         assert_eq!(run(&mut a), run(&mut Nsga2Sampler::nsga3(3, dirs, 20)));
     }
 
-    #[test]
-    fn nsga3_keeps_the_last_front_s_members_on_empty_reference_lines() {
-        let s = Nsga2Sampler::nsga3(0, vec![Direction::Minimize; 2], 3);
-        let rec = |a: f64, b: f64| TrialRecord {
+    /// A finished trial of two objectives with no parameters.
+    fn rec(a: f64, b: f64) -> TrialRecord {
+        TrialRecord {
             params: Params::new(),
             value: Some(a),
             values: vec![a, b],
             violation: 0.0,
-        };
+        }
+    }
+
+    #[test]
+    fn nsga3_keeps_the_last_front_s_members_on_empty_reference_lines() {
+        let s = Nsga2Sampler::nsga3(0, vec![Direction::Minimize; 2], 3);
         // One front of five, room for three and no parent yet: each pick
         // takes a reference line that has no member yet, so the three sit
-        // on three lines (1 and 2 share one; crowding would drop 2 or 1
-        // only by the gaps).
+        // on three lines.
         let h = vec![
             rec(0.0, 3.0),
             rec(0.9, 2.0),
@@ -411,12 +414,6 @@ mod tests {
     #[test]
     fn the_elite_is_the_first_fronts_then_the_least_crowded() {
         let s = Nsga2Sampler::with_population(0, vec![Direction::Minimize; 2], 3);
-        let rec = |a: f64, b: f64| TrialRecord {
-            params: Params::new(),
-            value: Some(a),
-            values: vec![a, b],
-            violation: 0.0,
-        };
         // Front 1: 0, 1, 2, 3 (four points, room for three); 4 is dominated.
         let h = vec![
             rec(0.0, 4.0),
