@@ -896,6 +896,54 @@ impl<B: Backend> ModelGroup<B> {
         })
     }
 
+    /// Overwrites slot `dst`'s persistent state with slot `src` of `from`,
+    /// device to device (PBT's exploit): parameters, optimizer state,
+    /// training statistics and batch norm's running statistics. Returns
+    /// the bytes copied. `from` must have this group's model.
+    pub fn copy_slot_from(
+        &mut self,
+        lane: &mut Lane<B>,
+        dst: usize,
+        from: &ModelGroup<B>,
+        src: usize,
+    ) -> Result<usize> {
+        if from.shape.spec != self.shape.spec || from.state.len() != self.state.len() {
+            return Err(WorkerError::BadState(
+                "the donor's state was taken from a different model or optimizer".into(),
+            ));
+        }
+        let (n, m) = (self.n, self.n_running);
+        let (b, ctx) = lane.device();
+        b.copy(ctx, n, at(&from.params, src * n), at_mut(&mut self.params, dst * n))?;
+        for (to, fr) in self.state.iter_mut().zip(&from.state) {
+            b.copy(ctx, n, at(fr, src * n), at_mut(to, dst * n))?;
+        }
+        b.copy(
+            ctx,
+            STATS_LEN,
+            at(&from.train_stats, src * STATS_LEN),
+            at_mut(&mut self.train_stats, dst * STATS_LEN),
+        )?;
+        if m > 0 {
+            b.copy(ctx, m, at(&from.running, src * m), at_mut(&mut self.running, dst * m))?;
+        }
+        Ok(4 * (n * (1 + self.state.len()) + STATS_LEN + m))
+    }
+
+    /// Gives slot `s` new hyper-parameters from its next iteration on. The
+    /// optimizer family and whether dropout is on must not change: they
+    /// shape the group's buffers.
+    pub fn set_slot_hparams(&mut self, s: usize, h: SlotHparams) -> Result<()> {
+        if h.optimizer.family() != self.family || (h.dropout > 0.0) != self.shape.dropout {
+            return Err(WorkerError::Config(
+                "new hyper-parameters may not change the optimizer family or turn dropout on or off"
+                    .into(),
+            ));
+        }
+        self.slots[s] = h;
+        Ok(())
+    }
+
     /// Overwrites slot `s`'s persistent state from the host.
     pub fn import_slot(&mut self, lane: &mut Lane<B>, s: usize, st: &SlotState) -> Result<()> {
         let n = self.n;

@@ -12,7 +12,8 @@ use kernels::Backend;
 use crate::device_data::DeviceData;
 use crate::error::Result;
 use crate::group::GroupShape;
-use crate::hparams::OptimizerFamily;
+use crate::group::ModelGroup;
+use crate::hparams::{OptimizerFamily, SlotHparams};
 use crate::lane::Lane;
 use crate::state::TrialSnapshot;
 
@@ -157,6 +158,16 @@ pub enum MemberOutcome {
     Left,
 }
 
+/// A resident trial's state on the device ([`Job::device_slot`]).
+pub struct DeviceSlot<'a, B: Backend> {
+    pub group: &'a ModelGroup<B>,
+    pub slot: usize,
+    /// Iterations done.
+    pub iteration: u64,
+    /// Reports made.
+    pub reports: u64,
+}
+
 /// A schedulable trial. See the module docs.
 pub trait Job<B: Backend>: Send {
     fn footprint(&self) -> Footprint;
@@ -211,6 +222,28 @@ pub trait Job<B: Backend>: Send {
     /// fused group. A fused job with none left has ended.
     fn live_members(&self) -> usize {
         1
+    }
+    /// Where this trial's state lives on the device while it is resident:
+    /// its group and slot, with the iterations and reports it covers (PBT's
+    /// exploit copies from there without leaving the device).
+    fn device_slot(&self) -> Option<DeviceSlot<'_, B>> {
+        None
+    }
+    /// PBT's exploit: takes `donor`'s whole state (parameters, optimizer
+    /// state, batch norm's statistics, and its place in training) and
+    /// continues from it with `hparams`, keeping its own seed (data order
+    /// and dropout). Both jobs are off the lanes, at a boundary. On the
+    /// device where both are resident; through the host otherwise.
+    /// Returns the bytes copied.
+    fn exploit(
+        &mut self,
+        _lane: &mut Lane<B>,
+        _donor: &mut dyn Job<B>,
+        _hparams: &SlotHparams,
+    ) -> Result<usize> {
+        Err(crate::WorkerError::Config(
+            "this kind of trial cannot take another trial's state in memory".into(),
+        ))
     }
     /// A fused job's members' states, by tag, for their checkpoints; a lone
     /// trial has none (it checkpoints through `export_state`).

@@ -47,7 +47,7 @@ pub use error::{Result, WorkerError};
 pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
-    Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras, StepOutcome,
+    DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras, StepOutcome,
     SwapMedium,
 };
 pub use lane::Lane;

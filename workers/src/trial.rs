@@ -16,7 +16,8 @@ use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
-use crate::job::{Footprint, FusionKey, Job, Report, StepOutcome};
+use crate::hparams::SlotHparams as Hparams;
+use crate::job::{DeviceSlot, Footprint, FusionKey, Job, Report, StepOutcome};
 use crate::lane::Lane;
 use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
 use crate::state::{TrialSnapshot, fnv1a};
@@ -473,6 +474,69 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         self.iteration = state.iteration;
         self.reports = state.reports;
         Ok(())
+    }
+
+    fn device_slot(&self) -> Option<DeviceSlot<'_, B>> {
+        self.group.as_ref().map(|group| DeviceSlot {
+            group,
+            slot: 0,
+            iteration: self.iteration,
+            reports: self.reports,
+        })
+    }
+
+    fn exploit(
+        &mut self,
+        lane: &mut Lane<B>,
+        donor: &mut dyn Job<B>,
+        hparams: &Hparams,
+    ) -> Result<usize> {
+        // The receiver keeps its own stream of shuffles and dropout masks.
+        let h = Hparams {
+            seed: self.cfg.hparams.seed,
+            ..*hparams
+        };
+        if h.optimizer.family() != self.cfg.hparams.optimizer.family()
+            || (h.dropout > 0.0) != self.shape.dropout
+        {
+            return Err(WorkerError::Config(
+                "an exploit may not change the optimizer family or turn dropout on or off".into(),
+            ));
+        }
+        let bytes = match (donor.device_slot(), self.group.as_mut()) {
+            // Both on the device: a device-to-device copy.
+            (Some(src), Some(dst)) => {
+                let bytes = dst.copy_slot_from(lane, 0, src.group, src.slot)?;
+                self.iteration = src.iteration;
+                self.reports = src.reports;
+                bytes
+            }
+            // Either is off the device: through the donor's host state.
+            _ => {
+                let state = donor.export_state(lane)?;
+                if state.fingerprint != self.fingerprint() {
+                    return Err(WorkerError::BadState(
+                        "the donor's state was taken from a different model or optimizer".into(),
+                    ));
+                }
+                let bytes = state.float_bytes();
+                match self.group.as_mut() {
+                    Some(g) => {
+                        g.import_slot(lane, 0, &state.slot)?;
+                        self.iteration = state.iteration;
+                        self.reports = state.reports;
+                    }
+                    None => self.put_host_state(state),
+                }
+                bytes
+            }
+        };
+        if let Some(g) = self.group.as_mut() {
+            g.set_slot_hparams(0, h)?;
+        }
+        self.cfg.hparams = h;
+        self.last_report = donor.report().cloned();
+        Ok(bytes)
     }
 
     fn swap_out(&mut self, lane: &mut Lane<B>) -> Result<usize> {
