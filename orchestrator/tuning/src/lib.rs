@@ -7,6 +7,7 @@
 //!   function from the history to the next point.
 //! * [`pruner`]: the median rule and ASHA's rungs, from the curves to a
 //!   stop-or-go decision and a priority for the scheduler.
+//! * [`pbt`]: population-based training's exploit and explore.
 //! * [`objective`]: which way the metric is better.
 //!
 //! This crate knows no storage, no study file and no device: the study
@@ -14,6 +15,7 @@
 
 pub mod objective;
 pub mod pareto;
+pub mod pbt;
 pub mod pruner;
 pub mod sampler;
 pub mod space;
