@@ -933,3 +933,96 @@ kernels::device_tests!(
     cuda: std::sync::Arc::new;
     streaks_give_what_jobs_give_alone_on_every_device,
 );
+
+/// PBT's exploit through the core: two trials paused at their first
+/// report; the receiver takes the donor's state on the device and goes on
+/// with new hyper-parameters exactly as a trial resumed from the donor's
+/// state would, while the donor goes on as it would alone.
+#[test]
+fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
+    let data = data();
+    let donor_cfg = cfg(16, 1, 3);
+    let receiver_cfg = cfg(16, 2, 3);
+    let new = SlotHparams {
+        lr: 1e-3,
+        weight_decay: 1e-4,
+        ..donor_cfg.hparams
+    };
+    let (tx, rx) = channel();
+    let core = SalusCore::start(
+        Arc::new(CpuBackend::new()),
+        CoreConfig {
+            hold_at_reports: true,
+            ..CoreConfig::cpu(Policy::Fair, 2, 1, 1 << 30)
+        },
+        tx,
+    )
+    .unwrap();
+    let donor = core.submit(job(&data, &donor_cfg), 0.0, "d");
+    let receiver = core.submit(job(&data, &receiver_cfg), 0.0, "d");
+    let mut paused = 0;
+    let mut exploited = None;
+    let log = drain(&rx, 2, |ev| match ev {
+        CoreEvent::Report { job, report } if report.step == 1 => {
+            core.pause(*job);
+            core.release(*job);
+            paused += 1;
+            if paused == 2 {
+                core.exploit(receiver, donor, new);
+            }
+        }
+        CoreEvent::Report { job, .. } => core.release(*job),
+        CoreEvent::Exploited {
+            receiver: r,
+            donor: d,
+            bytes,
+            on_device,
+            error,
+            ..
+        } => {
+            assert_eq!((*r, *d), (receiver, donor));
+            assert_eq!(error, &None);
+            exploited = Some((*bytes, *on_device));
+            core.resume(receiver);
+            core.resume(donor);
+        }
+        _ => {}
+    });
+    let (bytes, on_device) = exploited.expect("an Exploited event");
+    assert!(on_device, "both were resident");
+    assert_eq!(bytes, job(&data, &donor_cfg).footprint().persistent_bytes);
+    assert_eq!(log.reports[&donor], alone(&data, &donor_cfg));
+
+    // The receiver's reports after the exploit: those of a trial resumed
+    // from the donor's state at its first report, with the new values.
+    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 9, 1).unwrap();
+    let mut first = TrainTrial::new(&mut lane, data.clone(), donor_cfg.clone()).unwrap();
+    while !matches!(first.step(&mut lane).unwrap(), StepOutcome::Report(_)) {}
+    let state = first.export_state(&mut lane).unwrap();
+    let resumed_cfg = TrialConfig {
+        hparams: SlotHparams {
+            seed: receiver_cfg.hparams.seed,
+            ..new
+        },
+        ..receiver_cfg.clone()
+    };
+    let mut resumed = TrainTrial::resume_on_host(data.clone(), resumed_cfg, state).unwrap();
+    resumed.swap_in(&mut lane).unwrap();
+    let mut expected = Vec::new();
+    loop {
+        match resumed.step(&mut lane).unwrap() {
+            StepOutcome::Report(r) => expected.push(r),
+            StepOutcome::Finished(r) => {
+                expected.push(r);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(log.reports[&receiver][1..], expected[..]);
+    assert_ne!(
+        log.reports[&receiver][1..],
+        alone(&data, &receiver_cfg)[1..],
+        "the exploit changed the receiver's course"
+    );
+}

@@ -42,8 +42,8 @@ use std::time::Instant;
 
 use kernels::Backend;
 use training::{
-    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, StepOutcome, SwapMedium, WorkerError,
-    lane::GroupShape,
+    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, SlotHparams, StepOutcome, SwapMedium,
+    WorkerError, lane::GroupShape,
 };
 
 use super::ledger::{LaneLoad, LedgerSnapshot, MemoryLedger, Placement, place};
@@ -212,6 +212,18 @@ pub enum CoreEvent {
         seconds: f64,
         medium: SwapMedium,
     },
+    /// PBT's exploit done: `receiver` now holds `donor`'s state (`bytes`,
+    /// copied in `seconds`; `on_device`: without leaving the device), or
+    /// failed with `error` (then the receiver has failed too).
+    Exploited {
+        receiver: JobId,
+        donor: JobId,
+        lane: LaneId,
+        bytes: usize,
+        seconds: f64,
+        on_device: bool,
+        error: Option<String>,
+    },
     /// `iterations` consecutive iterations of `job` on `lane`, in seconds
     /// since the core started.
     Segment {
@@ -237,6 +249,7 @@ impl CoreEvent {
             CoreEvent::Admitted { lane, .. }
             | CoreEvent::Refit { lane, .. }
             | CoreEvent::Swapped { lane, .. }
+            | CoreEvent::Exploited { lane, .. }
             | CoreEvent::Segment { lane, .. }
             | CoreEvent::Switch { lane, .. } => *lane += base,
             _ => {}
@@ -264,6 +277,9 @@ struct Entry<B: Backend> {
     swap_out: bool,
     /// Asked to give back its allocator cache at its next boundary.
     release: bool,
+    /// PBT's exploit, asked for: take this donor's state, continue with
+    /// these hyper-parameters.
+    exploit: Option<(JobId, SlotHparams)>,
     prune: bool,
     iterations: u64,
 }
@@ -290,6 +306,7 @@ impl<B: Backend> Entry<B> {
             held: false,
             swap_out: false,
             release: false,
+            exploit: None,
             prune: false,
         }
     }
@@ -323,6 +340,15 @@ enum Work<B: Backend> {
     SwapOut(JobId, Box<dyn Job<B>>),
     /// Give back an allocator cache the ledger needs (`Job::release_cache`).
     Release(JobId, Box<dyn Job<B>>),
+    /// PBT's exploit (`Job::exploit`): the receiver, then the donor.
+    Exploit(Exploit<B>),
+}
+
+/// An exploit a lane carries out: both jobs are out of the table meanwhile.
+struct Exploit<B: Backend> {
+    receiver: (JobId, Box<dyn Job<B>>),
+    donor: (JobId, Box<dyn Job<B>>),
+    hparams: SlotHparams,
 }
 
 struct Shared<B: Backend> {
@@ -492,6 +518,15 @@ impl<B: Backend> SalusCore<B> {
                 e.swap_out = true;
             }
         });
+    }
+
+    /// PBT's exploit: at their next boundary, while neither runs, job
+    /// `receiver` takes `donor`'s whole state and continues with `hparams`
+    /// (see `Job::exploit`); a lane copies it, on the device where both
+    /// are resident, and says so with [`CoreEvent::Exploited`]. Both should
+    /// be paused, so that neither moves on first.
+    pub fn exploit(&self, receiver: JobId, donor: JobId, hparams: SlotHparams) {
+        self.with_job(receiver, |e| e.exploit = Some((donor, hparams)));
     }
 
     /// Ends a job at its next boundary.
@@ -883,8 +918,42 @@ impl<B: Backend> State<B> {
         {
             return Some(Work::Release(id, self.take(id)));
         }
+        if let Some((id, donor, hparams)) = self.exploit_for(lane) {
+            return Some(Work::Exploit(Exploit {
+                receiver: (id, self.take(id)),
+                donor: (donor, self.take(donor)),
+                hparams,
+            }));
+        }
         let id = policy::next(self.policy, &self.runnable(lane, None))?;
         Some(Work::Step(id, self.take(id)))
+    }
+
+    /// An exploit `lane` may carry out now: its receiver is on this lane
+    /// (or on none), and neither it nor its donor is running. A donor that
+    /// has ended fails the request.
+    fn exploit_for(&mut self, lane: LaneId) -> Option<(JobId, JobId, SlotHparams)> {
+        let found = self.jobs.iter().find_map(|(&id, e)| {
+            let (donor, hparams) = e.exploit?;
+            let here = e.lane == Some(lane) || e.lane.is_none();
+            let free = |d: &Entry<B>| !d.running();
+            (here && !e.running() && self.jobs.get(&donor).is_none_or(free))
+                .then_some((id, donor, hparams))
+        })?;
+        self.jobs.get_mut(&found.0).expect("receiver").exploit = None;
+        if !self.jobs.contains_key(&found.1) {
+            self.emit(CoreEvent::Exploited {
+                receiver: found.0,
+                donor: found.1,
+                lane,
+                bytes: 0,
+                seconds: 0.0,
+                on_device: false,
+                error: Some("the donor ended before the exploit".into()),
+            });
+            return None;
+        }
+        Some(found)
     }
 
     /// The policy's view of `lane`'s runnable jobs; `running`, which the
@@ -915,7 +984,7 @@ impl<B: Backend> State<B> {
             && !self
                 .jobs
                 .values()
-                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release))
+                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release || e.exploit.is_some()))
     }
 
     /// The policy's pick for `lane` while it holds `running` with one

@@ -9,7 +9,7 @@ use std::time::Instant;
 use kernels::Backend;
 use training::{Job, Lane, StepOutcome, SwapMedium, WorkerError};
 
-use super::{CoreEvent, Ending, JobId, LaneId, Shared, State, Work};
+use super::{CoreEvent, Ending, Exploit, JobId, LaneId, Shared, State, Work};
 
 /// A lane's current timeline segment: job, start, end, iterations.
 type Segment = Option<(JobId, f64, f64, u64)>;
@@ -198,6 +198,7 @@ pub(super) fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                 }
                 Work::SwapOut(job_id, job) => swap_out(lane, &shared, job_id, job),
                 Work::Release(job_id, job) => release_cache(lane, &shared, job_id, job),
+                Work::Exploit(exploit) => take_state(lane, &shared, exploit),
             }
         }
     });
@@ -422,6 +423,41 @@ fn release_cache<B: Backend>(
             st.refit(job_id);
         },
     );
+}
+
+/// PBT's exploit: the receiver takes the donor's state, then both go back
+/// to the table. A failure fails the receiver alone.
+fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Exploit<B>) {
+    let Exploit {
+        receiver: (receiver, mut job),
+        donor: (donor, mut donor_job),
+        hparams,
+    } = exploit;
+    let on_device = job.is_resident() && donor_job.is_resident();
+    let t = Instant::now();
+    // Queued copies end before either job can go to another lane.
+    let result = job
+        .exploit(lane, &mut *donor_job, &hparams)
+        .and_then(|bytes| lane.sync().map(|_| bytes));
+    let seconds = t.elapsed().as_secs_f64();
+    let id = lane.id();
+    {
+        let mut st = shared.lock();
+        st.jobs.get_mut(&donor).expect("donor").job = Some(donor_job);
+        if st.jobs[&donor].prune {
+            st.remove(donor, Ending::Pruned);
+        }
+        st.emit(CoreEvent::Exploited {
+            receiver,
+            donor,
+            lane: id,
+            bytes: *result.as_ref().unwrap_or(&0),
+            seconds,
+            on_device,
+            error: result.as_ref().err().map(|e| e.to_string()),
+        });
+    }
+    take_back(shared, receiver, job, result, |_| {}, |_, _| {});
 }
 
 /// Returns a job to the table after work that was not a step (`clear`
