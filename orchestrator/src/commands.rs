@@ -354,6 +354,22 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
         out += &format!("grid       {points} points{note}\n");
     }
     out += &format!("pruner     {}\n", s.pruner);
+    if let Some(p) = &s.pbt {
+        let every = match p.interval {
+            Some(i) => format!("every {i} iterations"),
+            None => "at every report point".to_string(),
+        };
+        out += &format!(
+            "pbt        population {}, exploit {every}: the worst {} copy one of the best {}; \
+             explore {} (resampled with probability {}, else times one of {:?})\n",
+            p.population,
+            tuning::pbt::quantile_size(p.population, p.exploit_quantile),
+            tuning::pbt::quantile_size(p.population, p.donor_quantile),
+            p.mutate.join(", "),
+            p.resample_probability,
+            p.factors
+        );
+    }
     out += &format!("keep       {}\n", s.keep.name());
     out += &format!("scheduler  {}\n", scheduler_text(&s));
     out += &format!(

@@ -21,7 +21,7 @@
 pub use ::storage;
 pub use salus_core as salus;
 pub use storage::{credentials, ids};
-pub use tuning::{objective, pareto, pruner, sampler, space};
+pub use tuning::{objective, pareto, pbt, pruner, sampler, space};
 
 pub mod bench;
 pub mod checkpoint;

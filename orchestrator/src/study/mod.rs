@@ -454,6 +454,8 @@ pub struct Study {
     pub report_every: Option<u64>,
     pub sampler: SamplerConfig,
     pub pruner: PrunerKind,
+    /// `[pbt]`: the trials are one population, trained together.
+    pub pbt: Option<crate::pbt::PbtConfig>,
     pub scheduler: SchedulerConfig,
     /// The user's own training script; `None` trains the built-in MLP.
     pub worker: Option<WorkerConfig>,

@@ -24,7 +24,9 @@ use crate::sampler::GridSampler;
 use crate::space::{Choice, Condition, Distribution, Param, SearchSpace};
 
 mod knobs;
+mod pbt;
 mod sections;
+pub use pbt::MUTABLE_KNOBS;
 
 /// Reads and validates the study file at `path`.
 pub fn load(path: &Path) -> Result<Study> {
@@ -316,7 +318,7 @@ impl Checker<'_> {
         let mut data = data;
         data.images = matches!(model_kind, ModelKind::Cnn { .. });
         let (_, train) = inner(root.train);
-        let report_every = self
+        let mut report_every = self
             .at_least(&train.report_every, "train.report_every", 1)?
             .map(|n| n as u64);
 
@@ -351,7 +353,34 @@ impl Checker<'_> {
                 ),
             ));
         }
+        let pruner_span = root
+            .pruner
+            .as_ref()
+            .and_then(|t| span_of(&t.get_ref().0.kind));
         let pruner = self.pruner(root.pruner, objectives.len())?;
+        let pbt = self.pbt(
+            root.pbt,
+            pbt::PbtContext {
+                space: &space,
+                objectives: objectives.len(),
+                worker: worker.is_some(),
+                pruner: &pruner,
+                pruner_span,
+                trials: study
+                    .trials
+                    .as_ref()
+                    .map(|t| Spanned::new(t.span(), t.get_ref().0)),
+                report_every,
+                report_every_span: span_of(&train.report_every),
+            },
+        )?;
+        let (trials, pbt) = match pbt {
+            Some((cfg, every)) => {
+                report_every = every;
+                (cfg.population as u64, Some(cfg))
+            }
+            None => (trials, None),
+        };
         let fuse_span = root
             .scheduler
             .as_ref()
@@ -360,6 +389,20 @@ impl Checker<'_> {
         // Latency is a trial's own inference time: it runs alone, unfused.
         let latency = objectives.iter().any(|(m, _)| m == "latency")
             || constraints.iter().any(|c| c.metric == "latency");
+        if pbt.is_some() {
+            // An exploit copies between lone trials (not yet between
+            // members of a fused group).
+            match scheduler.fuse {
+                Some(n) if n > 1 => {
+                    return Err(self.err(
+                        fuse_span.unwrap_or_default(),
+                        "scheduler.fuse",
+                        "a PBT study's members train unfused for now (an exploit copies                          between lone trials): set fuse = 1 or leave it out",
+                    ));
+                }
+                _ => scheduler.fuse = Some(1),
+            }
+        }
         if latency && worker.is_none() {
             match scheduler.fuse {
                 Some(n) if n > 1 => {
@@ -396,6 +439,7 @@ impl Checker<'_> {
             report_every,
             sampler,
             pruner,
+            pbt,
             scheduler,
             worker,
             forked_from: None,

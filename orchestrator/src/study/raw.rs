@@ -32,6 +32,7 @@ pub struct Root {
     pub pruner: Section<PrunerSection>,
     pub scheduler: Section<SchedulerSection>,
     pub worker: Section<WorkerSection>,
+    pub pbt: Section<PbtSection>,
     pub params: Field<ParamsSection>,
 }
 
@@ -239,6 +240,18 @@ pub struct PrunerSection {
     pub max_resource: Field<Int>,
     pub startup_trials: Field<Int>,
     pub warmup_steps: Field<Int>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PbtSection {
+    pub population: Field<Int>,
+    pub interval: Field<Int>,
+    pub quantile: Field<Num>,
+    pub donor_quantile: Field<Num>,
+    pub resample_probability: Field<Num>,
+    pub factors: Field<Vec<Num>>,
+    pub mutate: Field<OneOrMany<Str>>,
 }
 
 #[derive(Deserialize, Default)]
