@@ -914,7 +914,12 @@ impl<B: Backend> ModelGroup<B> {
         }
         let (n, m) = (self.n, self.n_running);
         let (b, ctx) = lane.device();
-        b.copy(ctx, n, at(&from.params, src * n), at_mut(&mut self.params, dst * n))?;
+        b.copy(
+            ctx,
+            n,
+            at(&from.params, src * n),
+            at_mut(&mut self.params, dst * n),
+        )?;
         for (to, fr) in self.state.iter_mut().zip(&from.state) {
             b.copy(ctx, n, at(fr, src * n), at_mut(to, dst * n))?;
         }
@@ -925,7 +930,12 @@ impl<B: Backend> ModelGroup<B> {
             at_mut(&mut self.train_stats, dst * STATS_LEN),
         )?;
         if m > 0 {
-            b.copy(ctx, m, at(&from.running, src * m), at_mut(&mut self.running, dst * m))?;
+            b.copy(
+                ctx,
+                m,
+                at(&from.running, src * m),
+                at_mut(&mut self.running, dst * m),
+            )?;
         }
         Ok(4 * (n * (1 + self.state.len()) + STATS_LEN + m))
     }

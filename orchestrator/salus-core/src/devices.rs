@@ -209,6 +209,16 @@ impl<B: Backend> DeviceCores<B> {
         self.core(id).release(id)
     }
 
+    /// PBT's exploit ([`SalusCore::exploit`]) between two jobs of one
+    /// device; `false` (and nothing asked) when they are on two.
+    pub fn exploit(&self, receiver: JobId, donor: JobId, hparams: training::SlotHparams) -> bool {
+        if self.device_of(receiver) != self.device_of(donor) {
+            return false;
+        }
+        self.core(receiver).exploit(receiver, donor, hparams);
+        true
+    }
+
     pub fn swap_out(&self, id: JobId) {
         self.core(id).swap_out(id)
     }

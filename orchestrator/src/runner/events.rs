@@ -279,6 +279,14 @@ impl Runner<'_> {
                 }
                 self.telemetry(st, event)
             }
+            CoreEvent::Exploited {
+                receiver,
+                bytes,
+                seconds,
+                on_device,
+                error,
+                ..
+            } => self.pbt_exploited(st, receiver, bytes, seconds, on_device, error),
             telemetry => self.telemetry(st, telemetry),
         }
     }
@@ -322,6 +330,9 @@ impl Runner<'_> {
             .or_default()
             .values
             .insert(report.step, value);
+        if st.pbt.is_some() {
+            return self.pbt_report(st, run, report.step, report.iteration);
+        }
         let rung = st.pruner.rung(number, report.step);
         let priority =
             rung.map(|k| rank_priority(k, number, report.step, &st.curves, study.direction));

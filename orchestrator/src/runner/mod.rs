@@ -32,6 +32,7 @@ mod dash_commands;
 mod events;
 mod groups;
 mod keep;
+mod pbt;
 mod placement;
 mod processes;
 use processes::Next;
@@ -219,7 +220,7 @@ impl Runner<'_> {
             ),
         };
         CoreConfig {
-            hold_at_reports: self.study.pruner != PrunerKind::None,
+            hold_at_reports: self.study.pruner != PrunerKind::None || self.study.pbt.is_some(),
             checkpoints: self.checkpoints.is_some(),
             keep_final: self.study.keep != crate::study::Keep::None && self.study.worker.is_none(),
             // `auto`: wherever the backend has graphs (CUDA).
@@ -252,6 +253,7 @@ impl Runner<'_> {
             self.beat_claims(&mut st);
             self.sync(&mut st)?;
             self.fill(&mut st, timed_out || halted)?;
+            self.pbt_meet(&mut st, timed_out || halted)?;
             self.rebalance(&mut st)?;
             self.warn_unreported_memory(&st)?;
             self.close_paused(&mut st, timed_out || halted)?;
@@ -306,7 +308,12 @@ impl Runner<'_> {
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
         while !st.nothing_to_start()
             && !timed_out
-            && st.in_flight.len().saturating_sub(st.paused.len()) + batch.len() < st.max_concurrent
+            && st
+                .in_flight
+                .len()
+                .saturating_sub(st.paused.len() + st.pbt_waiting())
+                + batch.len()
+                < st.max_concurrent
             && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
                 < st.budget
         {
@@ -660,6 +667,8 @@ struct RunState<B: Backend> {
     kept: keep::Kept,
     /// Where each trial's record is in `history` (other processes add more).
     history_at: BTreeMap<TrialNumber, usize>,
+    /// `[pbt]`: the population's meetings (`pbt.rs`).
+    pbt: Option<pbt::Population>,
 }
 
 impl<B: Backend> RunState<B> {
@@ -670,6 +679,11 @@ impl<B: Backend> RunState<B> {
     fn forget_pauses(&mut self, run: TrialHandle) -> Option<usize> {
         self.liveness.user_paused.remove(&run);
         self.paused.remove(&run)
+    }
+
+    /// PBT members waiting at an exploit point.
+    fn pbt_waiting(&self) -> usize {
+        self.pbt.as_ref().map_or(0, |p| p.waiting())
     }
 
     /// An exhausted grid, or a study whose budget other processes filled

@@ -233,6 +233,7 @@ impl Runner<'_> {
             },
             kept: Default::default(),
             history_at,
+            pbt: self.study.pbt.clone().map(super::pbt::Population::new),
         })
     }
 

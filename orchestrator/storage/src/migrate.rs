@@ -37,6 +37,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "salus_swap_medium",
         include_str!("../../../migrations/postgres/0004_salus_swap_medium.sql"),
     ),
+    (
+        12,
+        "salus_pbt",
+        include_str!("../../../migrations/postgres/0005_salus_pbt.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -94,6 +99,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         11,
         "salus_swap_medium",
         include_str!("../../../migrations/sqlite/0011_salus_swap_medium.sql"),
+    ),
+    (
+        12,
+        "salus_pbt",
+        include_str!("../../../migrations/sqlite/0012_salus_pbt.sql"),
     ),
 ];
 

@@ -445,6 +445,52 @@ pub(super) async fn insert_params(
     Ok(())
 }
 
+/// See [`WriteOp::Exploit`].
+pub(super) async fn pbt_exploit(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    e: &super::writer::PbtExploit,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    for p in &e.params {
+        sqlx::query(&sql(
+            &*conn,
+            "UPDATE trial_params SET param_value = ? WHERE trial_id = ? AND param_name = ?",
+        ))
+        .bind(p.internal)
+        .bind(trial_id)
+        .bind(&p.name)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query(&sql(&*conn, "INSERT INTO salus_pbt_events (study_id, trial_id, donor_trial_id, generation, step, iteration, \
+         old_params, new_params, resampled, bytes, seconds, on_device, time) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp)"))
+    .bind(e.study_id)
+    .bind(trial_id)
+    .bind(e.donor)
+    .bind(e.generation)
+    .bind(e.step)
+    .bind(e.iteration)
+    .bind(&e.old_params)
+    .bind(&e.new_params)
+    .bind(&e.resampled)
+    .bind(e.bytes)
+    .bind(e.seconds)
+    .bind(e.on_device)
+    .bind(time)
+    .execute(&mut *conn)
+    .await?;
+    set_trial_attr(
+        conn,
+        Attrs::User,
+        trial_id,
+        "pbt:schedule",
+        &e.schedule_json,
+    )
+    .await
+}
+
 /// A trial ends: its state, Optuna value, fail reason and totals.
 pub(super) async fn finish_trial(
     conn: &mut AnyConnection,

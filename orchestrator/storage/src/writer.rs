@@ -103,6 +103,29 @@ pub struct TrialEnd {
     pub fail_reason: Option<String>,
 }
 
+/// PBT's exploit, as [`WriteOp::Exploit`] stores it for its receiver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PbtExploit {
+    pub study_id: StudyId,
+    pub donor: TrialId,
+    pub generation: i64,
+    /// The receiver's report count and iterations at the exploit.
+    pub step: i64,
+    pub iteration: i64,
+    /// Typed JSON objects of the parameters before and after, and the
+    /// names drawn anew (a JSON array).
+    pub old_params: String,
+    pub new_params: String,
+    pub resampled: String,
+    /// The receiver's parameters from now on, as `trial_params` holds them.
+    pub params: Vec<StoredParam>,
+    /// The receiver's whole schedule so far (`pbt:schedule`, a JSON array).
+    pub schedule_json: String,
+    pub bytes: i64,
+    pub seconds: f64,
+    pub on_device: bool,
+}
+
 /// A dashboard command for one trial, as a run takes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TakenCommand {
@@ -268,6 +291,14 @@ pub enum WriteOp {
         key: &'static str,
         value_json: String,
     },
+    /// PBT's exploit landed in the receiver (`claim`'s trial): its
+    /// parameters become those it continues with, the exploit is a row of
+    /// `salus_pbt_events`, and its schedule a user attribute, in one
+    /// transaction.
+    Exploit {
+        claim: Claim,
+        exploit: Box<PbtExploit>,
+    },
     /// Answers once everything sent before it is committed.
     Flush {
         reply: oneshot::Sender<std::result::Result<(), StorageFailure>>,
@@ -287,6 +318,7 @@ impl WriteOp {
             | WriteOp::Extras { claim, .. }
             | WriteOp::KeepModel { claim, .. }
             | WriteOp::TrialAttr { claim, .. }
+            | WriteOp::Exploit { claim, .. }
             | WriteOp::Finish(TrialEnd { claim, .. }) => Some(claim),
             _ => None,
         }
@@ -801,6 +833,9 @@ async fn write_op(
             extras,
         } => statements::trial_extras(conn, claim.trial_id, *step, extras).await?,
         WriteOp::KeepModel { .. } => statements::keep_model(conn, op, time).await?,
+        WriteOp::Exploit { claim, exploit } => {
+            statements::pbt_exploit(conn, claim.trial_id, exploit, time).await?
+        }
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }

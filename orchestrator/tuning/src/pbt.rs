@@ -172,7 +172,12 @@ pub fn explore(
 
 /// A value moved a little: a float or int times a factor, kept in range
 /// (and on its step); a choice moved one place up or down.
-fn perturb(dist: &Distribution, value: ParamValue, cfg: &PbtConfig, rng: &mut StdRng) -> ParamValue {
+fn perturb(
+    dist: &Distribution,
+    value: ParamValue,
+    cfg: &PbtConfig,
+    rng: &mut StdRng,
+) -> ParamValue {
     match (dist, value) {
         (Distribution::Categorical { choices }, ParamValue::Choice(i)) => {
             let up = rng.random::<bool>();
@@ -327,9 +332,8 @@ mod tests {
         let a = generation(&cfg(), &space(), Direction::Maximize, &members, 3, 2);
         let b = generation(&cfg(), &space(), Direction::Maximize, &members, 3, 2);
         assert_eq!(a, b);
-        let differ = (0..20u64).any(|g| {
-            generation(&cfg(), &space(), Direction::Maximize, &members, 3, g) != a
-        });
+        let differ = (0..20u64)
+            .any(|g| generation(&cfg(), &space(), Direction::Maximize, &members, 3, g) != a);
         assert!(differ, "another generation draws otherwise");
     }
 
@@ -391,13 +395,25 @@ mod tests {
             ..cfg()
         };
         let mut rng = StdRng::seed_from_u64(0);
-        assert_eq!(perturb(&dist, ParamValue::Int(2), &cfg, &mut rng), ParamValue::Int(3));
-        assert_eq!(perturb(&dist, ParamValue::Int(10), &cfg, &mut rng), ParamValue::Int(10));
+        assert_eq!(
+            perturb(&dist, ParamValue::Int(2), &cfg, &mut rng),
+            ParamValue::Int(3)
+        );
+        assert_eq!(
+            perturb(&dist, ParamValue::Int(10), &cfg, &mut rng),
+            ParamValue::Int(10)
+        );
         let down = PbtConfig {
             factors: vec![0.8],
             ..cfg
         };
-        assert_eq!(perturb(&dist, ParamValue::Int(2), &down, &mut rng), ParamValue::Int(1));
-        assert_eq!(perturb(&dist, ParamValue::Int(1), &down, &mut rng), ParamValue::Int(1));
+        assert_eq!(
+            perturb(&dist, ParamValue::Int(2), &down, &mut rng),
+            ParamValue::Int(1)
+        );
+        assert_eq!(
+            perturb(&dist, ParamValue::Int(1), &down, &mut rng),
+            ParamValue::Int(1)
+        );
     }
 }

@@ -440,6 +440,12 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
         .exploit(lane, &mut *donor_job, &hparams)
         .and_then(|bytes| lane.sync().map(|_| bytes));
     let seconds = t.elapsed().as_secs_f64();
+    // The receiver's new state, for its checkpoint: a resumed run goes on
+    // from it.
+    let checkpoint = match &result {
+        Ok(_) if shared.checkpoints => lone_state(&mut job, lane),
+        _ => Vec::new(),
+    };
     let id = lane.id();
     {
         let mut st = shared.lock();
@@ -456,6 +462,13 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
             on_device,
             error: result.as_ref().err().map(|e| e.to_string()),
         });
+        for (member, state) in checkpoint {
+            st.emit(CoreEvent::Checkpoint {
+                job: receiver,
+                member,
+                state,
+            });
+        }
     }
     take_back(shared, receiver, job, result, |_| {}, |_, _| {});
 }

@@ -76,7 +76,10 @@ impl Checker<'_> {
                  kind = \"none\") in a PBT study",
             ));
         }
-        let population = match (self.at_least(&s.population, "pbt.population", 2)?, &cx.trials) {
+        let population = match (
+            self.at_least(&s.population, "pbt.population", 2)?,
+            &cx.trials,
+        ) {
             (Some(p), Some(t)) if *t.get_ref() != p => {
                 return Err(self.err(
                     t.span(),

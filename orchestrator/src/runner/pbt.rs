@@ -1,0 +1,335 @@
+//! Population-based training in the run: members meet at exploit points,
+//! and the worst take the best's state in memory.
+//!
+//! A member that reports at an exploit point (every `[pbt] interval`
+//! iterations, or every report point) is paused there; it keeps its
+//! memory until the ledger needs it, when the core swaps it out as any
+//! paused trial. Once every member this run holds has reached the point
+//! (and no other can start), [`tuning::pbt::generation`] decides the
+//! exploits from the members' latest values, the core copies each donor
+//! into its receiver ([`crate::salus::core::SalusCore::exploit`]), and
+//! when all copies are done every member goes on. Decisions wait for the
+//! whole population, so a study's schedule is a function of its seed.
+//!
+//! Each exploit is stored for its receiver in one transaction: its new
+//! parameters (a member's stored parameters are those it ends with), a row
+//! of `salus_pbt_events`, and its schedule (`pbt:schedule`: the donor's
+//! schedule up to now, then the new values) as a user attribute. The core
+//! then checkpoints the receiver's new state, so that a resumed run
+//! continues from it.
+//!
+//! Members are paused by this module, not by a pruner: they do not count
+//! as running against `max_concurrent`, so a population larger than it
+//! still meets at every point.
+
+use std::collections::BTreeMap;
+
+use kernels::Backend;
+
+use super::{RunState, Runner, TrialHandle};
+use crate::error::Result;
+use crate::pbt::{Exploit, PbtConfig, Standing};
+use crate::salus::JobId;
+use crate::space::Params;
+use crate::storage::TrialNumber;
+use crate::storage::writer::{PbtExploit, WriteOp};
+use crate::study::Study;
+
+/// The run's side of a population.
+pub(super) struct Population {
+    cfg: PbtConfig,
+    /// Members paused at an exploit point, with its generation and
+    /// iteration.
+    at_point: BTreeMap<TrialHandle, (u64, u64)>,
+    /// The generation (and its iteration) whose copies are under way: each
+    /// receiver's core job and its exploit.
+    underway: Option<(u64, u64, BTreeMap<JobId, Exploit>)>,
+    /// Each member's schedule since it started: what its weights were
+    /// trained with, step by step (a member that was never a receiver has
+    /// none yet: its parameters are its schedule).
+    schedules: BTreeMap<TrialNumber, Vec<serde_json::Value>>,
+}
+
+impl Population {
+    pub(super) fn new(cfg: PbtConfig) -> Self {
+        Population {
+            cfg,
+            at_point: BTreeMap::new(),
+            underway: None,
+            schedules: BTreeMap::new(),
+        }
+    }
+
+    /// Members waiting at an exploit point: they hold no slot.
+    pub(super) fn waiting(&self) -> usize {
+        self.at_point.len()
+    }
+
+    /// The generation a report at `iteration` (report `step`) ends, if it
+    /// is an exploit point.
+    fn point(&self, step: u64, iteration: u64) -> Option<u64> {
+        match self.cfg.interval {
+            Some(i) => iteration.is_multiple_of(i).then_some(iteration / i),
+            None => Some(step),
+        }
+    }
+}
+
+/// A trial's parameters as a typed JSON object, fixed knobs left out.
+fn params_json(study: &Study, params: &Params) -> serde_json::Value {
+    params
+        .keys()
+        .map(|name| (name.clone(), study.value(params, name).to_json()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+impl Runner<'_> {
+    /// A PBT member's report (already stored): it pauses at an exploit
+    /// point, else goes on.
+    pub(super) fn pbt_report<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        run: TrialHandle,
+        step: u64,
+        iteration: u64,
+    ) -> Result<()> {
+        let Some(pop) = st.pbt.as_mut() else {
+            return Ok(());
+        };
+        match pop.point(step, iteration) {
+            Some(g) => {
+                pop.at_point.insert(run, (g, iteration));
+                st.pause(run);
+                st.release(run);
+                self.pbt_meet(st, false)
+            }
+            None => {
+                st.release(run);
+                Ok(())
+            }
+        }
+    }
+
+    /// Decides a generation once every member this run holds is at its
+    /// exploit point and no other member can still start (`stopped`: the
+    /// run starts none any more).
+    pub(super) fn pbt_meet<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        stopped: bool,
+    ) -> Result<()> {
+        let more_to_start = !stopped
+            && !st.nothing_to_start()
+            && st.finished + st.liveness.elsewhere + (st.in_flight.len() as u64) < st.budget;
+        let Some(pop) = st.pbt.as_mut() else {
+            return Ok(());
+        };
+        // Members that ended (or left the run) meet nobody.
+        pop.at_point.retain(|h, _| st.in_flight.contains_key(h));
+        if pop.underway.is_some()
+            || pop.at_point.is_empty()
+            || pop.at_point.len() < st.in_flight.len()
+            || more_to_start
+        {
+            return Ok(());
+        }
+        let (first, iteration) = *pop.at_point.values().min().expect("members");
+        if pop.at_point.values().any(|&(g, _)| g != first) {
+            // Members resumed from checkpoints of different points: the
+            // ones behind catch up first.
+            let behind: Vec<TrialHandle> = pop
+                .at_point
+                .iter()
+                .filter(|&(_, &(g, _))| g == first)
+                .map(|(&h, _)| h)
+                .collect();
+            for h in &behind {
+                pop.at_point.remove(h);
+            }
+            for h in behind {
+                st.resume(h);
+            }
+            return Ok(());
+        }
+        let standings: Vec<Standing> = pop
+            .at_point
+            .keys()
+            .filter_map(|h| st.in_flight.get(h))
+            .map(|f| Standing {
+                number: f.pending.number,
+                value: st
+                    .curves
+                    .get(&f.pending.number)
+                    .and_then(|c| c.values.values().next_back().copied())
+                    .unwrap_or(f64::NAN),
+                params: f.pending.params.clone(),
+            })
+            .collect();
+        let exploits = crate::pbt::generation(
+            &pop.cfg,
+            &self.study.space,
+            self.study.direction,
+            &standings,
+            st.seed,
+            first,
+        );
+        let job_of = |number: TrialNumber| {
+            st.in_flight.iter().find_map(|(h, f)| match h {
+                TrialHandle::Alone(j) if f.pending.number == number => Some(*j),
+                _ => None,
+            })
+        };
+        let mut underway = BTreeMap::new();
+        for e in exploits {
+            let (Some(receiver), Some(donor)) = (job_of(e.receiver), job_of(e.donor)) else {
+                continue;
+            };
+            let seed = super::trial_seed(st.seed, e.receiver);
+            let hparams = self.study.trial_config(&e.new, seed).hparams;
+            if st.core.exploit(receiver, donor, hparams) {
+                underway.insert(receiver, e);
+            } else {
+                self.reporter.note(&format!(
+                    "pbt: trial {} cannot take trial {}'s state: they train on two devices \
+                     (copies between devices are not supported yet)",
+                    e.receiver, e.donor
+                ));
+            }
+        }
+        if underway.is_empty() {
+            self.pbt_go_on(st);
+        } else if let Some(pop) = st.pbt.as_mut() {
+            pop.underway = Some((first, iteration, underway));
+        }
+        Ok(())
+    }
+
+    /// Every member at the point goes on.
+    fn pbt_go_on<B: Backend>(&mut self, st: &mut RunState<B>) {
+        let Some(pop) = st.pbt.as_mut() else { return };
+        pop.underway = None;
+        let members: Vec<TrialHandle> = std::mem::take(&mut pop.at_point).into_keys().collect();
+        for h in members {
+            // Paused from the dashboard as well: it runs once resumed there.
+            if !st.liveness.user_paused.contains(&h) {
+                st.resume(h);
+            }
+        }
+    }
+
+    /// A copy the core made (or could not make): stored for its receiver;
+    /// the last of a generation lets every member go on.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pbt_exploited<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        receiver: JobId,
+        bytes: usize,
+        seconds: f64,
+        on_device: bool,
+        error: Option<String>,
+    ) -> Result<()> {
+        let study = self.study;
+        let Some((generation, iteration, e)) = st.pbt.as_mut().and_then(|pop| {
+            let (g, i, map) = pop.underway.as_mut()?;
+            Some((*g, *i, map.remove(&receiver)?))
+        }) else {
+            return Ok(());
+        };
+        let run = TrialHandle::Alone(receiver);
+        let donor_id = st
+            .in_flight
+            .values()
+            .find(|f| f.pending.number == e.donor)
+            .map(|f| f.pending.claim.trial_id);
+        match (error, st.in_flight.get(&run), donor_id) {
+            (Some(why), _, _) => {
+                self.reporter.note(&format!(
+                    "pbt: trial {} could not take trial {}'s state: {why}",
+                    e.receiver, e.donor
+                ));
+            }
+            (None, Some(f), Some(donor)) => {
+                let (claim, history_index) = (f.pending.claim, f.history_index);
+                let step = st
+                    .curves
+                    .get(&e.receiver)
+                    .and_then(|c| c.values.keys().next_back().copied())
+                    .unwrap_or(0);
+                let pop = st.pbt.as_mut().expect("a population");
+                let donor_schedule = pop.schedules.get(&e.donor).cloned().unwrap_or_else(|| {
+                    let donor = st
+                        .in_flight
+                        .values()
+                        .find(|f| f.pending.number == e.donor)
+                        .map(|f| f.pending.params.clone())
+                        .unwrap_or_default();
+                    vec![serde_json::json!({ "step": 0, "params": params_json(study, &donor) })]
+                });
+                let mut schedule = donor_schedule;
+                schedule.push(serde_json::json!({
+                    "step": step,
+                    "from": e.donor.0,
+                    "params": params_json(study, &e.new),
+                }));
+                let schedule_json = serde_json::Value::Array(schedule.clone()).to_string();
+                pop.schedules.insert(e.receiver, schedule);
+                let f = st.in_flight.get_mut(&run).expect("in flight");
+                f.pending.params = e.new.clone();
+                st.history[history_index].params = e.new.clone();
+                self.writer.send(WriteOp::Exploit {
+                    claim,
+                    exploit: Box::new(PbtExploit {
+                        study_id: self.info.id,
+                        donor,
+                        generation: generation as i64,
+                        step: step as i64,
+                        iteration: iteration as i64,
+                        old_params: params_json(study, &e.old).to_string(),
+                        new_params: params_json(study, &e.new).to_string(),
+                        resampled: serde_json::json!(e.resampled).to_string(),
+                        params: super::encode_params(study, &e.new),
+                        schedule_json,
+                        bytes: bytes as i64,
+                        seconds,
+                        on_device,
+                    }),
+                })?;
+                let changed: Vec<String> = e
+                    .new
+                    .keys()
+                    .filter(|k| e.old.get(*k) != e.new.get(*k))
+                    .map(|k| {
+                        format!(
+                            "{k} {} -> {}",
+                            study.value(&e.old, k),
+                            study.value(&e.new, k)
+                        )
+                    })
+                    .collect();
+                self.reporter.note(&format!(
+                    "pbt: trial {} takes trial {}'s state at step {step}; {}",
+                    e.receiver,
+                    e.donor,
+                    if changed.is_empty() {
+                        "same values".to_string()
+                    } else {
+                        changed.join(", ")
+                    }
+                ));
+            }
+            // The receiver or the donor ended meanwhile: nothing to store.
+            _ => {}
+        }
+        if st
+            .pbt
+            .as_ref()
+            .and_then(|p| p.underway.as_ref())
+            .is_some_and(|(_, _, left)| left.is_empty())
+        {
+            self.pbt_go_on(st);
+        }
+        Ok(())
+    }
+}
