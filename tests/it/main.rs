@@ -18,6 +18,7 @@ mod keep_export;
 mod layers;
 mod objectives;
 mod optuna_interop;
+mod pbt;
 mod postgres;
 mod processes;
 mod reliability;

@@ -218,6 +218,42 @@ impl Runner<'_> {
         }
     }
 
+    /// A member's schedule as it ends (`pbt:schedule`), so that every
+    /// member has one: its own parameters throughout when it never took
+    /// another's state.
+    pub(super) fn pbt_schedule_at_end<B: Backend>(
+        &mut self,
+        st: &RunState<B>,
+        claim: crate::storage::Claim,
+        number: TrialNumber,
+        params: &Params,
+    ) -> Result<()> {
+        let Some(pop) = st.pbt.as_ref() else {
+            return Ok(());
+        };
+        let schedule = pop.schedules.get(&number).cloned().unwrap_or_else(|| {
+            vec![serde_json::json!({ "step": 0, "params": params_json(self.study, params) })]
+        });
+        let extras = training::ReportExtras {
+            attrs: vec![(
+                "pbt:schedule".into(),
+                serde_json::Value::Array(schedule).to_string(),
+            )],
+            ..Default::default()
+        };
+        let step = st
+            .curves
+            .get(&number)
+            .and_then(|c| c.values.keys().next_back().copied())
+            .unwrap_or(0);
+        self.writer.send(WriteOp::Extras {
+            claim,
+            step: step as i64,
+            extras,
+        })?;
+        Ok(())
+    }
+
     /// A copy the core made (or could not make): stored for its receiver;
     /// the last of a generation lets every member go on.
     #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,256 @@
+//! Population-based training end to end: exploits in memory at exploit
+//! points, stored as Optuna reads them; the schedule a function of the
+//! seed; a kill -9 in the middle, then resume.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::*;
+use salus_tune::storage::TrialState;
+
+/// Eight MLPs of one shape on the digits: 22 iterations an epoch, an
+/// exploit point every epoch, six epochs (five points).
+fn population(name: &str, seed: u64) -> String {
+    StudyFile::new(name, 8, seed)
+        .without("study", "trials")
+        .set("model", "depth", "1")
+        .set("model", "width", "32")
+        .set("train", "optimizer", "\"adam\"")
+        .set("train", "lr", "{ float = [1e-4, 1e-1], log = true }")
+        .set(
+            "train",
+            "weight_decay",
+            "{ float = [1e-6, 1e-2], log = true }",
+        )
+        .set("train", "batch_size", "64")
+        .set("train", "epochs", "6")
+        .set("pbt", "population", "8")
+        .set("pbt", "interval", "22")
+        .build()
+}
+
+/// One stored exploit: generation, step, receiver, donor, new values.
+type Row = (i64, i64, i64, i64, String);
+
+fn lineage(db: &Path) -> Vec<Row> {
+    block_on(async {
+        use sqlx::{Connection, Row};
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "SELECT generation, step, trial_number, donor_number, new_params FROM salus_pbt_lineage \
+             ORDER BY generation, trial_number",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect()
+    })
+}
+
+fn run_study(dir: &Path, file: &str) -> String {
+    let out = run_in(dir, &[file, "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    text(&out)
+}
+
+#[test]
+fn the_worst_members_take_the_best_members_state_at_each_point() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p.toml", &population("pbt", 5));
+    let log = run_study(dir.path(), "p.toml");
+    let db = dir.path().join("pbt.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 8);
+    assert!(
+        rows.iter().all(|t| t.state == TrialState::Complete),
+        "{log}"
+    );
+
+    // Five points, the worst quarter (2 of 8) exploiting at each, copied
+    // on the device (host memory here), every one a whole trial's state.
+    let events = lineage(&db);
+    assert_eq!(events.len(), 10, "{events:?}");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_pbt_events WHERE on_device AND bytes > 0"
+        ),
+        10
+    );
+    assert!(log.contains("pbt: trial"), "{log}");
+    // At each point the receivers were the two worst at that step, and
+    // each donor one of the two best, by the values stored at that step.
+    let value_at = |number: i64, step: i64| {
+        rows.iter()
+            .find(|t| t.number.0 == number)
+            .and_then(|t| t.intermediate.iter().find(|(s, _)| *s == step))
+            .map(|&(_, v)| v)
+            .unwrap()
+    };
+    for g in 1..=5 {
+        let at: Vec<&Row> = events.iter().filter(|e| e.0 == g).collect();
+        assert_eq!(at.len(), 2, "generation {g}: {at:?}");
+        let step = at[0].1;
+        assert_eq!(step, g, "one report an epoch, a point at each");
+        let mut ranked: Vec<(f64, i64)> = (0..8).map(|n| (-value_at(n, step), n)).collect();
+        ranked.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let (best, worst): (Vec<i64>, Vec<i64>) = (
+            ranked[..2].iter().map(|r| r.1).collect(),
+            ranked[6..].iter().map(|r| r.1).collect(),
+        );
+        for e in at {
+            assert!(worst.contains(&e.2), "receiver {} of {worst:?}", e.2);
+            assert!(best.contains(&e.3), "donor {} of {best:?}", e.3);
+        }
+    }
+    // A member's stored parameters are those it ended with, and its
+    // schedule (a user attribute) ends with them.
+    let mut last: BTreeMap<i64, &String> = BTreeMap::new();
+    for e in &events {
+        last.insert(e.2, &e.4);
+    }
+    for (number, new) in last {
+        let stored = scalar_text(
+            &db,
+            &format!("SELECT params FROM salus_trial_summary WHERE number = {number}"),
+        )
+        .unwrap();
+        let (a, b): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(&stored).unwrap(),
+            serde_json::from_str(new).unwrap(),
+        );
+        for k in ["lr", "weight_decay"] {
+            let (x, y) = (a[k].as_f64().unwrap(), b[k].as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-12 * y.abs(),
+                "trial {number} {k}: {x} vs {y}"
+            );
+        }
+        let schedule = scalar_text(
+            &db,
+            &format!(
+                "SELECT a.value_json FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+                 WHERE t.number = {number} AND a.key = 'pbt:schedule'"
+            ),
+        )
+        .unwrap();
+        let schedule: serde_json::Value = serde_json::from_str(&schedule).unwrap();
+        let entries = schedule.as_array().unwrap();
+        assert_eq!(entries[0]["step"], 0, "{schedule}");
+        assert_eq!(entries.last().unwrap()["params"], b, "{schedule}");
+    }
+}
+
+#[test]
+fn a_population_s_schedule_is_a_function_of_its_seed() {
+    let runs: Vec<(Vec<Row>, Vec<Option<u64>>)> = [5, 5, 6]
+        .iter()
+        .map(|&seed| {
+            let dir = tempfile::tempdir().unwrap();
+            write(dir.path(), "p.toml", &population("seeded", seed));
+            run_study(dir.path(), "p.toml");
+            let db = dir.path().join("seeded.db");
+            let values = trials(&db, None)
+                .iter()
+                .map(|t| t.value.map(f64::to_bits))
+                .collect();
+            (lineage(&db), values)
+        })
+        .collect();
+    assert_eq!(
+        runs[0], runs[1],
+        "the same seed, the same exploits and values"
+    );
+    assert_ne!(runs[0].0, runs[2].0, "another seed, another schedule");
+}
+
+#[test]
+fn a_pbt_study_killed_in_the_middle_resumes_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    // Longer, so that the kill lands between exploit points.
+    let file = population("killed", 7).replace("epochs = 6", "epochs = 40");
+    write(dir.path(), "p.toml", &file);
+    let db = dir.path().join("killed.db");
+    let events = |db: &Path| {
+        if migrated(db) {
+            scalar(db, "SELECT COUNT(*) FROM salus_pbt_events")
+        } else {
+            0
+        }
+    };
+    let child = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["p.toml", "--no-progress"]),
+    );
+    wait_until("a few exploits", Duration::from_secs(120), || {
+        events(&db) >= 6
+    });
+    let out = child.kill();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "killed before the end: {}",
+        text(&out)
+    );
+    let before = lineage(&db);
+    let log = run_study(dir.path(), "p.toml");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 8, "{log}");
+    assert!(
+        rows.iter().all(|t| t.state == TrialState::Complete),
+        "{log}"
+    );
+    let after = lineage(&db);
+    assert_eq!(after[..before.len()], before[..], "stored exploits stay");
+    assert!(
+        after.len() > before.len(),
+        "the resumed run exploits too: {log}"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &after {
+        assert!(
+            seen.insert((e.0, e.2)),
+            "trial {} exploited twice at point {}",
+            e.2,
+            e.0
+        );
+    }
+    assert!(
+        log.contains("resum") || log.contains("checkpoint"),
+        "members resumed from their checkpoints: {log}"
+    );
+}
+
+#[test]
+fn optuna_reads_a_member_s_schedule() {
+    if !python_imports(
+        "optuna_reads_a_member_s_schedule",
+        "optuna",
+        "SALUS_TUNE_REQUIRE_OPTUNA",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "p.toml", &population("optuna-pbt", 5));
+    run_study(dir.path(), "p.toml");
+    let out = output_of(Command::new(python()).current_dir(dir.path()).args([
+        "-c",
+        "import optuna\n\
+         s = optuna.load_study(study_name='optuna-pbt', storage='sqlite:///optuna-pbt.db')\n\
+         moved = [t for t in s.trials if len(t.user_attrs['pbt:schedule']) > 1]\n\
+         t = moved[0]\n\
+         last = t.user_attrs['pbt:schedule'][-1]\n\
+         assert abs(last['params']['lr'] - t.params['lr']) <= 1e-12 * t.params['lr'], (last, t.params)\n\
+         print(len(s.trials), len(moved))",
+    ]));
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.starts_with("8 "), "{printed}");
+}
