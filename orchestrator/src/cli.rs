@@ -292,6 +292,24 @@ pub enum BenchCmd {
         #[arg(long)]
         python: Option<PathBuf>,
     },
+    /// PBT's exploit: one MLP trial (Adam) taking another's whole state in
+    /// memory, device to device, against checkpoint and restore (the
+    /// donor's state written to a synced file, read back and loaded into
+    /// a trial built anew), for each size.
+    Pbt {
+        /// auto, cpu or cuda:N.
+        #[arg(long, default_value = "auto")]
+        device: String,
+        #[arg(long)]
+        json: bool,
+        /// Trial sizes, in parameters, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000000,10000000",
+              value_parser = clap::value_parser!(u64).range(1000..))]
+        params: Vec<u64>,
+        /// Exploits each way per size.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        rounds: u64,
+    },
     /// A seeded trace of real trials with heavy-tailed lengths and staggered
     /// arrivals, replayed under fifo, pack, fair and srtf: average job
     /// completion time, makespan, busy fraction, ratio to fifo.

@@ -43,6 +43,20 @@ impl OnBackend for Policies {
     }
 }
 
+/// `bench pbt` on whichever device `--device` opened.
+struct Pbt {
+    sizes: Vec<usize>,
+    rounds: usize,
+}
+
+impl OnBackend for Pbt {
+    type Output = salus_tune::bench::pbt::Results;
+    fn run<B: kernels::Backend>(self, backend: std::sync::Arc<B>) -> Result<Self::Output> {
+        let progress = &mut |l: &str| eprintln!("{l}");
+        salus_tune::bench::pbt::run(&backend, &self.sizes, self.rounds, progress)
+    }
+}
+
 fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
     use salus_tune::bench;
     let mut progress = |line: &str| eprintln!("{line}");
@@ -257,6 +271,22 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 );
             } else {
                 print!("{}", bench::storage::table(&rows));
+            }
+        }
+        BenchCmd::Pbt {
+            device,
+            json,
+            params,
+            rounds,
+        } => {
+            let r = device::open(device::parse(&device)?)?.run(Pbt {
+                sizes: params.into_iter().map(|p| p as usize).collect(),
+                rounds: rounds as usize,
+            })?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
+            } else {
+                print!("{}", r.table());
             }
         }
         BenchCmd::Policies {

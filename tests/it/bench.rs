@@ -184,6 +184,43 @@ fn bench_policies_replays_a_trace_under_each_policy() {
     assert!(rows[7]["jct_ratio_vs_fifo"].as_f64().unwrap() > 1.0);
 }
 
+#[test]
+fn bench_pbt_times_an_exploit_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "pbt",
+            "--device",
+            "cpu",
+            "--params",
+            "20000,200000",
+            "--rounds",
+            "3",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (r, asked) in rows.iter().zip([20_000.0, 200_000.0]) {
+        let params = r["params"].as_f64().unwrap();
+        assert!((params / asked - 1.0).abs() < 0.05, "{r}");
+        // Parameters and Adam's two moments, plus the statistics block.
+        let bytes = r["state_bytes"].as_f64().unwrap();
+        assert!(
+            bytes >= 12.0 * params && bytes < 12.0 * params + 4096.0,
+            "{r}"
+        );
+        assert_eq!(r["in_memory_ms"].as_array().unwrap().len(), 3);
+        assert_eq!(r["checkpoint_ms"].as_array().unwrap().len(), 3);
+        assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(rows[1]["state_bytes"].as_f64() > rows[0]["state_bytes"].as_f64());
+}
+
 /// `--device cuda:0` without a usable CUDA device is bad input (exit 2)
 /// naming why. With one, the benchmark is `gpu-check.sh`'s business, not a
 /// test's: this one is recorded as skipped there.

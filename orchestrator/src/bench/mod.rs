@@ -15,6 +15,7 @@ pub mod chaos;
 pub mod external_workers;
 pub mod fronts;
 pub mod packing;
+pub mod pbt;
 pub mod policies;
 pub mod samplers;
 pub mod storage;
