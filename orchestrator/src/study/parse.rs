@@ -397,7 +397,7 @@ impl Checker<'_> {
                     return Err(self.err(
                         fuse_span.unwrap_or_default(),
                         "scheduler.fuse",
-                        "a PBT study's members train unfused for now (an exploit copies                          between lone trials): set fuse = 1 or leave it out",
+                        "a PBT study's members train unfused for now (an exploit copies between lone trials): set fuse = 1 or leave it out",
                     ));
                 }
                 _ => scheduler.fuse = Some(1),
