@@ -457,8 +457,10 @@ async fn open_for_reading(args: &ReadArgs) -> Result<(Store, storage::StudyInfo,
 
 pub async fn trials(args: ReadArgs) -> Result<String> {
     let (mut store, info, _) = open_for_reading(&args).await?;
+    let lineage = store.pbt_lineage(info.id).await?;
     Ok(output::render_trials(
         &store.trials(info.id).await?,
+        &lineage,
         args.format,
     ))
 }

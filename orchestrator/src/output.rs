@@ -3,7 +3,7 @@
 pub use crate::numbers::fmt_float;
 use serde_json::{Value, json};
 
-use crate::storage::{TrialRow, TrialState};
+use crate::storage::{PbtLineage, TrialRow, TrialState};
 use crate::study::Direction;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -164,12 +164,35 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// Rows of trials as text in `format`.
-pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
+/// Where a PBT member's weights came from: `donor@step` for each exploit
+/// it took, in order.
+fn lineage_cell(exploits: &[(i64, crate::storage::TrialNumber)]) -> String {
+    exploits
+        .iter()
+        .map(|(step, donor)| format!("{donor}@{step}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Rows of trials as text in `format`; `lineage`, a PBT study's exploits
+/// (a `pbt_from` column, `donor@step` for each a trial took).
+pub fn render_trials(trials: &[TrialRow], lineage: &PbtLineage, format: Format) -> String {
     if format == Format::Json {
-        return serde_json::to_string_pretty(&trials.iter().map(trial_json).collect::<Vec<_>>())
-            .unwrap()
-            + "\n";
+        let rows: Vec<Value> = trials
+            .iter()
+            .map(|t| {
+                let mut j = trial_json(t);
+                if !lineage.is_empty() {
+                    let took = lineage.get(&t.number).map_or(&[][..], Vec::as_slice);
+                    j["pbt_from"] = took
+                        .iter()
+                        .map(|(step, donor)| json!({ "step": step, "trial": donor }))
+                        .collect();
+                }
+                j
+            })
+            .collect();
+        return serde_json::to_string_pretty(&rows).unwrap() + "\n";
     }
     let mut names: Vec<String> = Vec::new();
     for t in trials {
@@ -191,6 +214,10 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
         header.extend(["rung".to_string(), "priority".to_string()]);
     }
     header.extend(names.iter().cloned());
+    let pbt = !lineage.is_empty();
+    if pbt {
+        header.push("pbt_from".into());
+    }
     let exact = format == Format::Csv;
     let rows: Vec<Vec<String>> = trials
         .iter()
@@ -215,6 +242,13 @@ pub fn render_trials(trials: &[TrialRow], format: Format) -> String {
                     .iter()
                     .map(|n| params.get(n).map_or(String::new(), |v| cell(v, exact))),
             );
+            if pbt {
+                row.push(
+                    lineage
+                        .get(&t.number)
+                        .map_or(String::new(), |l| lineage_cell(l)),
+                );
+            }
             row
         })
         .collect();
@@ -267,7 +301,7 @@ fn table(header: &[String], rows: &[Vec<String>]) -> String {
 pub fn render_best(t: &TrialRow, metric: Option<&str>, format: Format) -> String {
     match format {
         Format::Json => serde_json::to_string_pretty(&trial_json(t)).unwrap() + "\n",
-        Format::Csv => render_trials(std::slice::from_ref(t), Format::Csv),
+        Format::Csv => render_trials(std::slice::from_ref(t), &PbtLineage::new(), Format::Csv),
         Format::Table => {
             let mut out = format!(
                 "Best trial: {}\n  {}: {}\n  params:\n",

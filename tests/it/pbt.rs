@@ -109,6 +109,33 @@ fn the_worst_members_take_the_best_members_state_at_each_point() {
             assert!(best.contains(&e.3), "donor {} of {best:?}", e.3);
         }
     }
+    // `trials` shows where each member's weights came from.
+    let out = run_in(dir.path(), &["trials", "p.toml", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for t in listed.as_array().unwrap() {
+        let number = t["number"].as_i64().unwrap();
+        let took: Vec<(i64, i64)> = t["pbt_from"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["step"].as_i64().unwrap(), e["trial"].as_i64().unwrap()))
+            .collect();
+        let stored: Vec<(i64, i64)> = events
+            .iter()
+            .filter(|e| e.2 == number)
+            .map(|e| (e.1, e.3))
+            .collect();
+        assert_eq!(took, stored, "trial {number}");
+    }
+    let table = text(&run_in(dir.path(), &["trials", "p.toml"]));
+    let (r, d, step) = (events[0].2, events[0].3, events[0].1);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with(&format!("{r} ")) && l.contains(&format!("{d}@{step}"))),
+        "{table}"
+    );
     // A member's stored parameters are those it ended with, and its
     // schedule (a user attribute) ends with them.
     let mut last: BTreeMap<i64, &String> = BTreeMap::new();

@@ -650,13 +650,16 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
     // Every parameter at full precision, wrapped: the table shows a part.
     let params: Vec<String> = t.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
     lines.insert(1, Line::from(params.join("  ")));
-    if !t.user_attrs.is_empty() {
-        let attrs: Vec<String> = t
-            .user_attrs
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
+    let (schedule, attrs): (Vec<_>, Vec<_>) =
+        t.user_attrs.iter().partition(|(k, _)| k == "pbt:schedule");
+    if !attrs.is_empty() {
+        let attrs: Vec<String> = attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         lines.insert(2, Line::from(format!("attrs: {}", attrs.join("  "))));
+    }
+    // A PBT member's lineage: where its weights came from, and the values
+    // they were trained with from each step on.
+    if let Some((_, json)) = schedule.first() {
+        lines.extend(schedule_lines(json).into_iter().map(Line::from));
     }
     frame.render_widget(
         Paragraph::new(lines)
@@ -681,6 +684,36 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
         Paragraph::new(events).block(block("Events", focused)),
         right,
     );
+}
+
+/// A PBT schedule (`pbt:schedule`) as lines: `step 3 from #5: lr=0.004 ...`.
+fn schedule_lines(json: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Array(entries)) = serde_json::from_str(json) else {
+        return Vec::new();
+    };
+    let mut out = vec!["pbt schedule:".to_string()];
+    for e in entries {
+        let from = e["from"]
+            .as_i64()
+            .map_or(String::new(), |n| format!(" from #{n}"));
+        let values: Vec<String> = e["params"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| match v.as_f64() {
+                        Some(f) => format!("{k}={}", fmt_float(f)),
+                        None => format!("{k}={v}"),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(format!(
+            "  step {}{from}: {}",
+            e["step"].as_i64().unwrap_or(0),
+            values.join(" ")
+        ));
+    }
+    out
 }
 
 fn status_line(frame: &mut Frame, area: Rect, view: &ViewState) {
@@ -770,4 +803,21 @@ fn help_overlay(frame: &mut Frame, area: Rect) {
     ));
     frame.render_widget(Clear, r);
     frame.render_widget(Paragraph::new(lines).block(block("Help", true)), r);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pbt_schedule_reads_as_one_line_per_step() {
+        let json = r#"[{"step":0,"params":{"lr":0.01}},{"step":3,"from":5,"params":{"lr":0.008}}]"#;
+        assert_eq!(
+            super::schedule_lines(json),
+            vec![
+                "pbt schedule:",
+                "  step 0: lr=0.01",
+                "  step 3 from #5: lr=0.008"
+            ]
+        );
+        assert!(super::schedule_lines("not json").is_empty());
+    }
 }

@@ -44,7 +44,7 @@ pub use claims::{
     pid_exists, pid_namespace, run_alive,
 };
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
-pub use read::{KeptModel, Owner, StoredParam, StudyInfo, TrialRow, TrialState};
+pub use read::{KeptModel, Owner, PbtLineage, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use record::{FIXED_KEY, StudyOpened, StudyRecord};
 pub use writer::{Writer, WriterStats};
 

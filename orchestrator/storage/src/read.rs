@@ -67,6 +67,9 @@ pub struct StudyInfo {
     pub direction: Direction,
 }
 
+/// PBT's exploits by receiver: `(step, donor)` of each, in order.
+pub type PbtLineage = std::collections::BTreeMap<TrialNumber, Vec<(i64, TrialNumber)>>;
+
 /// One trial as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialRow {
@@ -450,6 +453,35 @@ impl Store {
         table_exists(self.conn(), name)
             .await
             .map_err(|e| Error::storage(&url, e))
+    }
+
+    /// PBT's exploits of the study, by receiver: the step and the donor of
+    /// each, in order (empty for a study without, or a database from
+    /// before PBT).
+    pub async fn pbt_lineage(&mut self, study_id: StudyId) -> Result<PbtLineage> {
+        let url = self.url.clone();
+        if !self.has_table("salus_pbt_events").await? {
+            return Ok(PbtLineage::new());
+        }
+        let rows = sqlx::query(&sql(
+            self.conn(),
+            "SELECT r.number, e.step, d.number FROM salus_pbt_events e \
+             JOIN trials r ON r.trial_id = e.trial_id JOIN trials d ON d.trial_id = e.donor_trial_id \
+             WHERE e.study_id = ? ORDER BY e.pbt_event_id",
+        ))
+        .bind(study_id)
+        .fetch_all(self.conn())
+        .await
+        .map_err(|e| Error::storage(&url, e))?;
+        let mut lineage = PbtLineage::new();
+        for r in rows {
+            let (receiver, step, donor): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+            lineage
+                .entry(TrialNumber(receiver))
+                .or_default()
+                .push((step, TrialNumber(donor)));
+        }
+        Ok(lineage)
     }
 
     /// The numbers of the study's trials that have a kept model.
