@@ -54,7 +54,16 @@ pub enum Command {
     /// List a study's trials.
     Trials(ReadFlags),
     /// Show a study's best trial.
-    Best(ReadFlags),
+    Best {
+        #[command(flatten)]
+        read: ReadFlags,
+        /// Of a PBT study: print the best member's schedule as a study
+        /// file of its own (the study file's, with [pbt] gone, every knob
+        /// fixed to where the member's weights started, and [train]
+        /// schedule), to run without PBT. Needs STUDY.toml.
+        #[arg(long)]
+        schedule: bool,
+    },
     /// Watch a study live in a terminal dashboard (running or finished).
     ///
     /// It rereads the database every 500 ms, so it follows a study that

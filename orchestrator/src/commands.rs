@@ -370,6 +370,10 @@ pub fn check(path: &Path, storage_flag: Option<&str>) -> Result<String> {
             p.factors
         );
     }
+    for (step, values) in &s.schedule {
+        let set: Vec<String> = values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        out += &format!("schedule   from step {step}: {}\n", set.join(" "));
+    }
     out += &format!("keep       {}\n", s.keep.name());
     out += &format!("scheduler  {}\n", scheduler_text(&s));
     out += &format!(
@@ -489,6 +493,54 @@ pub async fn best(args: ReadArgs) -> Result<String> {
         study: info.name.clone(),
     })?;
     Ok(output::render_best(best, metric.as_deref(), args.format))
+}
+
+/// `salus-tune best STUDY.toml --schedule`: the best member of a PBT study
+/// as a study file of its own that replays its schedule without PBT.
+pub async fn best_schedule(args: ReadArgs) -> Result<String> {
+    let Some(path) = args.study_file.clone() else {
+        return Err(Error::Input(
+            "best --schedule writes a study file from the PBT study's own: name it \
+             (salus-tune best STUDY.toml --schedule)"
+                .into(),
+        ));
+    };
+    let s = study::load(&path)?;
+    if s.pbt.is_none() {
+        return Err(Error::Input(format!(
+            "{}: best --schedule replays a PBT member's schedule, and this study has no [pbt]",
+            path.display()
+        )));
+    }
+    let (mut store, info, _) = open_for_reading(&args).await?;
+    let trials = store.trials(info.id).await?;
+    let best = output::best(&trials, info.direction).ok_or_else(|| Error::NoCompleteTrial {
+        study: info.name.clone(),
+    })?;
+    let json = store
+        .trial_user_attr(info.id, best.number, "pbt:schedule")
+        .await?
+        .ok_or_else(|| {
+            Error::Input(format!(
+                "trial {} of '{}' has no pbt:schedule (written as a member ends)",
+                best.number, info.name
+            ))
+        })?;
+    let schedule: serde_json::Value = serde_json::from_str(&json)
+        .map_err(|e| Error::Input(format!("trial {}'s pbt:schedule: {e}", best.number)))?;
+    let text =
+        std::fs::read_to_string(&path).map_err(Error::io(format!("reading {}", path.display())))?;
+    let replay = study::replay_file(&text, &s, &schedule).map_err(Error::Input)?;
+    Ok(format!(
+        "# The schedule of trial {} of study '{}' ({} {}), found by population-based\n\
+         # training, as a study of its own. Save it beside {} (its paths are\n\
+         # relative to that folder) and run it: salus-tune FILE.toml\n{replay}",
+        best.number,
+        info.name,
+        s.metric,
+        best.value.map_or(String::new(), |v| v.to_string()),
+        path.display()
+    ))
 }
 
 /// `salus-tune enqueue STUDY.toml --param NAME=VALUE ...`: a trial that

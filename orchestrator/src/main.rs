@@ -352,10 +352,17 @@ fn main() {
                 print!("{s}");
                 0
             }),
-            Command::Best(f) => commands::best(f.into()).await.map(|s| {
-                print!("{s}");
-                0
-            }),
+            Command::Best { read, schedule } => {
+                let found = if schedule {
+                    commands::best_schedule(read.into()).await
+                } else {
+                    commands::best(read.into()).await
+                };
+                found.map(|s| {
+                    print!("{s}");
+                    0
+                })
+            }
             Command::Dash(f) => {
                 commands::dash(ReadArgs {
                     study_file: f.study_file,

@@ -134,6 +134,7 @@ fn each_module_uses_only_the_layers_below_it() {
                 "space",
                 "sampler",
                 "pruner",
+                "pbt",
                 "objective",
                 "error",
                 "numbers",

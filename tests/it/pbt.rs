@@ -281,3 +281,110 @@ fn optuna_reads_a_member_s_schedule() {
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.starts_with("8 "), "{printed}");
 }
+
+/// Two processes on one PBT study: each trains the members it holds as a
+/// population of its own (exploits between processes are not made yet),
+/// and together they finish every member once.
+#[test]
+fn two_processes_share_a_pbt_study_each_with_its_own_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = population("shared", 3).replace("epochs = 6", "epochs = 16");
+    write(dir.path(), "p.toml", &file);
+    let spawn = || {
+        Running::spawn(
+            bin()
+                .current_dir(dir.path())
+                .args(["p.toml", "--no-progress"]),
+        )
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait(), b.wait());
+    assert_eq!(a.status.code(), Some(0), "{}", text(&a));
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b));
+    let db = dir.path().join("shared.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 8);
+    assert!(rows.iter().all(|t| t.state == TrialState::Complete));
+    // Every exploit is between two trials of one run.
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_pbt_events e \
+             JOIN salus_claims r ON r.trial_id = e.trial_id \
+             JOIN salus_claims d ON d.trial_id = e.donor_trial_id \
+             WHERE r.run_id != d.run_id"
+        ),
+        0
+    );
+    assert!(scalar(&db, "SELECT COUNT(*) FROM salus_pbt_events") > 0);
+}
+
+/// `best --schedule` writes the best member's schedule as a study of its
+/// own, which runs without PBT, its values changing at the same steps.
+#[test]
+fn the_best_member_s_schedule_replays_as_a_study_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    // Seed 5: the best member took another's state at step 4.
+    write(dir.path(), "p.toml", &population("replayed", 5));
+    run_study(dir.path(), "p.toml");
+    let out = run_in(dir.path(), &["best", "p.toml", "--schedule"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let replay = String::from_utf8(out.stdout).unwrap();
+    assert!(!replay.contains("[pbt]"), "{replay}");
+    assert!(replay.contains("report_every = 22"), "{replay}");
+    write(dir.path(), "replay.toml", &replay);
+    let db = dir.path().join("replayed.db");
+    let best = scalar(
+        &db,
+        "SELECT number FROM salus_best_trials WHERE rank = 1 ORDER BY number LIMIT 1",
+    );
+    let schedule: serde_json::Value = serde_json::from_str(
+        &scalar_text(
+            &db,
+            &format!(
+                "SELECT a.value_json FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+                 WHERE t.number = {best} AND a.key = 'pbt:schedule'"
+            ),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let entries = schedule.as_array().unwrap();
+    assert!(
+        entries.len() > 1,
+        "seed 5's best member was a receiver: {schedule}"
+    );
+    let check = text(&run_in(dir.path(), &["check", "replay.toml"]));
+    for e in &entries[1..] {
+        assert!(
+            check.contains(&format!("schedule   from step {}:", e["step"])),
+            "{check}"
+        );
+    }
+    run_study(dir.path(), "replay.toml");
+    let replayed = trials(&dir.path().join("replayed-schedule.db"), None);
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(replayed[0].state, TrialState::Complete);
+    // It starts from where the member's weights started.
+    let lr = replayed[0]
+        .params
+        .iter()
+        .find(|p| p.name == "lr")
+        .map(|p| p.internal);
+    assert_eq!(lr, None, "every knob is fixed in the replay");
+    assert!(
+        replay.contains(&format!("lr = {}", entries[0]["params"]["lr"])),
+        "{replay}"
+    );
+
+    // Without a study file, or of a study without [pbt], it says why.
+    let out = run_in(
+        dir.path(),
+        &["best", "--storage", "replayed.db", "--schedule"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("STUDY.toml"), "{}", text(&out));
+    let out = run_in(dir.path(), &["best", "replay.toml", "--schedule"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("no [pbt]"), "{}", text(&out));
+}

@@ -146,6 +146,15 @@ const BAD: &[&str] = &[
     "[train]\nlr = { float = [1e-3, 1e-1] }\ndropout = { float = [0.0, 0.5] }\n[pbt]\n",
     "[train]\nlr = { float = [1e-3, 1e-1] }\n[scheduler]\nfuse = 4\n[pbt]\n",
     "[train]\nlr = { float = [1e-3, 1e-1] }\n[pbt]\npopulaton = 4\n",
+    // [train] schedule
+    "[train]\nlr = 0.01\nschedule = [{ lr = 0.005 }]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, lr = 0.005 }, { step = 2, lr = 0.001 }]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, width = 64 }]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, lrr = 0.1 }]\n",
+    "[train]\nlr = { float = [1e-3, 1e-1] }\nschedule = [{ step = 3, lr = 0.005 }]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, lr = -1 }]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, dropout = 0.2 }]\n",
+    "[train]\nlr = { float = [1e-3, 1e-1] }\nschedule = [{ step = 3, weight_decay = 0.1 }]\n[pbt]\n",
     "[study]\nmetric = [\"val_accuracy\", \"params\"]\n[train]\nlr = { float = [1e-3, 1e-1] }\n[pbt]\n",
     "[scheduler]\nmax_concurrent = 0\n",
     // [data]

@@ -103,6 +103,8 @@ pub struct TrainTrial<B: Backend> {
     /// Time the last validation pass, as inference `latency` (seconds per
     /// batch) in the final report's extras ([`TrainTrial::measuring_latency`]).
     latency: bool,
+    /// Values that change as it trains ([`TrainTrial::with_schedule`]).
+    schedule: Vec<(u64, Hparams)>,
 }
 
 impl<B: Backend> TrainTrial<B> {
@@ -112,6 +114,32 @@ impl<B: Backend> TrainTrial<B> {
     pub fn measuring_latency(mut self, on: bool) -> Self {
         self.latency = on;
         self
+    }
+
+    /// Values that change as the trial trains: from report step `s` on
+    /// (after its `s`-th report), `h` (its own seed kept). The optimizer
+    /// family and whether dropout is on stay as they are.
+    pub fn with_schedule(mut self, schedule: Vec<(u64, Hparams)>) -> Self {
+        self.schedule = schedule;
+        self
+    }
+
+    /// Puts the schedule's values for the reports made so far in place.
+    fn follow_schedule(&mut self) -> Result<()> {
+        let Some(&(_, h)) = self.schedule.iter().rev().find(|(s, _)| *s <= self.reports) else {
+            return Ok(());
+        };
+        let h = Hparams {
+            seed: self.cfg.hparams.seed,
+            ..h
+        };
+        if h != self.cfg.hparams {
+            if let Some(g) = self.group.as_mut() {
+                g.set_slot_hparams(0, h)?;
+            }
+            self.cfg.hparams = h;
+        }
+        Ok(())
     }
 
     /// A trial with fresh weights, resident on `lane`'s device.
@@ -160,6 +188,7 @@ impl<B: Backend> TrainTrial<B> {
             perm_epoch: None,
             last_report: None,
             latency: false,
+            schedule: Vec::new(),
             data,
             cfg,
         };
@@ -397,6 +426,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         if self.iteration >= self.total_iterations() {
             return Err(WorkerError::Config("the trial has already finished".into()));
         }
+        self.follow_schedule()?;
         let idx = self.batch_indices().to_vec();
         let group = self.group.as_mut().ok_or(WorkerError::NotResident)?;
         group.train_step(lane, &self.data, &idx, &[self.iteration])?;

@@ -382,13 +382,17 @@ impl Runner<'_> {
                 st.in_flight.insert(TrialHandle::Alone(id), flight);
                 continue;
             }
-            let cfg = study.trial_config(&pending.params, trial_seed(st.seed, pending.number));
+            let seed = trial_seed(st.seed, pending.number);
+            let cfg = study.trial_config(&pending.params, seed);
             st.ran += 1;
             let made = match pending.resume.take() {
                 Some(state) => TrainTrial::resume_on_host(st.data[0].clone(), cfg.clone(), state),
                 None => TrainTrial::new_on_host(st.data[0].clone(), cfg.clone()),
             }
-            .map(|t| t.measuring_latency(study.measures_latency()));
+            .map(|t| {
+                t.measuring_latency(study.measures_latency())
+                    .with_schedule(study.schedule_hparams(&pending.params, seed))
+            });
             match made {
                 Ok(trial) => {
                     let reports = trial.total_iterations().div_ceil(

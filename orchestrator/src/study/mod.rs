@@ -11,6 +11,8 @@ mod knobs;
 mod locate;
 pub mod parse;
 mod raw;
+mod replay;
+pub use replay::replay_file;
 
 pub use knobs::*;
 
@@ -456,6 +458,8 @@ pub struct Study {
     pub pruner: PrunerKind,
     /// `[pbt]`: the trials are one population, trained together.
     pub pbt: Option<crate::pbt::PbtConfig>,
+    /// `[train] schedule`: values that change at report steps.
+    pub schedule: parse::Schedule,
     pub scheduler: SchedulerConfig,
     /// The user's own training script; `None` trains the built-in MLP.
     pub worker: Option<WorkerConfig>,
@@ -543,9 +547,9 @@ impl Study {
         }
     }
 
-    /// The worker configuration of a trial with `params`, seeded by `seed`.
-    pub fn trial_config(&self, params: &Params, seed: u64) -> TrialConfig {
-        let v = |name: &str| self.value(params, name);
+    /// A trial's optimizer and regularisation values, each knob's value
+    /// given by `v`, seeded by `seed`.
+    fn hparams(v: impl Fn(&str) -> KnobValue, seed: u64) -> SlotHparams {
         let optimizer = match v("optimizer").as_str() {
             "sgd" => Optimizer::Sgd {
                 momentum: v("sgd.momentum").as_f64() as f32,
@@ -572,6 +576,37 @@ impl Study {
                 }
             }
         };
+        SlotHparams {
+            optimizer,
+            lr: v("lr").as_f64() as f32,
+            weight_decay: v("weight_decay").as_f64() as f32,
+            dropout: v("dropout").as_f64() as f32,
+            seed,
+        }
+    }
+
+    /// What `[train] schedule` sets a trial with `params` to, from each
+    /// step on: its values with the entry's (and the entries' before it)
+    /// in place of the fixed ones.
+    pub fn schedule_hparams(&self, params: &Params, seed: u64) -> Vec<(u64, SlotHparams)> {
+        let mut set: BTreeMap<String, KnobValue> = BTreeMap::new();
+        self.schedule
+            .iter()
+            .map(|(step, values)| {
+                set.extend(values.clone());
+                let v = |name: &str| {
+                    set.get(name)
+                        .cloned()
+                        .unwrap_or_else(|| self.value(params, name))
+                };
+                (*step, Self::hparams(v, seed))
+            })
+            .collect()
+    }
+
+    /// The worker configuration of a trial with `params`, seeded by `seed`.
+    pub fn trial_config(&self, params: &Params, seed: u64) -> TrialConfig {
+        let v = |name: &str| self.value(params, name);
         let (hidden, conv) = match self.model {
             ModelKind::Mlp => (
                 vec![v("width").as_i64() as usize; v("depth").as_i64() as usize],
@@ -619,13 +654,7 @@ impl Study {
             activation: Activation::from_name(v("activation").as_str()).unwrap_or(Activation::Relu),
             batch_size: v("batch_size").as_i64() as usize,
             epochs: v("epochs").as_i64() as u64,
-            hparams: SlotHparams {
-                optimizer,
-                lr: v("lr").as_f64() as f32,
-                weight_decay: v("weight_decay").as_f64() as f32,
-                dropout: v("dropout").as_f64() as f32,
-                seed,
-            },
+            hparams: Self::hparams(v, seed),
             report_every: self.report_every,
         }
     }

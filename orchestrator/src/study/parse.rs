@@ -26,7 +26,7 @@ use crate::space::{Choice, Condition, Distribution, Param, SearchSpace};
 mod knobs;
 mod pbt;
 mod sections;
-pub use pbt::MUTABLE_KNOBS;
+pub use pbt::{MUTABLE_KNOBS, Schedule};
 
 /// Reads and validates the study file at `path`.
 pub fn load(path: &Path) -> Result<Study> {
@@ -339,6 +339,16 @@ impl Checker<'_> {
                 }
             }
         }
+        let schedule = self.schedule(&train.schedule, &knobs)?;
+        let schedule_span = span_of(&train.schedule);
+        if let (Some(span), true) = (&schedule_span, worker.is_some()) {
+            return Err(self.err(
+                span.clone(),
+                "train.schedule",
+                "a schedule changes a built-in trial's values as it trains: an external worker's \
+                 script schedules its own",
+            ));
+        }
         let space = SearchSpace::new(knobs.params)
             .map_err(|e| Error::Input(format!("{}: {e}", self.src.path.display())))?;
         let sampler = self.sampler(root.sampler, &space, seed, objectives.len())?;
@@ -389,15 +399,24 @@ impl Checker<'_> {
         // Latency is a trial's own inference time: it runs alone, unfused.
         let latency = objectives.iter().any(|(m, _)| m == "latency")
             || constraints.iter().any(|c| c.metric == "latency");
-        if pbt.is_some() {
+        if let (Some(span), true) = (&schedule_span, pbt.is_some()) {
+            return Err(self.err(
+                span.clone(),
+                "train.schedule",
+                "a PBT study finds its own schedule: remove [train] schedule or [pbt]",
+            ));
+        }
+        if pbt.is_some() || !schedule.is_empty() {
             // An exploit copies between lone trials (not yet between
-            // members of a fused group).
+            // members of a fused group), and a schedule changes one
+            // trial's values.
             match scheduler.fuse {
                 Some(n) if n > 1 => {
                     return Err(self.err(
                         fuse_span.unwrap_or_default(),
                         "scheduler.fuse",
-                        "a PBT study's members train unfused for now (an exploit copies between lone trials): set fuse = 1 or leave it out",
+                        "PBT's members and scheduled trials train unfused for now (an exploit \
+                         copies between lone trials): set fuse = 1 or leave it out",
                     ));
                 }
                 _ => scheduler.fuse = Some(1),
@@ -440,6 +459,7 @@ impl Checker<'_> {
             sampler,
             pruner,
             pbt,
+            schedule,
             scheduler,
             worker,
             forked_from: None,

@@ -149,6 +149,8 @@ pub struct TrainSection {
     pub weight_decay: Field<KnobRaw>,
     pub dropout: Field<KnobRaw>,
     pub report_every: Field<Int>,
+    /// Values that change at report steps: `[{ step = 3, lr = 0.004 }]`.
+    pub schedule: Field<Vec<toml::Table>>,
     pub sgd: Section<SgdSection>,
     pub adam: Section<AdamSection>,
     pub adamw: Section<AdamSection>,

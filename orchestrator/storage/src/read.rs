@@ -484,6 +484,27 @@ impl Store {
         Ok(lineage)
     }
 
+    /// User attribute `key` of trial `number` of the study, as JSON text.
+    pub async fn trial_user_attr(
+        &mut self,
+        study_id: StudyId,
+        number: TrialNumber,
+        key: &str,
+    ) -> Result<Option<String>> {
+        let url = self.url.clone();
+        sqlx::query_scalar(&sql(
+            self.conn(),
+            "SELECT a.value_json FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+             WHERE t.study_id = ? AND t.number = ? AND a.\"key\" = ?",
+        ))
+        .bind(study_id)
+        .bind(number.0)
+        .bind(key)
+        .fetch_optional(self.conn())
+        .await
+        .map_err(|e| Error::storage(&url, e))
+    }
+
     /// The numbers of the study's trials that have a kept model.
     pub async fn kept_models(&mut self, study_id: StudyId) -> Result<Vec<TrialNumber>> {
         let url = self.url.clone();

@@ -4,6 +4,8 @@
 
 use toml::Spanned;
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::pbt::PbtConfig;
 
@@ -36,7 +38,100 @@ pub(super) struct PbtContext<'s> {
     pub report_every_span: Option<Range<usize>>,
 }
 
+/// `[train] schedule`: values that change as a trial trains, by report
+/// step (what `best --schedule` writes from a PBT member's schedule).
+pub type Schedule = Vec<(u64, BTreeMap<String, KnobValue>)>;
+
+/// A schedule entry's keys, flattened: `adam = { beta1 = 0.8 }` and the
+/// quoted `"adam.beta1" = 0.8` both give `adam.beta1`.
+fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+    for (k, v) in table {
+        let name = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) => flatten(&name, t, out),
+            v => out.push((name, v.clone())),
+        }
+    }
+}
+
 impl Checker<'_> {
+    /// `[train] schedule`: each entry a report step (from 1, increasing)
+    /// and new values of knobs a trial may change as it trains
+    /// ([`MUTABLE_KNOBS`]), each fixed in the study (not searched).
+    pub(super) fn schedule(
+        &self,
+        field: &Option<Spanned<Vec<toml::Table>>>,
+        knobs: &Knobs,
+    ) -> Result<Schedule> {
+        let Some(field) = field else {
+            return Ok(Vec::new());
+        };
+        let span = field.span();
+        let key = "train.schedule";
+        let mut out: Schedule = Vec::new();
+        for (i, entry) in field.get_ref().iter().enumerate() {
+            let at = |msg: String| self.err(span.clone(), key, format!("entry {}: {msg}", i + 1));
+            let mut values = Vec::new();
+            flatten("", entry, &mut values);
+            let step = match entry.get("step") {
+                Some(toml::Value::Integer(s)) if *s >= 1 => *s as u64,
+                _ => {
+                    return Err(at(
+                        "needs step = N, the report step (from 1) it starts at".into()
+                    ));
+                }
+            };
+            if out.last().is_some_and(|(prev, _)| *prev >= step) {
+                return Err(at(format!("steps must increase, and {step} does not")));
+            }
+            let mut set = BTreeMap::new();
+            for (name, v) in values.into_iter().filter(|(n, _)| n != "step") {
+                let Some(knob) = KNOBS.iter().find(|k| k.name == name) else {
+                    return Err(at(format!("unknown knob '{name}'")));
+                };
+                if !MUTABLE_KNOBS.contains(&knob.name) {
+                    return Err(at(format!(
+                        "'{name}' defines the model or its data and cannot change as a trial \
+                         trains; a schedule may set {}",
+                        MUTABLE_KNOBS.join(", ")
+                    )));
+                }
+                if knobs.params.iter().any(|p| p.name == name) {
+                    return Err(at(format!(
+                        "'{name}' is searched: a scheduled knob starts from one fixed value"
+                    )));
+                }
+                let scalar = match v {
+                    toml::Value::Float(f) => raw::Scalar::Float(f),
+                    toml::Value::Integer(n) => raw::Scalar::Int(n),
+                    toml::Value::Boolean(b) => raw::Scalar::Bool(b),
+                    toml::Value::String(s) => raw::Scalar::Str(s),
+                    _ => raw::Scalar::Array,
+                };
+                let value = self
+                    .scalar(knob, key, span.clone(), &scalar)
+                    .map_err(|e| match e {
+                        Error::Study { msg, .. } => at(msg),
+                        other => other,
+                    })?;
+                let start = knobs.fixed.get(&name).map_or(0.0, KnobValue::as_f64);
+                if name == "dropout" && (value.as_f64() > 0.0) != (start > 0.0) {
+                    return Err(at(
+                        "dropout cannot turn on or off as a trial trains (it changes the model)"
+                            .into(),
+                    ));
+                }
+                set.insert(name, value);
+            }
+            out.push((step, set));
+        }
+        Ok(out)
+    }
+
     /// `[pbt]`, or `None` without it. Returns the population's config and
     /// the report interval its exploit points need.
     pub(super) fn pbt(
