@@ -411,6 +411,7 @@ fn scheduler_text(s: &Study) -> String {
     let policy = match c.policy {
         Some(p) => p.name().to_string(),
         None if s.pruner != PrunerKind::None => "priority (default with a pruner)".into(),
+        None if s.pbt.is_some() => "priority (default with [pbt])".into(),
         None => "pack (default)".into(),
     };
     let or_auto = |v: Option<usize>| v.map_or("auto".to_string(), |n| n.to_string());

@@ -104,11 +104,32 @@ fn the_worst_members_take_the_best_members_state_at_each_point() {
             ranked[..2].iter().map(|r| r.1).collect(),
             ranked[6..].iter().map(|r| r.1).collect(),
         );
-        for e in at {
+        for e in &at {
             assert!(worst.contains(&e.2), "receiver {} of {worst:?}", e.2);
             assert!(best.contains(&e.3), "donor {} of {best:?}", e.3);
         }
+        // Standing is priority: the best member's is the highest at the point.
+        let top = scalar(
+            &db,
+            &format!(
+                "SELECT t.number FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE p.reason = 'pbt' AND p.rung = {g} ORDER BY p.priority DESC, t.number LIMIT 1"
+            ),
+        );
+        assert!(
+            top == ranked[0].1 || at.iter().any(|e| e.2 == top && e.3 == ranked[0].1),
+            "generation {g}: top priority {top}, best {}",
+            ranked[0].1
+        );
     }
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_priority WHERE reason = 'pbt'"
+        ),
+        40,
+        "every member's standing at each of the five points"
+    );
     // `trials` shows where each member's weights came from.
     let out = run_in(dir.path(), &["trials", "p.toml", "--format", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

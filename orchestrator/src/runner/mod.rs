@@ -199,9 +199,9 @@ impl Runner<'_> {
         let s = &self.study.scheduler;
         let devices = devices.max(1);
         let cores = (std::thread::available_parallelism().map_or(1, |n| n.get()) / devices).max(1);
-        let policy = s
-            .policy
-            .unwrap_or(default_policy(self.study.pruner != PrunerKind::None));
+        let policy = s.policy.unwrap_or(default_policy(
+            self.study.pruner != PrunerKind::None || self.study.pbt.is_some(),
+        ));
         let base = match backend.kind() {
             DeviceKind::Cpu => CoreConfig::cpu(
                 policy,

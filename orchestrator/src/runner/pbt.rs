@@ -174,6 +174,40 @@ impl Runner<'_> {
             st.seed,
             first,
         );
+        // Standing is priority, as an ASHA rung's rank is: the point is the
+        // rung, the rank within the population the fraction; a receiver
+        // takes its donor's standing with its state. The core serves (and
+        // keeps resident) the best first.
+        let ranked: Vec<TrialNumber> = crate::pbt::rank(&standings, self.study.direction)
+            .iter()
+            .map(|s| s.number)
+            .collect();
+        let rank_of = |n: TrialNumber| {
+            let n = exploits
+                .iter()
+                .find(|e| e.receiver == n)
+                .map_or(n, |e| e.donor);
+            ranked.iter().position(|&m| m == n).unwrap_or(ranked.len())
+        };
+        let members: Vec<(TrialHandle, TrialNumber, crate::storage::Claim)> = pop
+            .at_point
+            .keys()
+            .filter_map(|h| {
+                st.in_flight
+                    .get(h)
+                    .map(|f| (*h, f.pending.number, f.pending.claim))
+            })
+            .collect();
+        for (h, number, claim) in members {
+            let p = crate::pruner::priority(first as usize, rank_of(number), ranked.len());
+            st.set_priority(h, p);
+            self.writer.send(WriteOp::Priority {
+                claim,
+                priority: p,
+                rung: Some(first as i64),
+                reason: "pbt",
+            })?;
+        }
         let job_of = |number: TrialNumber| {
             st.in_flight.iter().find_map(|(h, f)| match h {
                 TrialHandle::Alone(j) if f.pending.number == number => Some(*j),
