@@ -409,3 +409,34 @@ fn the_best_member_s_schedule_replays_as_a_study_of_its_own() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("no [pbt]"), "{}", text(&out));
 }
+
+/// A conv net's population: batch norm's running statistics travel with
+/// each exploit (the exploit itself is checked bit for bit in the training
+/// crate's tests).
+#[test]
+fn a_conv_net_population_exploits_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = StudyFile::new("cnn-pbt", 4, 2)
+        .without("study", "trials")
+        .set("data", "source", "\"digits\"")
+        .set("model", "kind", "\"cnn\"")
+        .set("model", "channels", "4")
+        .set("model", "stages", "1")
+        .set("model", "batch_norm", "true")
+        .set("model", "depth", "1")
+        .set("model", "width", "16")
+        .set("train", "lr", "{ float = [1e-3, 3e-2], log = true }")
+        .set("train", "batch_size", "64")
+        .set("train", "epochs", "3")
+        .set("pbt", "population", "4")
+        .set("pbt", "quantile", "0.5")
+        .build();
+    write(dir.path(), "c.toml", &file);
+    run_study(dir.path(), "c.toml");
+    let db = dir.path().join("cnn-pbt.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|t| t.state == TrialState::Complete));
+    // Two points (after epochs 1 and 2), the worst half (2 of 4) at each.
+    assert_eq!(scalar(&db, "SELECT COUNT(*) FROM salus_pbt_events"), 4);
+}
