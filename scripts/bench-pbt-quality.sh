@@ -5,16 +5,24 @@
 #
 # The task: a 2-layer MLP (width 64, Adam) on the built-in digits, searching
 # the learning rate and weight decay, 12 epochs per full trial.
-# - pbt: a population of 8, an exploit point every 2 epochs;
+# - pbt: a population of 8, an exploit point every epoch (INTERVAL=44:
+#   every 2 epochs);
 # - random: 8 trials of 12 epochs (the same iterations as PBT's);
 # - asha: random proposals under ASHA (min 1 epoch, factor 3) with as many
 #   trials as give about the same iterations (TRIALS_ASHA, 36 by default).
+#
+# METRIC=val_loss ranks and scores by validation loss (minimised) instead
+# of accuracy.
 #
 #   scripts/bench-pbt-quality.sh [SEEDS] [BINARY] > out.json
 set -euo pipefail
 seeds=${1:-10}
 bin=${2:-target/release/salus-tune}
 asha_trials=${TRIALS_ASHA:-36}
+metric=${METRIC:-val_accuracy}
+# Iterations between exploit points: one epoch (22 iterations) by default,
+# as a PBT study without `interval` does.
+interval=${INTERVAL:-22}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -41,26 +49,27 @@ TOML
 for seed in $(seq 0 $((seeds - 1))); do
     dir="$work/$seed"
     mkdir -p "$dir"
-    { printf '[study]\nname = "pbt"\nseed = %s\n\n' "$seed"; common
-      printf '\n[pbt]\npopulation = 8\ninterval = 44\n'; } > "$dir/pbt.toml"
-    { printf '[study]\nname = "random"\nseed = %s\ntrials = 8\n\n' "$seed"; common
+    { printf '[study]\nname = "pbt"\nseed = %s\nmetric = "%s"\n\n' "$seed" "$metric"; common
+      printf '\n[pbt]\npopulation = 8\ninterval = %s\n' "$interval"; } > "$dir/pbt.toml"
+    { printf '[study]\nname = "random"\nseed = %s\nmetric = "%s"\ntrials = 8\n\n' "$seed" "$metric"; common
       printf '\n[sampler]\nkind = "random"\n'; } > "$dir/random.toml"
-    { printf '[study]\nname = "asha"\nseed = %s\ntrials = %s\n\n' "$seed" "$asha_trials"; common
+    { printf '[study]\nname = "asha"\nseed = %s\nmetric = "%s"\ntrials = %s\n\n' "$seed" "$metric" "$asha_trials"; common
       printf '\n[sampler]\nkind = "random"\n\n[pruner]\nkind = "asha"\nmin_resource = 1\nreduction_factor = 3\n'; } > "$dir/asha.toml"
     for m in pbt random asha; do
         "$bin" "$dir/$m.toml" --no-progress > "$dir/$m.log" 2>&1
     done
 done
 
-python3 - "$work" "$seeds" <<'PY'
+python3 - "$work" "$seeds" "$metric" "$interval" <<'PY'
 import json, sqlite3, statistics, sys
-work, seeds = sys.argv[1], int(sys.argv[2])
-out = {}
+work, seeds, metric = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+best_of = "MIN" if metric.endswith("loss") else "MAX"
+out = {"metric": metric, "pbt_interval": int(sys.argv[4])}
 for m in ["pbt", "asha", "random"]:
     best, iters = [], []
     for s in range(seeds):
         db = sqlite3.connect(f"{work}/{s}/{m}.db")
-        best.append(db.execute("SELECT MAX(v.value) FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id WHERE t.state = 'COMPLETE'").fetchone()[0])
+        best.append(db.execute(f"SELECT {best_of}(v.value) FROM trial_values v JOIN trials t ON t.trial_id = v.trial_id WHERE t.state = 'COMPLETE'").fetchone()[0])
         iters.append(db.execute("SELECT SUM(iterations) FROM salus_trials").fetchone()[0])
     out[m] = {"median_best": statistics.median(best), "best_per_seed": best,
               "median_iterations": statistics.median(iters), "iterations_per_seed": iters}
