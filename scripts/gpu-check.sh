@@ -56,20 +56,24 @@
 #                       utilisation, and pause-to-resume of a 256 MiB trial
 #                       (1 GiB of state) in process against checkpoint and
 #                       restart. Optuna travels as wheels (gpu-anchors/wheels).
+#   21-pbt.txt          PBT on cuda:0: the exploit and schedule tests (a
+#                       device-to-device copy, bit for bit against a resume),
+#                       bench pbt (1M and 10M parameters), and
+#                       studies/digits_pbt.toml
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
 #   device-tests.txt    each device test, run or skipped
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-TESTS=(ops conv_ops gradients devices graphs it)
+TESTS=(ops conv_ops gradients devices graphs exploit it)
 
 if [[ "${1:-}" == "prepare" ]]; then
     set -e
     rm -rf gpu-build gpu-anchors && mkdir -p gpu-build gpu-anchors
     cargo build --release --bin salus-tune
     cp target/release/salus-tune gpu-build/
-    # kernels/tests/{ops,conv_ops}.rs, workers/tests/{gradients,devices,graphs}.rs,
+    # kernels/tests/{ops,conv_ops}.rs, workers/tests/{gradients,devices,graphs,exploit}.rs,
     # tests/it/salus_core.rs
     {
         cargo test --release --no-run --message-format=json -p kernels -p training
@@ -268,6 +272,11 @@ phase 20-torch-study.txt 180 bash -c '
         --bin gpu-build/salus-tune --python "$(command -v python3)" --out "$0/20-torch-study"
 ' "$WORK"
 
+phase 21-pbt.txt 60 bash -c '
+    gpu-build/test-exploit cuda:: --test-threads 1 --nocapture &&
+    gpu-build/salus-tune bench pbt --device cuda:0 --rounds 7 &&
+    cp studies/digits_pbt.toml /tmp/pbt.toml &&
+    gpu-build/salus-tune /tmp/pbt.toml --device cuda:0 --no-progress'
 phase 10-torch_anchor.txt 75 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor.py
 
 count() { grep -c "$1" "$WORK/device-tests.txt" 2>/dev/null; }
