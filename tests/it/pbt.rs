@@ -274,6 +274,54 @@ fn a_pbt_study_killed_in_the_middle_resumes_to_the_end() {
         log.contains("resum") || log.contains("checkpoint"),
         "members resumed from their checkpoints: {log}"
     );
+    // Every member's schedule survived the kill: it ends with the values
+    // the member ended with, its steps increasing, and each exploit of
+    // a receiver is in it.
+    for t in &rows {
+        let schedule: serde_json::Value = serde_json::from_str(
+            &scalar_text(
+                &db,
+                &format!(
+                    "SELECT a.value_json FROM trial_user_attributes a JOIN trials t ON t.trial_id = a.trial_id \
+                     WHERE t.number = {} AND a.key = 'pbt:schedule'",
+                    t.number
+                ),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let entries = schedule.as_array().unwrap();
+        let steps: Vec<i64> = entries
+            .iter()
+            .map(|e| e["step"].as_i64().unwrap())
+            .collect();
+        assert!(steps.windows(2).all(|w| w[0] < w[1]), "{schedule}");
+        let lr = t.params.iter().find(|p| p.name == "lr").unwrap().internal;
+        let last = entries.last().unwrap()["params"]["lr"].as_f64().unwrap();
+        assert!(
+            (lr - last).abs() <= 1e-12 * lr,
+            "trial {}: {lr} vs {schedule}",
+            t.number
+        );
+        // The lineage the events say, replayed: a receiver's schedule is
+        // its donor's, then the exploit.
+        let mut lineage: BTreeMap<i64, Vec<(i64, Option<i64>)>> =
+            (0..8).map(|n| (n, vec![(0, None)])).collect();
+        for e in &after {
+            let mut l = lineage[&e.3].clone();
+            l.push((e.1, Some(e.3)));
+            lineage.insert(e.2, l);
+        }
+        let stored: Vec<(i64, Option<i64>)> = entries
+            .iter()
+            .map(|e| (e["step"].as_i64().unwrap(), e["from"].as_i64()))
+            .collect();
+        assert_eq!(
+            stored, lineage[&t.number.0],
+            "trial {}: {schedule}",
+            t.number
+        );
+    }
 }
 
 #[test]

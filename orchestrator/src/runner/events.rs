@@ -520,7 +520,6 @@ impl Runner<'_> {
         }
         st.failures = (0, None);
         self.forget_checkpoint(f.pending.claim);
-        self.pbt_schedule_at_end(st, f.pending.claim, f.pending.number, &f.pending.params)?;
         let (more_values, constraints) = match self.end_values(st, &f, &report, device_seconds) {
             Ok(v) => v,
             Err(reason) => {

@@ -405,6 +405,7 @@ impl Runner<'_> {
                         &describe(study, &pending.params),
                         reports,
                     );
+                    self.pbt_schedule_start(pending.claim, &pending.params)?;
                     let flight = Flight {
                         footprint: trial.footprint(),
                         total_iterations: trial.total_iterations(),

@@ -14,7 +14,9 @@
 //! Each exploit is stored for its receiver in one transaction: its new
 //! parameters (a member's stored parameters are those it ends with), a row
 //! of `salus_pbt_events`, and its schedule (`pbt:schedule`: the donor's
-//! schedule up to now, then the new values) as a user attribute. The core
+//! stored schedule, then the new values) as a user attribute; each member
+//! stores its own as it starts, and storage builds the rest, so that a
+//! resumed run keeps every member's lineage. The core
 //! then checkpoints the receiver's new state, so that a resumed run
 //! continues from it.
 //!
@@ -44,10 +46,6 @@ pub(super) struct Population {
     /// The generation (and its iteration) whose copies are under way: each
     /// receiver's core job and its exploit.
     underway: Option<(u64, u64, BTreeMap<JobId, Exploit>)>,
-    /// Each member's schedule since it started: what its weights were
-    /// trained with, step by step (a member that was never a receiver has
-    /// none yet: its parameters are its schedule).
-    schedules: BTreeMap<TrialNumber, Vec<serde_json::Value>>,
 }
 
 impl Population {
@@ -56,7 +54,6 @@ impl Population {
             cfg,
             at_point: BTreeMap::new(),
             underway: None,
-            schedules: BTreeMap::new(),
         }
     }
 
@@ -252,38 +249,21 @@ impl Runner<'_> {
         }
     }
 
-    /// A member's schedule as it ends (`pbt:schedule`), so that every
-    /// member has one: its own parameters throughout when it never took
-    /// another's state.
-    pub(super) fn pbt_schedule_at_end<B: Backend>(
-        &mut self,
-        st: &RunState<B>,
+    /// A member's schedule as it starts (`pbt:schedule`: its own values
+    /// from step 0), so that every member has one; storage keeps a resumed
+    /// member's own.
+    pub(super) fn pbt_schedule_start(
+        &self,
         claim: crate::storage::Claim,
-        number: TrialNumber,
         params: &Params,
     ) -> Result<()> {
-        let Some(pop) = st.pbt.as_ref() else {
+        if self.study.pbt.is_none() {
             return Ok(());
-        };
-        let schedule = pop.schedules.get(&number).cloned().unwrap_or_else(|| {
-            vec![serde_json::json!({ "step": 0, "params": params_json(self.study, params) })]
-        });
-        let extras = training::ReportExtras {
-            attrs: vec![(
-                "pbt:schedule".into(),
-                serde_json::Value::Array(schedule).to_string(),
-            )],
-            ..Default::default()
-        };
-        let step = st
-            .curves
-            .get(&number)
-            .and_then(|c| c.values.keys().next_back().copied())
-            .unwrap_or(0);
-        self.writer.send(WriteOp::Extras {
+        }
+        let start = serde_json::json!([{ "step": 0, "params": params_json(self.study, params) }]);
+        self.writer.send(WriteOp::ScheduleStart {
             claim,
-            step: step as i64,
-            extras,
+            schedule_json: start.to_string(),
         })?;
         Ok(())
     }
@@ -327,24 +307,12 @@ impl Runner<'_> {
                     .get(&e.receiver)
                     .and_then(|c| c.values.keys().next_back().copied())
                     .unwrap_or(0);
-                let pop = st.pbt.as_mut().expect("a population");
-                let donor_schedule = pop.schedules.get(&e.donor).cloned().unwrap_or_else(|| {
-                    let donor = st
-                        .in_flight
-                        .values()
-                        .find(|f| f.pending.number == e.donor)
-                        .map(|f| f.pending.params.clone())
-                        .unwrap_or_default();
-                    vec![serde_json::json!({ "step": 0, "params": params_json(study, &donor) })]
-                });
-                let mut schedule = donor_schedule;
-                schedule.push(serde_json::json!({
+                let schedule_entry = serde_json::json!({
                     "step": step,
                     "from": e.donor.0,
                     "params": params_json(study, &e.new),
-                }));
-                let schedule_json = serde_json::Value::Array(schedule.clone()).to_string();
-                pop.schedules.insert(e.receiver, schedule);
+                })
+                .to_string();
                 let f = st.in_flight.get_mut(&run).expect("in flight");
                 f.pending.params = e.new.clone();
                 st.history[history_index].params = e.new.clone();
@@ -360,7 +328,7 @@ impl Runner<'_> {
                         new_params: params_json(study, &e.new).to_string(),
                         resampled: serde_json::json!(e.resampled).to_string(),
                         params: super::encode_params(study, &e.new),
-                        schedule_json,
+                        schedule_entry,
                         bytes: bytes as i64,
                         seconds,
                         on_device,

@@ -481,14 +481,42 @@ pub(super) async fn pbt_exploit(
     .bind(time)
     .execute(&mut *conn)
     .await?;
-    set_trial_attr(
-        conn,
-        Attrs::User,
-        trial_id,
-        "pbt:schedule",
-        &e.schedule_json,
-    )
-    .await
+    let donor: Option<String> = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT value_json FROM trial_user_attributes WHERE trial_id = ? AND \"key\" = ?",
+    ))
+    .bind(e.donor)
+    .bind(PBT_SCHEDULE)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let mut schedule: Vec<serde_json::Value> = donor
+        .and_then(|d| serde_json::from_str(&d).ok())
+        .unwrap_or_default();
+    schedule.extend(serde_json::from_str::<serde_json::Value>(&e.schedule_entry).ok());
+    let json = serde_json::Value::Array(schedule).to_string();
+    set_trial_attr(conn, Attrs::User, trial_id, PBT_SCHEDULE, &json).await
+}
+
+/// A PBT member's schedule: what its weights were trained with, step by step.
+const PBT_SCHEDULE: &str = "pbt:schedule";
+
+/// See [`WriteOp::ScheduleStart`].
+pub(super) async fn schedule_start(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    schedule_json: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(
+        &*conn,
+        "INSERT INTO trial_user_attributes (trial_id, \"key\", value_json) VALUES (?, ?, ?) \
+         ON CONFLICT (trial_id, \"key\") DO NOTHING",
+    ))
+    .bind(trial_id)
+    .bind(PBT_SCHEDULE)
+    .bind(schedule_json)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// A trial ends: its state, Optuna value, fail reason and totals.

@@ -119,8 +119,9 @@ pub struct PbtExploit {
     pub resampled: String,
     /// The receiver's parameters from now on, as `trial_params` holds them.
     pub params: Vec<StoredParam>,
-    /// The receiver's whole schedule so far (`pbt:schedule`, a JSON array).
-    pub schedule_json: String,
+    /// This exploit's entry of the receiver's schedule (a JSON object),
+    /// which follows the donor's stored schedule (`pbt:schedule`).
+    pub schedule_entry: String,
     pub bytes: i64,
     pub seconds: f64,
     pub on_device: bool,
@@ -293,11 +294,19 @@ pub enum WriteOp {
     },
     /// PBT's exploit landed in the receiver (`claim`'s trial): its
     /// parameters become those it continues with, the exploit is a row of
-    /// `salus_pbt_events`, and its schedule a user attribute, in one
-    /// transaction.
+    /// `salus_pbt_events`, and its schedule (`pbt:schedule`, a user
+    /// attribute) becomes the donor's followed by this exploit's entry, in
+    /// one transaction.
     Exploit {
         claim: Claim,
         exploit: Box<PbtExploit>,
+    },
+    /// A PBT member's schedule as it starts (`pbt:schedule`: its own
+    /// values from step 0), unless it has one (a resumed member keeps its
+    /// own).
+    ScheduleStart {
+        claim: Claim,
+        schedule_json: String,
     },
     /// Answers once everything sent before it is committed.
     Flush {
@@ -319,6 +328,7 @@ impl WriteOp {
             | WriteOp::KeepModel { claim, .. }
             | WriteOp::TrialAttr { claim, .. }
             | WriteOp::Exploit { claim, .. }
+            | WriteOp::ScheduleStart { claim, .. }
             | WriteOp::Finish(TrialEnd { claim, .. }) => Some(claim),
             _ => None,
         }
@@ -836,6 +846,10 @@ async fn write_op(
         WriteOp::Exploit { claim, exploit } => {
             statements::pbt_exploit(conn, claim.trial_id, exploit, time).await?
         }
+        WriteOp::ScheduleStart {
+            claim,
+            schedule_json,
+        } => statements::schedule_start(conn, claim.trial_id, schedule_json).await?,
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }
