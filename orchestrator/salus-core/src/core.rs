@@ -214,7 +214,9 @@ pub enum CoreEvent {
     },
     /// PBT's exploit done: `receiver` now holds `donor`'s state (`bytes`,
     /// copied in `seconds`; `on_device`: without leaving the device), or
-    /// failed with `error` (then the receiver has failed too).
+    /// failed with `error` (then the receiver has failed too). With
+    /// checkpoints on, `state` is the receiver's new state, to be stored
+    /// with the exploit (one transaction: a crash keeps both or neither).
     Exploited {
         receiver: JobId,
         donor: JobId,
@@ -223,6 +225,7 @@ pub enum CoreEvent {
         seconds: f64,
         on_device: bool,
         error: Option<String>,
+        state: Option<training::TrialSnapshot>,
     },
     /// `iterations` consecutive iterations of `job` on `lane`, in seconds
     /// since the core started.
@@ -950,6 +953,7 @@ impl<B: Backend> State<B> {
                 seconds: 0.0,
                 on_device: false,
                 error: Some("the donor ended before the exploit".into()),
+                state: None,
             });
             return None;
         }

@@ -285,8 +285,17 @@ impl Runner<'_> {
                 seconds,
                 on_device,
                 error,
+                state,
                 ..
-            } => self.pbt_exploited(st, receiver, bytes, seconds, on_device, error),
+            } => {
+                let copied = super::pbt::Copied {
+                    bytes,
+                    seconds,
+                    on_device,
+                    state,
+                };
+                self.pbt_exploited(st, receiver, copied, error)
+            }
             telemetry => self.telemetry(st, telemetry),
         }
     }

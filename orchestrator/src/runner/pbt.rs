@@ -16,9 +16,9 @@
 //! of `salus_pbt_events`, and its schedule (`pbt:schedule`: the donor's
 //! stored schedule, then the new values) as a user attribute; each member
 //! stores its own as it starts, and storage builds the rest, so that a
-//! resumed run keeps every member's lineage. The core
-//! then checkpoints the receiver's new state, so that a resumed run
-//! continues from it.
+//! resumed run keeps every member's lineage. The receiver's checkpoint of
+//! its new state is put in place in the same transaction, so that a
+//! resumed run continues from what was stored.
 //!
 //! Members are paused by this module, not by a pruner: they do not count
 //! as running against `max_concurrent`, so a population larger than it
@@ -70,6 +70,17 @@ impl Population {
             None => Some(step),
         }
     }
+}
+
+/// What the core said of a copy it made ([`CoreEvent::Exploited`]).
+///
+/// [`CoreEvent::Exploited`]: crate::salus::core::CoreEvent::Exploited
+pub(super) struct Copied {
+    pub bytes: usize,
+    pub seconds: f64,
+    pub on_device: bool,
+    /// The receiver's new state, for its checkpoint.
+    pub state: Option<training::TrialSnapshot>,
 }
 
 /// A trial's parameters as a typed JSON object, fixed knobs left out.
@@ -270,16 +281,19 @@ impl Runner<'_> {
 
     /// A copy the core made (or could not make): stored for its receiver;
     /// the last of a generation lets every member go on.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn pbt_exploited<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
         receiver: JobId,
-        bytes: usize,
-        seconds: f64,
-        on_device: bool,
+        copied: Copied,
         error: Option<String>,
     ) -> Result<()> {
+        let Copied {
+            bytes,
+            seconds,
+            on_device,
+            state,
+        } = copied;
         let study = self.study;
         let Some((generation, iteration, e)) = st.pbt.as_mut().and_then(|pop| {
             let (g, i, map) = pop.underway.as_mut()?;
@@ -332,6 +346,13 @@ impl Runner<'_> {
                         bytes: bytes as i64,
                         seconds,
                         on_device,
+                        // Stored with the exploit: a crash keeps both or
+                        // neither.
+                        checkpoint: self
+                            .checkpoints
+                            .as_ref()
+                            .zip(state)
+                            .map(|(c, s)| (c.path_of(claim.trial_id), s.to_bytes())),
                     }),
                 })?;
                 let changed: Vec<String> = e

@@ -125,6 +125,9 @@ pub struct PbtExploit {
     pub bytes: i64,
     pub seconds: f64,
     pub on_device: bool,
+    /// The receiver's checkpoint of its new state (path, bytes), put in
+    /// place in the same transaction as the rest, as `SaveFile` does.
+    pub checkpoint: Option<(PathBuf, Vec<u8>)>,
 }
 
 /// A dashboard command for one trial, as a run takes it.
@@ -315,6 +318,19 @@ pub enum WriteOp {
 }
 
 impl WriteOp {
+    /// The checkpoint file an op puts in place, staged before its
+    /// transaction: `SaveFile`'s, and an exploit's.
+    fn file(&self) -> Option<(&std::path::Path, &[u8])> {
+        match self {
+            WriteOp::SaveFile { path, bytes, .. } => Some((path, bytes)),
+            WriteOp::Exploit { exploit, .. } => exploit
+                .checkpoint
+                .as_ref()
+                .map(|(p, b)| (p.as_path(), b.as_slice())),
+            _ => None,
+        }
+    }
+
     /// The claim a trial's op lands under, for the fence.
     fn claim(&self) -> Option<&Claim> {
         match self {
@@ -661,6 +677,16 @@ fn stage(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
     Ok(tmp)
 }
 
+/// Puts a staged checkpoint in place, while the claim holds; the folder is
+/// synced after the commit (see `apply`), not under the write lock.
+fn put_in_place(staged: Option<&std::path::Path>, file: Option<(&std::path::Path, &[u8])>) {
+    if let (Some(tmp), Some((path, _))) = (staged, file)
+        && let Err(e) = super::files::replace_keeping_previous(tmp, path)
+    {
+        eprintln!("warning: checkpoint {} not saved: {e}", path.display());
+    }
+}
+
 /// Applies a batch in one transaction: stages its checkpoints, then runs
 /// each op whose claim (if it has one) holds, checkpoints put in place and
 /// files removed inside the transaction; answers only once it committed.
@@ -674,18 +700,18 @@ async fn apply(
     // one (or from zero), never the run: the values stay committed.
     let staged: Vec<Option<PathBuf>> = batch
         .iter()
-        .map(|op| match op {
-            WriteOp::SaveFile { path, bytes, .. } => stage(path, bytes)
+        .map(|op| {
+            let (path, bytes) = op.file()?;
+            stage(path, bytes)
                 .map_err(|e| eprintln!("warning: checkpoint {} not saved: {e}", path.display()))
-                .ok(),
-            _ => None,
+                .ok()
         })
         .collect();
     let result = apply_staged(conn, batch, &staged, lost, beat).await;
     // A staged file that is gone was put in place: the checkpoint it
     // replaced goes with the commit, or comes back with a rollback.
     for (op, tmp) in batch.iter().zip(&staged) {
-        if let (WriteOp::SaveFile { path, .. }, Some(tmp)) = (op, tmp)
+        if let (Some((path, _)), Some(tmp)) = (op.file(), tmp)
             && !tmp.exists()
         {
             super::files::settled(path, result.is_ok());
@@ -699,7 +725,7 @@ async fn apply(
     if result.is_ok() {
         let mut synced: Vec<&std::path::Path> = Vec::new();
         for op in batch.iter() {
-            if let WriteOp::SaveFile { path, .. } = op
+            if let Some((path, _)) = op.file()
                 && let Some(dir) = path.parent()
                 && !synced.contains(&dir)
             {
@@ -844,7 +870,8 @@ async fn write_op(
         } => statements::trial_extras(conn, claim.trial_id, *step, extras).await?,
         WriteOp::KeepModel { .. } => statements::keep_model(conn, op, time).await?,
         WriteOp::Exploit { claim, exploit } => {
-            statements::pbt_exploit(conn, claim.trial_id, exploit, time).await?
+            statements::pbt_exploit(conn, claim.trial_id, exploit, time).await?;
+            put_in_place(staged, op.file())
         }
         WriteOp::ScheduleStart {
             claim,
@@ -871,15 +898,7 @@ async fn write_op(
             command_id,
             outcome,
         } => statements::command_outcome(conn, *command_id, outcome).await?,
-        WriteOp::SaveFile { path, .. } => {
-            // Renamed while the claim holds; the folder is synced after
-            // the commit (see `apply`), not under the write lock.
-            if let Some(tmp) = staged
-                && let Err(e) = super::files::replace_keeping_previous(tmp, path)
-            {
-                eprintln!("warning: checkpoint {} not saved: {e}", path.display());
-            }
-        }
+        WriteOp::SaveFile { .. } => put_in_place(staged, op.file()),
         WriteOp::CheckpointSaved { claim, step } => {
             statements::record_checkpoint(conn, claim, *step).await?
         }

@@ -442,9 +442,9 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
     let seconds = t.elapsed().as_secs_f64();
     // The receiver's new state, for its checkpoint: a resumed run goes on
     // from it.
-    let checkpoint = match &result {
-        Ok(_) if shared.checkpoints => lone_state(&mut job, lane),
-        _ => Vec::new(),
+    let state = match &result {
+        Ok(_) if shared.checkpoints => job.export_state(lane).ok(),
+        _ => None,
     };
     let id = lane.id();
     {
@@ -461,14 +461,8 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
             seconds,
             on_device,
             error: result.as_ref().err().map(|e| e.to_string()),
+            state,
         });
-        for (member, state) in checkpoint {
-            st.emit(CoreEvent::Checkpoint {
-                job: receiver,
-                member,
-                state,
-            });
-        }
     }
     take_back(shared, receiver, job, result, |_| {}, |_, _| {});
 }
