@@ -370,8 +370,10 @@ fn a_swapped_out_trial_resumes_on_another_device_with_room() {
             // Device 0 fills up again, then `a` may run: it waits there.
             b = Some(cores.submit_on(0, jb.take().unwrap(), 0.0, "d"));
             cores.resume(a);
-            // The lane hands `a` back to its core just after this event.
-            for _ in 0..5000 {
+            // The lane hands `a` back to its core just after this event;
+            // on a loaded machine (the whole suite on 2 cores) that took
+            // over 5 s once, so wait up to 30.
+            for _ in 0..30_000 {
                 moved = cores.rebalance(|j, d| j.rehome(&datas[d]));
                 if !moved.is_empty() {
                     break;
