@@ -11,8 +11,7 @@ use kernels::Backend;
 
 use crate::device_data::DeviceData;
 use crate::error::Result;
-use crate::group::GroupShape;
-use crate::group::ModelGroup;
+use crate::group::{GroupShape, ModelGroup};
 use crate::hparams::{OptimizerFamily, SlotHparams};
 use crate::lane::Lane;
 use crate::state::TrialSnapshot;

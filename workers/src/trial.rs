@@ -16,7 +16,6 @@ use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
-use crate::hparams::SlotHparams as Hparams;
 use crate::job::{DeviceSlot, Footprint, FusionKey, Job, Report, StepOutcome};
 use crate::lane::Lane;
 use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
@@ -104,7 +103,7 @@ pub struct TrainTrial<B: Backend> {
     /// batch) in the final report's extras ([`TrainTrial::measuring_latency`]).
     latency: bool,
     /// Values that change as it trains ([`TrainTrial::with_schedule`]).
-    schedule: Vec<(u64, Hparams)>,
+    schedule: Vec<(u64, SlotHparams)>,
 }
 
 impl<B: Backend> TrainTrial<B> {
@@ -119,7 +118,7 @@ impl<B: Backend> TrainTrial<B> {
     /// Values that change as the trial trains: from report step `s` on
     /// (after its `s`-th report), `h` (its own seed kept). The optimizer
     /// family and whether dropout is on stay as they are.
-    pub fn with_schedule(mut self, schedule: Vec<(u64, Hparams)>) -> Self {
+    pub fn with_schedule(mut self, schedule: Vec<(u64, SlotHparams)>) -> Self {
         self.schedule = schedule;
         self
     }
@@ -129,7 +128,7 @@ impl<B: Backend> TrainTrial<B> {
         let Some(&(_, h)) = self.schedule.iter().rev().find(|(s, _)| *s <= self.reports) else {
             return Ok(());
         };
-        let h = Hparams {
+        let h = SlotHparams {
             seed: self.cfg.hparams.seed,
             ..h
         };
@@ -519,10 +518,10 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         &mut self,
         lane: &mut Lane<B>,
         donor: &mut dyn Job<B>,
-        hparams: &Hparams,
+        hparams: &SlotHparams,
     ) -> Result<usize> {
         // The receiver keeps its own stream of shuffles and dropout masks.
-        let h = Hparams {
+        let h = SlotHparams {
             seed: self.cfg.hparams.seed,
             ..*hparams
         };
