@@ -57,6 +57,19 @@ impl OnBackend for Pbt {
     }
 }
 
+/// A benchmark's results: its JSON (`--json`), else its table.
+fn print_bench(
+    json: bool,
+    value: impl FnOnce() -> serde_json::Value,
+    table: impl FnOnce() -> String,
+) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&value()).expect("JSON"));
+    } else {
+        print!("{}", table());
+    }
+}
+
 fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
     use salus_tune::bench;
     let mut progress = |line: &str| eprintln!("{line}");
@@ -112,11 +125,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 ),
             };
             let r = device::open(device::parse(&device)?)?.run(job)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
-            } else {
-                print!("{}", r.table());
-            }
+            print_bench(json, || r.json(), || r.table());
         }
         BenchCmd::Samplers {
             json,
@@ -182,11 +191,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 objective_ms as f64,
                 &mut progress,
             )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
-            } else {
-                print!("{}", r.table());
-            }
+            print_bench(json, || r.json(), || r.table());
         }
         BenchCmd::Swap {
             json,
@@ -203,11 +208,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 if device == "cuda" { "cuda" } else { "cpu" },
                 &mut progress,
             )?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
-            } else {
-                print!("{}", r.table());
-            }
+            print_bench(json, || r.json(), || r.table());
         }
         BenchCmd::Chaos {
             json,
@@ -283,11 +284,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 sizes: params.into_iter().map(|p| p as usize).collect(),
                 rounds: rounds as usize,
             })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
-            } else {
-                print!("{}", r.table());
-            }
+            print_bench(json, || r.json(), || r.table());
         }
         BenchCmd::Policies {
             device,
@@ -303,11 +300,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 seeds: seeds as usize,
                 rounds: rounds as usize,
             })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r.json()).expect("JSON"));
-            } else {
-                print!("{}", r.table());
-            }
+            print_bench(json, || r.json(), || r.table());
         }
     }
     Ok(0)
