@@ -2,10 +2,13 @@
 
 A one-hidden-layer MLP with softmax cross-entropy, trained by plain SGD with
 momentum on a seeded synthetic data set; it reports the validation loss
-every epoch and can be checkpointed and resumed.
+every epoch and can be checkpointed and resumed. In a PBT study it takes
+another member's state in process (`on_exploit`), or with
+SALUS_EXPLOIT=restart by a restart from that member's checkpoint.
 """
 
 import os
+import pickle
 import sys
 import time
 
@@ -53,6 +56,21 @@ def val_loss(s):
 
 
 lr, momentum, batch = float(p["lr"]), float(p.get("momentum", 0.9)), 64
+
+
+def take(path, params):
+    """PBT: go on from another member's state with new values, in process."""
+    global lr, momentum
+    with open(path, "rb") as f:
+        saved = pickle.load(f)
+    state.clear()
+    state.update(saved)
+    lr, momentum = float(params["lr"]), float(params.get("momentum", 0.9))
+
+
+# (An older client, without PBT, has no on_exploit.)
+if os.environ.get("SALUS_EXPLOIT") != "restart" and hasattr(trial, "on_exploit"):
+    trial.on_exploit(take)
 log = os.environ.get("SALUS_TEST_LOG")
 loss = val_loss(state)
 for epoch in trial.iterations(epochs, start=state["epoch"]):

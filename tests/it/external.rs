@@ -975,3 +975,90 @@ fn a_dashboard_resume_leaves_a_trial_held_at_its_rung() {
     assert_eq!(rows[0].intermediate.len(), 1);
     assert_eq!(rows[1].intermediate.len(), 3);
 }
+
+/// A trial's number and its stored (step, value) pairs.
+type Curve = (i64, Vec<(i64, f64)>);
+
+/// PBT with the NumPy script: a population of 4, an exploit point every
+/// epoch, the worst member taking the best's state at each. `restart`:
+/// the script cannot take it in process, and is started again from the
+/// donor's checkpoint instead.
+fn pbt_run(dir: &Path, restart: bool) -> (Vec<(i64, i64, i64)>, Vec<Curve>) {
+    let study = numpy_study("npbt", 4, 6, "")
+        .replace("trials = 4\n", "")
+        .replace("hidden = { int = [8, 64] }", "hidden = 16")
+        + "\n[pbt]\npopulation = 4\ninterval = 1\n";
+    let study = if restart {
+        study.replace(
+            "env = { PYTHONPATH",
+            "env = { SALUS_EXPLOIT = \"restart\", PYTHONPATH",
+        )
+    } else {
+        study
+    };
+    write(dir, "p.toml", &study);
+    let out = run_in(dir, &["p.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.join("npbt.db");
+    let rows = trials(&db, None);
+    assert!(
+        rows.iter().all(|t| t.state == TrialState::Complete),
+        "{}",
+        text(&out)
+    );
+    // Through a file (never on the device), each a whole state.
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_pbt_events WHERE NOT on_device AND bytes > 1000"
+        ),
+        5,
+        "{}",
+        text(&out)
+    );
+    let events = block_on(async {
+        use sqlx::{Connection, Row};
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query(
+            "SELECT step, trial_number, donor_number FROM salus_pbt_lineage ORDER BY generation",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect()
+    });
+    let curves = rows
+        .iter()
+        .map(|t| (t.number.0, t.intermediate.clone()))
+        .collect();
+    (events, curves)
+}
+
+/// An external worker's exploit: the receiver goes on from its donor's
+/// checkpoint with new parameters. Taken in process (`on_exploit`) or by a
+/// restart from that file, every member's curve is the same, value for
+/// value, and each reports every step once.
+#[test]
+fn external_workers_exploit_in_process_or_by_a_restart_alike() {
+    if !has_numpy("external_workers_exploit_in_process_or_by_a_restart_alike") {
+        return;
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (events, curves) = pbt_run(a.path(), false);
+    let (events_restart, curves_restart) = pbt_run(b.path(), true);
+    assert_eq!(events.len(), 5, "one exploit a point: {events:?}");
+    for (g, e) in events.iter().enumerate() {
+        assert_eq!(e.0, g as i64 + 1, "{events:?}");
+        assert_ne!(e.1, e.2);
+    }
+    for (_, curve) in &curves {
+        let steps: Vec<i64> = curve.iter().map(|c| c.0).collect();
+        assert_eq!(steps, vec![1, 2, 3, 4, 5, 6]);
+    }
+    assert_eq!(events, events_restart);
+    assert_eq!(curves, curves_restart);
+}

@@ -970,7 +970,7 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
             core.release(*job);
             paused += 1;
             if paused == 2 {
-                core.exploit(receiver, donor, new);
+                core.exploit(receiver, donor, training::NewValues::Hparams(new));
             }
         }
         CoreEvent::Report { job, .. } => core.release(*job),

@@ -167,6 +167,16 @@ pub struct DeviceSlot<'a, B: Backend> {
     pub reports: u64,
 }
 
+/// What a PBT receiver goes on with after an exploit.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NewValues {
+    /// A built-in trial's hyper-parameters.
+    Hparams(SlotHparams),
+    /// An external worker's parameters: a JSON object, as its `start`
+    /// message carries them.
+    Params(String),
+}
+
 /// A schedulable trial. See the module docs.
 pub trait Job<B: Backend>: Send {
     fn footprint(&self) -> Footprint;
@@ -230,18 +240,28 @@ pub trait Job<B: Backend>: Send {
     }
     /// PBT's exploit: takes `donor`'s whole state (parameters, optimizer
     /// state, batch norm's statistics, and its place in training) and
-    /// continues from it with `hparams`, keeping its own seed (data order
-    /// and dropout). Both jobs are off the lanes, at a boundary. On the
-    /// device where both are resident; through the host otherwise.
-    /// Returns the bytes copied.
+    /// continues from it with `new` values, keeping its own seed (data
+    /// order and dropout). Both jobs are off the lanes, at a boundary. On
+    /// the device where both are resident; through the host otherwise; an
+    /// external worker through a file the donor saves
+    /// ([`Job::save_for_exploit`]). Returns the bytes copied.
     fn exploit(
         &mut self,
         _lane: &mut Lane<B>,
         _donor: &mut dyn Job<B>,
-        _hparams: &SlotHparams,
+        _new: &NewValues,
     ) -> Result<usize> {
         Err(crate::WorkerError::Config(
-            "this kind of trial cannot take another trial's state in memory".into(),
+            "this kind of trial cannot take another trial's state".into(),
+        ))
+    }
+    /// A donor's side of an exploit between external workers: its whole
+    /// state saved to `path`, in the format its own checkpoints have,
+    /// without stopping it. Built-in trials are copied on the device or
+    /// through the host instead.
+    fn save_for_exploit(&mut self, _lane: &mut Lane<B>, _path: &std::path::Path) -> Result<()> {
+        Err(crate::WorkerError::Config(
+            "this kind of trial cannot save its state for another trial to take".into(),
         ))
     }
     /// A fused job's members' states, by tag, for their checkpoints; a lone

@@ -47,8 +47,8 @@ pub use error::{Result, WorkerError};
 pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
-    DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, ReportExtras,
-    StepOutcome, SwapMedium,
+    DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,
+    ReportExtras, StepOutcome, SwapMedium,
 };
 pub use lane::Lane;
 pub use model::{LossKind, ModelSpec};

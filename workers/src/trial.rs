@@ -16,7 +16,7 @@ use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
-use crate::job::{DeviceSlot, Footprint, FusionKey, Job, Report, StepOutcome};
+use crate::job::{DeviceSlot, Footprint, FusionKey, Job, NewValues, Report, StepOutcome};
 use crate::lane::Lane;
 use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
 use crate::state::{TrialSnapshot, fnv1a};
@@ -518,8 +518,13 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         &mut self,
         lane: &mut Lane<B>,
         donor: &mut dyn Job<B>,
-        hparams: &SlotHparams,
+        new: &NewValues,
     ) -> Result<usize> {
+        let NewValues::Hparams(hparams) = new else {
+            return Err(WorkerError::Config(
+                "a built-in trial takes hyper-parameters, not a worker's parameters".into(),
+            ));
+        };
         // The receiver keeps its own stream of shuffles and dropout masks.
         let h = SlotHparams {
             seed: self.cfg.hparams.seed,

@@ -1,4 +1,4 @@
-"""Client for salus-tune's external worker protocol (versions 1 and 2).
+"""Client for salus-tune's external worker protocol (versions 1 to 3).
 
 Standard library only; `salus_worker.torch` adds in-process swap for
 PyTorch. salus-tune starts your script once per trial with
@@ -20,8 +20,12 @@ safely), and ends the process cleanly when the trial is pruned.
 
 A script that tracks nothing is swapped out through a checkpoint instead:
 it registers `trial.on_checkpoint(save)` and resumes from
-`trial.load_checkpoint(load)`. See the protocol table in salus-tune's docs
-(docs/external-workers.md).
+`trial.load_checkpoint(load)`.
+
+In a PBT study (`[pbt]`), a member that takes another's state restarts
+from the other's checkpoint with new `params`, unless the script registers
+`trial.on_exploit(load)`, which takes it in process. See the protocol
+table in salus-tune's docs (docs/external-workers.md).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import socket
 import sys
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
-VERSION = 2
+VERSION = 3
 
 __all__ = ["Trial", "connect", "run_objective", "serve", "VERSION", "is_out_of_memory"]
 
@@ -140,6 +144,8 @@ class Trial:
         self.device = start.get("device") or os.environ.get("SALUS_TUNE_DEVICE", "cpu")
         self.memory_limit = start.get("memory_limit")
         self._save: Optional[Callable[[str], None]] = None
+        self._on_exploit: Optional[Callable[[str, Dict[str, Any]], None]] = None
+        self._position = 0
         self._cap_memory()
 
     def _cap_memory(self) -> None:
@@ -245,6 +251,16 @@ class Trial:
         with open(self.resume_from, "rb") as f:
             return pickle.load(f)
 
+    def on_exploit(self, load: Callable[[str, Dict[str, Any]], None]) -> None:
+        """PBT: `load(path, params)` makes this trial continue from another
+        member's checkpoint at `path` (as its `on_checkpoint` saved it)
+        with the new `params`, in process: load the model and optimizer
+        state, and apply the params (set the optimizer's learning rate,
+        say). `trial.params` and the iteration `trial.iterations` yields
+        next follow. Without it, the process exits and is started again
+        with `resume_from` and `params` set."""
+        self._on_exploit = load
+
     def save_checkpoint(self, state: Any, path: str) -> None:
         """Pickles `state` to `path` atomically (a helper for on_checkpoint)."""
         tmp = path + ".tmp"
@@ -272,6 +288,22 @@ class Trial:
                 self._save(msg["path"])
                 self._send({"type": "checkpointed", "path": msg["path"]})
                 self._exit(0)
+            if kind == "save":
+                # PBT: another member takes this one's state; it goes on.
+                if self._save is None:
+                    self.fail("PBT needs the trial's state: call trial.on_checkpoint(save) in the script")
+                    self._exit(1)
+                self._save(msg["path"])
+                self._send({"type": "saved", "path": msg["path"]})
+            if kind == "exploit":
+                if self._on_exploit is None:
+                    self._send({"type": "restart"})
+                    self._exit(0)
+                self._on_exploit(msg["resume_from"], msg["params"])
+                self.params = msg["params"]
+                self.resume_from = msg["resume_from"]
+                self._position = int(msg["iteration"])
+                self._send({"type": "exploited"})
             if kind == "swap_out":
                 self._send({"type": "swapped_out", "bytes": self._tracker.swap_out()})
             if kind == "swap_in":
@@ -283,9 +315,14 @@ class Trial:
 
     def iterations(self, total: int, start: int = 0) -> Iterator[int]:
         """Yields iteration numbers `start .. total-1`, each when salus-tune
-        lets it run."""
-        for i in range(start, total):
+        lets it run (after a PBT exploit in process, on from the donor's)."""
+        self._position = start
+        while self._position < total:
             self.wait_turn()
+            if self._position >= total:  # an exploit took it to the end
+                break
+            i = self._position
+            self._position += 1
             yield i
 
     def report(self, step: int, value: float, **metrics: float) -> None:

@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use kernels::Backend;
 use training::{
-    Footprint, Job, Lane, MemberOutcome, MemberStep, Report, SlotHparams, StepOutcome, SwapMedium,
+    Footprint, Job, Lane, MemberOutcome, MemberStep, NewValues, Report, StepOutcome, SwapMedium,
     WorkerError, lane::GroupShape,
 };
 
@@ -282,7 +282,7 @@ struct Entry<B: Backend> {
     release: bool,
     /// PBT's exploit, asked for: take this donor's state, continue with
     /// these hyper-parameters.
-    exploit: Option<(JobId, SlotHparams)>,
+    exploit: Option<(JobId, NewValues)>,
     prune: bool,
     iterations: u64,
 }
@@ -351,7 +351,7 @@ enum Work<B: Backend> {
 struct Exploit<B: Backend> {
     receiver: (JobId, Box<dyn Job<B>>),
     donor: (JobId, Box<dyn Job<B>>),
-    hparams: SlotHparams,
+    new: NewValues,
 }
 
 struct Shared<B: Backend> {
@@ -528,8 +528,8 @@ impl<B: Backend> SalusCore<B> {
     /// (see `Job::exploit`); a lane copies it, on the device where both
     /// are resident, and says so with [`CoreEvent::Exploited`]. Both should
     /// be paused, so that neither moves on first.
-    pub fn exploit(&self, receiver: JobId, donor: JobId, hparams: SlotHparams) {
-        self.with_job(receiver, |e| e.exploit = Some((donor, hparams)));
+    pub fn exploit(&self, receiver: JobId, donor: JobId, new: NewValues) {
+        self.with_job(receiver, |e| e.exploit = Some((donor, new)));
     }
 
     /// Ends a job at its next boundary.
@@ -921,11 +921,11 @@ impl<B: Backend> State<B> {
         {
             return Some(Work::Release(id, self.take(id)));
         }
-        if let Some((id, donor, hparams)) = self.exploit_for(lane) {
+        if let Some((id, donor, new)) = self.exploit_for(lane) {
             return Some(Work::Exploit(Exploit {
                 receiver: (id, self.take(id)),
                 donor: (donor, self.take(donor)),
-                hparams,
+                new,
             }));
         }
         let id = policy::next(self.policy, &self.runnable(lane, None))?;
@@ -935,13 +935,14 @@ impl<B: Backend> State<B> {
     /// An exploit `lane` may carry out now: its receiver is on this lane
     /// (or on none), and neither it nor its donor is running. A donor that
     /// has ended fails the request.
-    fn exploit_for(&mut self, lane: LaneId) -> Option<(JobId, JobId, SlotHparams)> {
+    fn exploit_for(&mut self, lane: LaneId) -> Option<(JobId, JobId, NewValues)> {
         let found = self.jobs.iter().find_map(|(&id, e)| {
-            let (donor, hparams) = e.exploit?;
+            let (donor, new) = e.exploit.as_ref()?;
+            let donor = *donor;
             let here = e.lane == Some(lane) || e.lane.is_none();
             let free = |d: &Entry<B>| !d.running();
             (here && !e.running() && self.jobs.get(&donor).is_none_or(free))
-                .then_some((id, donor, hparams))
+                .then(|| (id, donor, new.clone()))
         })?;
         self.jobs.get_mut(&found.0).expect("receiver").exploit = None;
         if !self.jobs.contains_key(&found.1) {

@@ -211,11 +211,11 @@ impl<B: Backend> DeviceCores<B> {
 
     /// PBT's exploit ([`SalusCore::exploit`]) between two jobs of one
     /// device; `false` (and nothing asked) when they are on two.
-    pub fn exploit(&self, receiver: JobId, donor: JobId, hparams: training::SlotHparams) -> bool {
+    pub fn exploit(&self, receiver: JobId, donor: JobId, new: training::NewValues) -> bool {
         if self.device_of(receiver) != self.device_of(donor) {
             return false;
         }
-        self.core(receiver).exploit(receiver, donor, hparams);
+        self.core(receiver).exploit(receiver, donor, new);
         true
     }
 

@@ -155,7 +155,8 @@ pub fn run<B: Backend>(
         let mut state_bytes = 0;
         for round in 0..rounds {
             let t = Instant::now();
-            state_bytes = receiver.exploit(&mut lane, &mut donor, &new)?;
+            state_bytes =
+                receiver.exploit(&mut lane, &mut donor, &training::NewValues::Hparams(new))?;
             lane.sync()?;
             in_memory_ms.push(1e3 * t.elapsed().as_secs_f64());
 

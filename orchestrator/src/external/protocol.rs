@@ -1,4 +1,4 @@
-//! The worker protocol, versions 1 and 2: JSON lines over a Unix socket.
+//! The worker protocol, versions 1 to 3: JSON lines over a Unix socket.
 //!
 //! The orchestrator starts one process per trial with `SALUS_TUNE_SOCKET`
 //! set to a socket path; the worker connects to it. The script's own stdout
@@ -7,7 +7,7 @@
 //!
 //! | from | `type` | fields | meaning |
 //! |---|---|---|---|
-//! | worker | `hello` | `version` | first message; `version` is 1 or 2 |
+//! | worker | `hello` | `version` | first message; `version` is 1, 2 or 3 |
 //! | orchestrator | `start` | `version`, `trial`, `params`, `report_every`, `checkpoint_path`, `resume_from`; from version 2 also `device`, `memory_limit` | the trial to run; `resume_from` is a checkpoint path or null; `memory_limit` is the trial's grant in bytes, a cap the client sets on its allocator |
 //! | worker | `ready` | from version 2, optional `memory` (`persistent`, `peak`, `cached`, in bytes) and `swap` | asks to run its next iteration, then waits; `memory` is what the client measured on its device; `swap: true` says it can swap in process |
 //! | orchestrator | `go` | | run one iteration |
@@ -26,10 +26,15 @@
 //! | worker | `swapped_in` | `bytes` | device bytes taken again |
 //! | orchestrator | `release_cache` | | (version 2, while the worker waits) give the allocator's cache back: the ledger needs the room |
 //! | worker | `released` | `bytes` | device bytes given back |
+//! | orchestrator | `save` | `path` | (version 3, while the worker waits; a PBT donor) save your state to `path` as a checkpoint, answer `saved`, go on waiting |
+//! | worker | `saved` | `path` | the state is saved |
+//! | orchestrator | `exploit` | `resume_from`, `params`, `iteration` | (version 3, while the worker waits; a PBT receiver) continue from the checkpoint at `resume_from` (another trial's, `iteration` iterations in) with `params` |
+//! | worker | `exploited` | | the client loaded it in process; it waits for `go` |
+//! | worker | `restart` | | the client cannot load it in process and exits; it is started again with `resume_from` and `params` |
 //!
 //! The version is the lower of the worker's and the orchestrator's: a
 //! version 1 worker is sent version 1 messages only, and is swapped out by
-//! `checkpoint` as before.
+//! `checkpoint` as before. A PBT study needs version 3 of its workers.
 //!
 //! The orchestrator answers each `ready` when the trial holds a lane: until
 //! then the worker waits, keeping its state (it is paused). A worker that
@@ -42,7 +47,7 @@ use serde_json::Value;
 use crate::storage::TrialNumber;
 
 /// The newest protocol version this orchestrator speaks.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 /// The oldest version it still speaks.
 pub const OLDEST: u64 = 1;
@@ -96,6 +101,16 @@ pub enum FromWorker {
         #[serde(deserialize_with = "path")]
         path: String,
     },
+    /// Version 3: a PBT donor's state is saved (`save`).
+    Saved {
+        #[serde(deserialize_with = "path")]
+        path: String,
+    },
+    /// Version 3: a PBT receiver loaded the donor's state in process.
+    Exploited,
+    /// Version 3: a PBT receiver exits, to be started again from the
+    /// donor's state.
+    Restart,
     /// `more`: the worker can take another trial (it then waits for `start`).
     /// `value`: the trial's final value, or a list of them, one per
     /// objective, for a study of several.
@@ -163,6 +178,18 @@ pub enum ToWorker {
     /// Give the allocator's cache back to the device.
     #[serde(rename = "release_cache")]
     ReleaseCache,
+    /// Version 3: save the state to `path` and go on waiting (PBT's donor).
+    Save {
+        path: String,
+    },
+    /// Version 3: continue from another trial's checkpoint with new
+    /// parameters (PBT's receiver).
+    Exploit {
+        resume_from: String,
+        params: Value,
+        /// Iterations the checkpoint's trial had done.
+        iteration: u64,
+    },
 }
 
 /// The version both sides speak, for a worker's `hello`; the error says
@@ -449,9 +476,10 @@ mod tests {
     fn the_version_is_the_lower_of_the_two() {
         assert_eq!(negotiate(1), Ok(1));
         assert_eq!(negotiate(2), Ok(2));
+        assert_eq!(negotiate(3), Ok(3));
         assert_eq!(negotiate(7), Ok(VERSION));
         let e = negotiate(0).unwrap_err();
-        assert!(e.contains("speaks 1 to 2"), "{e}");
+        assert!(e.contains("speaks 1 to 3"), "{e}");
     }
 
     #[test]
@@ -583,9 +611,45 @@ mod tests {
             (ToWorker::SwapOut, "swap_out"),
             (ToWorker::SwapIn, "swap_in"),
             (ToWorker::ReleaseCache, "release_cache"),
+            (ToWorker::Save { path: "/p".into() }, "save"),
         ] {
             let v: Value = serde_json::from_str(&encode(&m)).unwrap();
             assert_eq!(v["type"], t);
         }
+        let v: Value = serde_json::from_str(&encode(&ToWorker::Exploit {
+            resume_from: "/c/3.exploit".into(),
+            params: json!({"lr": 0.02}),
+            iteration: 4,
+        }))
+        .unwrap();
+        assert_eq!(
+            (
+                &v["type"],
+                &v["resume_from"],
+                &v["params"]["lr"],
+                &v["iteration"]
+            ),
+            (
+                &json!("exploit"),
+                &json!("/c/3.exploit"),
+                &json!(0.02),
+                &json!(4)
+            )
+        );
+    }
+
+    #[test]
+    fn a_pbt_worker_s_answers_parse() {
+        assert_eq!(
+            parse("{\"type\":\"saved\",\"path\":\"/p\"}"),
+            Ok(FromWorker::Saved { path: "/p".into() })
+        );
+        assert_eq!(parse("{\"type\":\"exploited\"}"), Ok(FromWorker::Exploited));
+        assert_eq!(parse("{\"type\":\"restart\"}"), Ok(FromWorker::Restart));
+        assert!(
+            parse("{\"type\":\"saved\"}")
+                .unwrap_err()
+                .contains("'path' is missing")
+        );
     }
 }

@@ -23,6 +23,12 @@
 //! client reported and restarts from its last checkpoint (or from the
 //! start), while its neighbours go on.
 //!
+//! **PBT.** A receiver takes its donor's state through a file: the donor
+//! saves it (`save`, and goes on waiting), and the receiver is told to
+//! continue from it with its new parameters (`exploit`). A client that can
+//! load it in process does so (`exploited`); any other exits (`restart`)
+//! and is started again from that file, in place, keeping its grant.
+//!
 //! Whatever goes wrong (the process dies, stays silent past the heartbeat
 //! timeout, or sends a malformed message) is an error of this trial only:
 //! it FAILs with the reason and the tail of the script's output, and the
@@ -31,7 +37,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,8 +48,8 @@ use serde_json::Value;
 use training::group::GroupShape;
 use training::state::TrialSnapshot;
 use training::{
-    Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, OptimizerFamily, Report, StepOutcome,
-    SwapMedium, WorkerError,
+    Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, NewValues, OptimizerFamily, Report,
+    StepOutcome, SwapMedium, WorkerError,
 };
 
 use super::protocol::{self, FromWorker, MemoryReport, ToWorker};
@@ -218,6 +224,15 @@ pub fn shut_down_workers() {
         let _ = std::fs::remove_file(&p.socket);
     }
     let _ = std::fs::remove_dir(socket_dir());
+}
+
+/// Where a PBT donor saves the state a trial with checkpoint file
+/// `checkpoint` takes: beside it, and kept while the trial may restart
+/// from it.
+pub fn exploit_path(checkpoint: &Path) -> PathBuf {
+    let mut p = checkpoint.as_os_str().to_owned();
+    p.push(".exploit");
+    PathBuf::from(p)
 }
 
 fn socket_path(number: TrialNumber) -> PathBuf {
@@ -974,6 +989,97 @@ impl<B: Backend> Job<B> for ExternalTrial {
         self.medium
     }
 
+    /// The live worker saves itself (`save`); one swapped out through its
+    /// checkpoint has its state in that file already.
+    fn save_for_exploit(&mut self, _lane: &mut Lane<B>, path: &Path) -> training::Result<()> {
+        let Some(version) = self.proc.as_ref().map(|p| p.version) else {
+            let from = self
+                .resume_from
+                .clone()
+                .ok_or_else(|| fail("the donor has no saved state yet"))?;
+            std::fs::copy(&from, path)
+                .map_err(|e| fail(format!("cannot copy the donor's checkpoint {from}: {e}")))?;
+            return Ok(());
+        };
+        if version < 3 {
+            return Err(fail(format!(
+                "the donor's client speaks protocol version {version}; PBT needs version 3 \
+                 (a newer salus_worker)"
+            )));
+        }
+        self.wait_ready()?;
+        self.ask(
+            ToWorker::Save {
+                path: path.display().to_string(),
+            },
+            "saved",
+            |m| matches!(m, FromWorker::Saved { .. }).then_some(0),
+        )?;
+        Ok(())
+    }
+
+    /// Takes the donor's saved state: in process where the client can
+    /// load it, else by a restart from it (the process keeps its grant).
+    fn exploit(
+        &mut self,
+        lane: &mut Lane<B>,
+        donor: &mut dyn Job<B>,
+        new: &NewValues,
+    ) -> training::Result<usize> {
+        let NewValues::Params(json) = new else {
+            return Err(fail(
+                "an external worker takes parameters, not a built-in trial's hyper-parameters",
+            ));
+        };
+        let params: Value = serde_json::from_str(json)
+            .map_err(|e| fail(format!("the new parameters are not JSON: {e}")))?;
+        let staged = exploit_path(&self.checkpoint_path);
+        donor.save_for_exploit(lane, &staged)?;
+        let bytes = std::fs::metadata(&staged).map_or(0, |m| m.len() as usize);
+        let iteration = donor.iterations_done();
+        let step = donor.report().map_or(0, |r| r.step);
+        self.params = params.clone();
+        self.resume_from = Some(staged.display().to_string());
+        (self.iteration, self.last_step) = (iteration, step);
+        self.resume_point = (iteration, step);
+        self.last_report = donor.report().cloned();
+        let Some(version) = self.proc.as_ref().map(|p| p.version) else {
+            // Not running: its next start is from the donor's state.
+            return Ok(bytes);
+        };
+        let live = !self.on_host;
+        self.wait_ready()?;
+        if version >= 3 && live {
+            self.send(&ToWorker::Exploit {
+                resume_from: staged.display().to_string(),
+                params,
+                iteration,
+            })?;
+            loop {
+                match self.recv()? {
+                    FromWorker::Exploited => return Ok(bytes),
+                    FromWorker::Restart => break,
+                    FromWorker::Heartbeat => {}
+                    FromWorker::Error { message } => {
+                        return Err(self.abort(format!("the worker reported an error: {message}")));
+                    }
+                    other => {
+                        return Err(self.abort(format!("expected exploited, got {other:?}")));
+                    }
+                }
+            }
+        } else {
+            self.send(&ToWorker::Prune)?;
+        }
+        self.reap();
+        self.on_host = false;
+        if live {
+            // Restarted in place: the ledger still holds its memory.
+            self.spawn()?;
+        }
+        Ok(bytes)
+    }
+
     fn releasable_bytes(&self) -> usize {
         // Only a version 2 client measures; it must be waiting to answer.
         let waiting = self.proc.as_ref().is_some_and(|p| p.ready);
@@ -1017,6 +1123,7 @@ impl ExternalTrial {
             }
         }
         let _ = std::fs::remove_file(&self.checkpoint_path);
+        let _ = std::fs::remove_file(exploit_path(&self.checkpoint_path));
         let step = report.as_ref().map_or(self.last_step.max(1), |r| r.step);
         // What the last report carried is stored with it; what came after
         // is stored with the end.

@@ -333,21 +333,12 @@ impl Runner<'_> {
                 // Each attempt writes its own file; it resumes from the
                 // one the trial's latest recorded checkpoint names.
                 let claim = pending.claim;
-                let (ckpt, resume_from) = match &self.checkpoints {
-                    Some(c) => (
-                        c.external_path(claim.trial_id, claim.attempt),
-                        pending
-                            .external_resume
-                            .map(|(attempt, _)| c.external_path(claim.trial_id, attempt)),
-                    ),
-                    None => (
-                        std::env::temp_dir().join(format!(
-                            "salus-trial-{}.a{}.external",
-                            claim.trial_id, claim.attempt
-                        )),
-                        None,
-                    ),
-                };
+                let ckpt = self.worker_checkpoint(claim);
+                let resume_from = self.checkpoints.as_ref().and_then(|c| {
+                    pending
+                        .external_resume
+                        .map(|(attempt, _)| c.external_path(claim.trial_id, attempt))
+                });
                 let plan = st
                     .worker_memory
                     .clone()
@@ -775,6 +766,19 @@ struct MemberId(u64);
 enum TrialHandle {
     Alone(JobId),
     Member(MemberId),
+}
+
+impl Runner<'_> {
+    /// The file an external trial's attempt `claim` checkpoints to.
+    fn worker_checkpoint(&self, claim: crate::storage::Claim) -> std::path::PathBuf {
+        match &self.checkpoints {
+            Some(c) => c.external_path(claim.trial_id, claim.attempt),
+            None => std::env::temp_dir().join(format!(
+                "salus-trial-{}.a{}.external",
+                claim.trial_id, claim.attempt
+            )),
+        }
+    }
 }
 
 /// `name=value` pairs of a trial's sampled parameters.

@@ -27,6 +27,7 @@
 use std::collections::BTreeMap;
 
 use kernels::Backend;
+use training::NewValues;
 
 use super::{RunState, Runner, TrialHandle};
 use crate::error::Result;
@@ -227,9 +228,16 @@ impl Runner<'_> {
             let (Some(receiver), Some(donor)) = (job_of(e.receiver), job_of(e.donor)) else {
                 continue;
             };
-            let seed = super::trial_seed(st.seed, e.receiver);
-            let hparams = self.study.trial_config(&e.new, seed).hparams;
-            if st.core.exploit(receiver, donor, hparams) {
+            let new = match self.study.worker {
+                Some(_) => {
+                    NewValues::Params(super::external_params(self.study, &e.new).to_string())
+                }
+                None => {
+                    let seed = super::trial_seed(st.seed, e.receiver);
+                    NewValues::Hparams(self.study.trial_config(&e.new, seed).hparams)
+                }
+            };
+            if st.core.exploit(receiver, donor, new) {
                 underway.insert(receiver, e);
             } else {
                 self.reporter.note(&format!(
@@ -327,7 +335,27 @@ impl Runner<'_> {
                     "params": params_json(study, &e.new),
                 })
                 .to_string();
+                // A worker's is the file its donor saved (it restarts from
+                // there); it becomes the trial's checkpoint, covering the
+                // donor's steps.
+                let (checkpoint, external_step) = match (&self.checkpoints, study.worker.is_some())
+                {
+                    (None, _) => (None, None),
+                    (Some(_), true) => {
+                        let path = self.worker_checkpoint(claim);
+                        let staged = crate::external::worker::exploit_path(&path);
+                        match std::fs::read(&staged) {
+                            Ok(bytes) => (Some((path, bytes)), Some(step as i64)),
+                            Err(_) => (None, None),
+                        }
+                    }
+                    (Some(c), false) => (
+                        state.map(|s| (c.path_of(claim.trial_id), s.to_bytes())),
+                        None,
+                    ),
+                };
                 let f = st.in_flight.get_mut(&run).expect("in flight");
+                f.external_checkpoint = external_step.or(f.external_checkpoint);
                 f.pending.params = e.new.clone();
                 st.history[history_index].params = e.new.clone();
                 self.writer.send(WriteOp::Exploit {
@@ -348,11 +376,8 @@ impl Runner<'_> {
                         on_device,
                         // Stored with the exploit: a crash keeps both or
                         // neither.
-                        checkpoint: self
-                            .checkpoints
-                            .as_ref()
-                            .zip(state)
-                            .map(|(c, s)| (c.path_of(claim.trial_id), s.to_bytes())),
+                        checkpoint,
+                        external_step,
                     }),
                 })?;
                 let changed: Vec<String> = e

@@ -380,8 +380,14 @@ impl Checker<'_> {
                     .trials
                     .as_ref()
                     .map(|t| Spanned::new(t.span(), t.get_ref().0)),
-                report_every,
-                report_every_span: span_of(&train.report_every),
+                // A worker reports as its `[worker] report_every` says.
+                report_every: worker
+                    .as_ref()
+                    .map_or(report_every, |w| Some(w.report_every)),
+                report_every_span: match &worker {
+                    Some(_) => None,
+                    None => span_of(&train.report_every),
+                },
             },
         )?;
         let (trials, pbt) = match pbt {

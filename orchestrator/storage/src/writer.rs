@@ -128,6 +128,9 @@ pub struct PbtExploit {
     /// The receiver's checkpoint of its new state (path, bytes), put in
     /// place in the same transaction as the rest, as `SaveFile` does.
     pub checkpoint: Option<(PathBuf, Vec<u8>)>,
+    /// An external worker's: the step that checkpoint covers, recorded as
+    /// `CheckpointSaved` records it.
+    pub external_step: Option<i64>,
 }
 
 /// A dashboard command for one trial, as a run takes it.
@@ -871,6 +874,9 @@ async fn write_op(
         WriteOp::KeepModel { .. } => statements::keep_model(conn, op, time).await?,
         WriteOp::Exploit { claim, exploit } => {
             statements::pbt_exploit(conn, claim.trial_id, exploit, time).await?;
+            if let Some(step) = exploit.external_step {
+                statements::record_checkpoint(conn, claim, step).await?;
+            }
             put_in_place(staged, op.file())
         }
         WriteOp::ScheduleStart {

@@ -431,13 +431,15 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
     let Exploit {
         receiver: (receiver, mut job),
         donor: (donor, mut donor_job),
-        hparams,
+        new,
     } = exploit;
-    let on_device = job.is_resident() && donor_job.is_resident();
+    // Both states on the device: a device-to-device copy (an external
+    // worker's goes through a file).
+    let on_device = job.device_slot().is_some() && donor_job.device_slot().is_some();
     let t = Instant::now();
     // Queued copies end before either job can go to another lane.
     let result = job
-        .exploit(lane, &mut *donor_job, &hparams)
+        .exploit(lane, &mut *donor_job, &new)
         .and_then(|bytes| lane.sync().map(|_| bytes));
     let seconds = t.elapsed().as_secs_f64();
     // The receiver's new state, for its checkpoint: a resumed run goes on

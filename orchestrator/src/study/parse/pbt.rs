@@ -144,14 +144,6 @@ impl Checker<'_> {
         };
         let span = section.span();
         let s = section.into_inner().0;
-        if cx.worker {
-            return Err(self.err(
-                span,
-                "pbt",
-                "population-based training copies trials' state in memory, which external \
-                 workers do not support yet: remove [pbt] or use a built-in model",
-            ));
-        }
         if cx.objectives > 1 {
             return Err(self.err(
                 span,
@@ -203,7 +195,11 @@ impl Checker<'_> {
             (Some(i), Some(r)) if i % r != 0 => {
                 return Err(self.err(
                     cx.report_every_span.unwrap_or(span),
-                    "train.report_every",
+                    if cx.worker {
+                        "worker.report_every"
+                    } else {
+                        "train.report_every"
+                    },
                     format!(
                         "members are compared at report points: pbt.interval ({i}) must be a \
                          multiple of report_every ({r})"
@@ -257,8 +253,9 @@ impl Checker<'_> {
         };
         let searched: Vec<&str> = cx.space.params().iter().map(|p| p.name.as_str()).collect();
         // A searched knob that would change the model cannot differ between
-        // members: their states must fit one another.
-        for name in &searched {
+        // members: their states must fit one another. A worker's script
+        // defines its own model: what it searches is its business.
+        for name in searched.iter().filter(|_| !cx.worker) {
             if !MUTABLE_KNOBS.contains(name) {
                 return Err(self.knob_err(
                     name,
@@ -273,6 +270,7 @@ impl Checker<'_> {
             }
         }
         if let Some(p) = cx.space.params().iter().find(|p| p.name == "dropout")
+            && !cx.worker
             && matches!(p.dist, Distribution::Float { low, .. } if low <= 0.0)
         {
             return Err(self.knob_err(
