@@ -7,7 +7,7 @@ use std::sync::mpsc::{Receiver, channel};
 
 use kernels::{Activation, CpuBackend};
 use salus_tune::salus::JobId;
-use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore};
+use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore, TrialRef};
 use salus_tune::salus::devices::DeviceCores;
 use salus_tune::salus::policy::Policy;
 use training::data::{split, synthetic_classification};
@@ -970,7 +970,11 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
             core.release(*job);
             paused += 1;
             if paused == 2 {
-                core.exploit(receiver, donor, training::NewValues::Hparams(new));
+                core.exploit(
+                    TrialRef::alone(receiver),
+                    TrialRef::alone(donor),
+                    training::NewValues::Hparams(new),
+                );
             }
         }
         CoreEvent::Report { job, .. } => core.release(*job),
@@ -982,7 +986,7 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
             error,
             ..
         } => {
-            assert_eq!((*r, *d), (receiver, donor));
+            assert_eq!((r.job, d.job), (receiver, donor));
             assert_eq!(error, &None);
             exploited = Some((*bytes, *on_device));
             core.resume(receiver);

@@ -23,7 +23,11 @@ use kernels::Backend;
 use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::group::{LossStats, ModelGroup};
-use crate::job::{Footprint, FusionKey, Job, MemberOutcome, MemberStep, Report, StepOutcome};
+use crate::hparams::SlotHparams;
+use crate::job::{
+    DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,
+    StepOutcome, donor_state,
+};
 use crate::lane::Lane;
 use crate::state::TrialSnapshot;
 use crate::trial::TrainTrial;
@@ -307,6 +311,28 @@ impl<B: Backend> FusedTrials<B> {
         Ok(self.hand_back(handed))
     }
 
+    /// Member `tag`'s slot and record.
+    fn member(&self, tag: u64) -> Result<(usize, &Member<B>)> {
+        self.members
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.tag == tag)
+            .ok_or_else(|| WorkerError::Config(format!("no member {tag} in the group")))
+    }
+
+    /// Slot `s`'s member goes on from a donor's place with `h`: the group
+    /// trains it with `h` from its next step.
+    fn take_place(&mut self, s: usize, iteration: u64, reports: u64, h: SlotHparams) -> Result<()> {
+        if let Some(g) = self.group.as_mut() {
+            g.set_slot_hparams(s, h)?;
+        }
+        let m = &mut self.members[s];
+        // The donor's statistics came with its slot.
+        m.pending = LossStats::default();
+        m.trial.take_place(iteration, reports, h);
+        Ok(())
+    }
+
     /// Puts trials in the control's `left` and lists them as `Left`.
     fn hand_back(&self, handed: Vec<(u64, TrainTrial<B>)>) -> Vec<MemberStep> {
         let steps = handed
@@ -465,6 +491,78 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
 
     fn member_states(&mut self, lane: &mut Lane<B>) -> Result<Vec<(u64, TrialSnapshot)>> {
         self.states(lane)
+    }
+
+    fn device_slot(&self, tag: Option<u64>) -> Option<DeviceSlot<'_, B>> {
+        let group = self.group.as_ref()?;
+        let (slot, m) = self.member(tag?).ok()?;
+        Some(DeviceSlot {
+            group,
+            slot,
+            iteration: m.trial.iterations_done(),
+            reports: m.trial.reports_done(),
+        })
+    }
+
+    /// Member `tag` takes `donor`'s state: slot from slot where both are
+    /// on the device, else through the donor's host state.
+    fn exploit(
+        &mut self,
+        lane: &mut Lane<B>,
+        tag: Option<u64>,
+        donor: &mut dyn Job<B>,
+        donor_tag: Option<u64>,
+        new: &NewValues,
+    ) -> Result<usize> {
+        let tag = tag.ok_or_else(|| WorkerError::Config("name the member that takes".into()))?;
+        let (s, m) = self.member(tag)?;
+        let h = m.trial.exploit_hparams(new)?;
+        let (bytes, iteration, reports) = match (donor.device_slot(donor_tag), self.group.as_mut())
+        {
+            (Some(src), Some(dst)) => (
+                dst.copy_slot_from(lane, s, src.group, src.slot)?,
+                src.iteration,
+                src.reports,
+            ),
+            _ => {
+                let state = donor_state(donor, lane, donor_tag)?;
+                self.members[s].trial.check_fingerprint(&state)?;
+                let at = (state.float_bytes(), state.iteration, state.reports);
+                match self.group.as_mut() {
+                    Some(g) => g.import_slot(lane, s, &state.slot)?,
+                    None => self.members[s].trial.put_host_state(state),
+                }
+                at
+            }
+        };
+        self.take_place(s, iteration, reports, h)?;
+        Ok(bytes)
+    }
+
+    /// Member `tag` takes member `donor_tag`'s state, slot to slot.
+    fn exploit_within(
+        &mut self,
+        lane: &mut Lane<B>,
+        tag: u64,
+        donor_tag: u64,
+        new: &NewValues,
+    ) -> Result<usize> {
+        let (s, m) = self.member(tag)?;
+        let h = m.trial.exploit_hparams(new)?;
+        let (d, donor) = self.member(donor_tag)?;
+        let (iteration, reports) = (donor.trial.iterations_done(), donor.trial.reports_done());
+        let on_host = donor.trial.host_state().cloned();
+        let bytes = match self.group.as_mut() {
+            Some(g) => g.copy_slot_within(lane, s, d)?,
+            None => {
+                let state = on_host.ok_or(WorkerError::NotResident)?;
+                let bytes = state.float_bytes();
+                self.members[s].trial.put_host_state(state);
+                bytes
+            }
+        };
+        self.take_place(s, iteration, reports, h)?;
+        Ok(bytes)
     }
 
     fn take_final_states(&mut self) -> Vec<(u64, TrialSnapshot)> {

@@ -940,6 +940,38 @@ impl<B: Backend> ModelGroup<B> {
         Ok(4 * (n * (1 + self.state.len()) + STATS_LEN + m))
     }
 
+    /// Overwrites slot `dst`'s persistent state with slot `src`'s, on the
+    /// device (PBT's exploit between two members of one fused group),
+    /// through a scratch buffer of one slot's largest part. Returns the
+    /// bytes copied.
+    pub fn copy_slot_within(
+        &mut self,
+        lane: &mut Lane<B>,
+        dst: usize,
+        src: usize,
+    ) -> Result<usize> {
+        let (n, m) = (self.n, self.n_running);
+        let (b, ctx) = lane.device();
+        let mut scratch = b.alloc_zeroed(n.max(m).max(STATS_LEN))?;
+        let mut through = |buf: &mut B::Buf, len: usize| -> Result<()> {
+            b.copy(ctx, len, at(buf, src * len), at_mut(&mut scratch, 0))?;
+            b.copy(ctx, len, at(&scratch, 0), at_mut(buf, dst * len))?;
+            Ok(())
+        };
+        through(&mut self.params, n)?;
+        for st in &mut self.state {
+            through(st, n)?;
+        }
+        through(&mut self.train_stats, STATS_LEN)?;
+        if m > 0 {
+            through(&mut self.running, m)?;
+        }
+        // The scratch outlives the copies queued through it.
+        lane.sync()?;
+        drop(scratch);
+        Ok(4 * (n * (1 + self.state.len()) + STATS_LEN + m))
+    }
+
     /// Gives slot `s` new hyper-parameters from its next iteration on. The
     /// optimizer family and whether dropout is on must not change: they
     /// shape the group's buffers.

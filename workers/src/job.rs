@@ -177,6 +177,25 @@ pub enum NewValues {
     Params(String),
 }
 
+/// A donor's whole state on the host: a lone trial's, or its member
+/// `tag`'s.
+pub fn donor_state<B: Backend>(
+    donor: &mut dyn Job<B>,
+    lane: &mut Lane<B>,
+    tag: Option<u64>,
+) -> Result<TrialSnapshot> {
+    match tag {
+        None => donor.export_state(lane),
+        Some(t) => donor
+            .member_states(lane)?
+            .into_iter()
+            .find_map(|(m, s)| (m == t).then_some(s))
+            .ok_or_else(|| {
+                crate::WorkerError::Config(format!("no member {t} in the donor's group"))
+            }),
+    }
+}
+
 /// A schedulable trial. See the module docs.
 pub trait Job<B: Backend>: Send {
     fn footprint(&self) -> Footprint;
@@ -232,27 +251,43 @@ pub trait Job<B: Backend>: Send {
     fn live_members(&self) -> usize {
         1
     }
-    /// Where this trial's state lives on the device while it is resident:
-    /// its group and slot, with the iterations and reports it covers (PBT's
-    /// exploit copies from there without leaving the device).
-    fn device_slot(&self) -> Option<DeviceSlot<'_, B>> {
+    /// Where a trial's state lives on the device while it is resident: its
+    /// group and slot, with the iterations and reports it covers (PBT's
+    /// exploit copies from there without leaving the device). `tag` names
+    /// a fused group's member; a lone trial has none.
+    fn device_slot(&self, _tag: Option<u64>) -> Option<DeviceSlot<'_, B>> {
         None
     }
-    /// PBT's exploit: takes `donor`'s whole state (parameters, optimizer
-    /// state, batch norm's statistics, and its place in training) and
-    /// continues from it with `new` values, keeping its own seed (data
-    /// order and dropout). Both jobs are off the lanes, at a boundary. On
-    /// the device where both are resident; through the host otherwise; an
-    /// external worker through a file the donor saves
+    /// PBT's exploit: the trial (a fused group's member `tag`) takes
+    /// `donor`'s (its member `donor_tag`'s) whole state (parameters,
+    /// optimizer state, batch norm's statistics, and its place in
+    /// training) and continues from it with `new` values, keeping its own
+    /// seed (data order and dropout). Both jobs are off the lanes, at a
+    /// boundary. On the device where both are resident; through the host
+    /// otherwise; an external worker through a file the donor saves
     /// ([`Job::save_for_exploit`]). Returns the bytes copied.
     fn exploit(
         &mut self,
         _lane: &mut Lane<B>,
+        _tag: Option<u64>,
         _donor: &mut dyn Job<B>,
+        _donor_tag: Option<u64>,
         _new: &NewValues,
     ) -> Result<usize> {
         Err(crate::WorkerError::Config(
             "this kind of trial cannot take another trial's state".into(),
+        ))
+    }
+    /// PBT's exploit between two members of one fused group: slot to slot.
+    fn exploit_within(
+        &mut self,
+        _lane: &mut Lane<B>,
+        _tag: u64,
+        _donor_tag: u64,
+        _new: &NewValues,
+    ) -> Result<usize> {
+        Err(crate::WorkerError::Config(
+            "only a fused group's members take one another's state".into(),
         ))
     }
     /// A donor's side of an exploit between external workers: its whole

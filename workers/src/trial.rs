@@ -16,7 +16,9 @@ use crate::device_data::DeviceData;
 use crate::error::{Result, WorkerError};
 use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
-use crate::job::{DeviceSlot, Footprint, FusionKey, Job, NewValues, Report, StepOutcome};
+use crate::job::{
+    DeviceSlot, Footprint, FusionKey, Job, NewValues, Report, StepOutcome, donor_state,
+};
 use crate::lane::Lane;
 use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
 use crate::state::{TrialSnapshot, fnv1a};
@@ -338,6 +340,47 @@ impl<B: Backend> TrainTrial<B> {
     pub(crate) fn reports_done(&self) -> u64 {
         self.reports
     }
+
+    /// The hyper-parameters an exploit gives this trial: `new`, with its
+    /// own seed (its stream of shuffles and dropout masks). The optimizer
+    /// family and whether dropout is on must not change.
+    pub(crate) fn exploit_hparams(&self, new: &NewValues) -> Result<SlotHparams> {
+        let NewValues::Hparams(hparams) = new else {
+            return Err(WorkerError::Config(
+                "a built-in trial takes hyper-parameters, not a worker's parameters".into(),
+            ));
+        };
+        let h = SlotHparams {
+            seed: self.cfg.hparams.seed,
+            ..*hparams
+        };
+        if h.optimizer.family() != self.cfg.hparams.optimizer.family()
+            || (h.dropout > 0.0) != self.shape.dropout
+        {
+            return Err(WorkerError::Config(
+                "an exploit may not change the optimizer family or turn dropout on or off".into(),
+            ));
+        }
+        Ok(h)
+    }
+
+    /// Refuses a donor's state taken from another model or optimizer.
+    pub(crate) fn check_fingerprint(&self, state: &TrialSnapshot) -> Result<()> {
+        if state.fingerprint != self.fingerprint() {
+            return Err(WorkerError::BadState(
+                "the donor's state was taken from a different model or optimizer".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A fused member's side of an exploit: the donor's place in training
+    /// and the new values (the group holds the weights).
+    pub(crate) fn take_place(&mut self, iteration: u64, reports: u64, h: SlotHparams) {
+        self.iteration = iteration;
+        self.reports = reports;
+        self.cfg.hparams = h;
+    }
 }
 
 fn report_from<B: Backend>(
@@ -505,7 +548,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         Ok(())
     }
 
-    fn device_slot(&self) -> Option<DeviceSlot<'_, B>> {
+    fn device_slot(&self, _tag: Option<u64>) -> Option<DeviceSlot<'_, B>> {
         self.group.as_ref().map(|group| DeviceSlot {
             group,
             slot: 0,
@@ -517,27 +560,13 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
     fn exploit(
         &mut self,
         lane: &mut Lane<B>,
+        _tag: Option<u64>,
         donor: &mut dyn Job<B>,
+        donor_tag: Option<u64>,
         new: &NewValues,
     ) -> Result<usize> {
-        let NewValues::Hparams(hparams) = new else {
-            return Err(WorkerError::Config(
-                "a built-in trial takes hyper-parameters, not a worker's parameters".into(),
-            ));
-        };
-        // The receiver keeps its own stream of shuffles and dropout masks.
-        let h = SlotHparams {
-            seed: self.cfg.hparams.seed,
-            ..*hparams
-        };
-        if h.optimizer.family() != self.cfg.hparams.optimizer.family()
-            || (h.dropout > 0.0) != self.shape.dropout
-        {
-            return Err(WorkerError::Config(
-                "an exploit may not change the optimizer family or turn dropout on or off".into(),
-            ));
-        }
-        let bytes = match (donor.device_slot(), self.group.as_mut()) {
+        let h = self.exploit_hparams(new)?;
+        let bytes = match (donor.device_slot(donor_tag), self.group.as_mut()) {
             // Both on the device: a device-to-device copy.
             (Some(src), Some(dst)) => {
                 let bytes = dst.copy_slot_from(lane, 0, src.group, src.slot)?;
@@ -547,12 +576,8 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
             }
             // Either is off the device: through the donor's host state.
             _ => {
-                let state = donor.export_state(lane)?;
-                if state.fingerprint != self.fingerprint() {
-                    return Err(WorkerError::BadState(
-                        "the donor's state was taken from a different model or optimizer".into(),
-                    ));
-                }
+                let state = donor_state(donor, lane, donor_tag)?;
+                self.check_fingerprint(&state)?;
                 let bytes = state.float_bytes();
                 match self.group.as_mut() {
                     Some(g) => {

@@ -218,8 +218,8 @@ pub enum CoreEvent {
     /// checkpoints on, `state` is the receiver's new state, to be stored
     /// with the exploit (one transaction: a crash keeps both or neither).
     Exploited {
-        receiver: JobId,
-        donor: JobId,
+        receiver: TrialRef,
+        donor: TrialRef,
         lane: LaneId,
         bytes: usize,
         seconds: f64,
@@ -280,9 +280,10 @@ struct Entry<B: Backend> {
     swap_out: bool,
     /// Asked to give back its allocator cache at its next boundary.
     release: bool,
-    /// PBT's exploit, asked for: take this donor's state, continue with
-    /// these hyper-parameters.
-    exploit: Option<(JobId, NewValues)>,
+    /// PBT's exploits asked for, in order: this job's trial (a fused
+    /// group's member) takes the donor's state and continues with the new
+    /// values.
+    exploit: Vec<(Option<u64>, TrialRef, NewValues)>,
     prune: bool,
     iterations: u64,
 }
@@ -309,7 +310,7 @@ impl<B: Backend> Entry<B> {
             held: false,
             swap_out: false,
             release: false,
-            exploit: None,
+            exploit: Vec::new(),
             prune: false,
         }
     }
@@ -347,11 +348,27 @@ enum Work<B: Backend> {
     Exploit(Exploit<B>),
 }
 
-/// An exploit a lane carries out: both jobs are out of the table meanwhile.
+/// An exploit a lane carries out: both jobs are out of the table meanwhile
+/// (one job, when two members of a fused group exchange state).
 struct Exploit<B: Backend> {
-    receiver: (JobId, Box<dyn Job<B>>),
-    donor: (JobId, Box<dyn Job<B>>),
+    receiver: (TrialRef, Box<dyn Job<B>>),
+    donor: (TrialRef, Option<Box<dyn Job<B>>>),
     new: NewValues,
+}
+
+/// A trial as the core holds it: a lone job, or member `member` (its tag)
+/// of a fused group's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TrialRef {
+    pub job: JobId,
+    pub member: Option<u64>,
+}
+
+impl TrialRef {
+    /// A lone job's trial.
+    pub fn alone(job: JobId) -> Self {
+        TrialRef { job, member: None }
+    }
 }
 
 struct Shared<B: Backend> {
@@ -523,13 +540,17 @@ impl<B: Backend> SalusCore<B> {
         });
     }
 
-    /// PBT's exploit: at their next boundary, while neither runs, job
-    /// `receiver` takes `donor`'s whole state and continues with `hparams`
-    /// (see `Job::exploit`); a lane copies it, on the device where both
-    /// are resident, and says so with [`CoreEvent::Exploited`]. Both should
-    /// be paused, so that neither moves on first.
-    pub fn exploit(&self, receiver: JobId, donor: JobId, new: NewValues) {
-        self.with_job(receiver, |e| e.exploit = Some((donor, new)));
+    /// PBT's exploit: at their next boundary, while neither runs, trial
+    /// `receiver` takes `donor`'s whole state and continues with `new`
+    /// values (see `Job::exploit`; two members of one fused group copy slot
+    /// to slot, `Job::exploit_within`); a lane copies it, on the device
+    /// where both are resident, and says so with
+    /// [`CoreEvent::Exploited`]. Both should be paused, so that neither
+    /// moves on first.
+    pub fn exploit(&self, receiver: TrialRef, donor: TrialRef, new: NewValues) {
+        self.with_job(receiver.job, |e| {
+            e.exploit.push((receiver.member, donor, new))
+        });
     }
 
     /// Ends a job at its next boundary.
@@ -921,10 +942,12 @@ impl<B: Backend> State<B> {
         {
             return Some(Work::Release(id, self.take(id)));
         }
-        if let Some((id, donor, new)) = self.exploit_for(lane) {
+        if let Some((receiver, donor, new)) = self.exploit_for(lane) {
+            let job = self.take(receiver.job);
+            let donor_job = (donor.job != receiver.job).then(|| self.take(donor.job));
             return Some(Work::Exploit(Exploit {
-                receiver: (id, self.take(id)),
-                donor: (donor, self.take(donor)),
+                receiver: (receiver, job),
+                donor: (donor, donor_job),
                 new,
             }));
         }
@@ -935,20 +958,25 @@ impl<B: Backend> State<B> {
     /// An exploit `lane` may carry out now: its receiver is on this lane
     /// (or on none), and neither it nor its donor is running. A donor that
     /// has ended fails the request.
-    fn exploit_for(&mut self, lane: LaneId) -> Option<(JobId, JobId, NewValues)> {
-        let found = self.jobs.iter().find_map(|(&id, e)| {
-            let (donor, new) = e.exploit.as_ref()?;
-            let donor = *donor;
+    fn exploit_for(&mut self, lane: LaneId) -> Option<(TrialRef, TrialRef, NewValues)> {
+        let free = |d: &Entry<B>| !d.running();
+        let (id, at) = self.jobs.iter().find_map(|(&id, e)| {
             let here = e.lane == Some(lane) || e.lane.is_none();
-            let free = |d: &Entry<B>| !d.running();
-            (here && !e.running() && self.jobs.get(&donor).is_none_or(free))
-                .then(|| (id, donor, new.clone()))
+            if !here || e.running() {
+                return None;
+            }
+            let at = e
+                .exploit
+                .iter()
+                .position(|(_, donor, _)| self.jobs.get(&donor.job).is_none_or(free))?;
+            Some((id, at))
         })?;
-        self.jobs.get_mut(&found.0).expect("receiver").exploit = None;
-        if !self.jobs.contains_key(&found.1) {
+        let (member, donor, new) = self.jobs.get_mut(&id).expect("receiver").exploit.remove(at);
+        let receiver = TrialRef { job: id, member };
+        if !self.jobs.contains_key(&donor.job) {
             self.emit(CoreEvent::Exploited {
-                receiver: found.0,
-                donor: found.1,
+                receiver,
+                donor,
                 lane,
                 bytes: 0,
                 seconds: 0.0,
@@ -958,7 +986,7 @@ impl<B: Backend> State<B> {
             });
             return None;
         }
-        Some(found)
+        Some((receiver, donor, new))
     }
 
     /// The policy's view of `lane`'s runnable jobs; `running`, which the
@@ -989,7 +1017,7 @@ impl<B: Backend> State<B> {
             && !self
                 .jobs
                 .values()
-                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release || e.exploit.is_some()))
+                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release || !e.exploit.is_empty()))
     }
 
     /// The policy's pick for `lane` while it holds `running` with one

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use kernels::Backend;
 use training::{Job, WorkerError};
 
-use super::core::{CoreConfig, CoreEvent, DeviceLoad, Numbering, SalusCore};
+use super::core::{CoreConfig, CoreEvent, DeviceLoad, Numbering, SalusCore, TrialRef};
 use super::ledger::LedgerSnapshot;
 use super::{JobId, LaneId};
 
@@ -211,11 +211,11 @@ impl<B: Backend> DeviceCores<B> {
 
     /// PBT's exploit ([`SalusCore::exploit`]) between two jobs of one
     /// device; `false` (and nothing asked) when they are on two.
-    pub fn exploit(&self, receiver: JobId, donor: JobId, new: training::NewValues) -> bool {
-        if self.device_of(receiver) != self.device_of(donor) {
+    pub fn exploit(&self, receiver: TrialRef, donor: TrialRef, new: training::NewValues) -> bool {
+        if self.device_of(receiver.job) != self.device_of(donor.job) {
             return false;
         }
-        self.core(receiver).exploit(receiver, donor, new);
+        self.core(receiver.job).exploit(receiver, donor, new);
         true
     }
 

@@ -144,7 +144,7 @@ pub fn run<B: Backend>(
         receiver.step(&mut lane)?;
         lane.sync()?;
         let params = donor
-            .device_slot()
+            .device_slot(None)
             .map_or(0, |s| s.group.shape().spec.n_params());
         progress(&format!("bench pbt: {params} parameters (width {width})"));
         let new = SlotHparams {
@@ -155,8 +155,13 @@ pub fn run<B: Backend>(
         let mut state_bytes = 0;
         for round in 0..rounds {
             let t = Instant::now();
-            state_bytes =
-                receiver.exploit(&mut lane, &mut donor, &training::NewValues::Hparams(new))?;
+            state_bytes = receiver.exploit(
+                &mut lane,
+                None,
+                &mut donor,
+                None,
+                &training::NewValues::Hparams(new),
+            )?;
             lane.sync()?;
             in_memory_ms.push(1e3 * t.elapsed().as_secs_f64());
 

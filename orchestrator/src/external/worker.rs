@@ -1023,7 +1023,9 @@ impl<B: Backend> Job<B> for ExternalTrial {
     fn exploit(
         &mut self,
         lane: &mut Lane<B>,
+        _tag: Option<u64>,
         donor: &mut dyn Job<B>,
+        _donor_tag: Option<u64>,
         new: &NewValues,
     ) -> training::Result<usize> {
         let NewValues::Params(json) = new else {

@@ -80,14 +80,15 @@ impl Runner<'_> {
                 members,
             } => {
                 // Every member at a report point holds the group until the
-                // pruner has decided on all of them.
+                // pruner (or PBT) has decided on all of them.
                 // (Only those still in flight: no decision comes for others.)
+                let deciding = self.study.pruner != PrunerKind::None || st.pbt.is_some();
                 let mut holding = false;
                 if let Some(group) = st.fusion.groups.get_mut(&job) {
                     for m in &steps {
                         let member = MemberId(m.tag);
                         if matches!(m.outcome, MemberOutcome::Report(_))
-                            && self.study.pruner != PrunerKind::None
+                            && deciding
                             && st.in_flight.contains_key(&TrialHandle::Member(member))
                         {
                             holding |= group.held.insert(member);
@@ -138,8 +139,12 @@ impl Runner<'_> {
                 // and be held again since: releasing now would skip that
                 // report's decisions). When none did (every reporter had
                 // ended meanwhile), nothing else will release it.
-                if reported && !holding && self.study.pruner != PrunerKind::None {
+                if reported && !holding && deciding {
                     st.core.release(job);
+                }
+                if st.pbt.is_some() {
+                    self.pbt_group_at_point(st, job);
+                    self.pbt_meet(st, false)?;
                 }
                 Ok(())
             }
@@ -293,6 +298,10 @@ impl Runner<'_> {
                     seconds,
                     on_device,
                     state,
+                };
+                let receiver = match receiver.member {
+                    Some(m) => TrialHandle::Member(MemberId(m)),
+                    None => TrialHandle::Alone(receiver.job),
                 };
                 self.pbt_exploited(st, receiver, copied, error)
             }

@@ -29,10 +29,11 @@ use std::collections::BTreeMap;
 use kernels::Backend;
 use training::NewValues;
 
-use super::{RunState, Runner, TrialHandle};
+use super::{MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::pbt::{Exploit, PbtConfig, Standing};
 use crate::salus::JobId;
+use crate::salus::core::TrialRef;
 use crate::space::Params;
 use crate::storage::TrialNumber;
 use crate::storage::writer::{PbtExploit, WriteOp};
@@ -45,8 +46,8 @@ pub(super) struct Population {
     /// iteration.
     at_point: BTreeMap<TrialHandle, (u64, u64)>,
     /// The generation (and its iteration) whose copies are under way: each
-    /// receiver's core job and its exploit.
-    underway: Option<(u64, u64, BTreeMap<JobId, Exploit>)>,
+    /// receiver and its exploit.
+    underway: Option<(u64, u64, BTreeMap<TrialHandle, Exploit>)>,
 }
 
 impl Population {
@@ -93,6 +94,27 @@ fn params_json(study: &Study, params: &Params) -> serde_json::Value {
         .into()
 }
 
+/// `members` leave their exploit point: a lone one or a parked one is
+/// resumed, and each fused group paused whole at the point goes on. Those
+/// paused from the dashboard as well run once resumed there.
+fn go_on<B: Backend>(st: &mut RunState<B>, members: Vec<TrialHandle>) {
+    let mut groups = std::collections::BTreeSet::new();
+    for h in members {
+        if st.liveness.user_paused.contains(&h) {
+            continue;
+        }
+        match h {
+            TrialHandle::Member(m) if !st.fusion.parked.contains_key(&m) => {
+                groups.extend(st.fusion.member_group.get(&m).copied());
+            }
+            h => st.resume(h),
+        }
+    }
+    for g in groups {
+        st.core.resume(g);
+    }
+}
+
 impl Runner<'_> {
     /// A PBT member's report (already stored): it pauses at an exploit
     /// point, else goes on.
@@ -106,16 +128,61 @@ impl Runner<'_> {
         let Some(pop) = st.pbt.as_mut() else {
             return Ok(());
         };
-        match pop.point(step, iteration) {
-            Some(g) => {
+        match (pop.point(step, iteration), run) {
+            // A fused member holds its group until the group's step is
+            // settled ([`Runner::pbt_group_at_point`]).
+            (Some(g), TrialHandle::Member(_)) => {
+                pop.at_point.insert(run, (g, iteration));
+                Ok(())
+            }
+            (Some(g), TrialHandle::Alone(_)) => {
                 pop.at_point.insert(run, (g, iteration));
                 st.pause(run);
                 st.release(run);
                 self.pbt_meet(st, false)
             }
-            None => {
+            (None, _) => {
                 st.release(run);
                 Ok(())
+            }
+        }
+    }
+
+    /// After fused group `g`'s step: when every member it trains is at the
+    /// exploit point, the group pauses there as one job (it stays whole,
+    /// so that exploits between its members copy slot to slot, and the
+    /// core may swap it out meanwhile); when only some are (members that
+    /// joined at another iteration), those leave it to wait parked.
+    pub(super) fn pbt_group_at_point<B: Backend>(&mut self, st: &mut RunState<B>, g: JobId) {
+        let (Some(pop), Some(group)) = (st.pbt.as_ref(), st.fusion.groups.get(&g)) else {
+            return;
+        };
+        let live: Vec<MemberId> = group
+            .members
+            .iter()
+            .filter(|m| !group.leaving.contains(m))
+            .filter(|m| st.in_flight.contains_key(&TrialHandle::Member(**m)))
+            .copied()
+            .collect();
+        let (at, away): (Vec<MemberId>, Vec<MemberId>) = live
+            .into_iter()
+            .partition(|m| pop.at_point.contains_key(&TrialHandle::Member(*m)));
+        let held: Vec<MemberId> = at
+            .iter()
+            .filter(|m| group.held.contains(m))
+            .copied()
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        if away.is_empty() {
+            st.core.pause(g);
+            for m in held {
+                st.release(TrialHandle::Member(m));
+            }
+        } else {
+            for m in held {
+                st.park(m, false);
             }
         }
     }
@@ -156,9 +223,29 @@ impl Runner<'_> {
             for h in &behind {
                 pop.at_point.remove(h);
             }
-            for h in behind {
-                st.resume(h);
+            let waiting: Vec<TrialHandle> = pop.at_point.keys().copied().collect();
+            // A member ahead in the group of one behind leaves it to wait
+            // parked: the group goes on for the one behind.
+            let group_of = |st: &RunState<B>, h: &TrialHandle| match h {
+                TrialHandle::Member(m) if !st.fusion.parked.contains_key(m) => {
+                    st.fusion.member_group.get(m).copied()
+                }
+                _ => None,
+            };
+            let behind_groups: std::collections::BTreeSet<JobId> =
+                behind.iter().filter_map(|h| group_of(st, h)).collect();
+            let ahead: Vec<MemberId> = waiting
+                .iter()
+                .filter(|h| group_of(st, h).is_some_and(|g| behind_groups.contains(&g)))
+                .filter_map(|h| match h {
+                    TrialHandle::Member(m) => Some(*m),
+                    TrialHandle::Alone(_) => None,
+                })
+                .collect();
+            for m in ahead {
+                st.park(m, false);
             }
+            go_on(st, behind);
             return Ok(());
         }
         let standings: Vec<Standing> = pop
@@ -217,15 +304,37 @@ impl Runner<'_> {
                 reason: "pbt",
             })?;
         }
-        let job_of = |number: TrialNumber| {
-            st.in_flight.iter().find_map(|(h, f)| match h {
-                TrialHandle::Alone(j) if f.pending.number == number => Some(*j),
-                _ => None,
-            })
+        // Where the core holds a member: a lone job, or a fused group's
+        // (not one parked off its group).
+        let held_at = |number: TrialNumber| {
+            let (h, _) = st
+                .in_flight
+                .iter()
+                .find(|(_, f)| f.pending.number == number)?;
+            match *h {
+                TrialHandle::Alone(j) => Some((*h, TrialRef::alone(j))),
+                TrialHandle::Member(m) if !st.fusion.parked.contains_key(&m) => {
+                    let g = *st.fusion.member_group.get(&m)?;
+                    Some((
+                        *h,
+                        TrialRef {
+                            job: g,
+                            member: Some(m.0),
+                        },
+                    ))
+                }
+                TrialHandle::Member(_) => None,
+            }
         };
         let mut underway = BTreeMap::new();
         for e in exploits {
-            let (Some(receiver), Some(donor)) = (job_of(e.receiver), job_of(e.donor)) else {
+            let (Some((run, receiver)), Some((_, donor))) = (held_at(e.receiver), held_at(e.donor))
+            else {
+                self.reporter.note(&format!(
+                    "pbt: trial {} cannot take trial {}'s state at this point: one of them waits \
+                     off its fused group (its group's members were at different points)",
+                    e.receiver, e.donor
+                ));
                 continue;
             };
             let new = match self.study.worker {
@@ -238,7 +347,7 @@ impl Runner<'_> {
                 }
             };
             if st.core.exploit(receiver, donor, new) {
-                underway.insert(receiver, e);
+                underway.insert(run, e);
             } else {
                 self.reporter.note(&format!(
                     "pbt: trial {} cannot take trial {}'s state: they train on two devices \
@@ -255,17 +364,13 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// Every member at the point goes on.
+    /// Every member at the point goes on: a lone one, a parked one, and
+    /// each fused group paused whole at the point.
     fn pbt_go_on<B: Backend>(&mut self, st: &mut RunState<B>) {
         let Some(pop) = st.pbt.as_mut() else { return };
         pop.underway = None;
         let members: Vec<TrialHandle> = std::mem::take(&mut pop.at_point).into_keys().collect();
-        for h in members {
-            // Paused from the dashboard as well: it runs once resumed there.
-            if !st.liveness.user_paused.contains(&h) {
-                st.resume(h);
-            }
-        }
+        go_on(st, members);
     }
 
     /// A member's schedule as it starts (`pbt:schedule`: its own values
@@ -292,7 +397,7 @@ impl Runner<'_> {
     pub(super) fn pbt_exploited<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
-        receiver: JobId,
+        run: TrialHandle,
         copied: Copied,
         error: Option<String>,
     ) -> Result<()> {
@@ -305,11 +410,10 @@ impl Runner<'_> {
         let study = self.study;
         let Some((generation, iteration, e)) = st.pbt.as_mut().and_then(|pop| {
             let (g, i, map) = pop.underway.as_mut()?;
-            Some((*g, *i, map.remove(&receiver)?))
+            Some((*g, *i, map.remove(&run)?))
         }) else {
             return Ok(());
         };
-        let run = TrialHandle::Alone(receiver);
         let donor_id = st
             .in_flight
             .values()

@@ -412,17 +412,14 @@ impl Checker<'_> {
                 "a PBT study finds its own schedule: remove [train] schedule or [pbt]",
             ));
         }
-        if pbt.is_some() || !schedule.is_empty() {
-            // An exploit copies between lone trials (not yet between
-            // members of a fused group), and a schedule changes one
-            // trial's values.
+        if !schedule.is_empty() {
+            // A schedule changes one lone trial's values.
             match scheduler.fuse {
                 Some(n) if n > 1 => {
                     return Err(self.err(
                         fuse_span.unwrap_or_default(),
                         "scheduler.fuse",
-                        "PBT's members and scheduled trials train unfused for now (an exploit \
-                         copies between lone trials): set fuse = 1 or leave it out",
+                        "scheduled trials train unfused for now: set fuse = 1 or leave it out",
                     ));
                 }
                 _ => scheduler.fuse = Some(1),

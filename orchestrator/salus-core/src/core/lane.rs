@@ -426,34 +426,54 @@ fn release_cache<B: Backend>(
 }
 
 /// PBT's exploit: the receiver takes the donor's state, then both go back
-/// to the table. A failure fails the receiver alone.
+/// to the table. A failure fails the receiver alone: a lone trial; a fused
+/// group's member is left as it was (its group and the other members go
+/// on), and the event says why.
 fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Exploit<B>) {
     let Exploit {
         receiver: (receiver, mut job),
         donor: (donor, mut donor_job),
         new,
     } = exploit;
+    let t = Instant::now();
     // Both states on the device: a device-to-device copy (an external
     // worker's goes through a file).
-    let on_device = job.device_slot().is_some() && donor_job.device_slot().is_some();
-    let t = Instant::now();
+    let (on_device, result) = match donor_job.as_mut() {
+        Some(d) => (
+            job.device_slot(receiver.member).is_some() && d.device_slot(donor.member).is_some(),
+            job.exploit(lane, receiver.member, &mut **d, donor.member, &new),
+        ),
+        None => (
+            job.device_slot(receiver.member).is_some(),
+            match (receiver.member, donor.member) {
+                (Some(r), Some(d)) => job.exploit_within(lane, r, d, &new),
+                _ => Err(WorkerError::Config(
+                    "a trial cannot take its own state".into(),
+                )),
+            },
+        ),
+    };
     // Queued copies end before either job can go to another lane.
-    let result = job
-        .exploit(lane, &mut *donor_job, &new)
-        .and_then(|bytes| lane.sync().map(|_| bytes));
+    let result = result.and_then(|bytes| lane.sync().map(|_| bytes));
     let seconds = t.elapsed().as_secs_f64();
     // The receiver's new state, for its checkpoint: a resumed run goes on
     // from it.
-    let state = match &result {
-        Ok(_) if shared.checkpoints => job.export_state(lane).ok(),
+    let state = match (&result, receiver.member) {
+        (Ok(_), None) if shared.checkpoints => job.export_state(lane).ok(),
+        (Ok(_), Some(m)) if shared.checkpoints => job
+            .member_states(lane)
+            .ok()
+            .and_then(|all| all.into_iter().find_map(|(t, s)| (t == m).then_some(s))),
         _ => None,
     };
     let id = lane.id();
     {
         let mut st = shared.lock();
-        st.jobs.get_mut(&donor).expect("donor").job = Some(donor_job);
-        if st.jobs[&donor].prune {
-            st.remove(donor, Ending::Pruned);
+        if let Some(d) = donor_job {
+            st.jobs.get_mut(&donor.job).expect("donor").job = Some(d);
+            if st.jobs[&donor.job].prune {
+                st.remove(donor.job, Ending::Pruned);
+            }
         }
         st.emit(CoreEvent::Exploited {
             receiver,
@@ -466,7 +486,12 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
             state,
         });
     }
-    take_back(shared, receiver, job, result, |_| {}, |_, _| {});
+    // A member's failed exploit is its own: the group goes on.
+    let result = match (result, receiver.member) {
+        (Err(_), Some(_)) => Ok(0),
+        (r, _) => r,
+    };
+    take_back(shared, receiver.job, job, result, |_| {}, |_, _| {});
 }
 
 /// Returns a job to the table after work that was not a step (`clear`
