@@ -61,10 +61,43 @@ fn run_study(dir: &Path, file: &str) -> String {
 
 #[test]
 fn the_worst_members_take_the_best_members_state_at_each_point() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "p.toml", &population("pbt", 5));
-    let log = run_study(dir.path(), "p.toml");
-    let db = dir.path().join("pbt.db");
+    worst_take_best(1);
+}
+
+/// Fused (the default): members of one group copy slot to slot, others
+/// from group to group, on the device.
+#[test]
+fn fused_members_take_the_best_members_state_at_each_point() {
+    let (_dir, db) = worst_take_best(8);
+    let groups: Vec<Vec<i64>> = block_on(async {
+        use sqlx::{Connection, Row};
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .unwrap();
+        sqlx::query("SELECT value_json FROM trial_system_attributes WHERE key = 'salus:fused_with'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_str(&r.get::<String, _>(0)).unwrap())
+            .collect()
+    });
+    assert_eq!(groups.len(), 8, "every member fused: {groups:?}");
+    assert!(groups.iter().all(|g| g.len() > 1), "{groups:?}");
+    let together = |a: i64, b: i64| groups.iter().any(|g| g.contains(&a) && g.contains(&b));
+    let within = lineage(&db).iter().filter(|e| together(e.2, e.3)).count();
+    assert!(within > 0, "some exploits within a group: {groups:?}");
+}
+
+/// The population study with at most `fuse` members a group; returns its
+/// folder and database.
+fn worst_take_best(fuse: u64) -> (tempfile::TempDir, std::path::PathBuf) {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path();
+    let study = population("pbt", 5) + &format!("\n[scheduler]\nfuse = {fuse}\n");
+    write(dir, "p.toml", &study);
+    let log = run_study(dir, "p.toml");
+    let db = dir.join("pbt.db");
     let rows = trials(&db, None);
     assert_eq!(rows.len(), 8);
     assert!(
@@ -131,7 +164,7 @@ fn the_worst_members_take_the_best_members_state_at_each_point() {
         "every member's standing at each of the five points"
     );
     // `trials` shows where each member's weights came from.
-    let out = run_in(dir.path(), &["trials", "p.toml", "--format", "json"]);
+    let out = run_in(dir, &["trials", "p.toml", "--format", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for t in listed.as_array().unwrap() {
@@ -149,7 +182,7 @@ fn the_worst_members_take_the_best_members_state_at_each_point() {
             .collect();
         assert_eq!(took, stored, "trial {number}");
     }
-    let table = text(&run_in(dir.path(), &["trials", "p.toml"]));
+    let table = text(&run_in(dir, &["trials", "p.toml"]));
     let (r, d, step) = (events[0].2, events[0].3, events[0].1);
     assert!(
         table
@@ -193,6 +226,7 @@ fn the_worst_members_take_the_best_members_state_at_each_point() {
         assert_eq!(entries[0]["step"], 0, "{schedule}");
         assert_eq!(entries.last().unwrap()["params"], b, "{schedule}");
     }
+    (temp, db)
 }
 
 #[test]
