@@ -361,7 +361,11 @@ fn a_swapped_out_trial_resumes_on_another_device_with_room() {
     cores.pause(a);
     cores.swap_out(a);
     go.send(()).unwrap();
-    let jb = std::cell::Cell::new(Some(job(&datas[0], &cb)));
+    // `b` waits at a gate of its own until `a` has moved: run through, it
+    // could end (and `a` take device 0 again) before a loaded machine lets
+    // this thread look.
+    let (jb, go_b) = gated(&datas[0], &cb, 5, 1, &reached_tx);
+    let jb = std::cell::Cell::new(Some(jb));
     let mut b = None;
     let mut moved = Vec::new();
     let mut admitted: Vec<(JobId, usize)> = Vec::new();
@@ -380,6 +384,8 @@ fn a_swapped_out_trial_resumes_on_another_device_with_room() {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
+            assert_eq!(reached.recv().unwrap(), 1, "b reached its gate");
+            go_b.send(()).unwrap();
         }
         CoreEvent::Admitted { job, lane } => admitted.push((*job, cores.device_of_lane(*lane))),
         _ => {}
@@ -415,8 +421,11 @@ fn higher_priority_work_swaps_out_the_lowest_priority_paused_job() {
     let (reached_tx, reached) = channel();
     let (jl, go_low) = gated(&data, &cl, 5, 1, &reached_tx);
     let (jm, go_mid) = gated(&data, &cm, 5, 2, &reached_tx);
-    let low = core.submit(jl, 1.0, "d");
+    // Mid first: it reaches its gate and holds the one lane there, so that
+    // low cannot get ahead of it (submitted first, low could run to its
+    // own gate before mid arrived on a loaded machine).
     let mid = core.submit(jm, 2.0, "d");
+    let low = core.submit(jl, 1.0, "d");
     // The higher priority runs first: mid reaches its gate, is paused; then low.
     assert_eq!(reached.recv().unwrap(), 2);
     core.pause(mid);
@@ -487,6 +496,8 @@ struct Misjudged {
     guess: Option<training::Footprint>,
     gate: Option<(std::sync::mpsc::Sender<()>, Receiver<()>)>,
     cache: usize,
+    /// Its first step waits for this, where given.
+    first_step: Option<Receiver<()>>,
 }
 
 impl Job<CpuBackend> for Misjudged {
@@ -517,6 +528,9 @@ impl Job<CpuBackend> for Misjudged {
         self.inner.is_resident()
     }
     fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
+        if let Some(go) = self.first_step.take() {
+            go.recv().unwrap();
+        }
         self.guess = None;
         self.inner.step(lane)
     }
@@ -573,6 +587,7 @@ fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
             guess: None,
             gate: None,
             cache: 0,
+            first_step: None,
         }),
         0.0,
         "d",
@@ -635,6 +650,7 @@ fn a_job_that_measures_itself_smaller_lets_the_waiting_jobs_in() {
                     guess: Some(whole),
                     gate: None,
                     cache: 0,
+                    first_step: None,
                 }),
                 0.0,
                 "d",
@@ -680,6 +696,7 @@ fn a_job_pruned_while_it_is_swapped_out_ends() {
             guess: None,
             gate: Some((started_tx, go_on_rx)),
             cache: 0,
+            first_step: None,
         }),
         0.0,
         "d",
@@ -722,6 +739,9 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
         tx,
     )
     .unwrap();
+    // A's first step waits for B to arrive: run through, A could end
+    // before B came, on a loaded machine, and nothing would need room.
+    let (go_a, first_step) = channel();
     let a = core.submit(
         Box::new(Misjudged {
             inner: TrainTrial::new_on_host(data.clone(), ca.clone()).unwrap(),
@@ -729,11 +749,13 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
             guess: None,
             gate: None,
             cache,
+            first_step: Some(first_step),
         }),
         0.0,
         "d",
     );
     let b = core.submit(job(&data, &cb), 0.0, "d");
+    go_a.send(()).unwrap();
     let log = drain(&rx, 2, |_| {});
     let at = |want: &dyn Fn(&CoreEvent) -> bool| log.events.iter().position(want);
     let released = at(&|e| {
@@ -805,19 +827,17 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
         };
         let core = SalusCore::start(backend.clone(), config, tx).unwrap();
         // Each job paused as it arrives and all resumed together, so that
-        // none runs alone for long while the others are still submitted (a
-        // loaded machine would otherwise decide how many turns there are).
+        // none runs alone while the others are still submitted (a loaded
+        // machine would otherwise decide how many turns there are).
         let ids: Vec<JobId> = configs
             .iter()
             .map(|c| {
                 let job: Box<dyn Job<B>> =
                     Box::new(TrainTrial::new_on_host(data.clone(), c.clone()).unwrap());
-                let id = core.submit(job, 0.0, "d");
-                core.pause(id);
-                id
+                core.submit_paused(job, 0.0, "d")
             })
             .collect();
-        ids.iter().for_each(|&id| core.resume(id));
+        core.resume_all(&ids);
         let log = drain(&rx, ids.len(), |_| {});
         for (i, id) in ids.iter().enumerate() {
             assert_eq!(

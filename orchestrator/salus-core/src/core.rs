@@ -482,6 +482,22 @@ impl<B: Backend> SalusCore<B> {
 
     /// Queues a job; it runs once memory and a lane allow.
     pub fn submit(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
+        self.submit_as(job, priority, shared_key, false)
+    }
+
+    /// As [`SalusCore::submit`], paused: it waits for [`SalusCore::resume`]
+    /// before its first iteration (jobs that must start together).
+    pub fn submit_paused(&self, job: Box<dyn Job<B>>, priority: f64, shared_key: &str) -> JobId {
+        self.submit_as(job, priority, shared_key, true)
+    }
+
+    fn submit_as(
+        &self,
+        job: Box<dyn Job<B>>,
+        priority: f64,
+        shared_key: &str,
+        paused: bool,
+    ) -> JobId {
         let st = self.lock();
         let id = JobId(st.ids.fetch_add(1, Ordering::Relaxed));
         let sched = JobState {
@@ -494,13 +510,14 @@ impl<B: Backend> SalusCore<B> {
             slice_s: 0.0,
         };
         let iterations = job.iterations_done();
-        let entry = Entry::waiting(
+        let mut entry = Entry::waiting(
             job,
             sched,
             Footprint::default(),
             shared_key.into(),
             iterations,
         );
+        entry.paused = paused;
         self.enter(st, id, entry);
         id
     }
@@ -523,7 +540,20 @@ impl<B: Backend> SalusCore<B> {
 
     /// Lets a paused job run again (swapping it back in if it was swapped out).
     pub fn resume(&self, id: JobId) {
-        self.with_job(id, |e| e.paused = false);
+        self.resume_all(&[id]);
+    }
+
+    /// Resumes `ids` at once: none runs before the others may.
+    pub fn resume_all(&self, ids: &[JobId]) {
+        let mut st = self.lock();
+        for id in ids {
+            if let Some(e) = st.jobs.get_mut(id) {
+                e.paused = false;
+            }
+        }
+        st.admit_waiting();
+        drop(st);
+        self.shared.wake.notify_all();
     }
 
     /// Lets a job held at its report run on (see `CoreConfig::hold_at_reports`).
