@@ -166,6 +166,17 @@ pub trait Backend: Send + Sync + 'static {
         )))
     }
 
+    /// Device to device copy of `len` elements within `buf`, from offset
+    /// `src` to offset `dst` (two ranges that must not overlap): one
+    /// slot of a fused group into another.
+    fn copy_within(
+        &self,
+        ctx: &mut Self::Ctx,
+        len: usize,
+        buf: &mut Self::Buf,
+        src: usize,
+        dst: usize,
+    ) -> Result<()>;
     /// Device to device copy of `len` elements.
     fn copy(
         &self,

@@ -114,6 +114,17 @@ impl Backend for CudaBackend {
         match *self {}
     }
 
+    fn copy_within(
+        &self,
+        ctx: &mut CudaCtx,
+        len: usize,
+        buf: &mut CudaBuf,
+        src: usize,
+        dst: usize,
+    ) -> Result<()> {
+        match *self {}
+    }
+
     fn fill(
         &self,
         ctx: &mut CudaCtx,

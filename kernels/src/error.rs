@@ -63,6 +63,19 @@ impl KernelError {
 pub type Result<T> = std::result::Result<T, KernelError>;
 
 /// Checks that `off..off+n` lies inside a buffer of `len` elements.
+/// Checks `copy_within`'s two ranges: in the buffer, and apart.
+pub(crate) fn check_apart(len: usize, src: usize, dst: usize, buf_len: usize) -> Result<()> {
+    check_range("copy_within", "src", src, len, buf_len)?;
+    check_range("copy_within", "dst", dst, len, buf_len)?;
+    if len > 0 && src.abs_diff(dst) < len {
+        return Err(KernelError::Shape {
+            op: "copy_within",
+            msg: format!("ranges at {src} and {dst} of {len} elements overlap"),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_range(
     op: &'static str,
     what: &'static str,

@@ -1122,6 +1122,33 @@ fn downloads_larger_than_the_staging_buffer_round_trip<B: Backend>(d: &mut D<B>)
     assert!(back.iter().enumerate().all(|(i, &x)| x == (i + 3) as f32));
 }
 
+/// `copy_within` moves one slot over another and leaves the rest; ranges
+/// that overlap or leave the buffer are errors.
+fn copy_within_moves_one_range_over_another<B: Backend>(d: &mut D<B>) {
+    let v: Vec<f32> = (0..40).map(|i| i as f32).collect();
+    let mut buf = d.put(&v);
+    d.b.copy_within(&mut d.ctx, 10, &mut buf, 25, 5).unwrap();
+    let want: Vec<f32> = (0..40)
+        .map(|i| {
+            if (5..15).contains(&i) {
+                (i + 20) as f32
+            } else {
+                i as f32
+            }
+        })
+        .collect();
+    assert_eq!(d.get(&buf), want);
+    assert!(
+        d.b.copy_within(&mut d.ctx, 10, &mut buf, 0, 9).is_err(),
+        "overlap"
+    );
+    assert!(
+        d.b.copy_within(&mut d.ctx, 10, &mut buf, 35, 0).is_err(),
+        "out of bounds"
+    );
+    assert_eq!(d.get(&buf), want, "nothing written by a refused copy");
+}
+
 kernels::device_tests!(
     // Three threads exercise the uneven task splits.
     cpu: crate::common::Dev::new(kernels::CpuBackend::new(), 3),
@@ -1145,4 +1172,5 @@ kernels::device_tests!(
     gather_rows_copies_indexed_rows,
     gemm_with_empty_inner_dimension_scales_c,
     downloads_larger_than_the_staging_buffer_round_trip,
+    copy_within_moves_one_range_over_another,
 );

@@ -302,7 +302,8 @@ pub enum BenchCmd {
         python: Option<PathBuf>,
     },
     /// PBT's exploit: one MLP trial (Adam) taking another's whole state in
-    /// memory, device to device, against checkpoint and restore (the
+    /// memory, device to device (two lone trials, and two members of one
+    /// fused group, slot to slot), against checkpoint and restore (the
     /// donor's state written to a synced file, read back and loaded into
     /// a trial built anew), for each size.
     Pbt {

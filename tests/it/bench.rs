@@ -215,6 +215,7 @@ fn bench_pbt_times_an_exploit_both_ways() {
             "{r}"
         );
         assert_eq!(r["in_memory_ms"].as_array().unwrap().len(), 3);
+        assert_eq!(r["fused_ms"].as_array().unwrap().len(), 3);
         assert_eq!(r["checkpoint_ms"].as_array().unwrap().len(), 3);
         assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
     }

@@ -941,9 +941,8 @@ impl<B: Backend> ModelGroup<B> {
     }
 
     /// Overwrites slot `dst`'s persistent state with slot `src`'s, on the
-    /// device (PBT's exploit between two members of one fused group),
-    /// through a scratch buffer of one slot's largest part. Returns the
-    /// bytes copied.
+    /// device (PBT's exploit between two members of one fused group).
+    /// Returns the bytes copied.
     pub fn copy_slot_within(
         &mut self,
         lane: &mut Lane<B>,
@@ -952,23 +951,20 @@ impl<B: Backend> ModelGroup<B> {
     ) -> Result<usize> {
         let (n, m) = (self.n, self.n_running);
         let (b, ctx) = lane.device();
-        let mut scratch = b.alloc_zeroed(n.max(m).max(STATS_LEN))?;
-        let mut through = |buf: &mut B::Buf, len: usize| -> Result<()> {
-            b.copy(ctx, len, at(buf, src * len), at_mut(&mut scratch, 0))?;
-            b.copy(ctx, len, at(&scratch, 0), at_mut(buf, dst * len))?;
-            Ok(())
-        };
-        through(&mut self.params, n)?;
+        b.copy_within(ctx, n, &mut self.params, src * n, dst * n)?;
         for st in &mut self.state {
-            through(st, n)?;
+            b.copy_within(ctx, n, st, src * n, dst * n)?;
         }
-        through(&mut self.train_stats, STATS_LEN)?;
+        b.copy_within(
+            ctx,
+            STATS_LEN,
+            &mut self.train_stats,
+            src * STATS_LEN,
+            dst * STATS_LEN,
+        )?;
         if m > 0 {
-            through(&mut self.running, m)?;
+            b.copy_within(ctx, m, &mut self.running, src * m, dst * m)?;
         }
-        // The scratch outlives the copies queued through it.
-        lane.sync()?;
-        drop(scratch);
         Ok(4 * (n * (1 + self.state.len()) + STATS_LEN + m))
     }
 

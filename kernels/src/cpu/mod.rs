@@ -202,6 +202,19 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy_within(
+        &self,
+        _ctx: &mut CpuCtx,
+        len: usize,
+        buf: &mut CpuBuf,
+        src: usize,
+        dst: usize,
+    ) -> Result<()> {
+        crate::error::check_apart(len, src, dst, buf.0.len())?;
+        buf.0.copy_within(src..src + len, dst);
+        Ok(())
+    }
+
     fn fill(
         &self,
         _ctx: &mut CpuCtx,

@@ -750,6 +750,25 @@ impl Backend for CudaBackend {
             .map_err(dev("cuMemcpyDtoDAsync"))
     }
 
+    fn copy_within(
+        &self,
+        ctx: &mut CudaCtx,
+        len: usize,
+        buf: &mut CudaBuf,
+        src: usize,
+        dst: usize,
+    ) -> Result<()> {
+        crate::error::check_apart(len, src, dst, buf.len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let (s, d) = (buf.ptr(src), buf.ptr(dst));
+        // SAFETY: both ranges are in the buffer and apart.
+        unsafe { drv::memcpy_dtod_async(d, s, len * 4, ctx.stream.cu_stream()) }
+            .map_err(dev("cuMemcpyDtoDAsync"))
+    }
+
     fn fill(
         &self,
         ctx: &mut CudaCtx,

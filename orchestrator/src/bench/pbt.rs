@@ -7,6 +7,8 @@
 //!
 //! * **In memory**: `Job::exploit`, a device-to-device copy between two
 //!   resident trials (what a PBT study does at a boundary).
+//! * **Within a fused group**: `Job::exploit_within`, slot to slot, the
+//!   same two trials as the members of one resident group.
 //! * **Checkpoint and restore**: what a disk-based PBT (Ray Tune's) does:
 //!   the donor's state exported and written to a synced file (as
 //!   salus-tune writes checkpoints), read back, and loaded into the
@@ -21,7 +23,9 @@ use std::time::Instant;
 
 use kernels::{Activation, Backend};
 use serde_json::json;
-use training::{Job, Lane, Optimizer, SlotHparams, TrainTrial, TrialConfig, TrialSnapshot};
+use training::{
+    FusedTrials, Job, Lane, Optimizer, SlotHparams, TrainTrial, TrialConfig, TrialSnapshot,
+};
 
 use crate::error::{Error, Result};
 
@@ -32,6 +36,8 @@ pub struct Row {
     pub width: usize,
     pub state_bytes: usize,
     pub in_memory_ms: Vec<f64>,
+    /// Slot to slot within one fused group of the two.
+    pub fused_ms: Vec<f64>,
     pub checkpoint_ms: Vec<f64>,
 }
 
@@ -61,8 +67,10 @@ impl Results {
                 "width": r.width,
                 "state_bytes": r.state_bytes,
                 "in_memory_ms": r.in_memory_ms,
+                "fused_ms": r.fused_ms,
                 "checkpoint_ms": r.checkpoint_ms,
                 "in_memory_median_ms": median(&r.in_memory_ms),
+                "fused_median_ms": median(&r.fused_ms),
                 "checkpoint_median_ms": median(&r.checkpoint_ms),
                 "ratio": r.ratio(),
             })).collect::<Vec<_>>(),
@@ -72,21 +80,23 @@ impl Results {
     pub fn table(&self) -> String {
         let mut out = format!(
             "PBT exploit on {} (an MLP with Adam: its parameters and two moments), median of {} rounds\n\
-             {:>11} {:>10} {:>14} {:>16} {:>8}\n",
+             {:>11} {:>10} {:>14} {:>10} {:>16} {:>8}\n",
             self.device,
             self.rounds,
             "parameters",
             "state MiB",
             "in memory ms",
+            "fused ms",
             "checkpoint ms",
             "ratio"
         );
         for r in &self.rows {
             out += &format!(
-                "{:>11} {:>10.1} {:>14.3} {:>16.3} {:>7.1}x\n",
+                "{:>11} {:>10.1} {:>14.3} {:>10.3} {:>16.3} {:>7.1}x\n",
                 r.params,
                 r.state_bytes as f64 / (1 << 20) as f64,
                 median(&r.in_memory_ms),
+                median(&r.fused_ms),
                 median(&r.checkpoint_ms),
                 r.ratio()
             );
@@ -183,11 +193,38 @@ pub fn run<B: Backend>(
             drop(restored);
             let _ = std::fs::remove_file(&path);
         }
+        drop((donor, receiver));
+        // The same two as the members of one resident group (which must
+        // not end at its first step).
+        let longer = |c: &TrialConfig| TrialConfig {
+            epochs: 100,
+            ..c.clone()
+        };
+        let mut group = FusedTrials::new(vec![
+            (
+                0,
+                TrainTrial::new_on_host(data.clone(), longer(&donor_cfg))?,
+            ),
+            (
+                1,
+                TrainTrial::new_on_host(data.clone(), longer(&receiver_cfg))?,
+            ),
+        ])?;
+        group.step(&mut lane)?;
+        lane.sync()?;
+        let mut fused_ms = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            group.exploit_within(&mut lane, 1, 0, &training::NewValues::Hparams(new))?;
+            lane.sync()?;
+            fused_ms.push(1e3 * t.elapsed().as_secs_f64());
+        }
         rows.push(Row {
             params,
             width,
             state_bytes,
             in_memory_ms,
+            fused_ms,
             checkpoint_ms,
         });
     }
