@@ -1062,3 +1062,65 @@ fn external_workers_exploit_in_process_or_by_a_restart_alike() {
     assert_eq!(events, events_restart);
     assert_eq!(curves, curves_restart);
 }
+
+/// `kill -9` in the middle of a PBT study of the NumPy script, then the
+/// same command again: every member ends with each of its steps once (a
+/// resumed script says where it is, and a receiver goes on from its
+/// donor's file, stored as its checkpoint with the exploit), the stored
+/// exploits stay, and no member takes a state twice at one point.
+#[test]
+fn a_killed_pbt_study_of_external_workers_resumes_to_the_end() {
+    if !has_numpy("a_killed_pbt_study_of_external_workers_resumes_to_the_end") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let study = numpy_study("wkill", 4, 60, "")
+        .replace("trials = 4\n", "")
+        .replace("hidden = { int = [8, 64] }", "hidden = 16")
+        + "\n[pbt]\npopulation = 4\ninterval = 1\n";
+    write(dir.path(), "p.toml", &study);
+    let db = dir.path().join("wkill.db");
+    let events = |db: &Path| {
+        if migrated(db) {
+            scalar(db, "SELECT COUNT(*) FROM salus_pbt_events")
+        } else {
+            0
+        }
+    };
+    let child = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["p.toml", "--no-progress"]),
+    );
+    wait_until("a few exploits", Duration::from_secs(120), || {
+        events(&db) >= 8
+    });
+    let out = child.kill();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "killed before the end: {}",
+        text(&out)
+    );
+    let before = events(&db);
+    assert!(before < 59, "the kill landed before the end");
+    let out = run_in(dir.path(), &["p.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 4);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{}", text(&out));
+        let steps: Vec<i64> = t.intermediate.iter().map(|c| c.0).collect();
+        assert_eq!(steps, (1..=60).collect::<Vec<_>>(), "trial {}", t.number);
+    }
+    assert!(events(&db) > before, "the resumed run exploits too");
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM (SELECT trial_id, generation FROM salus_pbt_events \
+             GROUP BY trial_id, generation HAVING COUNT(*) > 1)"
+        ),
+        0,
+        "no member exploited twice at one point"
+    );
+}

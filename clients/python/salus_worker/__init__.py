@@ -146,6 +146,7 @@ class Trial:
         self._save: Optional[Callable[[str], None]] = None
         self._on_exploit: Optional[Callable[[str, Dict[str, Any]], None]] = None
         self._position = 0
+        self._iterating = False
         self._cap_memory()
 
     def _cap_memory(self) -> None:
@@ -206,6 +207,9 @@ class Trial:
 
     def _ready(self) -> None:
         message: Dict[str, Any] = {"type": "ready"}
+        if self._iterating:
+            # Where this trial is: a resumed script goes on from there.
+            message["iteration"] = self._position
         if self.version >= 2:
             memory = self.memory()
             if memory is not None:
@@ -317,6 +321,7 @@ class Trial:
         """Yields iteration numbers `start .. total-1`, each when salus-tune
         lets it run (after a PBT exploit in process, on from the donor's)."""
         self._position = start
+        self._iterating = True
         while self._position < total:
             self.wait_turn()
             if self._position >= total:  # an exploit took it to the end

@@ -9,7 +9,7 @@
 //! |---|---|---|---|
 //! | worker | `hello` | `version` | first message; `version` is 1, 2 or 3 |
 //! | orchestrator | `start` | `version`, `trial`, `params`, `report_every`, `checkpoint_path`, `resume_from`; from version 2 also `device`, `memory_limit` | the trial to run; `resume_from` is a checkpoint path or null; `memory_limit` is the trial's grant in bytes, a cap the client sets on its allocator |
-//! | worker | `ready` | from version 2, optional `memory` (`persistent`, `peak`, `cached`, in bytes) and `swap` | asks to run its next iteration, then waits; `memory` is what the client measured on its device; `swap: true` says it can swap in process |
+//! | worker | `ready` | from version 2, optional `memory` (`persistent`, `peak`, `cached`, in bytes) and `swap`; from version 3, optional `iteration` | asks to run its next iteration, then waits; `memory` is what the client measured on its device; `swap: true` says it can swap in process; `iteration`, the index of that iteration (a resumed script's place) |
 //! | orchestrator | `go` | | run one iteration |
 //! | orchestrator | `prune` | | exit now, cleanly |
 //! | orchestrator | `checkpoint` | `path` | save your state to `path`, answer `checkpointed`, exit; you are restarted later with `resume_from` = `path` |
@@ -80,6 +80,10 @@ pub enum FromWorker {
         /// The client tracks its state and can swap it in process.
         #[serde(default)]
         swap: bool,
+        /// Version 3: the index of the iteration it asks to run (its
+        /// place in training, which a resume or an exploit moves).
+        #[serde(default)]
+        iteration: Option<u64>,
     },
     Report {
         #[serde(deserialize_with = "step")]
@@ -360,7 +364,8 @@ mod tests {
             parse("{\"type\": \"ready\"}\n"),
             Ok(FromWorker::Ready {
                 memory: None,
-                swap: false
+                swap: false,
+                iteration: None
             })
         );
         assert_eq!(
@@ -442,7 +447,8 @@ mod tests {
                     peak: 3_000_000,
                     cached: 0
                 }),
-                swap: true
+                swap: true,
+                iteration: None
             })
         );
         assert_eq!(
@@ -645,6 +651,14 @@ mod tests {
             Ok(FromWorker::Saved { path: "/p".into() })
         );
         assert_eq!(parse("{\"type\":\"exploited\"}"), Ok(FromWorker::Exploited));
+        assert_eq!(
+            parse(r#"{"type":"ready","iteration":14}"#),
+            Ok(FromWorker::Ready {
+                memory: None,
+                swap: false,
+                iteration: Some(14)
+            })
+        );
         assert_eq!(parse("{\"type\":\"restart\"}"), Ok(FromWorker::Restart));
         assert!(
             parse("{\"type\":\"saved\"}")

@@ -177,6 +177,8 @@ pub struct ExternalTrial {
     /// The iteration and step the last checkpoint holds: where a restart
     /// after an out-of-memory error resumes.
     resume_point: (u64, u64),
+    /// The last `ready` said which iteration comes next.
+    positioned: bool,
     /// `cuda` or `cpu`: what the worker calls its device.
     device: &'static str,
     /// The device the trial was placed on, as `--device` names it (`cpu`,
@@ -364,6 +366,7 @@ impl ExternalTrial {
             medium: SwapMedium::HostMemory,
             oom_need: 0,
             resume_point: (0, 0),
+            positioned: false,
             device: "cpu",
             placement: "cpu".into(),
             cuda_ordinal: None,
@@ -656,7 +659,8 @@ impl ExternalTrial {
         self.last_step = step;
         let r = Report {
             step,
-            iteration: self.iteration,
+            // Inside a granted iteration: counting it.
+            iteration: self.iteration + 1,
             train_loss: f64::NAN,
             val_loss: f64::NAN,
             val_accuracy: None,
@@ -682,10 +686,20 @@ impl ExternalTrial {
         let mut last: Option<Report> = None;
         loop {
             match self.recv()? {
-                FromWorker::Ready { memory, swap } => {
+                FromWorker::Ready {
+                    memory,
+                    swap,
+                    iteration,
+                } => {
                     if let Some(p) = self.proc.as_mut() {
                         p.ready = true;
                         p.swap = swap && p.version >= 2;
+                    }
+                    // The client's own count wins: a resumed script goes
+                    // on from its checkpoint's iteration.
+                    if let Some(i) = iteration {
+                        self.iteration = i;
+                        self.positioned = true;
                     }
                     if let Some(m) = memory {
                         self.measured = Some(m);
@@ -888,8 +902,11 @@ impl<B: Backend> Job<B> for ExternalTrial {
         if let Some(p) = self.proc.as_mut() {
             p.ready = false;
         }
+        self.positioned = false;
         let (report, done) = self.until_ready(true)?;
-        self.iteration += 1;
+        if !self.positioned {
+            self.iteration += 1;
+        }
         if let Some((value, more)) = done {
             return self.finish(report, value, more);
         }
