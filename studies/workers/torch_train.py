@@ -9,7 +9,9 @@ chooses which one and caps its memory.
 
 Deterministic: each epoch shuffles with a generator seeded by the trial and
 the epoch, so a swapped trial's curve is the unswapped one's, float for
-float.
+float. In a PBT study it takes another member's state in process
+(`on_exploit`), or with SALUS_EXPLOIT=restart by a restart from that
+member's checkpoint.
 """
 
 import gzip
@@ -57,6 +59,9 @@ if state is not None:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     start = state["epoch"]
+    # The checkpoint may be another PBT member's: the params are this one's.
+    for group in opt.param_groups:
+        group["lr"] = float(p["lr"])
 trial.track(model, opt)
 epoch = start
 
@@ -68,6 +73,22 @@ def save(path):
 
 
 trial.on_checkpoint(save)
+
+
+def take(path, params):
+    """PBT: go on from another member's checkpoint with new values, in
+    process (without this, salus-tune restarts the script from it)."""
+    global epoch
+    donor = torch.load(path)
+    model.load_state_dict(donor["model"])
+    opt.load_state_dict(donor["opt"])
+    for group in opt.param_groups:
+        group["lr"] = float(params["lr"])
+    epoch = donor["epoch"]
+
+
+if os.environ.get("SALUS_EXPLOIT") != "restart":
+    trial.on_exploit(take)
 
 batch = int(p.get("batch", 64))
 loss = float("nan")

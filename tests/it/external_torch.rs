@@ -361,3 +361,59 @@ fn the_gpu_check_s_torch_study_phase_runs_in_its_cpu_form() {
     assert!(lines[4]["in_process_ms"].as_f64().unwrap() > 0.0);
     assert!(lines[4]["checkpoint_ms"].as_f64().unwrap() > 0.0);
 }
+
+/// The example as a PBT population of 4 (one width, no pruner): at each
+/// epoch the worst takes the best's model and Adam state through its
+/// checkpoint, in process or by a restart of the script, with the same
+/// curves either way, value for value.
+#[test]
+fn the_torch_example_exploits_in_process_or_by_a_restart_alike() {
+    if !has_torch("the_torch_example_exploits_in_process_or_by_a_restart_alike") {
+        return;
+    }
+    let run = |restart: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let env = if restart {
+            "env = { SALUS_EXPLOIT = \"restart\", PYTHONPATH"
+        } else {
+            "env = { PYTHONPATH"
+        };
+        torch_study(
+            dir.path(),
+            &example(),
+            &[
+                ("trials = 16\n", ""),
+                ("iterations = 10", "iterations = 4"),
+                ("epochs = 10", "epochs = 4"),
+                ("hidden = { int = [32, 256], log = true }", "hidden = 64"),
+                (
+                    "[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n",
+                    "[pbt]\npopulation = 4\ninterval = 1\n",
+                ),
+                ("env = { PYTHONPATH", env),
+            ],
+        );
+        let (rows, db, log) = run_ok(dir.path());
+        assert_eq!(rows.len(), 4);
+        assert!(rows.iter().all(|t| t.state.is_finished()), "{log}");
+        assert_eq!(
+            scalar(
+                &db,
+                "SELECT COUNT(*) FROM salus_pbt_events WHERE NOT on_device AND bytes > 10000"
+            ),
+            3,
+            "one exploit at each of 3 points: {log}"
+        );
+        rows.iter()
+            .map(|t| (t.number.0, t.intermediate.clone()))
+            .collect::<Vec<_>>()
+    };
+    let in_process = run(false);
+    for (_, curve) in &in_process {
+        assert_eq!(
+            curve.iter().map(|c| c.0).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+    }
+    assert_eq!(in_process, run(true));
+}
