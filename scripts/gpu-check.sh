@@ -57,9 +57,10 @@
 #                       (1 GiB of state) in process against checkpoint and
 #                       restart. Optuna travels as wheels (gpu-anchors/wheels).
 #   21-pbt.txt          PBT on cuda:0: the exploit and schedule tests (a
-#                       device-to-device copy, bit for bit against a resume),
-#                       bench pbt (1M and 10M parameters), and
-#                       studies/digits_pbt.toml
+#                       device-to-device copy, and slot to slot within a
+#                       fused group, bit for bit against a resume), bench
+#                       pbt (1M and 10M parameters, lone and fused), and
+#                       studies/digits_pbt.toml (fused members)
 #   10-torch_anchor.txt the plain PyTorch anchor (and its JSON), last: its
 #                       K-process mode alone takes tens of seconds
 #   device-tests.txt    each device test, run or skipped
