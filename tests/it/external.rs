@@ -1080,29 +1080,8 @@ fn a_killed_pbt_study_of_external_workers_resumes_to_the_end() {
         + "\n[pbt]\npopulation = 4\ninterval = 1\n";
     write(dir.path(), "p.toml", &study);
     let db = dir.path().join("wkill.db");
-    let events = |db: &Path| {
-        if migrated(db) {
-            scalar(db, "SELECT COUNT(*) FROM salus_pbt_events")
-        } else {
-            0
-        }
-    };
-    let child = Running::spawn(
-        bin()
-            .current_dir(dir.path())
-            .args(["p.toml", "--no-progress"]),
-    );
-    wait_until("a few exploits", Duration::from_secs(120), || {
-        events(&db) >= 8
-    });
-    let out = child.kill();
-    assert_ne!(
-        out.status.code(),
-        Some(0),
-        "killed before the end: {}",
-        text(&out)
-    );
-    let before = events(&db);
+    kill_after_exploits(dir.path(), "p.toml", &db, 8);
+    let before = pbt_events(&db);
     assert!(before < 59, "the kill landed before the end");
     let out = run_in(dir.path(), &["p.toml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -1113,7 +1092,7 @@ fn a_killed_pbt_study_of_external_workers_resumes_to_the_end() {
         let steps: Vec<i64> = t.intermediate.iter().map(|c| c.0).collect();
         assert_eq!(steps, (1..=60).collect::<Vec<_>>(), "trial {}", t.number);
     }
-    assert!(events(&db) > before, "the resumed run exploits too");
+    assert!(pbt_events(&db) > before, "the resumed run exploits too");
     assert_eq!(
         scalar(
             &db,

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use crate::common::*;
 use salus_tune::storage::TrialState;
@@ -259,28 +258,7 @@ fn a_pbt_study_killed_in_the_middle_resumes_to_the_end() {
     let file = population("killed", 7).replace("epochs = 6", "epochs = 40");
     write(dir.path(), "p.toml", &file);
     let db = dir.path().join("killed.db");
-    let events = |db: &Path| {
-        if migrated(db) {
-            scalar(db, "SELECT COUNT(*) FROM salus_pbt_events")
-        } else {
-            0
-        }
-    };
-    let child = Running::spawn(
-        bin()
-            .current_dir(dir.path())
-            .args(["p.toml", "--no-progress"]),
-    );
-    wait_until("a few exploits", Duration::from_secs(120), || {
-        events(&db) >= 6
-    });
-    let out = child.kill();
-    assert_ne!(
-        out.status.code(),
-        Some(0),
-        "killed before the end: {}",
-        text(&out)
-    );
+    kill_after_exploits(dir.path(), "p.toml", &db, 6);
     let before = lineage(&db);
     let log = run_study(dir.path(), "p.toml");
     let rows = trials(&db, None);

@@ -144,7 +144,7 @@ const BAD: &[&str] = &[
     "[train]\nlr = { float = [1e-3, 1e-1] }\n[pbt]\nmutate = [\"weight_decay\"]\n",
     "[train]\nlr = 0.01\n[pbt]\npopulation = 4\n",
     "[train]\nlr = { float = [1e-3, 1e-1] }\ndropout = { float = [0.0, 0.5] }\n[pbt]\n",
-    "[train]\nlr = { float = [1e-3, 1e-1] }\n[scheduler]\nfuse = 4\n[pbt]\n",
+    "[train]\nlr = 0.01\nschedule = [{ step = 3, lr = 0.005 }]\n[scheduler]\nfuse = 4\n",
     "[train]\nlr = { float = [1e-3, 1e-1] }\n[pbt]\npopulaton = 4\n",
     // [train] schedule
     "[train]\nlr = 0.01\nschedule = [{ lr = 0.005 }]\n",

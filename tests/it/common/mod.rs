@@ -450,6 +450,31 @@ impl TestDb {
     }
 }
 
+/// Exploits stored in a PBT study's database (0 before it exists).
+pub fn pbt_events(db: &Path) -> i64 {
+    if migrated(db) {
+        scalar(db, "SELECT COUNT(*) FROM salus_pbt_events")
+    } else {
+        0
+    }
+}
+
+/// Runs `file` in `dir` and kills it (`kill -9`) once `db` holds
+/// `exploits` PBT exploits; it must not have ended by then.
+pub fn kill_after_exploits(dir: &Path, file: &str, db: &Path, exploits: i64) {
+    let child = Running::spawn(bin().current_dir(dir).args([file, "--no-progress"]));
+    wait_until("a few exploits", Duration::from_secs(120), || {
+        pbt_events(db) >= exploits
+    });
+    let out = child.kill();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "killed before the end: {}",
+        text(&out)
+    );
+}
+
 /// The Python the tests run workers and anchors with: `SALUS_TUNE_PYTHON`
 /// (scripts/test.sh's `.venv`), else `python3`.
 pub fn python() -> String {
