@@ -66,14 +66,18 @@ pub fn staging_path(path: &Path) -> PathBuf {
 pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-    let mut tries = 0;
+    // Racing a peer that keeps removing the folder: retry for a while, not
+    // a number of times (on a loaded machine a few dozen tries can all
+    // lose); a real error comes back at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let mut f = loop {
+        let again = || std::time::Instant::now() < deadline;
         if let Some(dir) = dir {
             match std::fs::create_dir_all(dir) {
                 // `create_dir_all` reports the folder as existing and then
                 // finds it gone when a peer removes it in between.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 20 => {
-                    tries += 1;
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && again() => {
+                    std::thread::yield_now();
                     continue;
                 }
                 made => made?,
@@ -81,7 +85,9 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         }
         match std::fs::File::create(path) {
             Ok(f) => break f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 20 => tries += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && again() => {
+                std::thread::yield_now();
+            }
             Err(e) => return Err(e),
         }
     };
