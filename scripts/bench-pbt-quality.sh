@@ -12,7 +12,9 @@
 #   trials as give about the same iterations (TRIALS_ASHA, 36 by default).
 #
 # METRIC=val_loss ranks and scores by validation loss (minimised) instead
-# of accuracy.
+# of accuracy. TASK=sgd trains with plain SGD (momentum 0.9) and a wider
+# learning-rate range (1e-3 to 1) instead: a task where a learning rate
+# that falls as training goes on beats any fixed one.
 #
 #   scripts/bench-pbt-quality.sh [SEEDS] [BINARY] > out.json
 set -euo pipefail
@@ -23,6 +25,7 @@ metric=${METRIC:-val_accuracy}
 # Iterations between exploit points: one epoch (22 iterations) by default,
 # as a PBT study without `interval` does.
 interval=${INTERVAL:-22}
+task=${TASK:-adam}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -37,6 +40,9 @@ kind = "mlp"
 depth = 2
 width = 64
 
+TOML
+    case "$task" in
+    adam) cat <<TOML
 [train]
 optimizer = "adam"
 lr = { float = [1e-4, 1e-1], log = true }
@@ -44,6 +50,21 @@ weight_decay = { float = [1e-6, 1e-2], log = true }
 batch_size = 64
 epochs = 12
 TOML
+    ;;
+    sgd) cat <<TOML
+[train]
+optimizer = "sgd"
+lr = { float = [1e-3, 1.0], log = true }
+weight_decay = { float = [1e-6, 1e-2], log = true }
+batch_size = 64
+epochs = 12
+
+[train.sgd]
+momentum = 0.9
+TOML
+    ;;
+    *) echo "TASK is adam or sgd, not $task" >&2; exit 2 ;;
+    esac
 }
 
 for seed in $(seq 0 $((seeds - 1))); do
@@ -60,11 +81,11 @@ for seed in $(seq 0 $((seeds - 1))); do
     done
 done
 
-python3 - "$work" "$seeds" "$metric" "$interval" <<'PY'
+python3 - "$work" "$seeds" "$metric" "$interval" "$task" <<'PY'
 import json, sqlite3, statistics, sys
 work, seeds, metric = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 best_of = "MIN" if metric.endswith("loss") else "MAX"
-out = {"metric": metric, "pbt_interval": int(sys.argv[4])}
+out = {"metric": metric, "pbt_interval": int(sys.argv[4]), "task": sys.argv[5]}
 for m in ["pbt", "asha", "random"]:
     best, iters = [], []
     for s in range(seeds):

@@ -7,7 +7,7 @@ use std::sync::mpsc::{Receiver, channel};
 
 use kernels::{Activation, CpuBackend};
 use salus_tune::salus::JobId;
-use salus_tune::salus::core::{CoreConfig, CoreEvent, SalusCore, TrialRef};
+use salus_tune::salus::core::{CoreConfig, CoreEvent, Donor, SalusCore, TrialRef};
 use salus_tune::salus::devices::DeviceCores;
 use salus_tune::salus::policy::Policy;
 use training::data::{split, synthetic_classification};
@@ -992,7 +992,7 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
             if paused == 2 {
                 core.exploit(
                     TrialRef::alone(receiver),
-                    TrialRef::alone(donor),
+                    Donor::Held(TrialRef::alone(donor)),
                     training::NewValues::Hparams(new),
                 );
             }
@@ -1006,7 +1006,7 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
             error,
             ..
         } => {
-            assert_eq!((r.job, d.job), (receiver, donor));
+            assert_eq!((r.job, d.map(|d| d.job)), (receiver, Some(donor)));
             assert_eq!(error, &None);
             exploited = Some((*bytes, *on_device));
             core.resume(receiver);

@@ -320,6 +320,24 @@ impl<B: Backend> FusedTrials<B> {
             .ok_or_else(|| WorkerError::Config(format!("no member {tag} in the group")))
     }
 
+    /// A donor's state, from its host copy (or its stored file), into slot
+    /// `s`: on the device where the group is resident, else as the
+    /// member's host state. Returns the bytes and the place it covers.
+    fn take_donor_state(
+        &mut self,
+        lane: &mut Lane<B>,
+        s: usize,
+        state: TrialSnapshot,
+    ) -> Result<(usize, u64, u64)> {
+        self.members[s].trial.check_fingerprint(&state)?;
+        let at = (state.float_bytes(), state.iteration, state.reports);
+        match self.group.as_mut() {
+            Some(g) => g.import_slot(lane, s, &state.slot)?,
+            None => self.members[s].trial.put_host_state(state),
+        }
+        Ok(at)
+    }
+
     /// Slot `s`'s member goes on from a donor's place with `h`: the group
     /// trains it with `h` from its next step.
     fn take_place(&mut self, s: usize, iteration: u64, reports: u64, h: SlotHparams) -> Result<()> {
@@ -526,15 +544,24 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
             ),
             _ => {
                 let state = donor_state(donor, lane, donor_tag)?;
-                self.members[s].trial.check_fingerprint(&state)?;
-                let at = (state.float_bytes(), state.iteration, state.reports);
-                match self.group.as_mut() {
-                    Some(g) => g.import_slot(lane, s, &state.slot)?,
-                    None => self.members[s].trial.put_host_state(state),
-                }
-                at
+                self.take_donor_state(lane, s, state)?
             }
         };
+        self.take_place(s, iteration, reports, h)?;
+        Ok(bytes)
+    }
+
+    fn exploit_stored(
+        &mut self,
+        lane: &mut Lane<B>,
+        tag: Option<u64>,
+        state: TrialSnapshot,
+        new: &NewValues,
+    ) -> Result<usize> {
+        let tag = tag.ok_or_else(|| WorkerError::Config("name the member that takes".into()))?;
+        let (s, m) = self.member(tag)?;
+        let h = m.trial.exploit_hparams(new)?;
+        let (bytes, iteration, reports) = self.take_donor_state(lane, s, state)?;
         self.take_place(s, iteration, reports, h)?;
         Ok(bytes)
     }

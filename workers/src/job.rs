@@ -278,6 +278,22 @@ pub trait Job<B: Backend>: Send {
             "this kind of trial cannot take another trial's state".into(),
         ))
     }
+    /// PBT's exploit from a donor this process does not hold (another
+    /// process's, on a study they share): the trial (member `tag`) takes
+    /// `state`, the donor's state as stored at the exploit point, as
+    /// [`Job::exploit`] takes a resident donor's. Returns the bytes taken.
+    fn exploit_stored(
+        &mut self,
+        _lane: &mut Lane<B>,
+        _tag: Option<u64>,
+        _state: TrialSnapshot,
+        _new: &NewValues,
+    ) -> Result<usize> {
+        Err(crate::WorkerError::Config(
+            "this kind of trial cannot take a stored state; its donor must be in this process"
+                .into(),
+        ))
+    }
     /// PBT's exploit between two members of one fused group: slot to slot.
     fn exploit_within(
         &mut self,

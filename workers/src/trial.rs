@@ -344,6 +344,23 @@ impl<B: Backend> TrainTrial<B> {
     /// The hyper-parameters an exploit gives this trial: `new`, with its
     /// own seed (its stream of shuffles and dropout masks). The optimizer
     /// family and whether dropout is on must not change.
+    /// A donor's state, from its host copy (or its stored file), as this
+    /// trial's: into its slot where it is resident, else as its host state.
+    /// Returns the bytes taken.
+    fn take_donor_state(&mut self, lane: &mut Lane<B>, state: TrialSnapshot) -> Result<usize> {
+        self.check_fingerprint(&state)?;
+        let bytes = state.float_bytes();
+        match self.group.as_mut() {
+            Some(g) => {
+                g.import_slot(lane, 0, &state.slot)?;
+                self.iteration = state.iteration;
+                self.reports = state.reports;
+            }
+            None => self.put_host_state(state),
+        }
+        Ok(bytes)
+    }
+
     pub(crate) fn exploit_hparams(&self, new: &NewValues) -> Result<SlotHparams> {
         let NewValues::Hparams(hparams) = new else {
             return Err(WorkerError::Config(
@@ -577,17 +594,7 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
             // Either is off the device: through the donor's host state.
             _ => {
                 let state = donor_state(donor, lane, donor_tag)?;
-                self.check_fingerprint(&state)?;
-                let bytes = state.float_bytes();
-                match self.group.as_mut() {
-                    Some(g) => {
-                        g.import_slot(lane, 0, &state.slot)?;
-                        self.iteration = state.iteration;
-                        self.reports = state.reports;
-                    }
-                    None => self.put_host_state(state),
-                }
-                bytes
+                self.take_donor_state(lane, state)?
             }
         };
         if let Some(g) = self.group.as_mut() {
@@ -595,6 +602,22 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         }
         self.cfg.hparams = h;
         self.last_report = donor.report().cloned();
+        Ok(bytes)
+    }
+
+    fn exploit_stored(
+        &mut self,
+        lane: &mut Lane<B>,
+        _tag: Option<u64>,
+        state: TrialSnapshot,
+        new: &NewValues,
+    ) -> Result<usize> {
+        let h = self.exploit_hparams(new)?;
+        let bytes = self.take_donor_state(lane, state)?;
+        if let Some(g) = self.group.as_mut() {
+            g.set_slot_hparams(0, h)?;
+        }
+        self.cfg.hparams = h;
         Ok(bytes)
     }
 

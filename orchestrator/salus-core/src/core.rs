@@ -43,7 +43,7 @@ use std::time::Instant;
 use kernels::Backend;
 use training::{
     Footprint, Job, Lane, MemberOutcome, MemberStep, NewValues, Report, StepOutcome, SwapMedium,
-    WorkerError, lane::GroupShape,
+    TrialSnapshot, WorkerError, lane::GroupShape,
 };
 
 use super::ledger::{LaneLoad, LedgerSnapshot, MemoryLedger, Placement, place};
@@ -219,7 +219,8 @@ pub enum CoreEvent {
     /// with the exploit (one transaction: a crash keeps both or neither).
     Exploited {
         receiver: TrialRef,
-        donor: TrialRef,
+        /// `None` for a stored donor ([`Donor::Stored`]).
+        donor: Option<TrialRef>,
         lane: LaneId,
         bytes: usize,
         seconds: f64,
@@ -283,7 +284,7 @@ struct Entry<B: Backend> {
     /// PBT's exploits asked for, in order: this job's trial (a fused
     /// group's member) takes the donor's state and continues with the new
     /// values.
-    exploit: Vec<(Option<u64>, TrialRef, NewValues)>,
+    exploit: Vec<(Option<u64>, Donor, NewValues)>,
     prune: bool,
     iterations: u64,
 }
@@ -349,11 +350,29 @@ enum Work<B: Backend> {
 }
 
 /// An exploit a lane carries out: both jobs are out of the table meanwhile
-/// (one job, when two members of a fused group exchange state).
+/// (one job, when two members of a fused group exchange state, or when the
+/// donor's state was read from storage).
 struct Exploit<B: Backend> {
     receiver: (TrialRef, Box<dyn Job<B>>),
-    donor: (TrialRef, Option<Box<dyn Job<B>>>),
+    donor: DonorWork<B>,
     new: NewValues,
+}
+
+/// The donor's side of an exploit a lane carries out.
+enum DonorWork<B: Backend> {
+    /// A trial of this core, its job taken out of the table (`None`: the
+    /// receiver's own fused group).
+    Held(TrialRef, Option<Box<dyn Job<B>>>),
+    Stored(Box<TrialSnapshot>),
+}
+
+/// Where an exploit's donor state comes from.
+pub enum Donor {
+    /// A trial this core holds.
+    Held(TrialRef),
+    /// A state read from storage: the donor is another process's, on a
+    /// study they share.
+    Stored(Box<TrialSnapshot>),
 }
 
 /// A trial as the core holds it: a lone job, or member `member` (its tag)
@@ -577,7 +596,7 @@ impl<B: Backend> SalusCore<B> {
     /// where both are resident, and says so with
     /// [`CoreEvent::Exploited`]. Both should be paused, so that neither
     /// moves on first.
-    pub fn exploit(&self, receiver: TrialRef, donor: TrialRef, new: NewValues) {
+    pub fn exploit(&self, receiver: TrialRef, donor: Donor, new: NewValues) {
         self.with_job(receiver.job, |e| {
             e.exploit.push((receiver.member, donor, new))
         });
@@ -974,10 +993,15 @@ impl<B: Backend> State<B> {
         }
         if let Some((receiver, donor, new)) = self.exploit_for(lane) {
             let job = self.take(receiver.job);
-            let donor_job = (donor.job != receiver.job).then(|| self.take(donor.job));
+            let donor = match donor {
+                Donor::Held(d) => {
+                    DonorWork::Held(d, (d.job != receiver.job).then(|| self.take(d.job)))
+                }
+                Donor::Stored(state) => DonorWork::Stored(state),
+            };
             return Some(Work::Exploit(Exploit {
                 receiver: (receiver, job),
-                donor: (donor, donor_job),
+                donor,
                 new,
             }));
         }
@@ -988,25 +1012,27 @@ impl<B: Backend> State<B> {
     /// An exploit `lane` may carry out now: its receiver is on this lane
     /// (or on none), and neither it nor its donor is running. A donor that
     /// has ended fails the request.
-    fn exploit_for(&mut self, lane: LaneId) -> Option<(TrialRef, TrialRef, NewValues)> {
+    fn exploit_for(&mut self, lane: LaneId) -> Option<(TrialRef, Donor, NewValues)> {
         let free = |d: &Entry<B>| !d.running();
         let (id, at) = self.jobs.iter().find_map(|(&id, e)| {
             let here = e.lane == Some(lane) || e.lane.is_none();
             if !here || e.running() {
                 return None;
             }
-            let at = e
-                .exploit
-                .iter()
-                .position(|(_, donor, _)| self.jobs.get(&donor.job).is_none_or(free))?;
+            let at = e.exploit.iter().position(|(_, donor, _)| match donor {
+                Donor::Held(d) => self.jobs.get(&d.job).is_none_or(free),
+                Donor::Stored(_) => true,
+            })?;
             Some((id, at))
         })?;
         let (member, donor, new) = self.jobs.get_mut(&id).expect("receiver").exploit.remove(at);
         let receiver = TrialRef { job: id, member };
-        if !self.jobs.contains_key(&donor.job) {
+        if let Donor::Held(d) = &donor
+            && !self.jobs.contains_key(&d.job)
+        {
             self.emit(CoreEvent::Exploited {
                 receiver,
-                donor,
+                donor: Some(*d),
                 lane,
                 bytes: 0,
                 seconds: 0.0,

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use kernels::Backend;
 use training::{Job, WorkerError};
 
-use super::core::{CoreConfig, CoreEvent, DeviceLoad, Numbering, SalusCore, TrialRef};
+use super::core::{CoreConfig, CoreEvent, DeviceLoad, Donor, Numbering, SalusCore, TrialRef};
 use super::ledger::LedgerSnapshot;
 use super::{JobId, LaneId};
 
@@ -215,8 +215,21 @@ impl<B: Backend> DeviceCores<B> {
         if self.device_of(receiver.job) != self.device_of(donor.job) {
             return false;
         }
-        self.core(receiver.job).exploit(receiver, donor, new);
+        self.core(receiver.job)
+            .exploit(receiver, Donor::Held(donor), new);
         true
+    }
+
+    /// PBT's exploit from a stored state ([`Donor::Stored`]): a donor
+    /// another process holds.
+    pub fn exploit_stored(
+        &self,
+        receiver: TrialRef,
+        state: training::TrialSnapshot,
+        new: training::NewValues,
+    ) {
+        self.core(receiver.job)
+            .exploit(receiver, Donor::Stored(Box::new(state)), new);
     }
 
     pub fn swap_out(&self, id: JobId) {

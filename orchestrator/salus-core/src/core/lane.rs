@@ -9,7 +9,7 @@ use std::time::Instant;
 use kernels::Backend;
 use training::{Job, Lane, StepOutcome, SwapMedium, WorkerError};
 
-use super::{CoreEvent, Ending, Exploit, JobId, LaneId, Shared, State, Work};
+use super::{CoreEvent, DonorWork, Ending, Exploit, JobId, LaneId, Shared, State, Work};
 
 /// A lane's current timeline segment: job, start, end, iterations.
 type Segment = Option<(JobId, f64, f64, u64)>;
@@ -432,25 +432,35 @@ fn release_cache<B: Backend>(
 fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Exploit<B>) {
     let Exploit {
         receiver: (receiver, mut job),
-        donor: (donor, mut donor_job),
+        donor,
         new,
     } = exploit;
     let t = Instant::now();
     // Both states on the device: a device-to-device copy (an external
-    // worker's goes through a file).
-    let (on_device, result) = match donor_job.as_mut() {
-        Some(d) => (
-            job.device_slot(receiver.member).is_some() && d.device_slot(donor.member).is_some(),
-            job.exploit(lane, receiver.member, &mut **d, donor.member, &new),
-        ),
-        None => (
+    // worker's goes through a file; a stored donor's from the host).
+    let (donor, mut donor_job, on_device, result) = match donor {
+        DonorWork::Held(d, Some(mut dj)) => {
+            let on_device =
+                job.device_slot(receiver.member).is_some() && dj.device_slot(d.member).is_some();
+            let r = job.exploit(lane, receiver.member, &mut *dj, d.member, &new);
+            (Some(d), Some(dj), on_device, r)
+        }
+        DonorWork::Held(d, None) => (
+            Some(d),
+            None,
             job.device_slot(receiver.member).is_some(),
-            match (receiver.member, donor.member) {
-                (Some(r), Some(d)) => job.exploit_within(lane, r, d, &new),
+            match (receiver.member, d.member) {
+                (Some(r), Some(dm)) => job.exploit_within(lane, r, dm, &new),
                 _ => Err(WorkerError::Config(
                     "a trial cannot take its own state".into(),
                 )),
             },
+        ),
+        DonorWork::Stored(state) => (
+            None,
+            None,
+            false,
+            job.exploit_stored(lane, receiver.member, *state, &new),
         ),
     };
     // Queued copies end before either job can go to another lane.
@@ -469,10 +479,10 @@ fn take_state<B: Backend>(lane: &mut Lane<B>, shared: &Shared<B>, exploit: Explo
     let id = lane.id();
     {
         let mut st = shared.lock();
-        if let Some(d) = donor_job {
-            st.jobs.get_mut(&donor.job).expect("donor").job = Some(d);
-            if st.jobs[&donor.job].prune {
-                st.remove(donor.job, Ending::Pruned);
+        if let (Some(d), Some(dj)) = (donor, donor_job.take()) {
+            st.jobs.get_mut(&d.job).expect("donor").job = Some(dj);
+            if st.jobs[&d.job].prune {
+                st.remove(d.job, Ending::Pruned);
             }
         }
         st.emit(CoreEvent::Exploited {
