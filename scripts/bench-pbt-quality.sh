@@ -26,6 +26,8 @@ metric=${METRIC:-val_accuracy}
 # as a PBT study without `interval` does.
 interval=${INTERVAL:-22}
 task=${TASK:-adam}
+# Members of PBT's population, and trials of random search.
+population=${POPULATION:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -71,8 +73,8 @@ for seed in $(seq 0 $((seeds - 1))); do
     dir="$work/$seed"
     mkdir -p "$dir"
     { printf '[study]\nname = "pbt"\nseed = %s\nmetric = "%s"\n\n' "$seed" "$metric"; common
-      printf '\n[pbt]\npopulation = 8\ninterval = %s\n' "$interval"; } > "$dir/pbt.toml"
-    { printf '[study]\nname = "random"\nseed = %s\nmetric = "%s"\ntrials = 8\n\n' "$seed" "$metric"; common
+      printf '\n[pbt]\npopulation = %s\ninterval = %s\n' "$population" "$interval"; } > "$dir/pbt.toml"
+    { printf '[study]\nname = "random"\nseed = %s\nmetric = "%s"\ntrials = %s\n\n' "$seed" "$metric" "$population"; common
       printf '\n[sampler]\nkind = "random"\n'; } > "$dir/random.toml"
     { printf '[study]\nname = "asha"\nseed = %s\nmetric = "%s"\ntrials = %s\n\n' "$seed" "$metric" "$asha_trials"; common
       printf '\n[sampler]\nkind = "random"\n\n[pruner]\nkind = "asha"\nmin_resource = 1\nreduction_factor = 3\n'; } > "$dir/asha.toml"
@@ -81,11 +83,11 @@ for seed in $(seq 0 $((seeds - 1))); do
     done
 done
 
-python3 - "$work" "$seeds" "$metric" "$interval" "$task" <<'PY'
+python3 - "$work" "$seeds" "$metric" "$interval" "$task" "$population" <<'PY'
 import json, sqlite3, statistics, sys
 work, seeds, metric = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 best_of = "MIN" if metric.endswith("loss") else "MAX"
-out = {"metric": metric, "pbt_interval": int(sys.argv[4]), "task": sys.argv[5]}
+out = {"metric": metric, "pbt_interval": int(sys.argv[4]), "task": sys.argv[5], "population": int(sys.argv[6])}
 for m in ["pbt", "asha", "random"]:
     best, iters = [], []
     for s in range(seeds):

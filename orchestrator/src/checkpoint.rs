@@ -107,6 +107,29 @@ impl Checkpoints {
             .collect()
     }
 
+    /// Where a PBT member's state at exploit point `generation` goes while
+    /// other processes share the study (see `runner::pbt_shared`). Not
+    /// one of [`Checkpoints::files_of`]: a receiver of another process may
+    /// still read it after the member ended.
+    pub fn point_path(&self, trial_id: TrialId, generation: u64) -> PathBuf {
+        self.dir.join(format!("pbt-{trial_id}.g{generation}.state"))
+    }
+
+    /// Deletes the exploit-point files of `finished` trials: once no
+    /// process of the study runs any more, or at the next start.
+    pub fn sweep_points(&self, finished: &[TrialId]) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let done: Vec<String> = finished.iter().map(|t| format!("pbt-{t}.")).collect();
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if done.iter().any(|k| name.starts_with(k)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
     /// Where attempt `attempt` of an external worker of `trial_id` saves
     /// its own checkpoint (see the module docs).
     pub fn external_path(&self, trial_id: TrialId, attempt: i64) -> PathBuf {

@@ -363,41 +363,118 @@ fn optuna_reads_a_member_s_schedule() {
     assert!(printed.starts_with("8 "), "{printed}");
 }
 
-/// Two processes on one PBT study: each trains the members it holds as a
-/// population of its own (exploits between processes are not made yet),
-/// and together they finish every member once.
+/// Two processes on one PBT study share one population: a member's donor
+/// may be the other process's (its state read from the file it stored at
+/// the point), and both decide each generation alike. The first process
+/// is started with `--trials 4` so that each holds four members, and held
+/// still (SIGSTOP) while the second starts.
 #[test]
-fn two_processes_share_a_pbt_study_each_with_its_own_members() {
+fn two_processes_share_one_pbt_population() {
     let dir = tempfile::tempdir().unwrap();
-    let file = population("shared", 3).replace("epochs = 6", "epochs = 16");
+    let file = population("shared", 3).replace("epochs = 6", "epochs = 12");
     write(dir.path(), "p.toml", &file);
-    let spawn = || {
+    let db = dir.path().join("shared.db");
+    let spawn = |more: &[&str]| {
         Running::spawn(
             bin()
                 .current_dir(dir.path())
-                .args(["p.toml", "--no-progress"]),
+                .args(["p.toml", "--no-progress"])
+                .args(more),
         )
     };
-    let (a, b) = (spawn(), spawn());
+    let wait_for = |n: i64| {
+        let t0 = std::time::Instant::now();
+        while !migrated(&db) || scalar(&db, "SELECT COUNT(*) FROM trials") < n {
+            assert!(t0.elapsed().as_secs() < 60, "no {n} trials");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    // The first holds still while the second starts (well within the
+    // liveness limit), so that the two meet however slow a start is.
+    let a = spawn(&["--trials", "4"]);
+    wait_for(4);
+    signal(a.id(), "STOP");
+    let b = spawn(&[]);
+    wait_for(8);
+    signal(a.id(), "CONT");
     let (a, b) = (a.wait(), b.wait());
     assert_eq!(a.status.code(), Some(0), "{}", text(&a));
     assert_eq!(b.status.code(), Some(0), "{}", text(&b));
-    let db = dir.path().join("shared.db");
     let rows = trials(&db, None);
     assert_eq!(rows.len(), 8);
     assert!(rows.iter().all(|t| t.state == TrialState::Complete));
-    // Every exploit is between two trials of one run.
     assert_eq!(
         scalar(
             &db,
-            "SELECT COUNT(*) FROM salus_pbt_events e \
-             JOIN salus_claims r ON r.trial_id = e.trial_id \
-             JOIN salus_claims d ON d.trial_id = e.donor_trial_id \
-             WHERE r.run_id != d.run_id"
+            "SELECT COUNT(*) FROM (SELECT run_id FROM salus_claims GROUP BY run_id HAVING COUNT(*) = 4)"
         ),
-        0
+        2,
+        "each process holds four members"
     );
-    assert!(scalar(&db, "SELECT COUNT(*) FROM salus_pbt_events") > 0);
+    let across = "FROM salus_pbt_events e \
+         JOIN salus_claims r ON r.trial_id = e.trial_id \
+         JOIN salus_claims d ON d.trial_id = e.donor_trial_id WHERE r.run_id != d.run_id";
+    assert!(
+        scalar(&db, &format!("SELECT COUNT(*) {across}")) > 0,
+        "some receiver took the other process's member's state"
+    );
+    assert_eq!(
+        scalar(&db, &format!("SELECT COUNT(*) {across} AND e.on_device")),
+        0,
+        "another process's state comes from its file"
+    );
+    // Where all eight met at a point, the receivers are exactly the worst
+    // quarter by the values stored there (ties by number): each process
+    // carried out its share of one decision, none twice.
+    let worst = |g: i64| -> Vec<i64> {
+        let mut at: Vec<(f64, i64)> = block_on(async {
+            use sqlx::{Connection, Row};
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+                .await
+                .unwrap();
+            sqlx::query(
+                "SELECT p.value, t.number FROM salus_pbt_points p \
+                 JOIN trials t ON t.trial_id = p.trial_id WHERE p.generation = ?",
+            )
+            .bind(g)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<Option<f64>, _>(0).unwrap_or(f64::NEG_INFINITY),
+                    r.get(1),
+                )
+            })
+            .collect()
+        });
+        // val_accuracy is maximised: the worst are the lowest.
+        at.sort_by(|x, y| x.0.total_cmp(&y.0).then(y.1.cmp(&x.1)));
+        let mut w: Vec<i64> = at.iter().take(2).map(|x| x.1).collect();
+        w.sort();
+        w
+    };
+    let shared: Vec<i64> = (1..12)
+        .filter(|&g| {
+            scalar(
+                &db,
+                &format!("SELECT COUNT(*) FROM salus_pbt_points WHERE generation = {g}"),
+            ) == 8
+        })
+        .collect();
+    assert!(!shared.is_empty(), "the two populations met");
+    let exploits = lineage(&db);
+    for g in shared {
+        let mut receivers: Vec<i64> = exploits.iter().filter(|r| r.0 == g).map(|r| r.2).collect();
+        receivers.sort();
+        assert_eq!(receivers, worst(g), "generation {g}");
+    }
+    // The last process to end removed the point files.
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("shared.db.checkpoints"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// `best --schedule` writes the best member's schedule as a study of its

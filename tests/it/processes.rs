@@ -630,15 +630,6 @@ fn commands_reach_the_process_that_holds_the_trial_on_postgres() {
     commands_reach_the_process_that_holds_the_trial(true);
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig} {pid}");
-}
-
 /// The reproduction, as a user runs it: two processes on one study
 /// of 16 trials; the first is stopped (SIGSTOP) while it holds trials,
 /// past the liveness limit, until its peer has requeued them; then it is

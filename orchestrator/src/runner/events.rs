@@ -161,6 +161,11 @@ impl Runner<'_> {
                         step: state.reports as i64,
                     })?;
                 }
+                // A member's state at its exploit point, for processes
+                // that share the study (see `pbt_shared`).
+                if let Some(pop) = st.pbt.as_mut() {
+                    pop.keep_point_state(run, state);
+                }
                 Ok(())
             }
             CoreEvent::FinalState { job, member, state } => {

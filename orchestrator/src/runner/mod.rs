@@ -33,6 +33,7 @@ mod events;
 mod groups;
 mod keep;
 mod pbt;
+mod pbt_shared;
 mod placement;
 mod processes;
 use processes::Next;
@@ -99,18 +100,26 @@ struct Pending {
 
 /// Decodes stored parameters through the current search space.
 pub fn decode_params(study: &Study, row: &TrialRow) -> Params {
+    decode_internal(
+        study,
+        row.params.iter().map(|s| (s.name.as_str(), s.internal)),
+    )
+}
+
+/// Parameters from their internal values by name (as `trial_params`
+/// holds them); names outside the space are left out.
+fn decode_internal<'a>(study: &Study, stored: impl IntoIterator<Item = (&'a str, f64)>) -> Params {
     let mut params = Params::new();
-    for stored in &row.params {
-        let Some(p) = study.space.params().iter().find(|p| p.name == stored.name) else {
+    for (name, value) in stored {
+        let Some(p) = study.space.params().iter().find(|p| p.name == name) else {
             continue;
         };
-        let value = stored.internal;
         let v = match p.dist {
             Distribution::Float { .. } => ParamValue::Float(value),
             Distribution::Int { .. } => ParamValue::Int(value.round() as i64),
             Distribution::Categorical { .. } => ParamValue::Choice(value as usize),
         };
-        params.insert(stored.name.clone(), v);
+        params.insert(name.to_string(), v);
     }
     params
 }
@@ -553,6 +562,7 @@ impl Runner<'_> {
         self.writer.send(WriteOp::EndRun {
             run_id: timeline.run_id,
         })?;
+        self.sweep_points_if_last(timeline.run_id)?;
         if self.study.worker.is_some() {
             crate::external::worker::shut_down_workers();
         }
@@ -734,8 +744,9 @@ struct Timeline {
 
 /// What other processes and the dashboard see of this run (`dash_commands.rs`).
 struct Liveness {
-    /// RUNNING trials that another live process runs.
+    /// RUNNING trials that another live process runs: how many, and which.
     elsewhere: u64,
+    elsewhere_ids: BTreeSet<TrialId>,
     last_sync: Instant,
     /// The database said the study has its budget of trials: no new ones.
     target_met: bool,

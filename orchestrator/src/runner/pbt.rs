@@ -29,14 +29,15 @@ use std::collections::BTreeMap;
 use kernels::Backend;
 use training::NewValues;
 
+use super::pbt_shared::{Others, Remote, SharedPoints, read_point_state};
 use super::{MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::pbt::{Exploit, PbtConfig, Standing};
 use crate::salus::JobId;
 use crate::salus::core::TrialRef;
 use crate::space::Params;
-use crate::storage::TrialNumber;
 use crate::storage::writer::{PbtExploit, WriteOp};
+use crate::storage::{TrialId, TrialNumber};
 use crate::study::Study;
 
 /// The run's side of a population.
@@ -45,9 +46,11 @@ pub(super) struct Population {
     /// Members paused at an exploit point, with its generation and
     /// iteration.
     at_point: BTreeMap<TrialHandle, (u64, u64)>,
-    /// The generation (and its iteration) whose copies are under way: each
-    /// receiver and its exploit.
-    underway: Option<(u64, u64, BTreeMap<TrialHandle, Exploit>)>,
+    /// The generation (and its iteration) whose copies are under way.
+    underway: Option<(u64, u64, Underway)>,
+    /// What other processes that share the study need of this run's
+    /// members (see `pbt_shared`).
+    pub(super) shared: SharedPoints,
 }
 
 impl Population {
@@ -56,6 +59,25 @@ impl Population {
             cfg,
             at_point: BTreeMap::new(),
             underway: None,
+            shared: SharedPoints::default(),
+        }
+    }
+
+    /// Members waiting at an exploit point: each with its generation and
+    /// iteration.
+    pub(super) fn at_point(&self) -> impl Iterator<Item = (TrialHandle, u64, u64)> + '_ {
+        self.at_point.iter().map(|(&h, &(g, i))| (h, g, i))
+    }
+
+    /// A member's state after a report, kept while it waits at that
+    /// report's exploit point (a donor's state for other processes).
+    pub(super) fn keep_point_state(&mut self, run: TrialHandle, state: training::TrialSnapshot) {
+        if self
+            .at_point
+            .get(&run)
+            .is_some_and(|&(_, i)| i == state.iteration)
+        {
+            self.shared.keep(run, state);
         }
     }
 
@@ -73,6 +95,10 @@ impl Population {
         }
     }
 }
+
+/// Each receiver whose copy is under way: its exploit, and its donor's
+/// trial id.
+type Underway = BTreeMap<TrialHandle, (Exploit, TrialId)>;
 
 /// What the core said of a copy it made ([`CoreEvent::Exploited`]).
 ///
@@ -248,7 +274,15 @@ impl Runner<'_> {
             go_on(st, behind);
             return Ok(());
         }
-        let standings: Vec<Standing> = pop
+        // Other processes' members at this point, once all have reached it.
+        let remote: Vec<Remote> = match self.pbt_others(st, first)? {
+            Others::Wait => return Ok(()),
+            Others::Ready(r) => r,
+        };
+        let Some(pop) = st.pbt.as_mut() else {
+            return Ok(());
+        };
+        let mut standings: Vec<Standing> = pop
             .at_point
             .keys()
             .filter_map(|h| st.in_flight.get(h))
@@ -262,6 +296,7 @@ impl Runner<'_> {
                 params: f.pending.params.clone(),
             })
             .collect();
+        standings.extend(remote.iter().map(|r| r.standing.clone()));
         let exploits = crate::pbt::generation(
             &pop.cfg,
             &self.study.space,
@@ -326,10 +361,27 @@ impl Runner<'_> {
                 TrialHandle::Member(_) => None,
             }
         };
+        let id_of = |number: TrialNumber| {
+            st.in_flight
+                .values()
+                .find(|f| f.pending.number == number)
+                .map(|f| f.pending.claim.trial_id)
+        };
         let mut underway = BTreeMap::new();
         for e in exploits {
-            let (Some((run, receiver)), Some((_, donor))) = (held_at(e.receiver), held_at(e.donor))
-            else {
+            // Another process's receiver: that process carries it out.
+            if remote.iter().any(|r| r.standing.number == e.receiver) {
+                continue;
+            }
+            let stored = remote.iter().find(|r| r.standing.number == e.donor);
+            let (held, donor) = match stored {
+                Some(_) => (held_at(e.receiver), None),
+                None => match (held_at(e.receiver), held_at(e.donor)) {
+                    (Some(h), Some((_, d))) => (Some(h), Some(d)),
+                    _ => (None, None),
+                },
+            };
+            let Some((run, receiver)) = held else {
                 self.reporter.note(&format!(
                     "pbt: trial {} cannot take trial {}'s state at this point: one of them waits \
                      off its fused group (its group's members were at different points)",
@@ -346,8 +398,29 @@ impl Runner<'_> {
                     NewValues::Hparams(self.study.trial_config(&e.new, seed).hparams)
                 }
             };
+            if let Some(r) = stored {
+                match r.state_file.as_deref().map(read_point_state) {
+                    Some(Ok(state)) => {
+                        st.core.exploit_stored(receiver, state, new);
+                        underway.insert(run, (e, r.trial_id));
+                    }
+                    why => self.reporter.note(&format!(
+                        "pbt: trial {} cannot take trial {}'s state (another process's): {}",
+                        e.receiver,
+                        e.donor,
+                        match why {
+                            Some(Err(why)) => why,
+                            _ => "it was stored without its state".to_string(),
+                        }
+                    )),
+                }
+                continue;
+            }
+            let (Some(donor), Some(donor_id)) = (donor, id_of(e.donor)) else {
+                continue;
+            };
             if st.core.exploit(receiver, donor, new) {
-                underway.insert(run, e);
+                underway.insert(run, (e, donor_id));
             } else {
                 self.reporter.note(&format!(
                     "pbt: trial {} cannot take trial {}'s state: they train on two devices \
@@ -369,6 +442,7 @@ impl Runner<'_> {
     fn pbt_go_on<B: Backend>(&mut self, st: &mut RunState<B>) {
         let Some(pop) = st.pbt.as_mut() else { return };
         pop.underway = None;
+        pop.shared.clear();
         let members: Vec<TrialHandle> = std::mem::take(&mut pop.at_point).into_keys().collect();
         go_on(st, members);
     }
@@ -408,18 +482,13 @@ impl Runner<'_> {
             state,
         } = copied;
         let study = self.study;
-        let Some((generation, iteration, e)) = st.pbt.as_mut().and_then(|pop| {
+        let Some((generation, iteration, (e, donor))) = st.pbt.as_mut().and_then(|pop| {
             let (g, i, map) = pop.underway.as_mut()?;
             Some((*g, *i, map.remove(&run)?))
         }) else {
             return Ok(());
         };
-        let donor_id = st
-            .in_flight
-            .values()
-            .find(|f| f.pending.number == e.donor)
-            .map(|f| f.pending.claim.trial_id);
-        match (error, st.in_flight.get(&run), donor_id) {
+        match (error, st.in_flight.get(&run), Some(donor)) {
             (Some(why), _, _) => {
                 self.reporter.note(&format!(
                     "pbt: trial {} could not take trial {}'s state: {why}",

@@ -119,6 +119,7 @@ impl Runner<'_> {
         // on this host is judged at once.
         let judge = self.writer.beat().may_judge_others();
         st.liveness.elsewhere = 0;
+        st.liveness.elsewhere_ids.clear();
         let mut unclaimed = std::collections::BTreeMap::new();
         for row in &rows {
             // An enqueued trial's parameters are settled when it is taken.
@@ -193,7 +194,10 @@ impl Runner<'_> {
                     let (pending, _) = self.pending_of(&data, row, params, Some(by))?;
                     st.waiting.push_back(pending);
                 }
-                None => st.liveness.elsewhere += 1,
+                None => {
+                    st.liveness.elsewhere += 1;
+                    st.liveness.elsewhere_ids.insert(row.trial_id);
+                }
             }
         }
         st.liveness.unclaimed = unclaimed;

@@ -174,6 +174,7 @@ impl Runner<'_> {
                 .map(|r| r.trial_id)
                 .collect();
             c.sweep(&done);
+            c.sweep_points(&done);
         }
         // `take_stock` gave each stored trial one record, in order.
         let history_at = existing
@@ -223,6 +224,7 @@ impl Runner<'_> {
             },
             liveness: Liveness {
                 elsewhere,
+                elsewhere_ids: BTreeSet::new(),
                 last_sync: Instant::now(),
                 target_met: false,
                 place,

@@ -42,6 +42,11 @@ const POSTGRES: &[(i64, &str, &str)] = &[
         "salus_pbt",
         include_str!("../../../migrations/postgres/0005_salus_pbt.sql"),
     ),
+    (
+        13,
+        "salus_pbt_points",
+        include_str!("../../../migrations/postgres/0006_salus_pbt_points.sql"),
+    ),
 ];
 
 const SQLITE: &[(i64, &str, &str)] = &[
@@ -104,6 +109,11 @@ const SQLITE: &[(i64, &str, &str)] = &[
         12,
         "salus_pbt",
         include_str!("../../../migrations/sqlite/0012_salus_pbt.sql"),
+    ),
+    (
+        13,
+        "salus_pbt_points",
+        include_str!("../../../migrations/sqlite/0013_salus_pbt_points.sql"),
     ),
 ];
 

@@ -240,6 +240,41 @@ impl Store {
     }
 }
 
+/// See [`WriteOp::ReadPbtPoints`](super::writer::WriteOp::ReadPbtPoints);
+/// empty for a database from before it.
+pub(super) async fn read_pbt_points(
+    conn: &mut AnyConnection,
+    study_id: StudyId,
+    generation: i64,
+) -> sqlx::Result<Vec<super::writer::PbtPointRow>> {
+    if !table_exists(&mut *conn, "salus_pbt_points").await? {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(&sql(
+        &*conn,
+        "SELECT p.trial_id, t.number, p.generation, p.step, p.iteration, p.value, p.params, \
+         p.state_file FROM salus_pbt_points p JOIN trials t ON t.trial_id = p.trial_id \
+         WHERE p.study_id = ? AND p.generation >= ? ORDER BY t.number, p.generation",
+    ))
+    .bind(study_id)
+    .bind(generation)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| super::writer::PbtPointRow {
+            trial_id: TrialId(r.get(0)),
+            number: TrialNumber(r.get(1)),
+            generation: r.get(2),
+            step: r.get(3),
+            iteration: r.get(4),
+            value: r.get(5),
+            params: r.get(6),
+            state_file: r.get::<Option<String>, _>(7).map(std::path::PathBuf::from),
+        })
+        .collect())
+}
+
 /// Every trial of the study, with parameters, curves, priorities and the
 /// run that holds it; on any connection (the writer reads through its own).
 pub(super) async fn read_trials(

@@ -497,6 +497,45 @@ pub(super) async fn pbt_exploit(
     set_trial_attr(conn, Attrs::User, trial_id, PBT_SCHEDULE, &json).await
 }
 
+/// See [`WriteOp::PbtPoint`](super::writer::WriteOp::PbtPoint). A member
+/// resumed behind a point it had reached writes it again.
+pub(super) async fn pbt_point(
+    conn: &mut AnyConnection,
+    trial_id: TrialId,
+    p: &super::writer::PbtPoint,
+    time: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(&sql(
+        &*conn,
+        "DELETE FROM salus_pbt_points WHERE trial_id = ? AND generation = ?",
+    ))
+    .bind(trial_id)
+    .bind(p.generation)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(&sql(
+        &*conn,
+        "INSERT INTO salus_pbt_points (study_id, trial_id, generation, step, iteration, value, \
+         params, state_file, time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?::timestamp)",
+    ))
+    .bind(p.study_id)
+    .bind(trial_id)
+    .bind(p.generation)
+    .bind(p.step)
+    .bind(p.iteration)
+    .bind(p.value.filter(|v| v.is_finite()))
+    .bind(&p.params)
+    .bind(
+        p.state
+            .as_ref()
+            .map(|(path, _)| path.to_string_lossy().into_owned()),
+    )
+    .bind(time)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// A PBT member's schedule: what its weights were trained with, step by step.
 const PBT_SCHEDULE: &str = "pbt:schedule";
 

@@ -133,6 +133,39 @@ pub struct PbtExploit {
     pub external_step: Option<i64>,
 }
 
+/// A PBT member's arrival at an exploit point, as [`WriteOp::PbtPoint`]
+/// stores it: what a process that shares the study needs to rank it and,
+/// when it is a donor, to take its state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PbtPoint {
+    pub study_id: StudyId,
+    pub generation: i64,
+    /// The member's report count and iterations there.
+    pub step: i64,
+    pub iteration: i64,
+    /// Its latest value of the study's metric (`None`: diverged, or none).
+    pub value: Option<f64>,
+    /// Its parameters there, a typed JSON object.
+    pub params: String,
+    /// Its state at the point (path, bytes), put in place with the row.
+    pub state: Option<(PathBuf, Vec<u8>)>,
+    /// The file of an earlier point that nobody can need any more.
+    pub superseded: Option<PathBuf>,
+}
+
+/// A row of `salus_pbt_points`: a member at an exploit point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PbtPointRow {
+    pub trial_id: TrialId,
+    pub number: super::TrialNumber,
+    pub generation: i64,
+    pub step: i64,
+    pub iteration: i64,
+    pub value: Option<f64>,
+    pub params: String,
+    pub state_file: Option<PathBuf>,
+}
+
 /// A dashboard command for one trial, as a run takes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TakenCommand {
@@ -174,6 +207,13 @@ pub enum WriteOp {
     ReadTrials {
         study_id: StudyId,
         reply: oneshot::Sender<std::result::Result<Vec<super::TrialRow>, StorageFailure>>,
+    },
+    /// The study's PBT members at exploit point `generation` or later
+    /// (every process's), read as `ReadTrials` is.
+    ReadPbtPoints {
+        study_id: StudyId,
+        generation: i64,
+        reply: oneshot::Sender<std::result::Result<Vec<PbtPointRow>, StorageFailure>>,
     },
     /// The run ends cleanly: its trials are no longer its.
     EndRun {
@@ -307,6 +347,13 @@ pub enum WriteOp {
         claim: Claim,
         exploit: Box<PbtExploit>,
     },
+    /// A PBT member reached an exploit point while other processes share
+    /// the study: a row of `salus_pbt_points`, and its state there put in
+    /// place in the same transaction.
+    PbtPoint {
+        claim: Claim,
+        point: Box<PbtPoint>,
+    },
     /// A PBT member's schedule as it starts (`pbt:schedule`: its own
     /// values from step 0), unless it has one (a resumed member keeps its
     /// own).
@@ -330,6 +377,10 @@ impl WriteOp {
                 .checkpoint
                 .as_ref()
                 .map(|(p, b)| (p.as_path(), b.as_slice())),
+            WriteOp::PbtPoint { point, .. } => point
+                .state
+                .as_ref()
+                .map(|(p, b)| (p.as_path(), b.as_slice())),
             _ => None,
         }
     }
@@ -347,6 +398,7 @@ impl WriteOp {
             | WriteOp::KeepModel { claim, .. }
             | WriteOp::TrialAttr { claim, .. }
             | WriteOp::Exploit { claim, .. }
+            | WriteOp::PbtPoint { claim, .. }
             | WriteOp::ScheduleStart { claim, .. }
             | WriteOp::Finish(TrialEnd { claim, .. }) => Some(claim),
             _ => None,
@@ -506,6 +558,15 @@ impl Writer {
         self.ask(|reply| WriteOp::ReadTrials { study_id, reply })
     }
 
+    /// The study's PBT members at exploit point `generation` or later.
+    pub fn read_pbt_points(&self, study_id: StudyId, generation: i64) -> Result<Vec<PbtPointRow>> {
+        self.ask(|reply| WriteOp::ReadPbtPoints {
+            study_id,
+            generation,
+            reply,
+        })
+    }
+
     /// Records the start of a run of the core; returns its `run_id` and
     /// process index.
     pub fn start_run(&self, study_id: StudyId, run: RunInfo) -> Result<(RunId, i64)> {
@@ -575,15 +636,27 @@ async fn run(
                 None => break,
             },
         };
-        if let WriteOp::ReadTrials { study_id, reply } = first {
-            let rows = super::read::read_trials(&mut reader, study_id).await;
-            drop(reply.send(rows.map_err(|e| StorageFailure::Sql(Arc::new(e)))));
-            continue;
-        }
+        let first = match first {
+            WriteOp::ReadTrials { study_id, reply } => {
+                let rows = super::read::read_trials(&mut reader, study_id).await;
+                drop(reply.send(rows.map_err(|e| StorageFailure::Sql(Arc::new(e)))));
+                continue;
+            }
+            WriteOp::ReadPbtPoints {
+                study_id,
+                generation,
+                reply,
+            } => {
+                let rows = super::read::read_pbt_points(&mut reader, study_id, generation).await;
+                drop(reply.send(rows.map_err(|e| StorageFailure::Sql(Arc::new(e)))));
+                continue;
+            }
+            op => op,
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
-                Ok(op @ WriteOp::ReadTrials { .. }) => {
+                Ok(op @ (WriteOp::ReadTrials { .. } | WriteOp::ReadPbtPoints { .. })) => {
                     carried = Some(op);
                     break;
                 }
@@ -860,7 +933,9 @@ async fn write_op(
             }
             return Ok(Some(Answer::Claimed(got)));
         }
-        WriteOp::ReadTrials { .. } => unreachable!("reads are served outside transactions"),
+        WriteOp::ReadTrials { .. } | WriteOp::ReadPbtPoints { .. } => {
+            unreachable!("reads are served outside transactions")
+        }
         WriteOp::EndRun { run_id } => claims::end_run(conn, *run_id, time).await?,
         WriteOp::Requeue { by, keep_steps } => {
             claims::requeue(conn, by, *keep_steps, clock).await?;
@@ -883,6 +958,13 @@ async fn write_op(
             claim,
             schedule_json,
         } => statements::schedule_start(conn, claim.trial_id, schedule_json).await?,
+        WriteOp::PbtPoint { claim, point } => {
+            statements::pbt_point(conn, claim.trial_id, point, time).await?;
+            put_in_place(staged, op.file());
+            if let Some(old) = &point.superseded {
+                let _ = std::fs::remove_file(old);
+            }
+        }
         WriteOp::Resources { .. }
         | WriteOp::Intermediate { .. }
         | WriteOp::Priority { .. }

@@ -500,3 +500,13 @@ pub fn python_imports(test: &str, modules: &str, require: &str) -> bool {
     }
     ok
 }
+
+/// Sends `sig` (`STOP`, `CONT`, `KILL`) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
