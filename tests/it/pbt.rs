@@ -368,23 +368,37 @@ fn optuna_reads_a_member_s_schedule() {
 /// the point), and both decide each generation alike. The first process
 /// is started with `--trials 4` so that each holds four members, and held
 /// still (SIGSTOP) while the second starts.
-#[test]
-fn two_processes_share_one_pbt_population() {
+fn two_processes_share_one_pbt_population(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "shared", postgres) else {
+        return;
+    };
     let file = population("shared", 3).replace("epochs = 6", "epochs = 12");
     write(dir.path(), "p.toml", &file);
-    let db = dir.path().join("shared.db");
     let spawn = |more: &[&str]| {
         Running::spawn(
             bin()
                 .current_dir(dir.path())
-                .args(["p.toml", "--no-progress"])
+                .args(["p.toml", "--no-progress", "--storage", &db.url()])
                 .args(more),
         )
     };
+    let made = || {
+        match &db {
+        TestDb::Sqlite(path) if !migrated(path) => 0,
+        TestDb::Postgres(_)
+            if db.scalar(
+                "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'salus_pbt_points'",
+            ) == 0 =>
+        {
+            0
+        }
+        _ => db.scalar("SELECT COUNT(*) FROM trials"),
+    }
+    };
     let wait_for = |n: i64| {
         let t0 = std::time::Instant::now();
-        while !migrated(&db) || scalar(&db, "SELECT COUNT(*) FROM trials") < n {
+        while made() < n {
             assert!(t0.elapsed().as_secs() < 60, "no {n} trials");
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -400,13 +414,12 @@ fn two_processes_share_one_pbt_population() {
     let (a, b) = (a.wait(), b.wait());
     assert_eq!(a.status.code(), Some(0), "{}", text(&a));
     assert_eq!(b.status.code(), Some(0), "{}", text(&b));
-    let rows = trials(&db, None);
+    let rows = db.trials(None);
     assert_eq!(rows.len(), 8);
     assert!(rows.iter().all(|t| t.state == TrialState::Complete));
     assert_eq!(
-        scalar(
-            &db,
-            "SELECT COUNT(*) FROM (SELECT run_id FROM salus_claims GROUP BY run_id HAVING COUNT(*) = 4)"
+        db.scalar(
+            "SELECT COUNT(*) FROM (SELECT run_id FROM salus_claims GROUP BY run_id HAVING COUNT(*) = 4) x"
         ),
         2,
         "each process holds four members"
@@ -415,40 +428,35 @@ fn two_processes_share_one_pbt_population() {
          JOIN salus_claims r ON r.trial_id = e.trial_id \
          JOIN salus_claims d ON d.trial_id = e.donor_trial_id WHERE r.run_id != d.run_id";
     assert!(
-        scalar(&db, &format!("SELECT COUNT(*) {across}")) > 0,
+        db.scalar(&format!("SELECT COUNT(*) {across}")) > 0,
         "some receiver took the other process's member's state"
     );
     assert_eq!(
-        scalar(&db, &format!("SELECT COUNT(*) {across} AND e.on_device")),
+        db.scalar(&format!("SELECT COUNT(*) {across} AND e.on_device")),
         0,
         "another process's state comes from its file"
     );
     // Where all eight met at a point, the receivers are exactly the worst
     // quarter by the values stored there (ties by number): each process
     // carried out its share of one decision, none twice.
+    let numbers = |sql: String| -> Vec<i64> {
+        let mut v: Vec<i64> = db.texts(&sql).iter().map(|t| t.parse().unwrap()).collect();
+        v.sort();
+        v
+    };
     let worst = |g: i64| -> Vec<i64> {
-        let mut at: Vec<(f64, i64)> = block_on(async {
-            use sqlx::{Connection, Row};
-            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
-                .await
-                .unwrap();
-            sqlx::query(
-                "SELECT p.value, t.number FROM salus_pbt_points p \
-                 JOIN trials t ON t.trial_id = p.trial_id WHERE p.generation = ?",
-            )
-            .bind(g)
-            .fetch_all(&mut conn)
-            .await
-            .unwrap()
+        let mut at: Vec<(f64, i64)> = db
+            .texts(&format!(
+                "SELECT CAST(COALESCE(p.value, -1) AS TEXT) || ' ' || CAST(t.number AS TEXT) \
+                 FROM salus_pbt_points p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE p.generation = {g}"
+            ))
             .iter()
             .map(|r| {
-                (
-                    r.get::<Option<f64>, _>(0).unwrap_or(f64::NEG_INFINITY),
-                    r.get(1),
-                )
+                let (v, n) = r.split_once(' ').unwrap();
+                (v.parse().unwrap(), n.parse().unwrap())
             })
-            .collect()
-        });
+            .collect();
         // val_accuracy is maximised: the worst are the lowest.
         at.sort_by(|x, y| x.0.total_cmp(&y.0).then(y.1.cmp(&x.1)));
         let mut w: Vec<i64> = at.iter().take(2).map(|x| x.1).collect();
@@ -457,24 +465,38 @@ fn two_processes_share_one_pbt_population() {
     };
     let shared: Vec<i64> = (1..12)
         .filter(|&g| {
-            scalar(
-                &db,
-                &format!("SELECT COUNT(*) FROM salus_pbt_points WHERE generation = {g}"),
-            ) == 8
+            db.scalar(&format!(
+                "SELECT COUNT(*) FROM salus_pbt_points WHERE generation = {g}"
+            )) == 8
         })
         .collect();
     assert!(!shared.is_empty(), "the two populations met");
-    let exploits = lineage(&db);
     for g in shared {
-        let mut receivers: Vec<i64> = exploits.iter().filter(|r| r.0 == g).map(|r| r.2).collect();
-        receivers.sort();
+        let receivers = numbers(format!(
+            "SELECT CAST(r.number AS TEXT) FROM salus_pbt_events e \
+             JOIN trials r ON r.trial_id = e.trial_id WHERE e.generation = {g}"
+        ));
         assert_eq!(receivers, worst(g), "generation {g}");
     }
     // The last process to end removed the point files.
-    let left: Vec<_> = std::fs::read_dir(dir.path().join("shared.db.checkpoints"))
+    let folder = match postgres {
+        true => "shared.checkpoints",
+        false => "shared.db.checkpoints",
+    };
+    let left: Vec<_> = std::fs::read_dir(dir.path().join(folder))
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn two_processes_share_one_pbt_population_on_sqlite() {
+    two_processes_share_one_pbt_population(false);
+}
+
+#[test]
+fn two_processes_share_one_pbt_population_on_postgres() {
+    two_processes_share_one_pbt_population(true);
 }
 
 /// `best --schedule` writes the best member's schedule as a study of its
