@@ -5,16 +5,16 @@
 #
 # The task: a 2-layer MLP (width 64, Adam) on the built-in digits, searching
 # the learning rate and weight decay, 12 epochs per full trial.
-# - pbt: a population of 8, an exploit point every epoch (INTERVAL=44:
-#   every 2 epochs);
-# - random: 8 trials of 12 epochs (the same iterations as PBT's);
+# - pbt: a population of 8 (POPULATION), an exploit point every epoch
+#   (INTERVAL=44: every 2 epochs);
+# - random: as many trials of 12 epochs (the same iterations as PBT's);
 # - asha: random proposals under ASHA (min 1 epoch, factor 3) with as many
 #   trials as give about the same iterations (TRIALS_ASHA, 36 by default).
 #
 # METRIC=val_loss ranks and scores by validation loss (minimised) instead
 # of accuracy. TASK=sgd trains with plain SGD (momentum 0.9) and a wider
 # learning-rate range (1e-3 to 1) instead: a task where a learning rate
-# that falls as training goes on beats any fixed one.
+# that falls as training goes on should beat any fixed one.
 #
 #   scripts/bench-pbt-quality.sh [SEEDS] [BINARY] > out.json
 set -euo pipefail
