@@ -203,6 +203,7 @@ const BAD: &[&str] = &[
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[study]\nmetric = 3\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nparams = 3\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nwhen = 1979-05-27\n",
+    "[worker]\nkind = \"command\"\ncommand = [\"x\"]\nreport_every = 10\n[params]\nlr = { float = [1e-3, 1e-1] }\n[pbt]\ninterval = 15\n",
     // [params.when.P.V]
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nx = { float = [0, 1] }\n[params.when.opt.sgd]\nm = { float = [0, 1] }\n",
     "[worker]\nkind = \"command\"\ncommand = [\"x\"]\n[params]\nopt = { float = [0, 1] }\n[params.when.opt.sgd]\nm = { float = [0, 1] }\n",

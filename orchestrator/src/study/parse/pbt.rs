@@ -193,13 +193,18 @@ impl Checker<'_> {
             .map(|n| n as u64);
         let report_every = match (interval, cx.report_every) {
             (Some(i), Some(r)) if i % r != 0 => {
+                // A worker's report_every has no span of its own here:
+                // the error points at the interval instead.
+                let (at, key) = match (cx.worker, &cx.report_every_span) {
+                    (false, Some(r)) => (r.clone(), "train.report_every"),
+                    _ => (
+                        s.interval.as_ref().map_or(span.clone(), |v| v.span()),
+                        "pbt.interval",
+                    ),
+                };
                 return Err(self.err(
-                    cx.report_every_span.unwrap_or(span),
-                    if cx.worker {
-                        "worker.report_every"
-                    } else {
-                        "train.report_every"
-                    },
+                    at,
+                    key,
                     format!(
                         "members are compared at report points: pbt.interval ({i}) must be a \
                          multiple of report_every ({r})"
