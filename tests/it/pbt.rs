@@ -499,6 +499,87 @@ fn two_processes_share_one_pbt_population_on_postgres() {
     two_processes_share_one_pbt_population(true);
 }
 
+/// Two processes share a population and one is killed (`kill -9`) after
+/// exploits between them: the other takes its members over (requeued,
+/// from their checkpoints, behind) and trains the whole population to
+/// the end.
+#[test]
+fn a_killed_process_s_members_join_the_other_s_population() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = population("taken", 4).replace("epochs = 6", "epochs = 24");
+    write(dir.path(), "p.toml", &file);
+    let db = dir.path().join("taken.db");
+    let spawn = |more: &[&str]| {
+        Running::spawn(
+            bin()
+                .current_dir(dir.path())
+                .args(["p.toml", "--no-progress"])
+                .args(more),
+        )
+    };
+    let made = || {
+        if migrated(&db) {
+            scalar(&db, "SELECT COUNT(*) FROM trials")
+        } else {
+            0
+        }
+    };
+    let a = spawn(&["--trials", "4"]);
+    wait_until("4 trials", std::time::Duration::from_secs(60), || {
+        made() >= 4
+    });
+    signal(a.id(), "STOP");
+    let b = spawn(&[]);
+    wait_until("8 trials", std::time::Duration::from_secs(60), || {
+        made() >= 8
+    });
+    signal(a.id(), "CONT");
+    let across = || {
+        scalar(
+            &db,
+            "SELECT COUNT(*) FROM salus_pbt_events e \
+             JOIN salus_claims r ON r.trial_id = e.trial_id \
+             JOIN salus_claims d ON d.trial_id = e.donor_trial_id WHERE r.run_id != d.run_id",
+        )
+    };
+    wait_until(
+        "an exploit between the two",
+        std::time::Duration::from_secs(120),
+        || pbt_events(&db) > 0 && across() > 0,
+    );
+    let out = a.kill();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "killed before the end: {}",
+        text(&out)
+    );
+    let b = b.wait();
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b));
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 8);
+    assert!(
+        rows.iter().all(|t| t.state == TrialState::Complete),
+        "{:?}",
+        rows.iter().map(|t| t.state).collect::<Vec<_>>()
+    );
+    // The survivor finished every member, the dead one's included.
+    assert_eq!(
+        scalar(
+            &db,
+            "SELECT COUNT(DISTINCT c.trial_id) FROM salus_claims c \
+             JOIN salus_runs r ON r.run_id = c.run_id WHERE r.ended IS NOT NULL \
+             AND c.run_id = (SELECT MAX(run_id) FROM salus_runs)"
+        ),
+        8
+    );
+    // Exploits went on to the last point.
+    assert_eq!(
+        scalar(&db, "SELECT MAX(generation) FROM salus_pbt_events"),
+        23
+    );
+}
+
 /// `best --schedule` writes the best member's schedule as a study of its
 /// own, which runs without PBT, its values changing at the same steps.
 #[test]
