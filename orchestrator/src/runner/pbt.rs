@@ -96,9 +96,10 @@ impl Population {
     }
 }
 
-/// Each receiver whose copy is under way: its exploit, and its donor's
-/// trial id.
-type Underway = BTreeMap<TrialHandle, (Exploit, TrialId)>;
+/// Each receiver whose copy is under way: its exploit, its donor's trial
+/// id, and the seconds spent reading the donor's file (another process's
+/// donor), which count in the exploit's time.
+type Underway = BTreeMap<TrialHandle, (Exploit, TrialId, f64)>;
 
 /// What the core said of a copy it made ([`CoreEvent::Exploited`]).
 ///
@@ -399,10 +400,12 @@ impl Runner<'_> {
                 }
             };
             if let Some(r) = stored {
+                let read = std::time::Instant::now();
                 match r.state_file.as_deref().map(read_point_state) {
                     Some(Ok(state)) => {
                         st.core.exploit_stored(receiver, state, new);
-                        underway.insert(run, (e, r.trial_id));
+                        let read_s = read.elapsed().as_secs_f64();
+                        underway.insert(run, (e, r.trial_id, read_s));
                     }
                     why => self.reporter.note(&format!(
                         "pbt: trial {} cannot take trial {}'s state (another process's): {}",
@@ -420,7 +423,7 @@ impl Runner<'_> {
                 continue;
             };
             if st.core.exploit(receiver, donor, new) {
-                underway.insert(run, (e, donor_id));
+                underway.insert(run, (e, donor_id, 0.0));
             } else {
                 self.reporter.note(&format!(
                     "pbt: trial {} cannot take trial {}'s state: they train on two devices \
@@ -482,7 +485,7 @@ impl Runner<'_> {
             state,
         } = copied;
         let study = self.study;
-        let Some((generation, iteration, (e, donor))) = st.pbt.as_mut().and_then(|pop| {
+        let Some((generation, iteration, (e, donor, read_s))) = st.pbt.as_mut().and_then(|pop| {
             let (g, i, map) = pop.underway.as_mut()?;
             Some((*g, *i, map.remove(&run)?))
         }) else {
@@ -545,7 +548,7 @@ impl Runner<'_> {
                         params: super::encode_params(study, &e.new),
                         schedule_entry,
                         bytes: bytes as i64,
-                        seconds,
+                        seconds: seconds + read_s,
                         on_device,
                         // Stored with the exploit: a crash keeps both or
                         // neither.
