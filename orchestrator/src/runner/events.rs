@@ -164,7 +164,7 @@ impl Runner<'_> {
                 // A member's state at its exploit point, for processes
                 // that share the study (see `pbt_shared`).
                 if let Some(pop) = st.pbt.as_mut() {
-                    pop.keep_point_state(run, state);
+                    pop.keep_point_state(run, state, st.liveness.elsewhere > 0);
                 }
                 Ok(())
             }

@@ -70,14 +70,20 @@ impl Population {
     }
 
     /// A member's state after a report, kept while it waits at that
-    /// report's exploit point (a donor's state for other processes).
-    pub(super) fn keep_point_state(&mut self, run: TrialHandle, state: training::TrialSnapshot) {
+    /// report's exploit point when other processes share the study (a
+    /// donor's state for them); alone, nothing is kept.
+    pub(super) fn keep_point_state(
+        &mut self,
+        run: TrialHandle,
+        state: training::TrialSnapshot,
+        shared: bool,
+    ) {
         if self
             .at_point
             .get(&run)
             .is_some_and(|&(_, i)| i == state.iteration)
         {
-            self.shared.keep(run, state);
+            self.shared.keep(run, state, shared);
         }
     }
 

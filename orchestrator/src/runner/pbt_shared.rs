@@ -55,8 +55,10 @@ const STATE_GRACE: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub(super) struct SharedPoints {
     /// Each member's state at the point it waits at, from the checkpoint
-    /// that follows its report.
+    /// that follows its report; members that reached it while nobody
+    /// shared the study have none, and nobody waits for it.
     states: BTreeMap<TrialHandle, TrialSnapshot>,
+    unkept: BTreeSet<TrialHandle>,
     /// The generation this run last synced for (who shares the study is
     /// read once a generation).
     synced: Option<u64>,
@@ -69,14 +71,20 @@ pub(super) struct SharedPoints {
 }
 
 impl SharedPoints {
-    /// `run`'s state at the point it waits at.
-    pub(super) fn keep(&mut self, run: TrialHandle, state: TrialSnapshot) {
-        self.states.insert(run, state);
+    /// `run`'s state at the point it waits at, kept only where the study
+    /// is `shared` (a state is as large as the model and its optimizer's).
+    pub(super) fn keep(&mut self, run: TrialHandle, state: TrialSnapshot, shared: bool) {
+        if shared {
+            self.states.insert(run, state);
+        } else {
+            self.unkept.insert(run);
+        }
     }
 
     /// Members left their point: their states there are spent.
     pub(super) fn clear(&mut self) {
         self.states.clear();
+        self.unkept.clear();
         self.waiting_state.clear();
     }
 }
@@ -200,7 +208,7 @@ impl Runner<'_> {
                 .waiting_state
                 .entry(h)
                 .or_insert_with(Instant::now);
-            if state.is_none() && since.elapsed() < STATE_GRACE {
+            if state.is_none() && !pop.shared.unkept.contains(&h) && since.elapsed() < STATE_GRACE {
                 all = false;
                 continue;
             }

@@ -424,6 +424,36 @@ impl TestDb {
         })
     }
 
+    /// Whether some process holds a write transaction open: SQLite's write
+    /// lock is taken, or a PostgreSQL session is idle inside a transaction.
+    pub fn write_held(&self) -> bool {
+        match self {
+            TestDb::Sqlite(path) => block_on(async {
+                use sqlx::ConnectOptions;
+                let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(path)
+                    .busy_timeout(Duration::ZERO)
+                    .connect()
+                    .await
+                    .unwrap();
+                let held = sqlx::query("BEGIN IMMEDIATE")
+                    .execute(&mut conn)
+                    .await
+                    .is_err();
+                if !held {
+                    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+                }
+                held
+            }),
+            TestDb::Postgres(_) => {
+                self.scalar(
+                    "SELECT COUNT(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
+                     AND datname = current_database() AND state LIKE 'idle in transaction%'",
+                ) > 0
+            }
+        }
+    }
+
     /// The text column of every row a query answers.
     pub fn texts(&self, sql: &str) -> Vec<String> {
         block_on(async {
@@ -509,4 +539,19 @@ pub fn signal(pid: u32, sig: &str) {
         .unwrap()
         .success();
     assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Stops process `pid` (SIGSTOP) at a moment it holds no write transaction
+/// of `db` open, so that other processes are not blocked while it stands
+/// still; it is the only writer then.
+pub fn stop_between_writes(pid: u32, db: &TestDb) {
+    for _ in 0..1000 {
+        signal(pid, "STOP");
+        if !db.write_held() {
+            return;
+        }
+        signal(pid, "CONT");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("process {pid} held a write transaction every time it was stopped");
 }
