@@ -75,13 +75,13 @@ fn a_study_runs_resumes_and_reads_back_on_postgres() {
     assert!(snap.best().is_some());
     assert!(snap.trials.iter().all(|t| !t.curve.is_empty()));
 
-    // The schema, once: Optuna's version row and our five migrations.
+    // The schema, once: Optuna's version row and our six migrations.
     assert_eq!(db.scalar("SELECT COUNT(*) FROM version_info"), 1);
     assert_eq!(
         db.scalar("SELECT CAST(MAX(schema_version) AS BIGINT) FROM version_info"),
         12
     );
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_schema_migrations"), 5);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_schema_migrations"), 6);
     // The views answer on PostgreSQL too, typed.
     let params = db.texts("SELECT params FROM salus_trial_summary WHERE number = 0");
     let params: serde_json::Value = serde_json::from_str(&params[0]).unwrap();
@@ -115,7 +115,7 @@ fn processes_started_at_once_on_an_empty_database_make_the_schema_once() {
         assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(&out));
     }
     let db = TestDb::Postgres(url);
-    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_schema_migrations"), 5);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_schema_migrations"), 6);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM alembic_version"), 1);
     assert_eq!(db.scalar("SELECT COUNT(*) FROM studies"), 1);
     assert_eq!(db.trials(None).len(), 6);
