@@ -118,16 +118,7 @@ impl Checkpoints {
     /// Deletes the exploit-point files of `finished` trials: once no
     /// process of the study runs any more, or at the next start.
     pub fn sweep_points(&self, finished: &[TrialId]) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
-        let done: Vec<String> = finished.iter().map(|t| format!("pbt-{t}.")).collect();
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if done.iter().any(|k| name.starts_with(k)) {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        self.remove_files_of(finished, "pbt");
     }
 
     /// Where attempt `attempt` of an external worker of `trial_id` saves
@@ -158,10 +149,15 @@ impl Checkpoints {
     /// shared by other processes: files of trials not known to be
     /// finished stay, half-written ones included.
     pub fn sweep(&self, finished: &[TrialId]) {
+        self.remove_files_of(finished, "trial");
+    }
+
+    /// Deletes every `<kind>-<trial_id>.*` file of `trials` in the folder.
+    fn remove_files_of(&self, trials: &[TrialId], kind: &str) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
-        let done: Vec<String> = finished.iter().map(|t| format!("trial-{t}.")).collect();
+        let done: Vec<String> = trials.iter().map(|t| format!("{kind}-{t}.")).collect();
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if done.iter().any(|k| name.starts_with(k)) {
