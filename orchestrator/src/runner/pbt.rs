@@ -497,14 +497,14 @@ impl Runner<'_> {
         }) else {
             return Ok(());
         };
-        match (error, st.in_flight.get(&run), Some(donor)) {
-            (Some(why), _, _) => {
+        match (error, st.in_flight.get(&run)) {
+            (Some(why), _) => {
                 self.reporter.note(&format!(
                     "pbt: trial {} could not take trial {}'s state: {why}",
                     e.receiver, e.donor
                 ));
             }
-            (None, Some(f), Some(donor)) => {
+            (None, Some(f)) => {
                 let (claim, history_index) = (f.pending.claim, f.history_index);
                 let step = st
                     .curves
@@ -585,8 +585,8 @@ impl Runner<'_> {
                     }
                 ));
             }
-            // The receiver or the donor ended meanwhile: nothing to store.
-            _ => {}
+            // The receiver ended meanwhile: nothing to store.
+            (None, None) => {}
         }
         if st
             .pbt
