@@ -302,22 +302,44 @@ pub fn reference_point(points: &[Vec<f64>]) -> Vec<f64> {
 /// selection problem, within `1 - 1/e` of the best subset. Optuna solves
 /// two objectives exactly and more greedily; greedy everywhere here.
 pub fn greedy_subset(points: &[Vec<f64>], k: usize, reference: &[f64]) -> Vec<usize> {
+    let k = k.min(points.len());
     let mut chosen: Vec<usize> = Vec::with_capacity(k);
     let mut set: Vec<Vec<f64>> = Vec::with_capacity(k);
-    while chosen.len() < k.min(points.len()) {
-        let (best, _) = (0..points.len())
-            .filter(|i| !chosen.contains(i))
-            .map(|i| {
+    let mut volume_so_far = 0.0;
+    // Lazy greedy: a point adds no more volume to a larger set
+    // (hypervolume is submodular), so each one's last computed gain bounds
+    // its gain now, and a gain just computed that no other bound exceeds
+    // is the best. Most gains are never recomputed.
+    let mut bound: Vec<f64> = points
+        .iter()
+        .map(|p| hypervolume(std::slice::from_ref(p), reference))
+        .collect();
+    let mut fresh = vec![false; points.len()];
+    while chosen.len() < k {
+        fresh.iter_mut().for_each(|f| *f = false);
+        loop {
+            // The largest bound, the first point of equals.
+            let i =
+                (0..points.len())
+                    .filter(|i| !chosen.contains(i))
+                    .fold(usize::MAX, |best, i| {
+                        if best == usize::MAX || bound[i] > bound[best] {
+                            i
+                        } else {
+                            best
+                        }
+                    });
+            if fresh[i] {
+                chosen.push(i);
                 set.push(points[i].clone());
-                let v = hypervolume(&set, reference);
-                set.pop();
-                (i, v)
-            })
-            .fold((usize::MAX, f64::NEG_INFINITY), |a, b| {
-                if b.1 > a.1 { b } else { a }
-            });
-        chosen.push(best);
-        set.push(points[best].clone());
+                volume_so_far = hypervolume(&set, reference);
+                break;
+            }
+            set.push(points[i].clone());
+            bound[i] = hypervolume(&set, reference) - volume_so_far;
+            set.pop();
+            fresh[i] = true;
+        }
     }
     chosen
 }
@@ -432,6 +454,39 @@ mod tests {
         // Point 2 has a far neighbour (4, 0); point 1 is boxed in.
         assert!(d[2] > d[1], "{d:?}");
         assert!((d[1] - (1.2 / 4.0 + 1.2 / 4.0)).abs() < 1e-12);
+    }
+
+    proptest! {
+        /// The lazy greedy picks sets of the same volume, pick after pick,
+        /// as recomputing every gain at every pick does.
+        #[test]
+        fn the_lazy_greedy_subset_matches_the_plain_greedy(
+            pts in prop::collection::vec(prop::collection::vec(0.0..1.0f64, 3), 1..40),
+            k in 1usize..12,
+        ) {
+            let r = vec![1.1; 3];
+            let lazy = greedy_subset(&pts, k, &r);
+            let mut plain: Vec<usize> = Vec::new();
+            while plain.len() < k.min(pts.len()) {
+                let gain = |i: usize| {
+                    let mut set: Vec<Vec<f64>> = plain.iter().map(|&j| pts[j].clone()).collect();
+                    set.push(pts[i].clone());
+                    hypervolume(&set, &r)
+                };
+                let best = (0..pts.len())
+                    .filter(|i| !plain.contains(i))
+                    .max_by(|&a, &b| gain(a).total_cmp(&gain(b)).then(b.cmp(&a)))
+                    .unwrap();
+                plain.push(best);
+            }
+            prop_assert_eq!(lazy.len(), plain.len());
+            for n in 1..=lazy.len() {
+                let volume = |picked: &[usize]| {
+                    hypervolume(&picked[..n].iter().map(|&j| pts[j].clone()).collect::<Vec<_>>(), &r)
+                };
+                prop_assert!((volume(&lazy) - volume(&plain)).abs() < 1e-9);
+            }
+        }
     }
 
     #[test]

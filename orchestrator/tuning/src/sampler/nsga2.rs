@@ -8,17 +8,21 @@
 //! longer tells its points apart.
 //!
 //! Trials are numbered into generations of `population` trials in the
-//! order the history lists them (creation order). The first generation is
-//! random. Each later one breeds from a parent population: the elite of
-//! the previous parents and the previous generation's finished trials, by
-//! non-dominated rank and then crowding distance
-//! ([`pareto::sort_fronts`], [`pareto::crowding`]). With probability
-//! `crossover_prob` a child takes two distinct parents by binary
-//! tournament (the one that dominates, else the first) and each parameter
-//! from either with probability one half (uniform crossover); otherwise
-//! it copies a parent taken at random. Then each parameter is dropped with
-//! probability `1 / parameters` (mutation) and, like any parameter the
-//! parents lack (a condition that did not hold for them), drawn at random.
+//! order the history lists them (creation order). The first generation
+//! takes scrambled Sobol points ([`QmcSampler`]), which spread the first
+//! parents more evenly than Optuna's random draws. Each later one breeds
+//! from a parent population: the elite of the previous parents and the
+//! previous generation's finished trials, by non-dominated rank and then
+//! crowding distance ([`pareto::sort_fronts`], [`pareto::crowding`]).
+//! With probability `crossover_prob` a child takes two distinct parents by
+//! Deb's crowded tournament (of two, the lower rank, then the larger
+//! crowding distance; Optuna's tournament looks at dominance only) and
+//! each parameter from either with probability one half (uniform
+//! crossover); otherwise it copies a parent taken at random. Then each
+//! parameter is dropped with probability `1 / parameters` (mutation) and,
+//! like any parameter the parents lack (a condition that did not hold for
+//! them), drawn at random. A child that repeats a configuration already
+//! in the history is bred again (up to 32 times).
 //!
 //! With constraints, dominance is Deb's rule
 //! ([`pareto::constrained_dominates`]): feasible trials first, then the
@@ -32,7 +36,7 @@
 use rand::{RngExt, rngs::StdRng};
 
 use super::random::draw;
-use super::{Sampler, TrialRecord, proposal_rng};
+use super::{QmcSampler, Sampler, TrialRecord, proposal_rng};
 use crate::objective::Direction;
 use crate::pareto;
 use crate::space::{Params, SearchSpace};
@@ -154,17 +158,35 @@ impl Nsga2Sampler {
         chosen
     }
 
-    /// Binary tournament: of two random parents, one that dominates the
-    /// other, else the first.
-    fn tournament(&self, history: &[TrialRecord], parents: &[usize], rng: &mut StdRng) -> usize {
-        let a = parents[rng.random_range(0..parents.len())];
-        let b = parents[rng.random_range(0..parents.len())];
-        let (va, vb) = (
-            pareto::minimised(&history[a].values, &self.directions),
-            pareto::minimised(&history[b].values, &self.directions),
-        );
-        let (ra, rb) = (&history[a], &history[b]);
-        if pareto::constrained_dominates(&vb, rb.violation, &va, ra.violation) {
+    /// Each parent's standing: its non-dominated rank among the parents
+    /// and its crowding distance within that front.
+    fn standing(&self, history: &[TrialRecord], parents: &[usize]) -> Vec<(usize, f64)> {
+        let points: Vec<Vec<f64>> = parents
+            .iter()
+            .map(|&i| pareto::minimised(&history[i].values, &self.directions))
+            .collect();
+        let violation = |k: usize| history[parents[k]].violation;
+        let fronts = pareto::sort_fronts_by(points.len(), |a, b| {
+            pareto::constrained_dominates(&points[a], violation(a), &points[b], violation(b))
+        });
+        let mut standing = vec![(0, 0.0); parents.len()];
+        for (rank, front) in fronts.iter().enumerate() {
+            let members: Vec<&[f64]> = front.iter().map(|&k| points[k].as_slice()).collect();
+            for (&k, d) in front.iter().zip(pareto::crowding(&members)) {
+                standing[k] = (rank, d);
+            }
+        }
+        standing
+    }
+
+    /// Deb's crowded binary tournament: of two random parents (positions
+    /// in `parents`), the one of lower rank, then the less crowded, then
+    /// the first.
+    fn tournament(candidates: &[usize], standing: &[(usize, f64)], rng: &mut StdRng) -> usize {
+        let a = candidates[rng.random_range(0..candidates.len())];
+        let b = candidates[rng.random_range(0..candidates.len())];
+        let ((ra, da), (rb, db)) = (standing[a], standing[b]);
+        if rb < ra || (rb == ra && db > da) {
             b
         } else {
             a
@@ -183,20 +205,58 @@ impl Sampler for Nsga2Sampler {
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = proposal_rng(self.seed, history.len(), 0x45a2);
         let generation = history.len() / self.population;
+        // The first generation fills the space evenly (scrambled Sobol
+        // points) rather than at random: the parents of the second come
+        // from a better spread of the front.
         let parents = if generation == 0 {
             Vec::new()
         } else {
             self.parents(history, generation)
         };
+        let mut child = if generation == 0 {
+            QmcSampler { seed: self.seed }.propose(space, history)?
+        } else {
+            self.child(space, history, &parents, &mut rng)
+        };
+        // A child that repeats a trial already in the history (a copy of a
+        // parent that no mutation touched, a crossover or a Sobol point
+        // that lands on a tried configuration of a small discrete space)
+        // would spend a trial to learn nothing: breed (or draw) again, up
+        // to a bound.
+        for _ in 0..REBREEDS {
+            if !history.iter().any(|t| t.params == child) {
+                break;
+            }
+            child = self.child(space, history, &parents, &mut rng);
+        }
+        Some(child)
+    }
+}
+
+/// How many times a child that repeats a tried configuration is bred
+/// again before it is proposed anyway (the space may be exhausted).
+const REBREEDS: usize = 32;
+
+impl Nsga2Sampler {
+    /// One child of `parents` (random when there are fewer than two).
+    fn child(
+        &self,
+        space: &SearchSpace,
+        history: &[TrialRecord],
+        parents: &[usize],
+        rng: &mut StdRng,
+    ) -> Params {
         let inherited: Params = if parents.len() < 2 {
             Params::new()
         } else if rng.random::<f64>() < CROSSOVER_PROB {
             // Two distinct parents by tournament; each parameter from
             // either with probability one half.
-            let a = self.tournament(history, &parents, &mut rng);
-            let rest: Vec<usize> = parents.iter().copied().filter(|&i| i != a).collect();
-            let b = self.tournament(history, &rest, &mut rng);
-            let (first, second) = (&history[a].params, &history[b].params);
+            let standing = self.standing(history, parents);
+            let all: Vec<usize> = (0..parents.len()).collect();
+            let a = Self::tournament(&all, &standing, rng);
+            let rest: Vec<usize> = all.iter().copied().filter(|&k| k != a).collect();
+            let b = Self::tournament(&rest, &standing, rng);
+            let (first, second) = (&history[parents[a]].params, &history[parents[b]].params);
             let mut child = Params::new();
             for (name, &v) in first {
                 let from_second = rng.random::<f64>() < SWAPPING_PROB;
@@ -224,11 +284,11 @@ impl Sampler for Nsga2Sampler {
             }
             let v = match inherited.get(&p.name) {
                 Some(&v) if p.dist.contains(v) => v,
-                _ => draw(&mut rng, &p.dist),
+                _ => draw(rng, &p.dist),
             };
             params.insert(p.name.clone(), v);
         }
-        Some(params)
+        params
     }
 }
 
@@ -426,5 +486,79 @@ mod tests {
         e.sort_unstable();
         // The extremes stay; of 1 and 2, the one with more room around it (2).
         assert_eq!(e, vec![0, 2, 3]);
+    }
+
+    #[test]
+    fn the_tournament_prefers_the_lower_rank_then_the_less_crowded() {
+        // Positions 0-2 with (rank, crowding): the pure comparison decides
+        // whenever the two draws differ; a pair of equals keeps the first.
+        let standing = [(1, f64::INFINITY), (0, 0.5), (0, 2.0)];
+        let mut rng = proposal_rng(0, 0, 0);
+        let mut wins = [0usize; 3];
+        for _ in 0..300 {
+            wins[Nsga2Sampler::tournament(&[0, 1, 2], &standing, &mut rng)] += 1;
+        }
+        // Position 2 wins every draw it is in (5 of 9 pairs), position 0
+        // only against itself (1 of 9).
+        assert!(wins[2] > wins[1] && wins[1] > wins[0], "{wins:?}");
+        assert!(
+            (wins[0] as f64 / 300.0 - 1.0 / 9.0).abs() < 0.06,
+            "{wins:?}"
+        );
+        assert_eq!(
+            Nsga2Sampler::tournament(&[1, 2], &[(0, 0.0), (0, 1.0), (0, 3.0)], &mut rng),
+            2
+        );
+    }
+
+    #[test]
+    fn a_small_discrete_space_is_not_proposed_twice_until_it_is_exhausted() {
+        let choice = |name: &str| Param {
+            name: name.into(),
+            dist: Distribution::Int {
+                low: 0,
+                high: 3,
+                log: false,
+                step: 1,
+            },
+            condition: None,
+        };
+        let space = SearchSpace::new(vec![choice("a"), choice("b")]).unwrap();
+        // 16 configurations, a population of 4: every generation breeds
+        // from the last. Each child is new while most are left; the last
+        // few are found only by luck within the bound of rebreeds.
+        let mut s = Nsga2Sampler::with_population(1, vec![Direction::Minimize; 2], 4);
+        let mut h: Vec<TrialRecord> = Vec::new();
+        for _ in 0..16 {
+            let params = s.propose(&space, &h).unwrap();
+            assert!(
+                h.len() >= 12 || h.iter().all(|t| t.params != params),
+                "trial {} repeats {params:?}",
+                h.len()
+            );
+            let (a, b) = (params["a"].internal(), params["b"].internal());
+            h.push(TrialRecord {
+                params,
+                value: Some(a),
+                values: vec![a, 3.0 - a + b],
+                violation: 0.0,
+            });
+        }
+        let distinct = h
+            .iter()
+            .enumerate()
+            .filter(|(i, t)| h[..*i].iter().all(|u| u.params != t.params))
+            .count();
+        assert!(distinct >= 14, "{distinct} distinct of 16");
+        // Exhausted: a proposal still comes.
+        for _ in 0..4 {
+            let params = s.propose(&space, &h).unwrap();
+            h.push(TrialRecord {
+                params,
+                value: Some(0.0),
+                values: vec![0.0, 0.0],
+                violation: 0.0,
+            });
+        }
     }
 }

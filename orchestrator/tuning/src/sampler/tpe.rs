@@ -439,6 +439,10 @@ struct Split {
     good_ranks: Vec<usize>,
 }
 
+/// The `(good, bad)` groups of each set of finished trials (indices into
+/// the history) met during one proposal.
+type Ranked = std::collections::HashMap<Vec<usize>, (Vec<usize>, Vec<usize>)>;
+
 impl TpeSampler {
     /// Whether `t` finished with every objective's value, and finite ones.
     fn finished(&self, t: &TrialRecord) -> bool {
@@ -515,8 +519,11 @@ impl TpeSampler {
     /// Trials whose values for every parameter in `names` are known, split
     /// into `(good, bad)` groups ([`TpeSampler::rank`]), each in trial
     /// order, with each good one's rank in its group (0 for the best);
-    /// pending trials are bad.
-    fn split(&self, names: &[&str], history: &[TrialRecord]) -> Split {
+    /// pending trials are bad. `ranked` keeps the groups of each set of
+    /// finished trials for the rest of a proposal: the parameters sampled
+    /// one at a time mostly share one, and with several objectives its
+    /// hypervolume thinning costs far more than the rest of a parameter.
+    fn split(&self, names: &[&str], history: &[TrialRecord], ranked: &mut Ranked) -> Split {
         let values = |t: &TrialRecord| {
             names
                 .iter()
@@ -526,7 +533,10 @@ impl TpeSampler {
         let done: Vec<usize> = (0..history.len())
             .filter(|&i| self.finished(&history[i]) && values(&history[i]).is_some())
             .collect();
-        let (good_order, mut bad) = self.rank(history, done);
+        let (good_order, mut bad) = ranked
+            .entry(done.clone())
+            .or_insert_with(|| self.rank(history, done))
+            .clone();
         let mut good: Vec<(usize, usize)> = good_order
             .into_iter()
             .enumerate()
@@ -622,12 +632,13 @@ impl TpeSampler {
         names: &[&str],
         history: &[TrialRecord],
         rng: &mut StdRng,
+        ranked: &mut Ranked,
     ) -> Option<Vec<ParamValue>> {
         let Split {
             good,
             bad,
             good_ranks,
-        } = self.split(names, history);
+        } = self.split(names, history, ranked);
         if good.is_empty() {
             return None;
         }
@@ -690,6 +701,7 @@ impl Sampler for TpeSampler {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
         let finished = history.iter().filter(|t| self.finished(t)).count();
         let mut params = Params::new();
+        let mut ranked = Ranked::new();
         if finished >= self.startup_trials && self.multivariate {
             let joint: Vec<&crate::space::Param> = space
                 .params()
@@ -698,7 +710,8 @@ impl Sampler for TpeSampler {
                 .collect();
             let dists: Vec<&Distribution> = joint.iter().map(|p| &p.dist).collect();
             let names: Vec<&str> = joint.iter().map(|p| p.name.as_str()).collect();
-            if let Some(values) = self.sample_joint(&dists, &names, history, &mut rng) {
+            if let Some(values) = self.sample_joint(&dists, &names, history, &mut rng, &mut ranked)
+            {
                 params.extend(names.iter().map(|n| n.to_string()).zip(values));
             }
         }
@@ -709,8 +722,14 @@ impl Sampler for TpeSampler {
             let v = if finished < self.startup_trials {
                 None
             } else {
-                self.sample_joint(&[&p.dist], &[p.name.as_str()], history, &mut rng)
-                    .map(|v| v[0])
+                self.sample_joint(
+                    &[&p.dist],
+                    &[p.name.as_str()],
+                    history,
+                    &mut rng,
+                    &mut ranked,
+                )
+                .map(|v| v[0])
             };
             params.insert(p.name.clone(), v.unwrap_or_else(|| draw(&mut rng, &p.dist)));
         }
