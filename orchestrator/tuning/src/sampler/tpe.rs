@@ -31,8 +31,17 @@
 //! candidates are rounded to the grid before they are compared. With few
 //! levels and many observations the kernels grow narrower than a cell, and
 //! a density at the point would call a level dozens of times likelier than
-//! its mass does. Trials still pending (running or paused) count as bad
-//! observations, a constant liar, so that parallel proposals spread out.
+//! its mass does.
+//!
+//! Trials still pending (running or paused) are judged before the split.
+//! Where the space has a continuous parameter, each takes the value a
+//! Gaussian process fitted on the finished trials predicts for it (the
+//! kriging believer, [`super::gp`]): a pending trial that looks good then
+//! draws the next proposals near it, as its result most likely will. On
+//! discrete spaces they count as bad observations (a constant liar, as
+//! Optuna's `constant_liar`), so that parallel proposals spread out over
+//! the few levels. Measured at 1-16 trials in flight in
+//! `docs/benchmarks/concurrency.md`.
 
 use rand::{RngExt, rngs::StdRng};
 use rand_distr::{Distribution as _, Normal};
@@ -55,6 +64,11 @@ pub struct TpeSampler {
     /// product kernels (Optuna 5's default for one objective); conditional
     /// ones are then sampled one at a time.
     pub multivariate: bool,
+    /// In a space with a continuous parameter, pending trials take the
+    /// value a Gaussian process fitted on the finished ones predicts (the
+    /// kriging believer) instead of counting as bad (the constant liar).
+    /// One objective only.
+    pub kriging_believer: bool,
 }
 
 impl TpeSampler {
@@ -73,6 +87,7 @@ impl TpeSampler {
             candidates: 24,
             prior_weight: 1.0,
             multivariate: directions.len() == 1,
+            kriging_believer: true,
             directions,
         }
     }
@@ -700,6 +715,20 @@ impl Sampler for TpeSampler {
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
         let finished = history.iter().filter(|t| self.finished(t)).count();
+        // Measured at 4 trials in flight (docs/benchmarks/concurrency.md):
+        // believing the regressor wins on continuous problems; on discrete
+        // grids the liar's spread does better.
+        let believe = self.kriging_believer
+            && self.directions.len() == 1
+            && finished >= self.startup_trials
+            && space
+                .params()
+                .iter()
+                .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist));
+        let believed = believe
+            .then(|| super::gp::believed(space, history))
+            .flatten();
+        let history = believed.as_deref().unwrap_or(history);
         let mut params = Params::new();
         let mut ranked = Ranked::new();
         if finished >= self.startup_trials && self.multivariate {

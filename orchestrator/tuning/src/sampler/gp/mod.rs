@@ -189,6 +189,11 @@ fn normalise(d: &Distribution, v: ParamValue) -> f64 {
     }
 }
 
+/// Whether `d` takes a continuum of values (a float with no step).
+pub(crate) fn continuous(d: &Distribution) -> bool {
+    matches!(axis(d), Axis::Continuous)
+}
+
 fn axis(d: &Distribution) -> Axis {
     match d {
         Distribution::Categorical { choices } => Axis::Discrete {
@@ -281,6 +286,64 @@ fn standardise(values: &[f64], direction: Direction) -> Vec<f64> {
         .iter()
         .map(|v| (sign * v - mean) / std.max(1e-10))
         .collect()
+}
+
+/// The history with each pending trial given the value a regressor fitted
+/// on the finished ones predicts for it (its posterior mean over the
+/// unconditional parameters): the kriging believer, for samplers that have
+/// no model of their own to judge a pending trial by. `None` when nothing
+/// is pending or too few trials finished to fit. The mean is symmetric in
+/// the objective's sign, so no direction is needed.
+pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<Vec<TrialRecord>> {
+    let joint: Vec<&Param> = space
+        .params()
+        .iter()
+        .filter(|p| p.condition.is_none() && !single(&p.dist))
+        .collect();
+    let point = |t: &TrialRecord| {
+        joint
+            .iter()
+            .map(|p| Some(normalise(&p.dist, *t.params.get(&p.name)?)))
+            .collect::<Option<Vec<f64>>>()
+    };
+    let (mut x, mut values) = (Vec::new(), Vec::new());
+    for t in history {
+        if let (Some(v), Some(p)) = (t.value, point(t))
+            && v.is_finite()
+        {
+            x.push(p);
+            values.push(v);
+        }
+    }
+    if joint.is_empty() || x.len() < 2 || history.iter().all(|t| t.value.is_some()) {
+        return None;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let std = (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+        .sqrt()
+        .max(1e-10);
+    let y: Vec<f64> = values.iter().map(|v| (v - mean) / std).collect();
+    let categorical: Vec<bool> = joint
+        .iter()
+        .map(|p| matches!(p.dist, Distribution::Categorical { .. }))
+        .collect();
+    let gp = Regressor::fit(Inputs::new(x, categorical), &y, &fit_starts(joint.len()));
+    Some(
+        history
+            .iter()
+            .map(|t| match (t.value, point(t)) {
+                (None, Some(p)) => {
+                    let v = mean + std * gp.posterior(&p).0;
+                    TrialRecord {
+                        value: Some(v),
+                        ..t.clone()
+                    }
+                }
+                _ => t.clone(),
+            })
+            .collect(),
+    )
 }
 
 impl GpSampler {

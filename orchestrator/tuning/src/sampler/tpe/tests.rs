@@ -256,7 +256,9 @@ fn pending_trials_push_proposals_apart() {
         },
     )]);
     let f = |p: &Params| (p["x"].internal() - 0.5).powi(2);
+    // The constant liar (a discrete space's treatment).
     let mut s = TpeSampler::new(5, Direction::Minimize);
+    s.kriging_believer = false;
     let mut h = optimise(&mut s, &sp, 30, f);
     // Four proposals in a row with none finished: each sees the others as pending.
     let mut xs = Vec::new();
@@ -386,4 +388,116 @@ fn several_objectives_beat_random_search_on_zdt1_and_are_deterministic() {
     let a = run(&mut TpeSampler::multi(3, dirs.clone()), 40);
     let b = run(&mut TpeSampler::multi(3, dirs), 40);
     assert_eq!(a, b);
+}
+
+/// A finished (`Some`) or pending (`None`) trial of one float `x`.
+fn at_x(x: f64, value: Option<f64>) -> TrialRecord {
+    TrialRecord {
+        params: [("x".to_string(), ParamValue::Float(x))].into(),
+        value,
+        values: Vec::new(),
+        violation: 0.0,
+    }
+}
+
+fn unit_x() -> SearchSpace {
+    space(vec![(
+        "x",
+        Distribution::Float {
+            low: 0.0,
+            high: 1.0,
+            log: false,
+            step: None,
+        },
+    )])
+}
+
+#[test]
+fn a_pending_trial_is_believed_at_the_regressor_s_prediction() {
+    let f = |x: f64| (x - 0.3).powi(2);
+    let mut h: Vec<TrialRecord> = (0..12)
+        .map(|i| {
+            let x = i as f64 / 11.0;
+            at_x(x, Some(f(x)))
+        })
+        .collect();
+    assert!(crate::sampler::gp::believed(&unit_x(), &h).is_none());
+    h.push(at_x(0.5, None));
+    h.push(at_x(0.97, None));
+    let believed = crate::sampler::gp::believed(&unit_x(), &h).unwrap();
+    assert_eq!(believed[..12], h[..12], "finished trials keep their values");
+    for (t, x) in believed[12..].iter().zip([0.5, 0.97]) {
+        let v = t.value.unwrap();
+        assert!(
+            (v - f(x)).abs() < 0.03,
+            "x = {x}: believed {v}, truly {}",
+            f(x)
+        );
+    }
+}
+
+#[test]
+fn believed_pending_trials_near_the_best_draw_proposals_to_them() {
+    // Twenty trials of a bowl around 0.3, and three pending ones right at
+    // it. Believed, they look as good as they will turn out and draw the
+    // next proposal near them; as a constant liar's bad observations, they
+    // push it away.
+    let f = |x: f64| (x - 0.3).powi(2);
+    let distance = |believer: bool| {
+        let mut d: Vec<f64> = (0..21)
+            .map(|seed| {
+                let mut h: Vec<TrialRecord> = (0..20)
+                    .map(|i| {
+                        let x = ((i * 7 + seed) % 20) as f64 / 19.0;
+                        at_x(x, Some(f(x)))
+                    })
+                    .collect();
+                h.extend([0.29, 0.3, 0.31].map(|x| at_x(x, None)));
+                let mut s = TpeSampler::new(seed as u64, Direction::Minimize);
+                s.kriging_believer = believer;
+                (s.propose(&unit_x(), &h).unwrap()["x"].internal() - 0.3).abs()
+            })
+            .collect();
+        d.sort_by(f64::total_cmp);
+        d[10]
+    };
+    let (believed, lied) = (distance(true), distance(false));
+    assert!(
+        believed < 0.5 * lied,
+        "median distance from the pending trials: believed {believed}, liar {lied}"
+    );
+}
+
+#[test]
+fn on_a_discrete_space_pending_trials_stay_bad_observations() {
+    // The set-up where believing would draw proposals to the pending
+    // trials (above), on a grid of 101 integers: the liar decides.
+    let sp = space(vec![(
+        "x",
+        Distribution::Int {
+            low: 0,
+            high: 100,
+            log: false,
+            step: 1,
+        },
+    )]);
+    let int = |x: i64, value: Option<f64>| TrialRecord {
+        params: [("x".to_string(), ParamValue::Int(x))].into(),
+        value,
+        values: Vec::new(),
+        violation: 0.0,
+    };
+    let mut h: Vec<TrialRecord> = (0..20)
+        .map(|i| int(i * 5, Some(((i * 5 - 30) * (i * 5 - 30)) as f64)))
+        .collect();
+    h.extend([29, 31, 32].map(|x| int(x, None)));
+    for seed in 0..8 {
+        let mut liar = TpeSampler::new(seed, Direction::Minimize);
+        liar.kriging_believer = false;
+        assert_eq!(
+            TpeSampler::new(seed, Direction::Minimize).propose(&sp, &h),
+            liar.propose(&sp, &h),
+            "seed {seed}"
+        );
+    }
 }
