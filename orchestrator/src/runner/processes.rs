@@ -3,7 +3,7 @@
 //! Every [`SYNC`](super::SYNC) the runner rereads the study's trials
 //! through its writer and takes in what others did:
 //! * trials they created go into the sampler's history, RUNNING ones as
-//!   pending (TPE's constant liar treats them as its own running trials),
+//!   pending (TPE judges them as its own running trials),
 //!   finished ones with their values;
 //! * a RUNNING trial whose run is gone is requeued (once, by whichever
 //!   process is first, and only while the database still says its run is
