@@ -110,18 +110,30 @@ impl Nsga2Sampler {
         parents
     }
 
+    /// The minimised values of `members` (indices into `history`) and
+    /// their non-dominated fronts under Deb's constrained dominance, as
+    /// positions in `members`.
+    fn fronts(
+        &self,
+        history: &[TrialRecord],
+        members: &[usize],
+    ) -> (Vec<Vec<f64>>, Vec<Vec<usize>>) {
+        let points: Vec<Vec<f64>> = members
+            .iter()
+            .map(|&i| pareto::minimised(&history[i].values, &self.directions))
+            .collect();
+        let violation = |k: usize| history[members[k]].violation;
+        let fronts = pareto::sort_fronts_by(points.len(), |a, b| {
+            pareto::constrained_dominates(&points[a], violation(a), &points[b], violation(b))
+        });
+        (points, fronts)
+    }
+
     /// The best `population` of `pool`: whole fronts while they fit, then
     /// the most crowded-apart of the next (NSGA-II) or those on the least
     /// covered reference lines (NSGA-III).
     fn elite(&self, history: &[TrialRecord], pool: Vec<usize>, rng: &mut StdRng) -> Vec<usize> {
-        let points: Vec<Vec<f64>> = pool
-            .iter()
-            .map(|&i| pareto::minimised(&history[i].values, &self.directions))
-            .collect();
-        let violation = |k: usize| history[pool[k]].violation;
-        let fronts = pareto::sort_fronts_by(points.len(), |a, b| {
-            pareto::constrained_dominates(&points[a], violation(a), &points[b], violation(b))
-        });
+        let (points, fronts) = self.fronts(history, &pool);
         let mut chosen = Vec::new();
         for front in fronts {
             if chosen.len() + front.len() <= self.population {
@@ -161,14 +173,7 @@ impl Nsga2Sampler {
     /// Each parent's standing: its non-dominated rank among the parents
     /// and its crowding distance within that front.
     fn standing(&self, history: &[TrialRecord], parents: &[usize]) -> Vec<(usize, f64)> {
-        let points: Vec<Vec<f64>> = parents
-            .iter()
-            .map(|&i| pareto::minimised(&history[i].values, &self.directions))
-            .collect();
-        let violation = |k: usize| history[parents[k]].violation;
-        let fronts = pareto::sort_fronts_by(points.len(), |a, b| {
-            pareto::constrained_dominates(&points[a], violation(a), &points[b], violation(b))
-        });
+        let (points, fronts) = self.fronts(history, parents);
         let mut standing = vec![(0, 0.0); parents.len()];
         for (rank, front) in fronts.iter().enumerate() {
             let members: Vec<&[f64]> = front.iter().map(|&k| points[k].as_slice()).collect();

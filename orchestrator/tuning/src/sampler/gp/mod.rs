@@ -288,6 +288,51 @@ fn standardise(values: &[f64], direction: Direction) -> Vec<f64> {
         .collect()
 }
 
+/// The parameters the regressor models: the unconditional ones with more
+/// than one value.
+fn modelled(space: &SearchSpace) -> Vec<&Param> {
+    space
+        .params()
+        .iter()
+        .filter(|p| p.condition.is_none() && !single(&p.dist))
+        .collect()
+}
+
+/// A trial's normalised point over `joint`, if it has every parameter.
+fn point(joint: &[&Param], t: &TrialRecord) -> Option<Vec<f64>> {
+    joint
+        .iter()
+        .map(|p| Some(normalise(&p.dist, *t.params.get(&p.name)?)))
+        .collect()
+}
+
+/// The history's points over `joint`: the finished trials' (finite
+/// values) with their values, and the pending ones'.
+struct Observations {
+    x: Vec<Vec<f64>>,
+    values: Vec<f64>,
+    pending: Vec<Vec<f64>>,
+}
+
+fn observations(joint: &[&Param], history: &[TrialRecord]) -> Observations {
+    let mut o = Observations {
+        x: Vec::new(),
+        values: Vec::new(),
+        pending: Vec::new(),
+    };
+    for t in history {
+        match (t.value, point(joint, t)) {
+            (Some(v), Some(p)) if v.is_finite() => {
+                o.x.push(p);
+                o.values.push(v);
+            }
+            (None, Some(p)) => o.pending.push(p),
+            _ => {}
+        }
+    }
+    o
+}
+
 /// The history with each pending trial given the value a regressor fitted
 /// on the finished ones predicts for it (its posterior mean over the
 /// unconditional parameters): the kriging believer, for samplers that have
@@ -295,27 +340,9 @@ fn standardise(values: &[f64], direction: Direction) -> Vec<f64> {
 /// is pending or too few trials finished to fit. The mean is symmetric in
 /// the objective's sign, so no direction is needed.
 pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<Vec<TrialRecord>> {
-    let joint: Vec<&Param> = space
-        .params()
-        .iter()
-        .filter(|p| p.condition.is_none() && !single(&p.dist))
-        .collect();
-    let point = |t: &TrialRecord| {
-        joint
-            .iter()
-            .map(|p| Some(normalise(&p.dist, *t.params.get(&p.name)?)))
-            .collect::<Option<Vec<f64>>>()
-    };
-    let (mut x, mut values) = (Vec::new(), Vec::new());
-    for t in history {
-        if let (Some(v), Some(p)) = (t.value, point(t))
-            && v.is_finite()
-        {
-            x.push(p);
-            values.push(v);
-        }
-    }
-    if joint.is_empty() || x.len() < 2 || history.iter().all(|t| t.value.is_some()) {
+    let joint = modelled(space);
+    let Observations { x, values, pending } = observations(&joint, history);
+    if joint.is_empty() || x.len() < 2 || pending.is_empty() {
         return None;
     }
     let n = values.len() as f64;
@@ -332,7 +359,7 @@ pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<V
     Some(
         history
             .iter()
-            .map(|t| match (t.value, point(t)) {
+            .map(|t| match (t.value, point(&joint, t)) {
                 (None, Some(p)) => {
                     let v = mean + std * gp.posterior(&p).0;
                     TrialRecord {
@@ -355,24 +382,11 @@ impl GpSampler {
         history: &[TrialRecord],
         rng: &mut StdRng,
     ) -> Option<Vec<ParamValue>> {
-        let point = |t: &TrialRecord| {
-            joint
-                .iter()
-                .map(|p| Some(normalise(&p.dist, *t.params.get(&p.name)?)))
-                .collect::<Option<Vec<f64>>>()
-        };
-        let (mut x, mut values) = (Vec::new(), Vec::new());
-        let mut pending = Vec::new();
-        for t in history {
-            match (t.value, point(t)) {
-                (Some(v), Some(p)) if v.is_finite() => {
-                    x.push(p);
-                    values.push(v);
-                }
-                (None, Some(p)) => pending.push(p),
-                _ => {}
-            }
-        }
+        let Observations {
+            mut x,
+            values,
+            pending,
+        } = observations(joint, history);
         if x.len() < self.startup_trials.max(1) {
             return None;
         }
@@ -446,11 +460,7 @@ impl Sampler for GpSampler {
 
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x6770);
-        let joint: Vec<&Param> = space
-            .params()
-            .iter()
-            .filter(|p| p.condition.is_none() && !single(&p.dist))
-            .collect();
+        let joint = modelled(space);
         let mut params = Params::new();
         if !joint.is_empty()
             && let Some(values) = self.sample_joint(&joint, history, &mut rng)
