@@ -192,13 +192,15 @@ fn errors_point_at_line_column_and_key() {
 
 #[test]
 fn sampler_and_pruner_sections_resolve() {
+    use salus_tune::sampler::Pending;
     use salus_tune::study::{PrunerKind, SamplerKind};
     let s = parse("[sampler]\nkind = \"tpe\"\nstartup_trials = 4\nmultivariate = false\n[pruner]\nkind = \"hyperband\"\nmin_resource = 2\n").unwrap();
     assert_eq!(
         s.sampler.kind,
         SamplerKind::Tpe {
             startup_trials: 4,
-            multivariate: false
+            multivariate: false,
+            pending: Pending::Auto
         }
     );
     assert_eq!(
@@ -215,7 +217,8 @@ fn sampler_and_pruner_sections_resolve() {
         s.sampler.kind,
         SamplerKind::Tpe {
             startup_trials: 10,
-            multivariate: true
+            multivariate: true,
+            pending: Pending::Auto
         }
     );
     assert_eq!(
@@ -248,6 +251,28 @@ fn sampler_and_pruner_sections_resolve() {
         .to_string();
     assert!(
         err.contains("startup_trials applies only to kind = \"tpe\" and \"gp\""),
+        "{err}"
+    );
+    for (value, pending) in [("believe", Pending::Believe), ("lie", Pending::Lie)] {
+        assert_eq!(
+            parse(&format!(
+                "[sampler]\nkind = \"tpe\"\npending = \"{value}\"\n"
+            ))
+            .unwrap()
+            .sampler
+            .kind,
+            SamplerKind::Tpe {
+                startup_trials: 10,
+                multivariate: true,
+                pending
+            }
+        );
+    }
+    let err = parse("[sampler]\nkind = \"gp\"\npending = \"lie\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sampler.pending: pending applies only to kind = \"tpe\""),
         "{err}"
     );
     let err = parse("[sampler]\nmultivariate = true\n")

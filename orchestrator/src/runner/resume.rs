@@ -477,11 +477,13 @@ impl Runner<'_> {
             SamplerKind::Tpe {
                 startup_trials,
                 multivariate,
+                pending,
             } => {
                 let directions = study.objectives.iter().map(|(_, d)| *d).collect();
                 let mut tpe = TpeSampler::multi(sampler_seed, directions);
                 tpe.startup_trials = startup_trials;
                 tpe.multivariate = multivariate;
+                tpe.pending = pending;
                 Box::new(tpe)
             }
             SamplerKind::Gp { startup_trials } => {

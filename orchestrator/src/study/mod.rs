@@ -28,6 +28,7 @@ use training::{Optimizer, SlotHparams, TrialConfig};
 pub use parse::{load, parse_str};
 
 use crate::error::Result;
+use crate::sampler::Pending;
 use crate::space::{Choice, Distribution, ParamValue, Params, SearchSpace};
 
 pub use crate::objective::Direction;
@@ -178,6 +179,8 @@ pub enum SamplerKind {
     Tpe {
         startup_trials: usize,
         multivariate: bool,
+        /// How trials still pending are judged.
+        pending: Pending,
     },
     /// Scrambled Sobol quasi-random points.
     Qmc,
@@ -205,9 +208,15 @@ impl std::fmt::Display for SamplerKind {
             SamplerKind::Tpe {
                 startup_trials,
                 multivariate,
+                pending,
             } => write!(
                 f,
-                "tpe (startup_trials {startup_trials}, multivariate {multivariate})"
+                "tpe (startup_trials {startup_trials}, multivariate {multivariate}, pending {})",
+                match pending {
+                    Pending::Auto => "auto",
+                    Pending::Believe => "believe",
+                    Pending::Lie => "lie",
+                }
             ),
             SamplerKind::Qmc => write!(f, "qmc"),
             SamplerKind::Gp { startup_trials } => write!(f, "gp (startup_trials {startup_trials})"),

@@ -230,6 +230,7 @@ pub struct SamplerSection {
     pub seed: Field<Int>,
     pub startup_trials: Field<Int>,
     pub multivariate: Field<Bool>,
+    pub pending: Field<Str>,
     pub population: Field<Int>,
 }
 

@@ -72,6 +72,26 @@ impl Checker<'_> {
                 // parameter at a time for several (measured better there:
                 // docs/benchmarks/fronts.md).
                 multivariate: s.multivariate.as_ref().map_or(!several, |b| b.get_ref().0),
+                pending: match self.one_of(
+                    &s.pending,
+                    "sampler.pending",
+                    &["auto", "believe", "lie"],
+                )? {
+                    Some(p) if p.get_ref() == "believe" && several => {
+                        return Err(self.err(
+                            p.span(),
+                            "sampler.pending",
+                            format!(
+                                "pending = \"believe\" predicts a pending trial's value with a \
+                                 regressor of one objective, and this study has {objectives}; \
+                                 use \"lie\" or \"auto\""
+                            ),
+                        ));
+                    }
+                    Some(p) if p.get_ref() == "believe" => Pending::Believe,
+                    Some(p) if p.get_ref() == "lie" => Pending::Lie,
+                    _ => Pending::Auto,
+                },
             },
             Some(k) if k.get_ref() == "gp" => SamplerKind::Gp {
                 startup_trials: self
@@ -98,6 +118,12 @@ impl Checker<'_> {
             (
                 "multivariate",
                 span_of(&s.multivariate),
+                matches!(kind, SamplerKind::Tpe { .. }),
+                "kind = \"tpe\"",
+            ),
+            (
+                "pending",
+                span_of(&s.pending),
                 matches!(kind, SamplerKind::Tpe { .. }),
                 "kind = \"tpe\"",
             ),

@@ -17,7 +17,7 @@ pub use grid::GridSampler;
 pub use nsga2::{Nsga2Sampler, POPULATION as NSGA2_POPULATION};
 pub use qmc::{QmcSampler, from_unit};
 pub use random::RandomSampler;
-pub use tpe::{TpeSampler, gamma};
+pub use tpe::{Pending, TpeSampler, gamma};
 
 use crate::space::{Params, SearchSpace};
 

@@ -64,11 +64,24 @@ pub struct TpeSampler {
     /// product kernels (Optuna 5's default for one objective); conditional
     /// ones are then sampled one at a time.
     pub multivariate: bool,
-    /// In a space with a continuous parameter, pending trials take the
-    /// value a Gaussian process fitted on the finished ones predicts (the
-    /// kriging believer) instead of counting as bad (the constant liar).
-    /// One objective only.
-    pub kriging_believer: bool,
+    /// How trials still pending are judged.
+    pub pending: Pending,
+}
+
+/// How TPE judges the trials still pending (running or paused) when it
+/// proposes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pending {
+    /// [`Pending::Believe`] where the space has a continuous parameter
+    /// (and the study one objective), else [`Pending::Lie`].
+    #[default]
+    Auto,
+    /// Each takes the value a Gaussian process fitted on the finished
+    /// trials predicts for it (the kriging believer). One objective only.
+    Believe,
+    /// Each counts as a bad observation (the constant liar, Optuna's
+    /// `constant_liar`).
+    Lie,
 }
 
 impl TpeSampler {
@@ -87,7 +100,7 @@ impl TpeSampler {
             candidates: 24,
             prior_weight: 1.0,
             multivariate: directions.len() == 1,
-            kriging_believer: true,
+            pending: Pending::Auto,
             directions,
         }
     }
@@ -718,13 +731,16 @@ impl Sampler for TpeSampler {
         // Measured at 4 trials in flight (docs/benchmarks/concurrency.md):
         // believing the regressor wins on continuous problems; on discrete
         // grids the liar's spread does better.
-        let believe = self.kriging_believer
-            && self.directions.len() == 1
+        let believe = self.directions.len() == 1
             && finished >= self.startup_trials
-            && space
-                .params()
-                .iter()
-                .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist));
+            && match self.pending {
+                Pending::Believe => true,
+                Pending::Lie => false,
+                Pending::Auto => space
+                    .params()
+                    .iter()
+                    .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist)),
+            };
         let believed = believe
             .then(|| super::gp::believed(space, history))
             .flatten();

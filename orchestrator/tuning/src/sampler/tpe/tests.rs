@@ -258,7 +258,7 @@ fn pending_trials_push_proposals_apart() {
     let f = |p: &Params| (p["x"].internal() - 0.5).powi(2);
     // The constant liar (a discrete space's treatment).
     let mut s = TpeSampler::new(5, Direction::Minimize);
-    s.kriging_believer = false;
+    s.pending = Pending::Lie;
     let mut h = optimise(&mut s, &sp, 30, f);
     // Four proposals in a row with none finished: each sees the others as pending.
     let mut xs = Vec::new();
@@ -454,7 +454,11 @@ fn believed_pending_trials_near_the_best_draw_proposals_to_them() {
                     .collect();
                 h.extend([0.29, 0.3, 0.31].map(|x| at_x(x, None)));
                 let mut s = TpeSampler::new(seed as u64, Direction::Minimize);
-                s.kriging_believer = believer;
+                s.pending = if believer {
+                    Pending::Believe
+                } else {
+                    Pending::Lie
+                };
                 (s.propose(&unit_x(), &h).unwrap()["x"].internal() - 0.3).abs()
             })
             .collect();
@@ -493,11 +497,20 @@ fn on_a_discrete_space_pending_trials_stay_bad_observations() {
     h.extend([29, 31, 32].map(|x| int(x, None)));
     for seed in 0..8 {
         let mut liar = TpeSampler::new(seed, Direction::Minimize);
-        liar.kriging_believer = false;
+        liar.pending = Pending::Lie;
         assert_eq!(
             TpeSampler::new(seed, Direction::Minimize).propose(&sp, &h),
             liar.propose(&sp, &h),
             "seed {seed}"
         );
     }
+    // Asked to believe, it does so on a discrete space too.
+    let differ = (0..8)
+        .filter(|&seed| {
+            let mut believer = TpeSampler::new(seed, Direction::Minimize);
+            believer.pending = Pending::Believe;
+            believer.propose(&sp, &h) != TpeSampler::new(seed, Direction::Minimize).propose(&sp, &h)
+        })
+        .count();
+    assert!(differ >= 4, "believing changed {differ} of 8 proposals");
 }
