@@ -333,6 +333,9 @@ fn observations(joint: &[&Param], history: &[TrialRecord]) -> Observations {
     o
 }
 
+/// The most finished trials the believer's regressor is fitted on.
+pub(crate) const BELIEVER_POINTS: usize = 100;
+
 /// The history with each pending trial given the value a regressor fitted
 /// on the finished ones predicts for it (its posterior mean over the
 /// unconditional parameters): the kriging believer, for samplers that have
@@ -341,9 +344,46 @@ fn observations(joint: &[&Param], history: &[TrialRecord]) -> Observations {
 /// the objective's sign, so no direction is needed.
 pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<Vec<TrialRecord>> {
     let joint = modelled(space);
-    let Observations { x, values, pending } = observations(&joint, history);
+    let Observations {
+        mut x,
+        mut values,
+        pending,
+    } = observations(&joint, history);
     if joint.is_empty() || x.len() < 2 || pending.is_empty() {
         return None;
+    }
+    let categorical: Vec<bool> = joint
+        .iter()
+        .map(|p| matches!(p.dist, Distribution::Categorical { .. }))
+        .collect();
+    if x.len() > BELIEVER_POINTS {
+        // The fit is cubic in its points (16 s at 1,000): the finished
+        // trials nearest a pending one are those its prediction rests on.
+        let distance = |a: &[f64], b: &[f64]| -> f64 {
+            a.iter()
+                .zip(b)
+                .zip(&categorical)
+                .map(|((u, v), &c)| {
+                    if c {
+                        f64::from(u != v)
+                    } else {
+                        (u - v).powi(2)
+                    }
+                })
+                .sum()
+        };
+        let nearest = |q: &[f64]| {
+            pending
+                .iter()
+                .map(|p| distance(q, p))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let mut order: Vec<(f64, usize)> = x.iter().map(|q| nearest(q)).zip(0..).collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        order.truncate(BELIEVER_POINTS);
+        order.sort_by_key(|o| o.1);
+        x = order.iter().map(|o| x[o.1].clone()).collect();
+        values = order.iter().map(|o| values[o.1]).collect();
     }
     let n = values.len() as f64;
     let mean = values.iter().sum::<f64>() / n;
@@ -351,10 +391,6 @@ pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<V
         .sqrt()
         .max(1e-10);
     let y: Vec<f64> = values.iter().map(|v| (v - mean) / std).collect();
-    let categorical: Vec<bool> = joint
-        .iter()
-        .map(|p| matches!(p.dist, Distribution::Categorical { .. }))
-        .collect();
     let gp = Regressor::fit(Inputs::new(x, categorical), &y, &fit_starts(joint.len()));
     Some(
         history

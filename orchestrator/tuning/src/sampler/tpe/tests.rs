@@ -514,3 +514,57 @@ fn on_a_discrete_space_pending_trials_stay_bad_observations() {
         .count();
     assert!(differ >= 4, "believing changed {differ} of 8 proposals");
 }
+
+#[test]
+fn with_many_trials_the_believer_rests_on_the_nearest() {
+    // 400 finished trials, more than the regressor takes: it is fitted
+    // on those nearest the pending ones and still predicts them well.
+    let sp = space(
+        ["a", "b"]
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    Distribution::Float {
+                        low: 0.0,
+                        high: 1.0,
+                        log: false,
+                        step: None,
+                    },
+                )
+            })
+            .collect(),
+    );
+    // A bowl with ripples: only trials near a point tell its value.
+    let f = |a: f64, b: f64| {
+        (a - 0.3).powi(2) + (b - 0.6).powi(2) + 0.1 * (12.0 * a).sin() * (12.0 * b).sin()
+    };
+    let trial = |a: f64, b: f64, value: Option<f64>| TrialRecord {
+        params: [
+            ("a".to_string(), ParamValue::Float(a)),
+            ("b".to_string(), ParamValue::Float(b)),
+        ]
+        .into(),
+        value,
+        values: Vec::new(),
+        violation: 0.0,
+    };
+    let mut h: Vec<TrialRecord> = (0..400)
+        .map(|i| {
+            let (a, b) = ((i % 20) as f64 / 19.0, (i / 20) as f64 / 19.0);
+            trial(a, b, Some(f(a, b)))
+        })
+        .collect();
+    assert!(h.len() > crate::sampler::gp::BELIEVER_POINTS);
+    let pending = [(0.31, 0.58), (0.8, 0.1)];
+    h.extend(pending.map(|(a, b)| trial(a, b, None)));
+    let believed = crate::sampler::gp::believed(&sp, &h).unwrap();
+    for (t, (a, b)) in believed[400..].iter().zip(pending) {
+        let v = t.value.unwrap();
+        assert!(
+            (v - f(a, b)).abs() < 0.02,
+            "({a}, {b}): {v} against {}",
+            f(a, b)
+        );
+    }
+}
