@@ -169,6 +169,69 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
 }
 
 #[test]
+fn an_idle_lane_takes_a_job_from_a_lane_that_has_two() {
+    // Two long jobs of one shape share lane 0 (placement puts a shape with
+    // its kind); a short one has lane 1 to itself. When it ends, lane 1
+    // takes one of the long ones, which goes on bit-exactly.
+    let data = data();
+    // Long enough (hundreds of milliseconds) that both are resident before
+    // the short one ends, on a loaded machine too.
+    let long = [cfg(96, 1, 40), cfg(96, 2, 40)];
+    let short = cfg(8, 3, 1);
+    for policy in [Policy::Pack, Policy::Fifo, Policy::Priority] {
+        let (tx, rx) = channel();
+        let core = SalusCore::start(
+            Arc::new(CpuBackend::new()),
+            CoreConfig::cpu(policy, 2, 2, 1 << 30),
+            tx,
+        )
+        .unwrap();
+        let jobs = [
+            job(&data, &long[0]),
+            job(&data, &short),
+            job(&data, &long[1]),
+        ];
+        let ids: Vec<JobId> = jobs.into_iter().map(|j| core.submit(j, 0.0, "d")).collect();
+        let mut log = drain(&rx, ids.len(), |_| {});
+        assert_eq!(core.ledger().used(), 0, "everything released");
+        // The lanes' last segments, flushed as they stop.
+        core.shutdown();
+        log.events.extend(rx.try_iter());
+        let mut lanes: BTreeMap<JobId, Vec<usize>> = BTreeMap::new();
+        for e in &log.events {
+            if let CoreEvent::Admitted { job, lane } = e {
+                lanes.entry(*job).or_default().push(*lane);
+            }
+        }
+        assert_eq!(
+            lanes[&ids[0]][0], lanes[&ids[2]][0],
+            "{policy:?}: {lanes:?}"
+        );
+        assert_ne!(
+            lanes[&ids[0]][0], lanes[&ids[1]][0],
+            "{policy:?}: {lanes:?}"
+        );
+        let moved: Vec<&JobId> = lanes
+            .iter()
+            .filter(|(_, l)| l.len() == 2 && l[0] != l[1])
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(moved.len(), 1, "{policy:?}: one long job moves: {lanes:?}");
+        assert!(moved[0] == &ids[0] || moved[0] == &ids[2]);
+        // It ran on the lane it moved to, and gives what it gives alone.
+        let to = lanes[moved[0]][1];
+        assert!(
+            log.events.iter().any(|e| matches!(e,
+                CoreEvent::Segment { lane, job, .. } if job == moved[0] && *lane == to)),
+            "{policy:?}"
+        );
+        for (id, c) in [(ids[0], &long[0]), (ids[1], &short), (ids[2], &long[1])] {
+            assert_eq!(log.reports[&id], alone(&data, c), "{policy:?}: job {id}");
+        }
+    }
+}
+
+#[test]
 fn admission_never_exceeds_the_memory_budget() {
     let data = data();
     let c = cfg(32, 1, 2);
@@ -848,17 +911,51 @@ fn streaks_give_what_jobs_give_alone<B: kernels::Backend>(backend: Arc<B>) {
             );
         }
         if policy == Policy::Priority {
-            // Equal priorities take turns at every boundary: all but a job's
-            // first turn and the turn after a job's end are switches. 5 jobs
-            // of 36 iterations.
+            // Equal priorities take turns at every boundary: while a lane
+            // holds two jobs, each of its segments is one iteration. (A
+            // lane left with one job runs it in a streak; a lane whose jobs
+            // all ended takes one from the other.) So a longer segment
+            // overlaps no other job's span on its lane.
+            let mut spans: BTreeMap<(usize, JobId), (f64, f64)> = BTreeMap::new();
+            let mut segments = Vec::new();
+            for e in &log.events {
+                if let CoreEvent::Segment {
+                    lane,
+                    job,
+                    start,
+                    end,
+                    iterations,
+                } = *e
+                {
+                    let span = spans.entry((lane, job)).or_insert((start, end));
+                    span.0 = span.0.min(start);
+                    span.1 = span.1.max(end);
+                    segments.push((lane, job, start, end, iterations));
+                }
+            }
+            let mut long = 0;
+            for &(lane, job, start, end, iterations) in &segments {
+                if iterations < 2 {
+                    continue;
+                }
+                long += 1;
+                for (&(l, other), &(from, to)) in &spans {
+                    assert!(
+                        l != lane || other == job || to <= start || from >= end,
+                        "{}: lane {lane} ran job {job} for {iterations} iterations \
+                         ({start}-{end}) while it held job {other} ({from}-{to})",
+                        backend.name()
+                    );
+                }
+            }
             let switches = log
                 .events
                 .iter()
                 .filter(|e| matches!(e, CoreEvent::Switch { .. }))
                 .count();
             assert!(
-                switches >= 144,
-                "{}: {switches} switches in 180 iterations under round-robin",
+                switches > long,
+                "{}: {switches} switches, {long} streaks",
                 backend.name()
             );
         }

@@ -21,6 +21,15 @@
 //! (`State::hand_over`); otherwise it syncs fully. Either way a job goes
 //! back to the table only with nothing of it queued.
 //!
+//! **Work stealing.** A job stays on the lane that admitted it, but a lane
+//! left with nothing to run takes a job from the lane with the most work
+//! ([`policy::steal`]: two or more jobs, the one its policy runs next).
+//! The job stays resident; only its lane changes (a new `Admitted`). A lane
+//! that returns a job while it holds another wakes the idle lanes for
+//! this. Without it, the end of a digits study on 2 lanes ran one lane
+//! interleaving two long trials while the other sat idle for a quarter of
+//! the study.
+//!
 //! Admission follows [`MemoryLedger`]: a submitted job waits until
 //! [`place`] finds it a lane and memory. A new job's state starts on the
 //! host, so admitting it is a swap-in, done by its lane before its first
@@ -338,6 +347,9 @@ struct State<B: Backend> {
     current: BTreeMap<LaneId, (JobId, f64)>,
     /// Workspaces a lane should drop: no job of that shape is left on it.
     drop_shapes: BTreeMap<LaneId, Vec<GroupShape>>,
+    /// Lanes asleep with nothing to run: a lane that returns a job while
+    /// it holds another wakes them, so that one can take it.
+    idle: usize,
 }
 
 enum Work<B: Backend> {
@@ -476,6 +488,7 @@ impl<B: Backend> SalusCore<B> {
                 stop: false,
                 events,
                 drop_shapes: BTreeMap::new(),
+                idle: 0,
                 current: BTreeMap::new(),
             }),
             wake: Condvar::new(),
@@ -1007,6 +1020,79 @@ impl<B: Backend> State<B> {
         }
         let id = policy::next(self.policy, &self.runnable(lane, None))?;
         Some(Work::Step(id, self.take(id)))
+    }
+
+    /// Whether `lane`, just back from a step, should wake the idle lanes:
+    /// some sleep, and it holds a job it could give (two or more that may
+    /// run).
+    pub(crate) fn could_give(&self, lane: LaneId) -> bool {
+        self.idle > 0
+            && self
+                .jobs
+                .values()
+                .filter(|e| e.lane == Some(lane) && !e.paused && !e.held && !e.prune)
+                .nth(1)
+                .is_some()
+    }
+
+    /// Moves a job from the lane with the most work to `lane`, which has
+    /// none ([`policy::steal`]). The job stays resident: between
+    /// iterations nothing of it is queued, so any lane of the device may
+    /// run it (a captured graph is keyed by the buffers it touches, so the
+    /// new lane captures its own). Its workspace comes with a new arena
+    /// share where `lane` has none of its shape. Returns whether one moved.
+    pub(crate) fn steal_for(&mut self, lane: LaneId) -> bool {
+        let mut work: BTreeMap<LaneId, policy::LaneWork> = BTreeMap::new();
+        for e in self.jobs.values() {
+            let Some(l) = e.lane.filter(|&l| l != lane) else {
+                continue;
+            };
+            if e.paused || e.held || e.prune {
+                continue;
+            }
+            let w = work.entry(l).or_insert(policy::LaneWork {
+                lane: l,
+                busy: 0,
+                movable: Vec::new(),
+            });
+            w.busy += 1;
+            if !e.running() && !e.swap_out && !e.release && e.exploit.is_empty() {
+                w.movable.push(e.sched);
+            }
+        }
+        let others: Vec<policy::LaneWork> = work.into_values().collect();
+        let Some(id) = policy::steal(self.policy, &others) else {
+            return false;
+        };
+        let (fp, shape, key, from) = {
+            let e = &self.jobs[&id];
+            (e.footprint, e.shape.clone(), e.shared_key.clone(), e.lane)
+        };
+        let has_shape = self
+            .jobs
+            .values()
+            .any(|e| e.lane == Some(lane) && e.shape == shape);
+        let growth = if has_shape {
+            0
+        } else {
+            fp.ephemeral_bytes as u64
+        };
+        if growth > self.ledger.free() {
+            return false;
+        }
+        self.leave_lane(id);
+        // It fits: leaving gave back at least what it takes again.
+        let to = match self.ledger.admit(id, &fp, &key, lane, growth) {
+            Ok(()) => lane,
+            Err(_) => {
+                let back = from.expect("a stolen job had a lane");
+                let _ = self.ledger.admit(id, &fp, &key, back, 0);
+                back
+            }
+        };
+        self.jobs.get_mut(&id).expect("stolen job").lane = Some(to);
+        self.emit(CoreEvent::Admitted { job: id, lane: to });
+        to == lane
     }
 
     /// An exploit `lane` may carry out now: its receiver is on this lane

@@ -225,8 +225,13 @@ fn wait_for_work<B: Backend>(
             let live = segment.is_some_and(|s| st.jobs.contains_key(&s.0));
             return Some((w, live));
         }
+        if st.steal_for(id) {
+            continue;
+        }
         flush(segment, id, &st);
+        st.idle += 1;
         st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+        st.idle -= 1;
     }
 }
 
@@ -281,6 +286,9 @@ fn run_steps<B: Backend>(
         run.record(&st, id, segment, end);
         if st.return_step(id, run.id, run.job, result, end - run.t0) {
             st.admit_waiting();
+            drop(st);
+            shared.wake.notify_all();
+        } else if st.could_give(id) {
             drop(st);
             shared.wake.notify_all();
         }
@@ -363,6 +371,9 @@ fn finish_step<B: Backend>(
     }
     if left {
         st.admit_waiting();
+        drop(st);
+        shared.wake.notify_all();
+    } else if st.could_give(id) {
         drop(st);
         shared.wake.notify_all();
     }
