@@ -156,7 +156,7 @@ mod tests {
         // Awkward values (tiny, huge, negative second moments' roots near
         // eps) over a length that leaves a remainder at every width.
         let n = 1000 + 13;
-        let f = |i: usize, k: f32| ((i as f32 * k).sin() * 10f32.powi((i % 9) as i32 - 4));
+        let f = |i: usize, k: f32| (i as f32 * k).sin() * 10f32.powi((i % 9) as i32 - 4);
         let g: Vec<f32> = (0..n).map(|i| f(i, 0.37)).collect();
         let p0: Vec<f32> = (0..n).map(|i| f(i, 1.3)).collect();
         let m0: Vec<f32> = (0..n).map(|i| f(i, 0.11)).collect();
@@ -170,7 +170,8 @@ mod tests {
             decay: 1.0 - 1e-3 * 1e-2,
             l2: 1e-4,
         };
-        let run = |apply: &dyn Fn(&mut [f32], &mut [f32], &mut [f32])| {
+        type Apply<'a> = &'a dyn Fn(&mut [f32], &mut [f32], &mut [f32]);
+        let run = |apply: Apply| {
             let (mut p, mut m, mut v) = (p0.clone(), m0.clone(), v0.clone());
             apply(&mut p, &mut m, &mut v);
             let bits = |x: &[f32]| x.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
