@@ -191,7 +191,13 @@ fn an_idle_lane_takes_a_job_from_a_lane_that_has_two() {
             job(&data, &short),
             job(&data, &long[1]),
         ];
-        let ids: Vec<JobId> = jobs.into_iter().map(|j| core.submit(j, 0.0, "d")).collect();
+        // Submitted paused and resumed together, so that placement sees
+        // all three at once however loaded the machine is.
+        let ids: Vec<JobId> = jobs
+            .into_iter()
+            .map(|j| core.submit_paused(j, 0.0, "d"))
+            .collect();
+        core.resume_all(&ids);
         let mut log = drain(&rx, ids.len(), |_| {});
         assert_eq!(core.ledger().used(), 0, "everything released");
         // The lanes' last segments, flushed as they stop.
