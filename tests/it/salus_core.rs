@@ -114,11 +114,19 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
             tx,
         )
         .unwrap();
+        // Placed all at once (submitted paused, resumed together): a lane
+        // that empties takes a job from the other, so jobs submitted one
+        // by one on a loaded machine could each find a lane of their own.
         let ids: Vec<JobId> = configs
             .iter()
-            .map(|c| core.submit(job(&data, c), 0.0, "d"))
+            .map(|c| core.submit_paused(job(&data, c), 0.0, "d"))
             .collect();
-        let log = drain(&rx, ids.len(), |_| {});
+        core.resume_all(&ids);
+        let mut log = drain(&rx, ids.len(), |_| {});
+        assert_eq!(core.ledger().used(), 0, "everything released");
+        // The lanes' last segments, flushed as they stop.
+        core.shutdown();
+        log.events.extend(rx.try_iter());
         for (id, c) in ids.iter().zip(&configs) {
             assert_eq!(log.reports[id], alone(&data, c), "{policy:?}: job {id}");
         }
@@ -163,8 +171,6 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
                 "interleaving resident jobs is a switch"
             );
         }
-        assert_eq!(core.ledger().used(), 0, "everything released");
-        core.shutdown();
     }
 }
 
@@ -1013,15 +1019,20 @@ fn interleaved_and_swapped_cnn_jobs_give_exactly_what_they_give_alone() {
             tx,
         )
         .unwrap();
-        let ids: Vec<JobId> = configs
-            .iter()
-            .map(|c| core.submit(job(&data, c), 0.0, "d"))
+        // The first job stops before its second iteration until it is
+        // paused and asked to move to the host: resident, whatever the
+        // machine's timing. It is resumed at another job's first report
+        // after the swap (or when the others are done).
+        let (reached_tx, reached) = channel();
+        let (first, go) = gated(&data, &configs[0], 1, 0, &reached_tx);
+        let ids: Vec<JobId> = std::iter::once(first)
+            .chain(configs[1..].iter().map(|c| job(&data, c)))
+            .map(|j| core.submit(j, 0.0, "d"))
             .collect();
-        // The first job is paused and moved to the host at once, and
-        // resumed at another job's first report after the swap (or when
-        // the others are done), whatever the machine's timing.
+        reached.recv().unwrap();
         core.pause(ids[0]);
         core.swap_out(ids[0]);
+        go.send(()).unwrap();
         let (mut resumed, mut swapped_out, mut others_done) = (false, false, 0);
         let log = drain(&rx, ids.len(), |e| {
             let other = match e {
