@@ -218,10 +218,11 @@ impl Sampler for Nsga2Sampler {
         } else {
             self.parents(history, generation)
         };
+        let standing = self.standing(history, &parents);
         let mut child = if generation == 0 {
             QmcSampler { seed: self.seed }.propose(space, history)?
         } else {
-            self.child(space, history, &parents, &mut rng)
+            self.child(space, history, &parents, &standing, &mut rng)
         };
         // A child that repeats a trial already in the history (a copy of a
         // parent that no mutation touched, a crossover or a Sobol point
@@ -232,7 +233,7 @@ impl Sampler for Nsga2Sampler {
             if !history.iter().any(|t| t.params == child) {
                 break;
             }
-            child = self.child(space, history, &parents, &mut rng);
+            child = self.child(space, history, &parents, &standing, &mut rng);
         }
         Some(child)
     }
@@ -243,12 +244,14 @@ impl Sampler for Nsga2Sampler {
 const REBREEDS: usize = 32;
 
 impl Nsga2Sampler {
-    /// One child of `parents` (random when there are fewer than two).
+    /// One child of `parents` (random when there are fewer than two), by
+    /// their `standing` ([`Nsga2Sampler::standing`]).
     fn child(
         &self,
         space: &SearchSpace,
         history: &[TrialRecord],
         parents: &[usize],
+        standing: &[(usize, f64)],
         rng: &mut StdRng,
     ) -> Params {
         let inherited: Params = if parents.len() < 2 {
@@ -256,11 +259,10 @@ impl Nsga2Sampler {
         } else if rng.random::<f64>() < CROSSOVER_PROB {
             // Two distinct parents by tournament; each parameter from
             // either with probability one half.
-            let standing = self.standing(history, parents);
             let all: Vec<usize> = (0..parents.len()).collect();
-            let a = Self::tournament(&all, &standing, rng);
+            let a = Self::tournament(&all, standing, rng);
             let rest: Vec<usize> = all.iter().copied().filter(|&k| k != a).collect();
-            let b = Self::tournament(&rest, &standing, rng);
+            let b = Self::tournament(&rest, standing, rng);
             let (first, second) = (&history[parents[a]].params, &history[parents[b]].params);
             let mut child = Params::new();
             for (name, &v) in first {
