@@ -42,15 +42,7 @@ fn optimise(
 
 #[test]
 fn concentrates_near_the_optimum_of_a_1d_function() {
-    let sp = space(vec![(
-        "x",
-        Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            log: false,
-            step: None,
-        },
-    )]);
+    let sp = unit_floats(&["x"]);
     let f = |p: &Params| (p["x"].internal() - 0.3).powi(2);
     let h = optimise(&mut TpeSampler::new(1, Direction::Minimize), &sp, 80, f);
     let late: Vec<f64> = h[40..]
@@ -246,15 +238,7 @@ fn the_good_groups_kernels_weigh_by_rank() {
 
 #[test]
 fn pending_trials_push_proposals_apart() {
-    let sp = space(vec![(
-        "x",
-        Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            log: false,
-            step: None,
-        },
-    )]);
+    let sp = unit_floats(&["x"]);
     let f = |p: &Params| (p["x"].internal() - 0.5).powi(2);
     // The constant liar (a discrete space's treatment).
     let mut s = TpeSampler::new(5, Direction::Minimize);
@@ -341,21 +325,7 @@ fn zdt1(p: &Params) -> Vec<f64> {
 
 #[test]
 fn several_objectives_beat_random_search_on_zdt1_and_are_deterministic() {
-    let sp = space(
-        (0..5)
-            .map(|i| {
-                (
-                    ["x0", "x1", "x2", "x3", "x4"][i],
-                    Distribution::Float {
-                        low: 0.0,
-                        high: 1.0,
-                        log: false,
-                        step: None,
-                    },
-                )
-            })
-            .collect(),
-    );
+    let sp = unit_floats(&["x0", "x1", "x2", "x3", "x4"]);
     let run = |s: &mut dyn Sampler, n: usize| -> Vec<TrialRecord> {
         let mut h: Vec<TrialRecord> = Vec::new();
         for _ in 0..n {
@@ -400,16 +370,24 @@ fn at_x(x: f64, value: Option<f64>) -> TrialRecord {
     }
 }
 
-fn unit_x() -> SearchSpace {
-    space(vec![(
-        "x",
-        Distribution::Float {
-            low: 0.0,
-            high: 1.0,
-            log: false,
-            step: None,
-        },
-    )])
+/// Floats on [0, 1], one per name.
+fn unit_floats(names: &[&str]) -> SearchSpace {
+    space(
+        names
+            .iter()
+            .map(|&n| {
+                (
+                    n,
+                    Distribution::Float {
+                        low: 0.0,
+                        high: 1.0,
+                        log: false,
+                        step: None,
+                    },
+                )
+            })
+            .collect(),
+    )
 }
 
 #[test]
@@ -421,10 +399,10 @@ fn a_pending_trial_is_believed_at_the_regressor_s_prediction() {
             at_x(x, Some(f(x)))
         })
         .collect();
-    assert!(crate::sampler::gp::believed(&unit_x(), &h).is_none());
+    assert!(crate::sampler::gp::believed(&unit_floats(&["x"]), &h).is_none());
     h.push(at_x(0.5, None));
     h.push(at_x(0.97, None));
-    let believed = crate::sampler::gp::believed(&unit_x(), &h).unwrap();
+    let believed = crate::sampler::gp::believed(&unit_floats(&["x"]), &h).unwrap();
     assert_eq!(believed[..12], h[..12], "finished trials keep their values");
     for (t, x) in believed[12..].iter().zip([0.5, 0.97]) {
         let v = t.value.unwrap();
@@ -459,7 +437,7 @@ fn believed_pending_trials_near_the_best_draw_proposals_to_them() {
                 } else {
                     Pending::Lie
                 };
-                (s.propose(&unit_x(), &h).unwrap()["x"].internal() - 0.3).abs()
+                (s.propose(&unit_floats(&["x"]), &h).unwrap()["x"].internal() - 0.3).abs()
             })
             .collect();
         d.sort_by(f64::total_cmp);
@@ -519,22 +497,7 @@ fn on_a_discrete_space_pending_trials_stay_bad_observations() {
 fn with_many_trials_the_believer_rests_on_the_nearest() {
     // 400 finished trials, more than the regressor takes: it is fitted
     // on those nearest the pending ones and still predicts them well.
-    let sp = space(
-        ["a", "b"]
-            .into_iter()
-            .map(|n| {
-                (
-                    n,
-                    Distribution::Float {
-                        low: 0.0,
-                        high: 1.0,
-                        log: false,
-                        step: None,
-                    },
-                )
-            })
-            .collect(),
-    );
+    let sp = unit_floats(&["a", "b"]);
     // A bowl with ripples: only trials near a point tell its value.
     let f = |a: f64, b: f64| {
         (a - 0.3).powi(2) + (b - 0.6).powi(2) + 0.1 * (12.0 * a).sin() * (12.0 * b).sin()
