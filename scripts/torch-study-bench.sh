@@ -62,14 +62,25 @@ util_stop() {
     awk '{ s += $1; n++ } END { if (n) printf "%.1f", s / n; else print "null" }' "$out/util-$1.txt"
 }
 
-# mode NAME COMMAND...: runs it, timed, and writes its JSON line.
+# mode NAME COMMAND...: runs it, timed, and writes its JSON line. A mode
+# that fails is recorded as failed and the others still run (the script
+# exits 1 at the end), so that one broken mode, say MPS on a machine that
+# refuses its daemon, does not hide the rest.
+failed=0
 mode() {
     local name=$1 start seconds util
     shift
     echo "$name..." >&2
     util_start "$name"
     start=$(date +%s%N)
-    "$@" > "$out/$name.log" 2>&1 || { util_stop >/dev/null; echo "$name failed: see $out/$name.log" >&2; tail -20 "$out/$name.log" >&2; exit 1; }
+    if ! "$@" > "$out/$name.log" 2>&1; then
+        util_stop >/dev/null
+        echo "$name failed: see $out/$name.log" >&2
+        tail -20 "$out/$name.log" >&2
+        echo "{\"mode\": \"$name\", \"device\": \"$device\", \"failed\": true}" | tee -a "$results"
+        failed=1
+        return 0
+    fi
     seconds=$(awk -v ns=$(($(date +%s%N) - start)) 'BEGIN { printf "%.3f", ns / 1e9 }')
     util=$(util_stop "$name")
     echo "{\"mode\": \"$name\", \"device\": \"$device\", \"trials\": $trials, \"seconds\": $seconds, \"trials_per_hour\": $(awk -v n="$trials" -v s="$seconds" 'BEGIN { printf "%.1f", 3600 * n / s }'), \"gpu_util_mean\": $util}" | tee -a "$results"
@@ -109,3 +120,4 @@ echo "pause-to-resume..." >&2
     > "$out/swap.json" 2> "$out/swap.log" || { tail -20 "$out/swap.log" >&2; exit 1; }
 "$python" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(json.dumps({"mode": "pause-to-resume", "device": r["device"], "state_bytes": r["state_bytes"], "in_process_ms": r["in_process_median_ms"], "checkpoint_ms": r["checkpoint_median_ms"]}))' "$out/swap.json" | tee -a "$results"
 echo "results in $results" >&2
+exit $failed
