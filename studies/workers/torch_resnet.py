@@ -77,13 +77,10 @@ def build(params, device, number):
     return model, opt
 
 
-if __name__ == "__main__":
-    import salus_worker
-
-    trial = salus_worker.connect()
+def run(trial):
+    """One trial: `epochs` iterations, a report after each."""
     p = trial.params
-    torch.set_num_threads(int(os.environ.get("SALUS_TORCH_THREADS", "1")))
-    xt, yt, xv, yv = (t.to(trial.device) for t in images(int(p.get("images", 2048))))
+    xt, yt, xv, yv = data(int(p.get("images", 2048)), trial.device)
     model, opt = build(p, trial.device, trial.number)
     trial.track(model, opt)
     loss = float("nan")
@@ -91,4 +88,23 @@ if __name__ == "__main__":
         epoch(model, opt, xt, yt, int(p.get("batch", 128)), 1000 * trial.number + e)
         loss, accuracy = evaluate(model, xv, yv)
         trial.report(e + 1, loss, val_accuracy=accuracy)
-    trial.done(loss)
+    return loss
+
+
+_data = {}
+
+
+def data(n, device):
+    """The images on `device`, made once per process."""
+    if (n, device) not in _data:
+        _data[(n, device)] = tuple(t.to(device) for t in images(n))
+    return _data[(n, device)]
+
+
+if __name__ == "__main__":
+    import salus_worker
+
+    torch.set_num_threads(int(os.environ.get("SALUS_TORCH_THREADS", "1")))
+    # One process serves trial after trial: torch's import, the CUDA
+    # context and cuDNN's warm-up are paid once, not once per trial.
+    salus_worker.serve_trials(run)

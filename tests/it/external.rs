@@ -444,6 +444,68 @@ fn serving_workers_take_trial_after_trial() {
     }
 }
 
+/// `serve_trials`: whole trials of several iterations, one after another in
+/// the same processes, each with its own curve and value.
+#[test]
+fn serving_workers_run_whole_trials_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("pids.log");
+    let script = dir.path().join("serve_trials.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import os, salus_worker\n\
+             def run(trial):\n\
+             \x20   open({:?}, 'a').write('%d\\n' % os.getpid())\n\
+             \x20   v = 0.0\n\
+             \x20   for i in trial.iterations(3):\n\
+             \x20       v = trial.params['x'] * (i + 1) + trial.number\n\
+             \x20       trial.report(i + 1, v)\n\
+             \x20   return v\n\
+             salus_worker.serve_trials(run)\n",
+            log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let study = worker_study("whole", &script, "x = { float = [-1.0, 1.0] }", "")
+        .replace("iterations = 6", "iterations = 3")
+        + "\n[scheduler]\nlanes = 2\nmax_concurrent = 2\n";
+    write(dir.path(), "s.toml", &study);
+    let out = output_of(
+        bin()
+            .current_dir(dir.path())
+            .args(["s.toml", "--no-progress"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("whole.db");
+    let rows = trials(&db, None);
+    assert_eq!(rows.len(), 8);
+    for t in &rows {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        let x = t.params[0].internal;
+        let n = t.number.0 as f64;
+        assert!((t.value.unwrap() - (3.0 * x + n)).abs() < 1e-12, "{t:?}");
+        // Its own curve, steps 1..3, nothing carried from the trial the
+        // process ran before.
+        let want: Vec<(i64, f64)> = (1..=3).map(|s| (s, x * s as f64 + n)).collect();
+        assert_eq!(t.intermediate.len(), 3, "{t:?}");
+        for (got, want) in t.intermediate.iter().zip(&want) {
+            assert_eq!(got.0, want.0);
+            assert!((got.1 - want.1).abs() < 1e-12, "{t:?}");
+        }
+    }
+    let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(
+        pids.len() <= 2,
+        "8 trials served by {} processes",
+        pids.len()
+    );
+}
+
 #[test]
 fn user_attributes_and_auxiliary_metrics_reach_the_database_and_optuna() {
     let dir = tempfile::tempdir().unwrap();

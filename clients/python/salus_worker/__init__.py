@@ -366,8 +366,11 @@ class Trial:
 
     def next_trial(self) -> None:
         """After `done(value, more=True)`: waits for the next trial and
-        becomes it (new number and params). Exits when salus-tune is done."""
+        becomes it (new number and params). Exits when salus-tune is done.
+        The last trial's cached device memory is given back first, so the
+        next one is measured alone."""
         self._tracker = None
+        _release_cache(self.device)
         self._start(self._recv())
 
     def fail(self, message: str) -> None:
@@ -412,5 +415,20 @@ def serve(objective: Callable[[Dict[str, Any]], float]) -> None:
         trial.wait_turn()
         value = objective(trial.params)
         trial.report(1, value)
+        trial.done(value, more=True)
+        trial.next_trial()
+
+
+def serve_trials(run: Callable[[Trial], Union[float, Sequence[float]]]) -> None:
+    """Runs `run(trial)`, a whole trial (its `trial.iterations` loop and
+    reports), for trial after trial in this one process: the value it
+    returns is the trial's final value. Imports, the CUDA context and the
+    framework's warm-up (cuDNN's kernels, say) are paid once per process
+    instead of once per trial. `run` must build everything the trial owns
+    (model, optimizer, `trial.track(...)`, `trial.on_checkpoint(...)`)
+    afresh each call."""
+    trial = connect()
+    while True:
+        value = run(trial)
         trial.done(value, more=True)
         trial.next_trial()

@@ -32,11 +32,20 @@ pub fn find_on_path(program: &str, path: &OsStr) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A worker's MPS limits from its grant: its memory in MiB (at least 1),
-/// and its share of the SMs in percent: its share of the budget, but never
-/// less than a lane's (`100 / lanes`) nor more than all of them.
+/// What an MPS client may hold beyond its grant. The limit is hard (the
+/// client's allocation fails past it), and a grant measured from a
+/// client's report leaves out the CUDA context, cuBLAS's and cuDNN's
+/// workspaces and their kernels: several hundred MiB for PyTorch (589 MiB
+/// read on an H200, 2026-12-04, for a 44 MiB report). Without it every
+/// PyTorch worker but the first ran out of memory on its first copy.
+pub const MPS_HEADROOM: u64 = 1 << 30;
+
+/// A worker's MPS limits from its grant: its memory in MiB (the grant plus
+/// [`MPS_HEADROOM`]), and its share of the SMs in percent: its share of the
+/// budget, but never less than a lane's (`100 / lanes`) nor more than all
+/// of them.
 pub fn worker_limits(grant: u64, budget: u64, lanes: usize) -> (u64, u32) {
-    let mib = grant.div_ceil(1 << 20).max(1);
+    let mib = (grant + MPS_HEADROOM).div_ceil(1 << 20);
     let lane_share = 100 / lanes.max(1) as u64;
     let memory_share = (100 * grant).div_ceil(budget.max(1));
     let percent = memory_share.max(lane_share).clamp(1, 100);
@@ -128,14 +137,15 @@ mod tests {
 
     #[test]
     fn a_grant_becomes_memory_and_sm_limits() {
-        // A quarter of the budget on 8 lanes: a quarter of the SMs.
-        assert_eq!(worker_limits(2 << 30, 8 << 30, 8), (2048, 25));
+        // A quarter of the budget on 8 lanes: a quarter of the SMs, and
+        // the grant's memory plus a GiB for the context and workspaces.
+        assert_eq!(worker_limits(2 << 30, 8 << 30, 8), (3072, 25));
         // A small grant still gets a lane's share of the SMs.
-        assert_eq!(worker_limits(100 << 20, 80 << 30, 4), (100, 25));
+        assert_eq!(worker_limits(100 << 20, 80 << 30, 4), (1124, 25));
         // Rounded up to whole MiB and percent; never past all of them.
-        assert_eq!(worker_limits((1 << 20) + 1, 1 << 30, 1), (2, 100));
-        assert_eq!(worker_limits(16 << 30, 8 << 30, 2), (16384, 100));
-        assert_eq!(worker_limits(0, 1 << 30, 200), (1, 1));
+        assert_eq!(worker_limits((1 << 20) + 1, 1 << 30, 1), (1026, 100));
+        assert_eq!(worker_limits(16 << 30, 8 << 30, 2), (17408, 100));
+        assert_eq!(worker_limits(0, 1 << 30, 200), (1024, 1));
     }
 
     #[test]

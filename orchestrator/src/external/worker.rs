@@ -89,6 +89,8 @@ pub struct MemoryPlan {
     budget: u64,
     /// The run's first measurement, the guess for unmeasured trials.
     learned: Mutex<Option<MemoryReport>>,
+    /// The most NVML has read a worker process hold, in bytes.
+    learned_real: Mutex<Option<u64>>,
     /// With `[scheduler] mps = true`: the run's daemon, and its lanes.
     mps: Option<(super::mps::MpsDaemon, usize)>,
 }
@@ -99,6 +101,7 @@ impl MemoryPlan {
             declared,
             budget,
             learned: Mutex::new(None),
+            learned_real: Mutex::new(None),
             mps: None,
         }
     }
@@ -114,6 +117,15 @@ impl MemoryPlan {
         *self.learned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn learned_real(&self) -> Option<u64> {
+        *self.learned_real.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn learn_real(&self, bytes: u64) {
+        let mut r = self.learned_real.lock().unwrap_or_else(|e| e.into_inner());
+        *r = Some(r.map_or(bytes, |b| b.max(bytes)));
+    }
+
     fn learn(&self, m: MemoryReport) {
         self.learned
             .lock()
@@ -126,12 +138,16 @@ impl MemoryPlan {
 /// memory and the allocator's cache, which the process holds between
 /// iterations; the peak above that is the iteration's ephemeral need),
 /// else the declared bytes, else the run's first measurement, else the
-/// whole budget. After an out-of-memory error, at least `oom_need` bytes
-/// in all.
+/// whole budget. Where NVML read what a worker process really holds
+/// (`real`: its own reading, else the largest of the run's), at least that
+/// in all: a CUDA context and cuDNN's workspaces are on the device whether
+/// or not the client counts them, and under MPS the grant is a hard limit.
+/// After an out-of-memory error, at least `oom_need` bytes in all.
 pub fn plan_footprint(
     own: Option<MemoryReport>,
     declared: Option<u64>,
     learned: Option<MemoryReport>,
+    real: Option<u64>,
     budget: u64,
     oom_need: u64,
 ) -> Footprint {
@@ -142,7 +158,9 @@ pub fn plan_footprint(
         (None, Some(d), _) => (d, 0),
         (None, None, None) => (budget, 0),
     };
-    let persistent = persistent.max(oom_need.saturating_sub(ephemeral));
+    let persistent = persistent
+        .max(oom_need.saturating_sub(ephemeral))
+        .max(real.unwrap_or(0).saturating_sub(ephemeral));
     Footprint {
         persistent_bytes: persistent as usize,
         ephemeral_bytes: ephemeral as usize,
@@ -187,8 +205,10 @@ pub struct ExternalTrial {
     placement: String,
     /// The placement's CUDA ordinal in this process, where it is a GPU.
     cuda_ordinal: Option<usize>,
-    /// When NVML last read the worker's real usage, and whether it warned.
+    /// When NVML last read the worker's real usage, what it read, and
+    /// whether it warned.
     usage_checked: Option<Instant>,
+    real: Option<u64>,
     usage_warned: bool,
     /// Set by [`ExternalTrial::on_device`]: the lane's backend does not
     /// decide it.
@@ -371,6 +391,7 @@ impl ExternalTrial {
             placement: "cpu".into(),
             cuda_ordinal: None,
             usage_checked: None,
+            real: None,
             usage_warned: false,
             device_fixed: false,
         }
@@ -410,6 +431,7 @@ impl ExternalTrial {
             self.measured,
             self.plan.declared,
             self.plan.learned(),
+            self.real.or_else(|| self.plan.learned_real()),
             self.plan.budget,
             self.oom_need,
         )
@@ -424,11 +446,11 @@ impl ExternalTrial {
         tail_text(&p.tail)
     }
 
-    /// On a GPU, now and then: whether the worker holds clearly more than
-    /// its client reports ([`super::nvml`]); said once per trial.
+    /// On a GPU, now and then: what the worker's process really holds
+    /// ([`super::nvml`]), which the plan then takes as a floor, and whether
+    /// that is clearly more than its client reports (said once per trial).
     fn check_usage(&mut self) {
         if self.cuda_ordinal.is_none()
-            || self.usage_warned
             || self
                 .usage_checked
                 .is_some_and(|t| t.elapsed() < super::nvml::CHECK_EVERY)
@@ -439,8 +461,15 @@ impl ExternalTrial {
             return;
         };
         self.usage_checked = Some(Instant::now());
+        let Some(real) = super::nvml::process_usage(pid) else {
+            return;
+        };
+        self.real = Some(real);
+        self.plan.learn_real(real);
         let reported = self.measured.map_or(0, |m| m.persistent + m.cached);
-        self.usage_warned = super::nvml::check(self.number.0 as u64, pid, reported);
+        if !self.usage_warned {
+            self.usage_warned = super::nvml::check(self.number.0 as u64, pid, real, reported);
+        }
     }
 
     /// What tells a worker where it was placed: `SALUS_TUNE_PLACEMENT`,
@@ -1190,5 +1219,61 @@ mod tests {
         assert_eq!(memory_fraction(1, 100 << 30), "0.01");
         assert_eq!(memory_fraction((1 << 30) + 1, 4 << 30), "0.26");
         assert_eq!(memory_fraction(8 << 30, 4 << 30), "1.00");
+    }
+
+    #[test]
+    fn the_plan_takes_the_report_then_the_declaration_then_the_budget_and_nvml_as_a_floor() {
+        const MIB: u64 = 1 << 20;
+        let report = MemoryReport {
+            persistent: 40 * MIB,
+            peak: 100 * MIB,
+            cached: 4 * MIB,
+        };
+        let total = |f: Footprint| (f.persistent_bytes as u64, f.ephemeral_bytes as u64);
+        // Its own report: persistent and cached held, the peak above as the
+        // iteration's need.
+        let own = plan_footprint(Some(report), Some(1 << 30), None, None, 8 << 30, 0);
+        assert_eq!(total(own), (44 * MIB, 60 * MIB));
+        // Unmeasured: the declaration, else the run's first report, else all.
+        assert_eq!(
+            total(plan_footprint(
+                None,
+                Some(1 << 30),
+                Some(report),
+                None,
+                8 << 30,
+                0
+            )),
+            (1 << 30, 0)
+        );
+        assert_eq!(
+            total(plan_footprint(None, None, Some(report), None, 8 << 30, 0)),
+            (44 * MIB, 60 * MIB)
+        );
+        assert_eq!(
+            total(plan_footprint(None, None, None, None, 8 << 30, 0)),
+            (8 << 30, 0)
+        );
+        // NVML read the process hold 589 MiB (a CUDA context and cuDNN's
+        // workspaces beside a 44 MiB report): the plan holds that in all.
+        let real = plan_footprint(Some(report), None, None, Some(589 * MIB), 8 << 30, 0);
+        assert_eq!(total(real), (529 * MIB, 60 * MIB));
+        // A reading below the report changes nothing; an OOM's need still
+        // wins when larger.
+        assert_eq!(
+            plan_footprint(Some(report), None, None, Some(10 * MIB), 8 << 30, 0),
+            own
+        );
+        assert_eq!(
+            total(plan_footprint(
+                Some(report),
+                None,
+                None,
+                Some(589 * MIB),
+                8 << 30,
+                2 << 30
+            )),
+            ((2 << 30) - 60 * MIB, 60 * MIB)
+        );
     }
 }
