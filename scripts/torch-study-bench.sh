@@ -74,7 +74,7 @@ mode() {
     util_start "$name"
     start=$(date +%s%N)
     if ! "$@" > "$out/$name.log" 2>&1; then
-        util_stop >/dev/null
+        util_stop "$name" >/dev/null
         echo "$name failed: see $out/$name.log" >&2
         tail -20 "$out/$name.log" >&2
         echo "{\"mode\": \"$name\", \"device\": \"$device\", \"failed\": true}" | tee -a "$results"
