@@ -96,7 +96,7 @@ study() {
         -e "s#PYTHONPATH = \"../clients/python\"#PYTHONPATH = \"$PWD/clients/python\"#" \
         -e "s/^trials = 16/trials = $trials/" -e "s/^epochs = 3/epochs = $epochs/" \
         -e "s/^iterations = 3/iterations = $epochs/" -e "s/^images = 2048/images = $images/" \
-        -e "s/^lanes = 4/lanes = $lanes/" -e "s/^max_concurrency = 8/max_concurrency = $((2 * lanes))/" \
+        -e "s/^lanes = 4/lanes = $lanes/" -e "s/^max_concurrency = 4/max_concurrency = $lanes/" \
         studies/external_torch_resnet.toml
     [[ ${1:-} == mps ]] && printf 'mps = true\n'
     return 0

@@ -54,7 +54,9 @@ hidden = int(p.get("hidden", 128))
 model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
 opt = torch.optim.Adam(model.parameters(), lr=float(p["lr"]))
 start = 0
-state = trial.load_checkpoint(torch.load)  # after a restart (see on_checkpoint)
+# After a restart (see on_checkpoint). To the host first: loaded straight
+# to the GPU, the state would be there twice, past the trial's grant.
+state = trial.load_checkpoint(lambda path: torch.load(path, map_location="cpu"))
 if state is not None:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
@@ -79,7 +81,7 @@ def take(path, params):
     """PBT: go on from another member's checkpoint with new values, in
     process (without this, salus-tune restarts the script from it)."""
     global epoch
-    donor = torch.load(path)
+    donor = torch.load(path, map_location="cpu")
     model.load_state_dict(donor["model"])
     opt.load_state_dict(donor["opt"])
     for group in opt.param_groups:

@@ -43,7 +43,9 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).to(trial.device)
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 start = 0
-state = trial.load_checkpoint(torch.load)
+# Loaded to the host, then copied into the model's own tensors: loaded
+# straight to the GPU it would hold the state twice, past its grant.
+state = trial.load_checkpoint(lambda p: torch.load(p, map_location="cpu"))
 if state is not None:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
