@@ -448,7 +448,7 @@ impl ExternalTrial {
 
     /// On a GPU, now and then: what the worker's process really holds
     /// ([`super::nvml`]), which the plan then takes as a floor, and whether
-    /// that is clearly more than its client reports (said once per trial).
+    /// that is clearly more than its client reports (said once per process).
     fn check_usage(&mut self) {
         if self.cuda_ordinal.is_none()
             || self
