@@ -50,7 +50,8 @@
 #                       each seq cell of 17- again, beside our seq and fused
 #   20-torch-study.txt  PyTorch trials per hour (scripts/torch-study-bench.sh
 #                       on cuda): a small ResNet on CIFAR-shaped images, 16
-#                       trials, under Optuna one at a time, Optuna with
+#                       trials of 8,192 images (2026-12-04's run 3),
+#                       under Optuna one at a time, Optuna with
 #                       n_jobs = 4 threads, salus-tune with 4 lanes and
 #                       salus-tune with MPS, each with nvidia-smi's mean GPU
 #                       utilisation, and pause-to-resume of a 256 MiB trial
@@ -269,7 +270,7 @@ phase 20-torch-study.txt 180 bash -c '
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site gpu-anchors/wheels/*.whl || exit
     export PYTHONPATH=/tmp/site
-    bash scripts/torch-study-bench.sh --device cuda --trials 16 --epochs 3 --jobs 4 --lanes 4 \
+    bash scripts/torch-study-bench.sh --device cuda --trials 16 --epochs 3 --images 8192 --jobs 4 --lanes 4 \
         --bin gpu-build/salus-tune --python "$(command -v python3)" --out "$0/20-torch-study"
 ' "$WORK"
 
