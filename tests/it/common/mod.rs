@@ -541,12 +541,36 @@ pub fn signal(pid: u32, sig: &str) {
     assert!(ok, "kill -{sig} {pid}");
 }
 
+/// Waits (up to 5 s) until every thread of process `pid` is stopped, as
+/// `/proc` tells it (state `T`).
+pub fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let all_stopped = || {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true; // gone
+        };
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).map_or(true, |stat| {
+                // The state follows the command name's closing parenthesis.
+                let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+                matches!(state.and_then(|r| r.chars().next()), Some('T' | 't'))
+            })
+        })
+    };
+    while !all_stopped() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Stops process `pid` (SIGSTOP) at a moment it holds no write transaction
 /// of `db` open, so that other processes are not blocked while it stands
 /// still; it is the only writer then.
 pub fn stop_between_writes(pid: u32, db: &TestDb) {
     for _ in 0..1000 {
         signal(pid, "STOP");
+        // A stop lands when each thread is next scheduled: a thread still
+        // running after `kill` returned could take the lock after the check.
+        wait_stopped(pid);
         if !db.write_held() {
             return;
         }
