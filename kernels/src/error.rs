@@ -27,6 +27,13 @@ pub enum KernelError {
     /// The backend is not available on this machine.
     #[error("backend unavailable: {0}")]
     Unavailable(String),
+    /// The backend does not offer this arithmetic (TF32 on the CPU).
+    #[error("{op}: precision {precision} is not offered by the {backend} backend")]
+    Precision {
+        op: &'static str,
+        precision: &'static str,
+        backend: &'static str,
+    },
     /// A call into the CUDA driver, a CUDA library (cuBLAS, NVRTC) or the
     /// thread pool failed: the call, and the library's own error as the
     /// source.

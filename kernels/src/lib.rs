@@ -48,5 +48,5 @@ pub use error::{KernelError, Result};
 pub use ops::{
     ADAM_STEP_WORDS, AUGMENT_STREAM, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm,
     Batched, Conv2d, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Images, Loss, Pool2d, PoolKind,
-    STATS_LEN, SgdSlot, Slots, StepWords,
+    Precision, STATS_LEN, SgdSlot, Slots, StepWords, round_bf16,
 };

@@ -14,6 +14,64 @@
 /// non-zero count means the data on the device is corrupt.
 pub const STATS_LEN: usize = 4;
 
+/// The arithmetic of a GEMM's products; everything else (element-wise ops,
+/// losses, the optimizer, the weights themselves) stays fp32.
+///
+/// - `Fp32`: fp32 inputs and accumulation; on CUDA with TF32 off.
+/// - `Tf32`: CUDA only: inputs rounded to TF32 (10-bit mantissa) on the
+///   tensor cores, fp32 accumulation (`CUBLAS_COMPUTE_32F_FAST_TF32`).
+/// - `Bf16`: inputs rounded to bfloat16 (8-bit mantissa, fp32's exponent
+///   range, so no loss scaling is needed), fp32 accumulation: cuBLAS's
+///   `CUBLAS_COMPUTE_32F_FAST_16BF` on CUDA, the same rounding (to
+///   nearest, ties to even) before an fp32 GEMM on the CPU, so that the
+///   two backends can be compared. The weights stay fp32 (master weights),
+///   and so does the optimizer's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Precision {
+    #[default]
+    Fp32,
+    Tf32,
+    Bf16,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Tf32, Precision::Bf16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == s)
+    }
+
+    /// The relative spacing of the format's inputs: half an ulp at 1, the
+    /// most one rounding moves a value, relatively.
+    pub fn unit_roundoff(self) -> f64 {
+        match self {
+            Precision::Fp32 => f64::from(f32::EPSILON) / 2.0,
+            Precision::Tf32 => 2f64.powi(-11),
+            Precision::Bf16 => 2f64.powi(-8),
+        }
+    }
+}
+
+/// `x` rounded to the nearest bfloat16 (ties to even), as an f32. NaN stays
+/// NaN; infinities and values past bfloat16's largest stay or become
+/// infinite, as a conversion to bfloat16 does.
+pub fn round_bf16(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let bits = x.to_bits();
+    let lsb = (bits >> 16) & 1;
+    f32::from_bits((bits.wrapping_add(0x7fff + lsb)) & 0xffff_0000)
+}
+
 /// A row-major GEMM, optionally strided-batched:
 /// `C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b]` for `b < batch`,
 /// where `op(A)` is `m x k`, `op(B)` is `k x n` and `C` is `m x n`, all
@@ -31,6 +89,8 @@ pub struct Gemm {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    /// The arithmetic of its products ([`Precision`]).
+    pub precision: Precision,
 }
 
 impl Gemm {
@@ -48,7 +108,12 @@ impl Gemm {
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            precision: Precision::Fp32,
         }
+    }
+    pub fn precision(mut self, precision: Precision) -> Self {
+        self.precision = precision;
+        self
     }
     pub fn trans_a(mut self) -> Self {
         self.trans_a = true;
@@ -480,5 +545,47 @@ impl AugmentSlot {
         };
         let flip = self.flip && crate::rng::uniform(seed, step, 3 * image + 2) < 0.5;
         (shift(0), shift(1), flip)
+    }
+}
+
+#[cfg(test)]
+mod precision_tests {
+    use super::*;
+
+    #[test]
+    fn bf16_rounds_to_nearest_with_ties_to_even() {
+        // 1 + 2^-8 is halfway between 1 and the next bfloat16 (1 + 2^-7):
+        // ties go to the even one, 1; just above halfway goes up.
+        assert_eq!(round_bf16(1.0 + 2f32.powi(-8)), 1.0);
+        assert_eq!(
+            round_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)),
+            1.0 + 2f32.powi(-7)
+        );
+        // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up.
+        assert_eq!(round_bf16(1.0 + 3.0 * 2f32.powi(-8)), 1.0 + 2f32.powi(-6));
+        assert_eq!(round_bf16(-3.0), -3.0);
+        assert_eq!(round_bf16(0.1), f32::from_bits(0x3dcd_0000));
+        assert!(round_bf16(f32::NAN).is_nan());
+        assert_eq!(round_bf16(f32::INFINITY), f32::INFINITY);
+        // Past bfloat16's largest finite value: infinite, as a conversion.
+        assert_eq!(round_bf16(f32::MAX), f32::INFINITY);
+        // Every result has no bits below bfloat16's mantissa.
+        for x in [1.2345f32, -7.5e-20, 3.3e30, 1e-40] {
+            assert_eq!(round_bf16(x).to_bits() & 0xffff, 0, "{x}");
+        }
+        // Within the unit roundoff, relatively (normal numbers).
+        for x in [1.2345f32, -7.5e-20, 3.3e30] {
+            let u = Precision::Bf16.unit_roundoff() as f32;
+            assert!((round_bf16(x) - x).abs() <= x.abs() * u, "{x}");
+        }
+    }
+
+    #[test]
+    fn precision_names_round_trip() {
+        for p in Precision::ALL {
+            assert_eq!(Precision::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Precision::from_name("fp16"), None);
+        assert_eq!(Precision::default(), Precision::Fp32);
     }
 }

@@ -39,6 +39,84 @@ fn gemm_matches_reference<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// TF32 and BF16 GEMMs against float64 references, with bounds from the
+/// formats: each product's inputs are rounded once (relative error at most
+/// the format's unit roundoff `u` each, so `2u + u^2` for a product), and
+/// the fp32 accumulation adds at most `k` fp32 unit roundoffs; both scale
+/// with `sum |a||b|`. BF16's result is also checked to be the fp32 GEMM of
+/// the rounded inputs (the CPU rounds them itself, cuBLAS in its tensor
+/// cores), and to differ from plain fp32: the rounding really happens. TF32
+/// is CUDA's alone; the CPU refuses it by name.
+fn gemm_precisions_within_their_formats<B: Backend>(d: &mut D<B>) {
+    let (m, n, k) = (37, 53, 300);
+    let a = rand_vec(m * k, 11, 1.0);
+    let b = rand_vec(k * n, 12, 1.0);
+    let (ab, bb) = (d.put(&a), d.put(&b));
+    let abs = |x: &[f32]| x.iter().map(|v| v.abs() as f64).collect::<Vec<f64>>();
+    let magnitude = gemm_ref(m, n, k, false, false, &abs(&a), &abs(&b));
+    let exact = gemm_ref(m, n, k, false, false, &to64(&a), &to64(&b));
+    let round = |x: &[f32]| {
+        x.iter()
+            .map(|&v| round_bf16(v) as f64)
+            .collect::<Vec<f64>>()
+    };
+    let of_rounded = gemm_ref(m, n, k, false, false, &round(&a), &round(&b));
+    let fp32_acc = k as f64 * f64::from(f32::EPSILON) / 2.0;
+    let run = |d: &mut D<B>, p: Precision| {
+        let mut cb = d.put(&vec![0.0; m * n]);
+        let g = Gemm::new(m, n, k).precision(p);
+        d.b.gemm(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+            .map(|()| d.get(&cb))
+    };
+    let within = |what: &str, got: &[f32], want: &[f64], rel: f64| {
+        for (i, ((g, w), mag)) in got.iter().zip(want).zip(&magnitude).enumerate() {
+            let bound = rel * mag + 1e-30;
+            assert!(
+                (*g as f64 - w).abs() <= bound,
+                "{what}: element {i}: {g} against {w}, bound {bound}"
+            );
+        }
+    };
+    let fp32 = run(d, Precision::Fp32).unwrap();
+    within("fp32", &fp32, &exact, fp32_acc);
+    let u = Precision::Bf16.unit_roundoff();
+    let bf16 = run(d, Precision::Bf16).unwrap();
+    within(
+        "bf16 against exact",
+        &bf16,
+        &exact,
+        2.0 * u + u * u + fp32_acc,
+    );
+    within("bf16 against rounded inputs", &bf16, &of_rounded, fp32_acc);
+    let moved = fp32
+        .iter()
+        .zip(&bf16)
+        .filter(|(x, y)| (*x - *y).abs() > 1e-4 * x.abs().max(1.0))
+        .count();
+    assert!(
+        moved > m * n / 2,
+        "bf16 left {moved} of {} elements at fp32's",
+        m * n
+    );
+    match (d.b.kind(), run(d, Precision::Tf32)) {
+        (DeviceKind::Cpu, Err(e)) => {
+            let text = e.to_string();
+            assert!(text.contains("tf32") && text.contains("CPU"), "{text}");
+        }
+        (DeviceKind::Cpu, Ok(_)) => panic!("the CPU ran a TF32 GEMM"),
+        (_, Ok(tf32)) => {
+            let u = Precision::Tf32.unit_roundoff();
+            within(
+                "tf32 against exact",
+                &tf32,
+                &exact,
+                2.0 * u + u * u + fp32_acc,
+            );
+        }
+        (_, Err(e)) => panic!("tf32 on {:?}: {e}", d.b.kind()),
+    }
+}
+
 /// The two backward GEMMs (dA = dC B^T, dB = A^T dC) against finite
 /// differences of L = sum(W * (A B)).
 fn gemm_backward_finite_differences<B: Backend>(d: &mut D<B>) {
@@ -1154,6 +1232,7 @@ kernels::device_tests!(
     cpu: crate::common::Dev::new(kernels::CpuBackend::new(), 3),
     cuda: |b| crate::common::Dev::new(b, 1);
     gemm_matches_reference,
+    gemm_precisions_within_their_formats,
     gemm_backward_finite_differences,
     gemm_batched_equals_single_calls,
     bias_add_and_col_sum,

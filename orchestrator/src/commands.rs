@@ -56,6 +56,7 @@ pub async fn run(args: RunArgs) -> Result<i32> {
         fork(&mut study, name)?;
     }
     let backend = device::open_all(request)?;
+    study.check_precision(matches!(backend, device::OpenedDevices::Cpu(_)))?;
     // The data is loaded and checked before the database is opened: a data
     // mistake leaves no study behind, and a new database gets its study
     // right after its tables.

@@ -28,6 +28,7 @@ fn data() -> Data {
 
 fn cfg(width: usize, seed: u64, epochs: u64) -> TrialConfig {
     TrialConfig {
+        precision: Default::default(),
         hidden: vec![width, width],
         activation: Activation::Relu,
         batch_size: 25,

@@ -25,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, threads)?;
     let device_data = DeviceData::upload(&mut lane, &data)?;
     let cfg = TrialConfig {
+        precision: Default::default(),
         hidden: vec![256, 256],
         activation: Activation::Relu,
         batch_size: 128,

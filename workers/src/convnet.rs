@@ -120,6 +120,7 @@ pub(crate) struct ConvWorkspace<B: Backend> {
     global_pool: bool,
     pool: PoolKind,
     activation: kernels::Activation,
+    precision: kernels::Precision,
 }
 
 impl<B: Backend> ConvWorkspace<B> {
@@ -161,6 +162,7 @@ impl<B: Backend> ConvWorkspace<B> {
             global_pool: c.global_pool,
             pool: c.pool,
             activation: spec.activation,
+            precision: spec.precision,
             plan,
         }))
     }
@@ -273,7 +275,9 @@ impl<B: Backend> ConvWorkspace<B> {
             let conv = Self::conv_op(&u, images);
             b.im2col(ctx, &conv, x, at_mut(&mut self.cols, 0))?;
             let (m, patch) = (conv.out_rows(), conv.patch());
-            let g = Gemm::new(m, o.c, patch).batched(k, m * patch, n, m * o.c);
+            let g = Gemm::new(m, o.c, patch)
+                .batched(k, m * patch, n, m * o.c)
+                .precision(self.precision);
             b.gemm(
                 ctx,
                 &g,
@@ -438,7 +442,8 @@ impl<B: Backend> ConvWorkspace<B> {
             b.im2col(ctx, &conv, x, at_mut(&mut self.cols, 0))?;
             let dw = Gemm::new(patch, o.c, m)
                 .trans_a()
-                .batched(k, m * patch, m * o.c, n);
+                .batched(k, m * patch, m * o.c, n)
+                .precision(self.precision);
             b.gemm(
                 ctx,
                 &dw,
@@ -457,7 +462,8 @@ impl<B: Backend> ConvWorkspace<B> {
             };
             let dcols = Gemm::new(m, patch, o.c)
                 .trans_b()
-                .batched(k, m * o.c, n, m * patch);
+                .batched(k, m * o.c, n, m * patch)
+                .precision(self.precision);
             b.gemm(
                 ctx,
                 &dcols,

@@ -625,12 +625,9 @@ impl<B: Backend> ModelGroup<B> {
                 _ if dropout => (at(&ws.d[l - 1], 0), rows * layer.fan_in),
                 _ => (at(&ws.a[l - 1], 0), rows * layer.fan_in),
             };
-            let g = Gemm::new(rows, layer.fan_out, layer.fan_in).batched(
-                k,
-                a_stride,
-                n,
-                rows * layer.fan_out,
-            );
+            let g = Gemm::new(rows, layer.fan_out, layer.fan_in)
+                .batched(k, a_stride, n, rows * layer.fan_out)
+                .precision(self.shape.spec.precision);
             let out = if l == last {
                 &mut ws.logits
             } else {
@@ -710,7 +707,8 @@ impl<B: Backend> ModelGroup<B> {
             };
             let dw = Gemm::new(fi, fo, rows)
                 .trans_a()
-                .batched(k, rows * fi, rows * fo, n);
+                .batched(k, rows * fi, rows * fo, n)
+                .precision(self.shape.spec.precision);
             b.gemm(ctx, &dw, h_in, dz, at_mut(&mut ws.grads, layer.w_off))?;
             b.col_sum(
                 ctx,
@@ -724,7 +722,8 @@ impl<B: Backend> ModelGroup<B> {
                     // The head's input gradient, then the conv net's backward pass.
                     let dh = Gemm::new(rows, fi, fo)
                         .trans_b()
-                        .batched(k, rows * fo, n, rows * fi);
+                        .batched(k, rows * fo, n, rows * fi)
+                        .precision(self.shape.spec.precision);
                     let w = at(&self.params, layer.w_off);
                     b.gemm(ctx, &dh, dz, w, cw.head_input_grad())?;
                     let x = at(&ws.x, 0);
@@ -736,7 +735,8 @@ impl<B: Backend> ModelGroup<B> {
             }
             let dh = Gemm::new(rows, fi, fo)
                 .trans_b()
-                .batched(k, rows * fo, n, rows * fi);
+                .batched(k, rows * fo, n, rows * fi)
+                .precision(self.shape.spec.precision);
             b.gemm(
                 ctx,
                 &dh,

@@ -7,7 +7,7 @@
 //! parameters (no optimizer touches them); they are a second per-slot
 //! vector, [`ModelSpec::n_running`] long.
 
-use kernels::{Activation, PoolKind};
+use kernels::{Activation, PoolKind, Precision};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use rand_distr::{Distribution, Normal};
 
@@ -31,6 +31,9 @@ pub struct ModelSpec {
     pub loss: LossKind,
     /// The convolutional network in front of the head, for image data.
     pub conv: Option<ConvNetSpec>,
+    /// The arithmetic of every GEMM (`[train] precision`): part of the
+    /// shape, so that trials of different precisions never fuse.
+    pub precision: Precision,
 }
 
 /// The height, width and channels of an image; pixels are stored
@@ -380,6 +383,7 @@ mod tests {
     #[test]
     fn layout_packs_weights_then_bias_per_layer() {
         let spec = ModelSpec {
+            precision: Default::default(),
             input: 3,
             hidden: vec![4, 5],
             output: 2,

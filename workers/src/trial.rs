@@ -37,6 +37,8 @@ pub struct TrialConfig {
     /// A conv net in front of the MLP (`hidden` is then its head). Its
     /// image shape is the data's, set when the trial is bound to data.
     pub conv: Option<ConvNetSpec>,
+    /// The arithmetic of its GEMMs (`[train] precision`).
+    pub precision: kernels::Precision,
 }
 
 impl TrialConfig {
@@ -79,6 +81,7 @@ impl TrialConfig {
             hidden: self.hidden.clone(),
             output: task.outputs(),
             activation: self.activation,
+            precision: self.precision,
             loss: match task {
                 Task::Classification { .. } => LossKind::CrossEntropy,
                 Task::Regression { .. } => LossKind::Mse,

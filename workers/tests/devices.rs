@@ -14,6 +14,7 @@ fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
     let data = small_classification();
     let dev = upload(lane, &data);
     let spec = ModelSpec {
+        precision: Default::default(),
         input: data.features,
         hidden: vec![32, 16],
         output: data.task.outputs(),
@@ -37,6 +38,7 @@ fn cnn_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<f32> {
     let dev = upload(lane, &data);
     let conv = residual_net(shape, vec![6, 8]);
     let spec = ModelSpec {
+        precision: Default::default(),
         input: conv.plan().features,
         hidden: vec![16],
         output: data.task.outputs(),

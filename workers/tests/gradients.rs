@@ -226,6 +226,7 @@ fn check_model<B: Backend>(
     let dev = upload(lane, data);
     let input = conv.as_ref().map_or(data.features, |c| c.plan().features);
     let spec = ModelSpec {
+        precision: Default::default(),
         input,
         hidden: vec![7, 5],
         output: data.task.outputs(),

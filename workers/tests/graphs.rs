@@ -48,6 +48,7 @@ fn fifty_steps<B: Backend>(
     // A conv net with batch norm, residual blocks and augmentation in front of the head.
     let conv = cnn.then(|| residual_net(data.image.unwrap(), vec![8, 12]));
     let spec = ModelSpec {
+        precision: Default::default(),
         input: conv.as_ref().map_or(data.features, |c| c.plan().features),
         hidden: vec![48, 24],
         output: data.task.outputs(),

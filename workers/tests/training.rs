@@ -126,6 +126,7 @@ fn fused_slots_match_lone_trials() {
     let mut lane = cpu_lane(2);
     let dev = upload(&mut lane, &data);
     let spec = ModelSpec {
+        precision: Default::default(),
         input: data.features,
         hidden: vec![16, 16],
         output: 3,

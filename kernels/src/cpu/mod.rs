@@ -16,7 +16,8 @@ use crate::error::{
 };
 use crate::ops::{
     ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, STATS_LEN, SgdSlot, Slots,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, Precision, STATS_LEN, SgdSlot, Slots,
+    round_bf16,
 };
 
 /// The CPU device.
@@ -240,7 +241,23 @@ impl Backend for CpuBackend {
         let (ea, eb, ec) = g.extents();
         let a = src("gemm", "A", a, ea)?;
         let b = src("gemm", "B", b, eb)?;
-        gemm::gemm(ctx, g, a, b, dst("gemm", "C", c, ec)?);
+        let c = dst("gemm", "C", c, ec)?;
+        match g.precision {
+            Precision::Fp32 => gemm::gemm(ctx, g, a, b, c),
+            // Rounded copies of the inputs, then the fp32 GEMM: what cuBLAS's
+            // FAST_16BF compute does, so the backends can be compared.
+            Precision::Bf16 => {
+                let round = |x: &[f32]| x.iter().map(|&v| round_bf16(v)).collect::<Vec<f32>>();
+                gemm::gemm(ctx, g, &round(a), &round(b), c)
+            }
+            Precision::Tf32 => {
+                return Err(KernelError::Precision {
+                    op: "gemm",
+                    precision: g.precision.name(),
+                    backend: "CPU",
+                });
+            }
+        }
         Ok(())
     }
 

@@ -54,7 +54,8 @@ use crate::error::{
 };
 use crate::ops::{
     ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, PoolKind, STATS_LEN, SgdSlot, Slots,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, PoolKind, Precision, STATS_LEN, SgdSlot,
+    Slots,
 };
 use module::KernelSet;
 pub use module::{MAX_SLOTS, OPS_CU, Target};
@@ -819,6 +820,52 @@ impl Backend for CudaBackend {
         let ldb = if g.trans_b { g.k } else { g.n }.max(1) as i32;
         let (m, n, k) = (g.n as i32, g.m as i32, g.k as i32);
         let h = *ctx.blas.handle();
+        if g.precision != Precision::Fp32 {
+            // TF32 and BF16: fp32 data in and out, the products on the
+            // tensor cores in the lower format, fp32 accumulation.
+            use cudarc::cublas::sys::{
+                cublasComputeType_t as Compute, cublasGemmAlgo_t, cudaDataType,
+            };
+            let compute = match g.precision {
+                Precision::Tf32 => Compute::CUBLAS_COMPUTE_32F_FAST_TF32,
+                _ => Compute::CUBLAS_COMPUTE_32F_FAST_16BF,
+            };
+            let f32t = cudaDataType::CUDA_R_32F;
+            let algo = cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP;
+            let (alpha, beta) = (
+                &g.alpha as *const f32 as *const std::ffi::c_void,
+                &g.beta as *const f32 as *const std::ffi::c_void,
+            );
+            // SAFETY: as below; the compute type reads fp32 data.
+            return unsafe {
+                blas::gemm_strided_batched_ex(
+                    h,
+                    op(g.trans_b),
+                    op(g.trans_a),
+                    m,
+                    n,
+                    k,
+                    alpha,
+                    pb as *const std::ffi::c_void,
+                    f32t,
+                    ldb,
+                    g.stride_b as i64,
+                    pa as *const std::ffi::c_void,
+                    f32t,
+                    lda,
+                    g.stride_a as i64,
+                    beta,
+                    pc as *mut std::ffi::c_void,
+                    f32t,
+                    g.n as i32,
+                    g.stride_c as i64,
+                    g.batch as i32,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(blas_err("cublasGemmStridedBatchedEx"));
+        }
         // SAFETY: the three extents were checked; alpha and beta are host
         // scalars, read before the call returns.
         unsafe {

@@ -166,6 +166,7 @@ pub fn cores() -> usize {
 /// evaluation is not what the benchmarks measure.
 pub fn trial_config(hidden: Vec<usize>, batch: usize, iterations: u64, seed: u64) -> TrialConfig {
     TrialConfig {
+        precision: Default::default(),
         hidden,
         activation: Activation::Relu,
         batch_size: batch,

@@ -115,6 +115,7 @@ pub fn width_for(params: usize) -> usize {
 
 fn config(width: usize, seed: u64, lr: f32) -> TrialConfig {
     TrialConfig {
+        precision: Default::default(),
         hidden: vec![width, width],
         activation: Activation::Relu,
         batch_size: 32,

@@ -876,6 +876,7 @@ impl<B: Backend> Job<B> for ExternalTrial {
         FusionKey {
             shape: GroupShape {
                 spec: ModelSpec {
+                    precision: Default::default(),
                     input: 0,
                     hidden: vec![],
                     output: 0,

@@ -116,6 +116,7 @@ pub const CNN_KNOBS: &[&str] = &[
     "global_pool",
 ];
 const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
+const PRECISIONS: &[&str] = &["fp32", "tf32", "bf16"];
 const POSITIVE: KnobKind = KnobKind::Float {
     min: 0.0,
     min_inclusive: false,
@@ -286,6 +287,14 @@ pub static KNOBS: &[Knob] = &[
         "dropout",
         UNIT,
         KnobDefault::Float(0.0),
+        None,
+    ),
+    knob(
+        "precision",
+        "train",
+        "precision",
+        KnobKind::Str(PRECISIONS),
+        KnobDefault::Str("fp32"),
         None,
     ),
     knob(

@@ -502,6 +502,42 @@ impl Study {
         Ok(data)
     }
 
+    /// Refuses `[train] precision` values the run's devices do not offer:
+    /// TF32 is CUDA's alone (the CPU runs fp32 and bf16). A searched
+    /// precision is refused if any of its choices is.
+    pub fn check_precision(&self, on_cpu: bool) -> crate::error::Result<()> {
+        let choices: Vec<String> = match (
+            self.fixed.get("precision"),
+            self.space.params().iter().find(|p| p.name == "precision"),
+        ) {
+            (Some(v), _) => vec![v.as_str().to_string()],
+            (None, Some(p)) => match &p.dist {
+                Distribution::Categorical { choices } => choices
+                    .iter()
+                    .filter_map(|c| match c {
+                        Choice::Str(s) => Some(s.clone()),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            },
+            (None, None) => Vec::new(),
+        };
+        if on_cpu && choices.iter().any(|c| c == "tf32") {
+            let (line, col) = self.positions.get("precision").copied().unwrap_or((0, 0));
+            return Err(crate::error::Error::Study {
+                path: self.path.display().to_string(),
+                line,
+                col,
+                key: "train.precision".into(),
+                msg: "precision \"tf32\" needs a CUDA device, and this run is on the CPU: \
+                      the CPU runs \"fp32\" and \"bf16\" (see `salus-tune devices`)"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
     /// The largest batch size the space allows.
     fn max_batch_size(&self) -> Option<i64> {
         match self
@@ -658,6 +694,7 @@ impl Study {
             }
         };
         TrialConfig {
+            precision: kernels::Precision::from_name(v("precision").as_str()).unwrap_or_default(),
             hidden,
             conv,
             activation: Activation::from_name(v("activation").as_str()).unwrap_or(Activation::Relu),

@@ -148,6 +148,7 @@ pub struct TrainSection {
     pub epochs: Field<KnobRaw>,
     pub weight_decay: Field<KnobRaw>,
     pub dropout: Field<KnobRaw>,
+    pub precision: Field<KnobRaw>,
     pub report_every: Field<Int>,
     /// Values that change at report steps: `[{ step = 3, lr = 0.004 }]`.
     pub schedule: Field<Vec<toml::Table>>,
@@ -165,6 +166,7 @@ impl KnobSection for TrainSection {
             "epochs" => self.epochs.as_ref(),
             "weight_decay" => self.weight_decay.as_ref(),
             "dropout" => self.dropout.as_ref(),
+            "precision" => self.precision.as_ref(),
             _ => None,
         }
     }

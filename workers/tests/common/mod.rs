@@ -53,6 +53,7 @@ pub fn config(
     hp: SlotHparams,
 ) -> TrialConfig {
     TrialConfig {
+        precision: Default::default(),
         hidden,
         activation,
         batch_size: batch,
