@@ -424,6 +424,61 @@ fn a_continuous_target_is_caught_by_check_and_before_the_study_exists() {
     assert_eq!(run_in(dir.path(), &["s.toml"]).status.code(), Some(0));
 }
 
+/// `[train] precision`: TF32 on the CPU is a study-file error naming the
+/// line and key; BF16 runs there, and is stored with each trial as a fixed
+/// value, so that a study is never mixed with another precision.
+#[test]
+fn precision_is_stored_with_each_trial_and_tf32_needs_a_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |p: &str| {
+        StudyFile::digits("prec", 2)
+            .set("train", "precision", &format!("\"{p}\""))
+            .build()
+    };
+    let tf32 = file("tf32");
+    write(dir.path(), "s.toml", &tf32);
+    let out = run_in(dir.path(), &["s.toml", "--device", "cpu"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let line = tf32
+        .lines()
+        .position(|l| l.starts_with("precision"))
+        .unwrap()
+        + 1;
+    assert!(
+        text(&out).contains(&format!("s.toml:{line}:"))
+            && text(&out).contains("train.precision")
+            && text(&out).contains("precision \"tf32\" needs a CUDA device"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.path().join("prec.db").exists(), "a refused run made a database");
+    write(dir.path(), "s.toml", &file("bf16"));
+    let out = run_in(dir.path(), &["s.toml", "--device", "cpu"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("prec.db");
+    let fixed = scalar_text(
+        &db,
+        "SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) \
+         WHERE a.\"key\" = 'fixed_params' AND t.number = 1",
+    )
+    .unwrap();
+    assert!(fixed.contains(r#""precision":"bf16""#), "{fixed}");
+    for t in trials(&db, None) {
+        assert_eq!(t.state, TrialState::Complete, "{t:?}");
+        assert!(t.value.unwrap() > 0.5, "{t:?}");
+    }
+    // The same study in fp32 would mix two precisions: refused.
+    write(dir.path(), "s.toml", &file("fp32"));
+    let out = run_in(dir.path(), &["s.toml", "--device", "cpu"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("'precision' changed from \"bf16\" to \"fp32\"")
+            || text(&out).contains("'precision' changed from bf16 to fp32"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn a_changed_fixed_value_is_refused_and_fork_starts_a_new_study() {
     let dir = tempfile::tempdir().unwrap();
