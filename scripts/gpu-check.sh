@@ -39,6 +39,11 @@
 #                       its 64 trials hold 15 GB of state to build)
 #   08-fused-groups*.json / .log  K = 64 as two fused groups on two lanes
 #   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
+#   22-precision-{tf32,bf16}.json / .log   [train] precision: h = 256,
+#                       1024, 4096 and mixed at K = 64, lanes and fused
+#   23-torch_anchor_graphs-tf32.txt   the strongest anchor with TF32 on
+#                       (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1); no bf16
+#                       autocast anchor yet
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
 #   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
 #                       256, 1024) and a lone h=4096 one (ncu)
@@ -218,6 +223,16 @@ bench 08-fused-groups 40 --h 256,1024 --k 64 --modes fused --fused-groups 2 --gf
 bench 08-fused-groups-4096 40 --h 4096 --k 64 --modes fused --fused-groups 2 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
 
 phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
+
+# [train] precision: the K=64 cells in TF32 and BF16 (07- and 08- are
+# fp32), and PyTorch's best anchor with TF32 on (its cuBLAS override).
+for p in tf32 bf16; do
+    bench 22-precision-$p 60 --h 256,1024,4096,mixed --k 64 --modes lanes,fused \
+        --gflop "${GFLOP_PRECISION:-20000}" --repeats 1 --no-overhead --precision $p
+done
+mkdir -p "$WORK/tf32"
+phase 23-torch_anchor_graphs-tf32.txt 60 env TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 OUT="$WORK/tf32" \
+    PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu

@@ -197,6 +197,10 @@ pub enum BenchCmd {
         /// Skip the core's overhead and switch-latency measurements.
         #[arg(long)]
         no_overhead: bool,
+        /// The cells' matrix-product arithmetic, as `[train] precision`:
+        /// fp32; tf32 (CUDA only); bf16 (inputs rounded, fp32 accumulation).
+        #[arg(long, default_value = "fp32", value_parser = ["fp32", "tf32", "bf16"])]
+        precision: String,
         /// Skip the PyTorch anchor of the conv-net workloads (it runs on the
         /// CPU when SALUS_TUNE_PYTHON, or .venv/bin/python, imports torch).
         #[arg(long)]

@@ -88,6 +88,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             fused_groups,
             no_overhead,
             no_torch,
+            precision,
         } => {
             fn pick<T: Clone>(given: Vec<T>, quick: bool, short: &[T], full: &[T]) -> Vec<T> {
                 match (given.is_empty(), quick) {
@@ -108,6 +109,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 fused_groups: fused_groups.map(|g| g as usize),
                 overhead: !no_overhead,
                 torch: !no_torch,
+                precision: kernels::Precision::from_name(&precision).unwrap_or_default(),
             };
             let job = Packing {
                 plan,

@@ -451,7 +451,10 @@ fn precision_is_stored_with_each_trial_and_tf32_needs_a_gpu() {
         "{}",
         text(&out)
     );
-    assert!(!dir.path().join("prec.db").exists(), "a refused run made a database");
+    assert!(
+        !dir.path().join("prec.db").exists(),
+        "a refused run made a database"
+    );
     write(dir.path(), "s.toml", &file("bf16"));
     let out = run_in(dir.path(), &["s.toml", "--device", "cpu"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -5,16 +5,20 @@
 mod common;
 
 use common::*;
-use kernels::{Activation, Backend};
+use kernels::{Activation, Backend, Precision};
 use training::data::{digits, split};
 use training::group::ModelGroup;
 use training::{Job, Lane, ModelSpec, Optimizer, StepOutcome, TrainTrial};
 
 fn gradients<B: Backend>(lane: &mut Lane<B>, act: Activation) -> Vec<f32> {
+    gradients_in(lane, act, Precision::Fp32)
+}
+
+fn gradients_in<B: Backend>(lane: &mut Lane<B>, act: Activation, precision: Precision) -> Vec<f32> {
     let data = small_classification();
     let dev = upload(lane, &data);
     let spec = ModelSpec {
-        precision: Default::default(),
+        precision,
         input: data.features,
         hidden: vec![32, 16],
         output: data.task.outputs(),
@@ -85,6 +89,31 @@ fn cpu_and_cuda_gradients_agree() {
             );
         }
     }
+}
+
+/// BF16 on CUDA (cuBLAS's FAST_16BF) rounds the GEMMs' inputs as the CPU
+/// does: its gradients are far closer to the CPU's bf16 gradients than to
+/// the CPU's fp32 ones, which a GEMM that skipped the rounding would not be.
+#[test]
+fn cpu_and_cuda_bf16_gradients_agree() {
+    let Some(mut gpu) = cuda_lane("cpu_and_cuda_bf16_gradients_agree") else {
+        return;
+    };
+    let mut cpu = cpu_lane(1);
+    let act = Activation::Relu;
+    let cuda = gradients_in(&mut gpu, act, Precision::Bf16);
+    let cpu_bf16 = gradients_in(&mut cpu, act, Precision::Bf16);
+    let cpu_fp32 = gradients_in(&mut cpu, act, Precision::Fp32);
+    let dist = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(x - y).powi(2))
+            .sum::<f64>()
+            .sqrt()
+    };
+    let (same, other) = (dist(&cuda, &cpu_bf16), dist(&cuda, &cpu_fp32));
+    println!("bf16 gradients: |cuda - cpu bf16| {same:.3e}, |cuda - cpu fp32| {other:.3e}");
+    assert!(other > 0.0 && same < other / 4.0, "{same} against {other}");
 }
 
 fn final_accuracy<B: Backend>(lane: &mut Lane<B>) -> f64 {

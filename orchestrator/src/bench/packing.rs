@@ -54,6 +54,9 @@ pub struct Plan {
     /// Run the PyTorch anchor for conv-net cells on the CPU, when a Python
     /// with torch is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`).
     pub torch: bool,
+    /// The cells' GEMM arithmetic (`[train] precision`); the core's
+    /// overhead and switches are measured in fp32.
+    pub precision: kernels::Precision,
 }
 
 /// A cell's workload: 784-h-h-10 MLPs of one hidden width for all K
@@ -201,6 +204,8 @@ pub struct Results {
     /// Device time lost per switch (see `Switching`).
     pub switch_cost_us: Option<f64>,
     pub gemm_gflops: f64,
+    /// The cells' GEMM arithmetic.
+    pub precision: kernels::Precision,
     pub device: String,
     pub kind: DeviceKind,
     pub lanes: usize,
@@ -428,9 +433,12 @@ pub fn run<B: Backend>(
         };
         for &k in ks {
             let widths = h.widths(k);
-            let trial_config = |s: usize, iterations| match h {
-                Width::Cnn(w) => w.config(iterations, s as u64),
-                _ => config(widths[s], iterations, s as u64),
+            let trial_config = |s: usize, iterations| TrialConfig {
+                precision: plan.precision,
+                ..match h {
+                    Width::Cnn(w) => w.config(iterations, s as u64),
+                    _ => config(widths[s], iterations, s as u64),
+                }
             };
             let flops_round: f64 = (0..k)
                 .map(|s| Ok(trial_config(s, 1).flops_per_iteration(&dev)?))
@@ -522,8 +530,11 @@ pub fn run<B: Backend>(
                     format!("  x{:.2} vs torch", row.vs_torch)
                 };
                 progress(&format!(
-                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq{torch}  ({:.2} s)",
-                    row.tflops, row.ratio_vs_seq, s
+                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq{torch}  ({:.2} s, {})",
+                    row.tflops,
+                    row.ratio_vs_seq,
+                    s,
+                    plan.precision.name()
                 ));
                 rows.push(row);
             }
@@ -559,6 +570,7 @@ pub fn run<B: Backend>(
         lanes,
         cores,
         graphs: graphs && backend.graphs_supported(),
+        precision: plan.precision,
     })
 }
 
@@ -684,7 +696,7 @@ impl Results {
         let mut v: Vec<serde_json::Value> = self
             .rows
             .iter()
-            .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations, "images_per_s": r.images_per_s, "ratio_vs_torch": r.vs_torch }))
+            .map(|r| json!({ "h": r.h.json(), "k": r.k, "mode": r.mode, "tflops": r.tflops, "ratio_vs_seq": r.ratio_vs_seq, "pct_of_gemm": self.pct_of_gemm(r), "seconds": r.seconds, "iterations": r.iterations, "images_per_s": r.images_per_s, "ratio_vs_torch": r.vs_torch, "precision": self.precision.name() }))
             .collect();
         v.push(json!({ "overhead_pct": self.overhead_pct }));
         v.push(json!({ "switch_mean_us": self.switch_mean_us, "switch_median_us": self.switch_median_us, "switch_cost_us": self.switch_cost_us }));
@@ -709,8 +721,10 @@ impl Results {
             "conv nets".to_string()
         };
         let mut out = format!(
-            "bench packing: {what}; {}, {} host cores\n",
-            self.device, self.cores
+            "bench packing: {what}; {}, {} host cores; GEMMs in {}\n",
+            self.device,
+            self.cores,
+            self.precision.name()
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
