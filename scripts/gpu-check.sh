@@ -42,8 +42,9 @@
 #   22-precision-{tf32,bf16}.json / .log   [train] precision: h = 256,
 #                       1024, 4096 and mixed at K = 64, lanes and fused
 #   23-torch_anchor_graphs-tf32.txt   the strongest anchor with TF32 on
-#                       (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1); no bf16
-#                       autocast anchor yet
+#                       (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1)
+#   24-torch-precision.txt  PyTorch's fused trials (vmap + CUDA graph) in
+#                       fp32, tf32 and bf16 autocast, h = 256, 1024, 4096
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
 #   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
 #                       256, 1024) and a lone h=4096 one (ncu)
@@ -233,6 +234,12 @@ done
 mkdir -p "$WORK/tf32"
 phase 23-torch_anchor_graphs-tf32.txt 60 env TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 OUT="$WORK/tf32" \
     PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
+# PyTorch's fused K trials (vmap and a CUDA graph) in each precision, bf16
+# as autocast: scripts/anchors/torch_mlp_precision.py.
+phase 24-torch-precision.txt 90 bash -c '
+    for p in fp32 tf32 bf16; do
+        python3 scripts/anchors/torch_mlp_precision.py --precision $p --h 256,1024,4096 --k 64 --seconds 1 2>&1
+    done'
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu

@@ -528,6 +528,67 @@ fn bench_swap_measures_both_ways_to_pause_a_torch_trial() {
     }
 }
 
+/// The PyTorch anchor for `bench packing --precision` (phase 23 of the GPU
+/// check) runs its fused K trials in fp32 and in bf16 autocast on the CPU:
+/// one JSON row per cell, the trials learning (the loss falls below a
+/// random guess's ln 10), and tf32 refused off CUDA.
+#[test]
+fn the_precision_anchor_trains_fused_trials_in_fp32_and_bf16() {
+    if !python_imports(
+        "the_precision_anchor_trains_fused_trials_in_fp32_and_bf16",
+        "torch",
+        "SALUS_TUNE_REQUIRE_TORCH",
+    ) {
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts/anchors/torch_mlp_precision.py");
+    for precision in ["fp32", "bf16"] {
+        let out = output_of(std::process::Command::new(python()).args([
+            script.to_str().unwrap(),
+            "--precision",
+            precision,
+            "--h",
+            "32",
+            "--k",
+            "1,3",
+            "--seconds",
+            "0.5",
+            "--device",
+            "cpu",
+        ]));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        for r in &rows {
+            assert_eq!(r["precision"], precision, "{r}");
+            assert!(r["tflops"].as_f64().unwrap() > 0.0, "{r}");
+            let loss = r["loss"].as_f64().unwrap();
+            assert!(
+                loss < 10f64.ln(),
+                "{precision}: loss {loss} after {} iterations",
+                r["iterations"]
+            );
+        }
+    }
+    let out = output_of(std::process::Command::new(python()).args([
+        script.to_str().unwrap(),
+        "--precision",
+        "tf32",
+        "--device",
+        "cpu",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("tf32 needs a CUDA device"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn bench_samplers_scores_fronts_by_hypervolume() {
     let dir = tempfile::tempdir().unwrap();
