@@ -379,6 +379,15 @@ fn pause_swap_and_resume_with(client: &str) {
     assert_eq!(resumed, out_and_complete);
 }
 
+/// The distinct pids a script wrote to `log`, one a line.
+fn pids_logged(log: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn serving_workers_take_trial_after_trial() {
     let dir = tempfile::tempdir().unwrap();
@@ -422,11 +431,7 @@ fn serving_workers_take_trial_after_trial() {
         let x = t.params[0].internal;
         assert!((t.value.unwrap() - x * x).abs() < 1e-12);
     }
-    let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let pids = pids_logged(&log);
     assert!(
         pids.len() <= 2,
         "16 trials served by {} processes",
@@ -494,11 +499,7 @@ fn serving_workers_run_whole_trials_one_after_another() {
             assert!((got.1 - want.1).abs() < 1e-12, "{t:?}");
         }
     }
-    let pids: std::collections::BTreeSet<String> = std::fs::read_to_string(&log)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let pids = pids_logged(&log);
     assert!(
         pids.len() <= 2,
         "8 trials served by {} processes",
