@@ -334,9 +334,47 @@ impl ModelSpec {
             .unwrap_or(0)
     }
 
-    /// Initial parameters: He-normal for ReLU and GELU layers, Xavier-uniform
-    /// for tanh, sigmoid and the output layer; zero biases.
+    /// A conv net's initial parameters, PyTorch's defaults for `Conv2d` and
+    /// `Linear`: weights and biases uniform in +-1/sqrt(fan_in) (its
+    /// Kaiming-uniform with a = sqrt(5)); batch norm's scale 1 and shift 0.
+    /// With He-normal weights and zero biases the same net ended 1.4 to 4.8
+    /// points below PyTorch's after 3 epochs on the digits (medians over 5
+    /// seeds at 3 learning rates, scripts/cnn-parity.sh); with these, within
+    /// 0.6 points, inside the seeds' spread.
+    fn init_params_torch(&self, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x1417_0000_0000_0001);
+        let mut p = vec![0.0f32; self.n_params()];
+        if let Some(plan) = self.conv_plan() {
+            for u in &plan.units {
+                let fan_in = u.kernel * u.kernel * u.in_shape.c;
+                let bound = 1.0 / (fan_in as f32).sqrt();
+                p[u.w_off..u.b_off]
+                    .iter_mut()
+                    .for_each(|v| *v = rng.random_range(-bound..bound));
+                if u.running_off.is_some() {
+                    p[u.b_off..u.b_off + u.out_c].fill(1.0); // gamma
+                }
+            }
+        }
+        for l in self.layers() {
+            let bound = 1.0 / (l.fan_in as f32).sqrt();
+            p[l.w_off..l.b_off]
+                .iter_mut()
+                .for_each(|v| *v = rng.random_range(-bound..bound));
+            p[l.b_off..l.b_off + l.fan_out]
+                .iter_mut()
+                .for_each(|v| *v = rng.random_range(-bound..bound));
+        }
+        p
+    }
+
+    /// Initial parameters. An MLP: He-normal for ReLU and GELU layers,
+    /// Xavier-uniform for tanh, sigmoid and the output layer; zero biases.
+    /// A conv net: PyTorch's defaults ([`ModelSpec::init_params_torch`]).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
+        if self.conv.is_some() {
+            return self.init_params_torch(seed);
+        }
         let mut rng = StdRng::seed_from_u64(seed ^ 0x1417_0000_0000_0001);
         let mut p = vec![0.0f32; self.n_params()];
         let relu_like = matches!(self.activation, Activation::Relu | Activation::Gelu);
