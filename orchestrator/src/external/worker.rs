@@ -228,19 +228,28 @@ pub(crate) fn socket_dir() -> PathBuf {
 /// them, and removes the socket folder (best effort: a pruned worker still
 /// exiting keeps it).
 pub fn shut_down_workers() {
-    let idle: Vec<Process> = idle_pool_all()
+    let mut idle: Vec<Process> = idle_pool_all()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .drain()
         .flat_map(|(_, v)| v)
         .collect();
-    for mut p in idle {
-        // An idle worker waits for `start`: the socket's end tells it to exit.
+    // An idle worker waits for `start`: the socket's end tells it to exit.
+    // All are told at once and share one deadline: a PyTorch process takes
+    // about a second to tear down its CUDA context, and one after another
+    // that was seconds at the end of every run.
+    for p in &idle {
         let _ = p.writer.shutdown(std::net::Shutdown::Both);
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline && !matches!(p.child.try_wait(), Ok(Some(_))) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline
+        && !idle
+            .iter_mut()
+            .all(|p| matches!(p.child.try_wait(), Ok(Some(_))))
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for mut p in idle {
         let _ = p.child.kill();
         let _ = p.child.wait();
         let _ = std::fs::remove_file(&p.socket);
