@@ -34,6 +34,7 @@ fn bench_packing_json_has_the_documented_keys() {
             assert!(r.get(key).is_some(), "{key} in {r}");
         }
         assert!(r["tflops"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["precision"], "fp32", "{r}");
         if r["mode"] == "seq" {
             assert_eq!(r["ratio_vs_seq"].as_f64().unwrap(), 1.0);
         }
@@ -47,6 +48,60 @@ fn bench_packing_json_has_the_documented_keys() {
             .and_then(|v| v.as_f64())
             .is_some_and(|g| g > 1.0)
     }));
+}
+
+/// `--precision bf16` runs the cells with rounded GEMM inputs on the CPU and
+/// says so in each row; tf32, CUDA's alone, is refused up front (exit 2).
+#[test]
+fn bench_packing_runs_bf16_cells_and_refuses_tf32_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "packing",
+            "--quick",
+            "--json",
+            "--device",
+            "cpu",
+            "--precision",
+            "bf16",
+            "--no-overhead",
+            "--k",
+            "4",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells: Vec<_> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r.get("mode").is_some())
+        .collect();
+    assert_eq!(cells.len(), 3, "{v}");
+    for r in cells {
+        assert_eq!(r["precision"], "bf16", "{r}");
+        assert!(r["tflops"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let out = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "packing",
+            "--quick",
+            "--device",
+            "cpu",
+            "--precision",
+            "tf32",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--precision tf32 needs a CUDA device"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

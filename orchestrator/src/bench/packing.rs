@@ -418,6 +418,12 @@ pub fn run<B: Backend>(
     let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, graphs);
     let cores = super::cores();
     let kind = backend.kind();
+    if kind == DeviceKind::Cpu && plan.precision == kernels::Precision::Tf32 {
+        return Err(crate::error::Error::Input(
+            "bench packing --precision tf32 needs a CUDA device (--device cuda:N); the CPU runs fp32 and bf16"
+                .into(),
+        ));
+    }
     // A lane per core on the CPU; on CUDA a stream per trial, up to CUDA_LANES.
     let lanes = plan.lanes.unwrap_or(match kind {
         DeviceKind::Cpu => cores,
