@@ -13,7 +13,11 @@
 # longer fits one call: the later phases are skipped at DEADLINE. Split it
 # in two calls with SKIP, for example SKIP='^1[4-9]-|^10-' and then
 # SKIP='^0[2-9]-|^1[1-3]-' (run 5 to run 9 skipped the MLP phases measured
-# before). SKIP, a regex, leaves out the
+# before). The call that measures precision and the K=64 cells (mixed
+# widths, h = 256, 1024 and 4096 in each precision, cnn-32, and PyTorch in
+# each precision), with the device tests, estimated at about 5 minutes
+# from the phases' earlier times:
+#   SKIP='^08-fused|^1[0-68-9]-|^2[01]-' DEADLINE=420 bash scripts/gpu-check.sh SKIP, a regex, leaves out the
 # phases whose file it matches. It stops starting phases at
 # DEADLINE seconds (default 450; a call may run 600 s, and a session has
 # 900 s of device time in all), and each phase's timeout is cut to what is
