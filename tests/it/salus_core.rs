@@ -50,6 +50,13 @@ fn alone(data: &Data, c: &TrialConfig) -> Vec<Report> {
     alone_on(&Arc::new(CpuBackend::new()), data, c)
 }
 
+/// A core on a CPU backend of its own, and the receiver of its events.
+fn cpu_core(config: CoreConfig) -> (SalusCore<CpuBackend>, Receiver<CoreEvent>) {
+    let (tx, rx) = channel();
+    let core = SalusCore::start(Arc::new(CpuBackend::new()), config, tx).unwrap();
+    (core, rx)
+}
+
 fn job(data: &Data, c: &TrialConfig) -> Box<dyn Job<CpuBackend>> {
     Box::new(TrainTrial::new_on_host(data.clone(), c.clone()).unwrap())
 }
@@ -108,13 +115,7 @@ fn interleaved_jobs_give_exactly_what_they_give_alone() {
         Policy::Fifo,
         Policy::Priority,
     ] {
-        let (tx, rx) = channel();
-        let core = SalusCore::start(
-            Arc::new(CpuBackend::new()),
-            CoreConfig::cpu(policy, 2, 2, 1 << 30),
-            tx,
-        )
-        .unwrap();
+        let (core, rx) = cpu_core(CoreConfig::cpu(policy, 2, 2, 1 << 30));
         // Placed all at once (submitted paused, resumed together): a lane
         // that empties takes a job from the other, so jobs submitted one
         // by one on a loaded machine could each find a lane of their own.
@@ -186,13 +187,7 @@ fn an_idle_lane_takes_a_job_from_a_lane_that_has_two() {
     let long = [cfg(96, 1, 40), cfg(96, 2, 40)];
     let short = cfg(8, 3, 1);
     for policy in [Policy::Pack, Policy::Fifo, Policy::Priority] {
-        let (tx, rx) = channel();
-        let core = SalusCore::start(
-            Arc::new(CpuBackend::new()),
-            CoreConfig::cpu(policy, 2, 2, 1 << 30),
-            tx,
-        )
-        .unwrap();
+        let (core, rx) = cpu_core(CoreConfig::cpu(policy, 2, 2, 1 << 30));
         let jobs = [
             job(&data, &long[0]),
             job(&data, &short),
@@ -251,13 +246,7 @@ fn admission_never_exceeds_the_memory_budget() {
     let fp = job(&data, &c).footprint();
     // Two trials on two lanes, and their data set; not a third persistent part.
     let budget = 2 * bytes(&data, &c) + data.bytes() as u64 + fp.persistent_bytes as u64 / 2;
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 2, 2, budget),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 2, 2, budget));
     let ids: Vec<JobId> = (0..6)
         .map(|i| core.submit(job(&data, &cfg(32, i, 2)), 0.0, "d"))
         .collect();
@@ -367,13 +356,7 @@ fn gated(
 fn pause_swap_and_resume_continue_bit_exactly() {
     let data = data();
     let c = cfg(16, 7, 4);
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30));
     let (reached_tx, reached) = channel();
     let (j, go) = gated(&data, &c, 15, 0, &reached_tx);
     let id = core.submit(j, 0.0, "d");
@@ -487,13 +470,7 @@ fn higher_priority_work_swaps_out_the_lowest_priority_paused_job() {
     let budget =
         (2 * fp.persistent_bytes + fp.ephemeral_bytes + data.bytes() + fp.persistent_bytes / 2)
             as u64;
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Priority, 1, 1, budget),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Priority, 1, 1, budget));
     let (reached_tx, reached) = channel();
     let (jl, go_low) = gated(&data, &cl, 5, 1, &reached_tx);
     let (jm, go_mid) = gated(&data, &cm, 5, 2, &reached_tx);
@@ -532,15 +509,8 @@ fn higher_priority_work_swaps_out_the_lowest_priority_paused_job() {
 #[test]
 fn a_pruned_job_ends_and_frees_its_memory() {
     let data = data();
-    let (tx, rx) = channel();
-    let core = Arc::new(
-        SalusCore::start(
-            Arc::new(CpuBackend::new()),
-            CoreConfig::cpu(Policy::Fifo, 1, 1, 1 << 30),
-            tx,
-        )
-        .unwrap(),
-    );
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Fifo, 1, 1, 1 << 30));
+    let core = Arc::new(core);
     let a = core.submit(job(&data, &cfg(16, 1, 50)), 0.0, "d");
     let b = core.submit(job(&data, &cfg(16, 2, 2)), 0.0, "d");
     let mut pruned = Vec::new();
@@ -648,13 +618,7 @@ impl Job<CpuBackend> for Misjudged {
 fn out_of_memory_requeues_with_a_larger_estimate_and_never_fails_the_trial() {
     let data = data();
     let c = cfg(16, 5, 2);
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 2, 2, 1 << 30),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 2, 2, 1 << 30));
     let before = job(&data, &c).footprint();
     let id = core.submit(
         Box::new(Misjudged {
@@ -705,13 +669,7 @@ fn a_job_that_measures_itself_smaller_lets_the_waiting_jobs_in() {
     let data = data();
     let c = cfg(16, 5, 2);
     let budget = 1 << 30;
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 2, 2, budget),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 2, 2, budget));
     let whole = training::Footprint {
         persistent_bytes: budget as usize,
         ..Default::default()
@@ -756,13 +714,7 @@ fn a_job_pruned_while_it_is_swapped_out_ends() {
     // An external worker's swap-out is a round trip to its process: the
     // pruner may decide meanwhile, and the job must still end.
     let data = data();
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 1, 1, 1 << 30));
     let (started_tx, started) = channel();
     let (go_on, go_on_rx) = channel();
     let id = core.submit(
@@ -808,13 +760,7 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
         + fa.shared_bytes
         + fb.persistent_bytes
         + cache / 2) as u64;
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig::cpu(Policy::Pack, 1, 1, budget),
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 1, 1, budget));
     // A's first step waits for B to arrive: run through, A could end
     // before B came, on a loaded machine, and nothing would need room.
     let (go_a, first_step) = channel();
@@ -1013,13 +959,7 @@ fn interleaved_and_swapped_cnn_jobs_give_exactly_what_they_give_alone() {
         .collect();
     let expected: Vec<Vec<Report>> = configs.iter().map(|c| alone(&data, c)).collect();
     for (policy, lanes) in [(Policy::Priority, 1), (Policy::Pack, 2)] {
-        let (tx, rx) = channel();
-        let core = SalusCore::start(
-            Arc::new(CpuBackend::new()),
-            CoreConfig::cpu(policy, lanes, 1, 1 << 30),
-            tx,
-        )
-        .unwrap();
+        let (core, rx) = cpu_core(CoreConfig::cpu(policy, lanes, 1, 1 << 30));
         // The first job stops before its second iteration until it is
         // paused and asked to move to the host: resident, whatever the
         // machine's timing. It is resumed at another job's first report
@@ -1085,16 +1025,10 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
         weight_decay: 1e-4,
         ..donor_cfg.hparams
     };
-    let (tx, rx) = channel();
-    let core = SalusCore::start(
-        Arc::new(CpuBackend::new()),
-        CoreConfig {
-            hold_at_reports: true,
-            ..CoreConfig::cpu(Policy::Fair, 2, 1, 1 << 30)
-        },
-        tx,
-    )
-    .unwrap();
+    let (core, rx) = cpu_core(CoreConfig {
+        hold_at_reports: true,
+        ..CoreConfig::cpu(Policy::Fair, 2, 1, 1 << 30)
+    });
     let donor = core.submit(job(&data, &donor_cfg), 0.0, "d");
     let receiver = core.submit(job(&data, &receiver_cfg), 0.0, "d");
     let mut paused = 0;
