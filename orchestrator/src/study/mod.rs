@@ -487,17 +487,14 @@ impl Study {
         if let Some(max) = self.max_batch_size()
             && max as usize > data.n_train
         {
-            let (line, col) = self.positions.get("batch_size").copied().unwrap_or((0, 0));
-            return Err(crate::error::Error::Study {
-                path: self.path.display().to_string(),
-                line,
-                col,
-                key: "train.batch_size".into(),
-                msg: format!(
+            return Err(self.knob_error(
+                "batch_size",
+                "train.batch_size",
+                format!(
                     "batch_size can be {max}, but the training split has only {} rows",
                     data.n_train
                 ),
-            });
+            ));
         }
         Ok(data)
     }
@@ -524,18 +521,27 @@ impl Study {
             (None, None) => Vec::new(),
         };
         if on_cpu && choices.iter().any(|c| c == "tf32") {
-            let (line, col) = self.positions.get("precision").copied().unwrap_or((0, 0));
-            return Err(crate::error::Error::Study {
-                path: self.path.display().to_string(),
-                line,
-                col,
-                key: "train.precision".into(),
-                msg: "precision \"tf32\" needs a CUDA device, and this run is on the CPU: \
-                      the CPU runs \"fp32\" and \"bf16\" (see `salus-tune devices`)"
-                    .into(),
-            });
+            return Err(self.knob_error(
+                "precision",
+                "train.precision",
+                "precision \"tf32\" needs a CUDA device, and this run is on the CPU: \
+                 the CPU runs \"fp32\" and \"bf16\" (see `salus-tune devices`)",
+            ));
         }
         Ok(())
+    }
+
+    /// A study-file error at knob `name`'s place in the file, under `key`:
+    /// for checks that need what only a run knows (its data, its devices).
+    fn knob_error(&self, name: &str, key: &str, msg: impl Into<String>) -> crate::error::Error {
+        let (line, col) = self.positions.get(name).copied().unwrap_or((0, 0));
+        crate::error::Error::Study {
+            path: self.path.display().to_string(),
+            line,
+            col,
+            key: key.into(),
+            msg: msg.into(),
+        }
     }
 
     /// The largest batch size the space allows.
