@@ -205,11 +205,9 @@ pub struct ExternalTrial {
     placement: String,
     /// The placement's CUDA ordinal in this process, where it is a GPU.
     cuda_ordinal: Option<usize>,
-    /// When NVML last read the worker's real usage, what it read, and
-    /// whether it warned.
+    /// When NVML last read the worker's real usage, and what it read.
     usage_checked: Option<Instant>,
     real: Option<u64>,
-    usage_warned: bool,
     /// Set by [`ExternalTrial::on_device`]: the lane's backend does not
     /// decide it.
     device_fixed: bool,
@@ -401,7 +399,6 @@ impl ExternalTrial {
             cuda_ordinal: None,
             usage_checked: None,
             real: None,
-            usage_warned: false,
             device_fixed: false,
         }
     }
@@ -476,9 +473,8 @@ impl ExternalTrial {
         self.real = Some(real);
         self.plan.learn_real(real);
         let reported = self.measured.map_or(0, |m| m.persistent + m.cached);
-        if !self.usage_warned {
-            self.usage_warned = super::nvml::check(self.number.0 as u64, pid, real, reported);
-        }
+        // Said once per process: nvml keeps which it named.
+        super::nvml::check(self.number.0 as u64, pid, real, reported);
     }
 
     /// What tells a worker where it was placed: `SALUS_TUNE_PLACEMENT`,
