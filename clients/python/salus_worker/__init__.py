@@ -410,13 +410,14 @@ def run_objective(objective: Callable[[Dict[str, Any]], float]) -> None:
 def serve(objective: Callable[[Dict[str, Any]], float]) -> None:
     """Like `run_objective`, but this process stays and serves trial after
     trial, so a short objective does not pay a process start per trial."""
-    trial = connect()
-    while True:
+
+    def one(trial: Trial) -> float:
         trial.wait_turn()
         value = objective(trial.params)
         trial.report(1, value)
-        trial.done(value, more=True)
-        trial.next_trial()
+        return value
+
+    serve_trials(one)
 
 
 def serve_trials(run: Callable[[Trial], Union[float, Sequence[float]]]) -> None:
