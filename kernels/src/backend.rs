@@ -8,8 +8,8 @@
 
 use crate::error::Result;
 use crate::ops::{
-    ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, DropoutSlot, Gemm, Loss,
-    Pool2d, SgdSlot, Slots,
+    ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm, DropoutSlot, Gemm,
+    Loss, Pool2d, SgdSlot, Slots,
 };
 
 /// What kind of device a backend drives.
@@ -385,6 +385,53 @@ pub trait Backend: Send + Sync + 'static {
         dx: ViewMut<'_, Self::Buf>,
         accumulate: bool,
     ) -> Result<()>;
+    /// A convolution's output, `y = im2col(x) . w` per slot (see
+    /// [`ConvGemm`]). `cols` is scratch of `conv.cols_len()` elements.
+    /// Provided as the patch matrix then one GEMM; a backend may fuse them.
+    fn conv2d(
+        &self,
+        ctx: &mut Self::Ctx,
+        op: &ConvGemm,
+        x: View<'_, Self::Buf>,
+        w: View<'_, Self::Buf>,
+        cols: ViewMut<'_, Self::Buf>,
+        y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        let cols_off = cols.off;
+        self.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols_off))?;
+        self.gemm(ctx, &op.forward(), at(cols.buf, cols_off), w, y)
+    }
+    /// The weights' gradient of [`Backend::conv2d`], `dw = im2col(x)^T . dy`
+    /// per slot (overwritten). `cols` is scratch, as for `conv2d`.
+    fn conv2d_filter_grad(
+        &self,
+        ctx: &mut Self::Ctx,
+        op: &ConvGemm,
+        x: View<'_, Self::Buf>,
+        dy: View<'_, Self::Buf>,
+        cols: ViewMut<'_, Self::Buf>,
+        dw: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        let cols_off = cols.off;
+        self.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols_off))?;
+        self.gemm(ctx, &op.filter_grad(), at(cols.buf, cols_off), dy, dw)
+    }
+    /// The input's gradient of [`Backend::conv2d`], `col2im(dy . w^T)`, into
+    /// packed images `dx` (overwritten, or added to when `accumulate`).
+    fn conv2d_data_grad(
+        &self,
+        ctx: &mut Self::Ctx,
+        op: &ConvGemm,
+        dy: View<'_, Self::Buf>,
+        w: View<'_, Self::Buf>,
+        cols: ViewMut<'_, Self::Buf>,
+        dx: ViewMut<'_, Self::Buf>,
+        accumulate: bool,
+    ) -> Result<()> {
+        let cols_off = cols.off;
+        self.gemm(ctx, &op.data_grad(), dy, w, at_mut(cols.buf, cols_off))?;
+        self.col2im(ctx, &op.conv, at(cols.buf, cols_off), dx, accumulate)
+    }
     /// Max or average pooling of `x` into packed images `y` (see [`Pool2d`]).
     fn pool2d(
         &self,

@@ -453,6 +453,65 @@ impl Conv2d {
     }
 }
 
+/// A convolution as a product with its patch matrix: each slot's images
+/// (`conv`) times that slot's `patch x out_c` weights, `weight_stride`
+/// apart, into packed `pixels x out_c` outputs. The three passes are
+/// [`ConvGemm::forward`], [`ConvGemm::filter_grad`] and
+/// [`ConvGemm::data_grad`]: what a backend without a fused convolution
+/// runs after `im2col` (or before `col2im`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConvGemm {
+    pub conv: Conv2d,
+    pub out_c: usize,
+    pub weight_stride: usize,
+    pub precision: Precision,
+}
+
+impl ConvGemm {
+    /// `y = cols . w` per slot.
+    pub fn forward(&self) -> Gemm {
+        let (m, patch) = (self.conv.out_rows(), self.conv.patch());
+        Gemm::new(m, self.out_c, patch)
+            .batched(
+                self.conv.input.slots,
+                m * patch,
+                self.weight_stride,
+                m * self.out_c,
+            )
+            .precision(self.precision)
+    }
+    /// `dw = cols^T . dy` per slot (overwriting `dw`).
+    pub fn filter_grad(&self) -> Gemm {
+        let (m, patch) = (self.conv.out_rows(), self.conv.patch());
+        Gemm::new(patch, self.out_c, m)
+            .trans_a()
+            .batched(
+                self.conv.input.slots,
+                m * patch,
+                m * self.out_c,
+                self.weight_stride,
+            )
+            .precision(self.precision)
+    }
+    /// `dcols = dy . w^T` per slot.
+    pub fn data_grad(&self) -> Gemm {
+        let (m, patch) = (self.conv.out_rows(), self.conv.patch());
+        Gemm::new(m, patch, self.out_c)
+            .trans_b()
+            .batched(
+                self.conv.input.slots,
+                m * self.out_c,
+                self.weight_stride,
+                m * patch,
+            )
+            .precision(self.precision)
+    }
+    /// Elements of the packed output (and of its gradient).
+    pub fn out_len(&self) -> usize {
+        self.conv.input.slots * self.conv.out_rows() * self.out_c
+    }
+}
+
 /// Max or average.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PoolKind {

@@ -18,8 +18,8 @@
 //! is cleared and the launches of an iteration never change.
 
 use kernels::{
-    ActivationOp, Backend, BatchNorm, Batched, Conv2d, Gemm, Images, Pool2d, PoolKind, View,
-    ViewMut, at, at_mut,
+    ActivationOp, Backend, BatchNorm, Batched, Conv2d, ConvGemm, Images, Pool2d, PoolKind,
+    Precision, View, ViewMut, at, at_mut,
 };
 
 use crate::error::Result;
@@ -221,6 +221,16 @@ impl<B: Backend> ConvWorkspace<B> {
         }
     }
 
+    /// Unit `u`'s convolution of `input`, its weights `n` apart per slot.
+    fn conv_gemm(u: &ConvUnit, input: Images, n: usize, precision: Precision) -> ConvGemm {
+        ConvGemm {
+            conv: Self::conv_op(u, input),
+            out_c: u.out_shape().c,
+            weight_stride: n,
+            precision,
+        }
+    }
+
     fn pool_op(&self, u: &ConvUnit, k: usize, rows: usize) -> Pool2d {
         Pool2d {
             input: Self::images(k, rows, u.out_shape()),
@@ -272,19 +282,16 @@ impl<B: Backend> ConvWorkspace<B> {
             let u = self.plan.units[i];
             let o = u.out_shape();
             let (x, images) = unit_input::<B>(&self.a, &self.p, &u, k, rows, data, data_stride);
-            let conv = Self::conv_op(&u, images);
-            b.im2col(ctx, &conv, x, at_mut(&mut self.cols, 0))?;
-            let (m, patch) = (conv.out_rows(), conv.patch());
-            let g = Gemm::new(m, o.c, patch)
-                .batched(k, m * patch, n, m * o.c)
-                .precision(self.precision);
-            b.gemm(
+            let op = Self::conv_gemm(&u, images, n, self.precision);
+            b.conv2d(
                 ctx,
-                &g,
-                at(&self.cols, 0),
+                &op,
+                x,
                 at(params, u.w_off),
+                at_mut(&mut self.cols, 0),
                 at_mut(&mut self.z[i], 0),
             )?;
+            let m = op.conv.out_rows();
             let len = k * m * o.c;
             let pre = match (u.running_off, &mut self.u[i]) {
                 (Some(r), Some(ub)) => {
@@ -434,21 +441,16 @@ impl<B: Backend> ConvWorkspace<B> {
                 }
             };
             let (x, images) = unit_input::<B>(&self.a, &self.p, u, k, rows, data, data_stride);
-            let conv = Self::conv_op(u, images);
-            let patch = conv.patch();
-            // The patch matrix again rather than one kept per unit from the
-            // forward pass: one buffer for all units, where cnn-32's first
-            // unit alone would keep 20 MB per trial.
-            b.im2col(ctx, &conv, x, at_mut(&mut self.cols, 0))?;
-            let dw = Gemm::new(patch, o.c, m)
-                .trans_a()
-                .batched(k, m * patch, m * o.c, n)
-                .precision(self.precision);
-            b.gemm(
+            let op = Self::conv_gemm(u, images, n, self.precision);
+            // The patch matrix is made again rather than kept per unit from
+            // the forward pass: one buffer for all units, where cnn-32's
+            // first unit alone would keep 20 MB per trial.
+            b.conv2d_filter_grad(
                 ctx,
-                &dw,
-                at(&self.cols, 0),
+                &op,
+                x,
                 at(dz, 0),
+                at_mut(&mut self.cols, 0),
                 at_mut(grads, u.w_off),
             )?;
             let (target, accumulate) = match u.input {
@@ -460,19 +462,19 @@ impl<B: Backend> ConvWorkspace<B> {
                 }
                 UnitInput::Pooled(j) => (self.dp[j].as_mut().expect("pooled"), false),
             };
-            let dcols = Gemm::new(m, patch, o.c)
-                .trans_b()
-                .batched(k, m * o.c, n, m * patch)
-                .precision(self.precision);
-            b.gemm(
+            let op = ConvGemm {
+                conv: Self::conv_op(u, Self::images(k, rows, u.in_shape)),
+                ..op
+            };
+            b.conv2d_data_grad(
                 ctx,
-                &dcols,
+                &op,
                 at(dz, 0),
                 at(params, u.w_off),
                 at_mut(&mut self.cols, 0),
+                at_mut(target, 0),
+                accumulate,
             )?;
-            let conv = Self::conv_op(u, Self::images(k, rows, u.in_shape));
-            b.col2im(ctx, &conv, at(&self.cols, 0), at_mut(target, 0), accumulate)?;
         }
         Ok(())
     }

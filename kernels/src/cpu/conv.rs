@@ -50,23 +50,23 @@ pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
             let src = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
             for (row, dst) in out.chunks_exact_mut(patch).enumerate() {
                 let (oy, ox) = (row / ow, row % ow);
+                // The window's columns inside the image, `kj0..kj1`: one
+                // copy per kernel row instead of one per pixel (a pixel of
+                // a 3-channel image is only 12 bytes).
+                let x0 = (ox * conv.stride) as isize - conv.pad as isize;
+                let kj0 = (-x0).clamp(0, conv.kw as isize) as usize;
+                let kj1 = (i.w as isize - x0).clamp(kj0 as isize, conv.kw as isize) as usize;
                 for ki in 0..conv.kh {
                     let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
                     let run = &mut dst[ki * conv.kw * i.c..(ki + 1) * conv.kw * i.c];
-                    if iy < 0 || iy >= i.h as isize {
+                    if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
                         run.fill(0.0);
                         continue;
                     }
-                    for kj in 0..conv.kw {
-                        let ix = (ox * conv.stride + kj) as isize - conv.pad as isize;
-                        let d = &mut run[kj * i.c..(kj + 1) * i.c];
-                        if ix < 0 || ix >= i.w as isize {
-                            d.fill(0.0);
-                        } else {
-                            let at = (iy as usize * i.w + ix as usize) * i.c;
-                            d.copy_from_slice(&src[at..at + i.c]);
-                        }
-                    }
+                    run[..kj0 * i.c].fill(0.0);
+                    run[kj1 * i.c..].fill(0.0);
+                    let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
+                    run[kj0 * i.c..kj1 * i.c].copy_from_slice(&src[at..at + (kj1 - kj0) * i.c]);
                 }
             }
         }
@@ -89,26 +89,26 @@ pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], 
                 img.fill(0.0);
             }
             let src = &cols[t * per_image..(t + 1) * per_image];
-            // Scatter in a fixed order: output pixel, then kernel position.
+            // Scatter in a fixed order: output pixel, then kernel position
+            // (a kernel row's pixels are distinct, so adding the row's run
+            // at once keeps each pixel's order of sums).
             for (row, patch_row) in src.chunks_exact(patch).enumerate() {
                 let (oy, ox) = (row / ow, row % ow);
+                let x0 = (ox * conv.stride) as isize - conv.pad as isize;
+                let kj0 = (-x0).clamp(0, conv.kw as isize) as usize;
+                let kj1 = (i.w as isize - x0).clamp(kj0 as isize, conv.kw as isize) as usize;
                 for ki in 0..conv.kh {
                     let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
-                    if iy < 0 || iy >= i.h as isize {
+                    if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
                         continue;
                     }
-                    for kj in 0..conv.kw {
-                        let ix = (ox * conv.stride + kj) as isize - conv.pad as isize;
-                        if ix < 0 || ix >= i.w as isize {
-                            continue;
-                        }
-                        let at = (iy as usize * i.w + ix as usize) * i.c;
-                        let from = &patch_row[(ki * conv.kw + kj) * i.c..][..i.c];
-                        img[at..at + i.c]
-                            .iter_mut()
-                            .zip(from)
-                            .for_each(|(d, &s)| *d += s);
-                    }
+                    let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
+                    let len = (kj1 - kj0) * i.c;
+                    let from = &patch_row[(ki * conv.kw + kj0) * i.c..][..len];
+                    img[at..at + len]
+                        .iter_mut()
+                        .zip(from)
+                        .for_each(|(d, &s)| *d += s);
                 }
             }
         }
