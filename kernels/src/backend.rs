@@ -417,7 +417,7 @@ pub trait Backend: Send + Sync + 'static {
         self.gemm(ctx, &op.filter_grad(), at(cols.buf, cols_off), dy, dw)
     }
     /// The input's gradient of [`Backend::conv2d`], `col2im(dy . w^T)`, into
-    /// packed images `dx` (overwritten, or added to when `accumulate`).
+    /// packed images `dx` (overwritten, or added to when `op.accumulate_dx`).
     fn conv2d_data_grad(
         &self,
         ctx: &mut Self::Ctx,
@@ -426,11 +426,10 @@ pub trait Backend: Send + Sync + 'static {
         w: View<'_, Self::Buf>,
         cols: ViewMut<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
-        accumulate: bool,
     ) -> Result<()> {
         let cols_off = cols.off;
         self.gemm(ctx, &op.data_grad(), dy, w, at_mut(cols.buf, cols_off))?;
-        self.col2im(ctx, &op.conv, at(cols.buf, cols_off), dx, accumulate)
+        self.col2im(ctx, &op.conv, at(cols.buf, cols_off), dx, op.accumulate_dx)
     }
     /// Max or average pooling of `x` into packed images `y` (see [`Pool2d`]).
     fn pool2d(

@@ -465,6 +465,9 @@ pub struct ConvGemm {
     pub out_c: usize,
     pub weight_stride: usize,
     pub precision: Precision,
+    /// Whether the input's gradient is added onto what its buffer holds
+    /// (a unit read by two others) instead of overwriting it, as GEMM's beta.
+    pub accumulate_dx: bool,
 }
 
 impl ConvGemm {

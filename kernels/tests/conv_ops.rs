@@ -243,6 +243,147 @@ fn conv_backward_finite_differences<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// f64 reference gradients of `sum(gy * conv(x, w))`: `(dx, dw)`.
+#[allow(clippy::too_many_arguments)]
+fn conv_grads_ref(
+    x: &[f64],
+    w: &[f64],
+    gy: &[f64],
+    (n, h, wd, c): (usize, usize, usize, usize),
+    k: usize,
+    stride: usize,
+    pad: usize,
+    oc: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let oh = (h + 2 * pad - k) / stride + 1;
+    let ow = (wd + 2 * pad - k) / stride + 1;
+    let (mut dx, mut dw) = (vec![0.0; x.len()], vec![0.0; w.len()]);
+    for img in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let g = &gy[((img * oh + oy) * ow + ox) * oc..][..oc];
+                for ki in 0..k {
+                    for kj in 0..k {
+                        let iy = (oy * stride + ki) as isize - pad as isize;
+                        let ix = (ox * stride + kj) as isize - pad as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                            continue;
+                        }
+                        for ci in 0..c {
+                            let xi = ((img * h + iy as usize) * wd + ix as usize) * c + ci;
+                            let wi = ((ki * k + kj) * c + ci) * oc;
+                            for (o, &go) in g.iter().enumerate() {
+                                dx[xi] += go * w[wi + o];
+                                dw[wi + o] += go * x[xi];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (dx, dw)
+}
+
+/// The convolution ops (`conv2d` and its two gradients) against float64
+/// references, over two slots whose images and weights lie apart with
+/// gaps, on shapes whose patches a backend may cut into many chunks
+/// (10 images of 460 KB of patches each) or few (19 small images). The
+/// weight gradient overwrites what was there; the input gradient
+/// overwrites it or adds to it.
+fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
+    let cases: Vec<ConvCase> = CONVS
+        .iter()
+        .copied()
+        .chain([(10, 24, 24, 8, 5, 1, 2, 6), (19, 8, 8, 3, 3, 1, 1, 5)])
+        .collect();
+    for (case, &(n, h, w, c, k, stride, pad, oc)) in cases.iter().enumerate() {
+        let slots = 2;
+        let per = n * h * w * c;
+        let conv = conv_of(slots, (n, h, w, c, k, stride, pad), per + 7);
+        let (patch, rows) = (conv.patch(), conv.out_rows());
+        let op = ConvGemm {
+            conv,
+            out_c: oc,
+            weight_stride: patch * oc + 5,
+            precision: Precision::Fp32,
+            accumulate_dx: false,
+        };
+        let seed = 200 + 10 * case as u64;
+        let x = rand_vec((per + 7) * slots, seed, 1.0);
+        let wts = rand_vec(op.weight_stride * slots, seed + 1, 1.0);
+        let gy = rand_vec(op.out_len(), seed + 2, 1.0);
+        let base = rand_vec(slots * per, seed + 3, 1.0);
+        let (xb, wb, gb) = (d.put(&x), d.put(&wts), d.put(&gy));
+        let mut cols = d.zeros(conv.cols_len());
+        let mut y = d.zeros(op.out_len());
+        d.b.conv2d(
+            &mut d.ctx,
+            &op,
+            at(&xb, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        let mut dw = d.put(&vec![7.0; op.weight_stride * slots]);
+        d.b.conv2d_filter_grad(
+            &mut d.ctx,
+            &op,
+            at(&xb, 0),
+            at(&gb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dw, 0),
+        )
+        .unwrap();
+        let mut dxs = Vec::new();
+        for accumulate_dx in [false, true] {
+            let packed = ConvGemm {
+                conv: conv_of(slots, (n, h, w, c, k, stride, pad), per),
+                accumulate_dx,
+                ..op
+            };
+            let mut dx = d.put(&base);
+            d.b.conv2d_data_grad(
+                &mut d.ctx,
+                &packed,
+                at(&gb, 0),
+                at(&wb, 0),
+                at_mut(&mut cols, 0),
+                at_mut(&mut dx, 0),
+            )
+            .unwrap();
+            dxs.push(d.get(&dx));
+        }
+        let (y, dw) = (d.get(&y), d.get(&dw));
+        for s in 0..slots {
+            let xs = to64(&x[s * (per + 7)..][..per]);
+            let ws = to64(&wts[s * op.weight_stride..][..patch * oc]);
+            let gs = to64(&gy[s * rows * oc..][..rows * oc]);
+            let dims = (n, h, w, c);
+            let want_y = conv_ref(&xs, &ws, dims, k, stride, pad, oc);
+            let what = |t: &str| format!("conv case {case} slot {s} {t}");
+            assert_close(&what("y"), &y[s * rows * oc..][..rows * oc], &want_y, 1e-5);
+            let (want_dx, want_dw) = conv_grads_ref(&xs, &ws, &gs, dims, k, stride, pad, oc);
+            let dws = &dw[s * op.weight_stride..][..op.weight_stride];
+            assert_close(&what("dw"), &dws[..patch * oc], &want_dw, 1e-5);
+            assert_eq!(dws[patch * oc..], [7.0; 5], "{}", what("dw's gap"));
+            assert_close(&what("dx"), &dxs[0][s * per..][..per], &want_dx, 1e-5);
+            let want_acc: Vec<f64> = want_dx
+                .iter()
+                .zip(&base[s * per..][..per])
+                .map(|(g, &b)| g + b as f64)
+                .collect();
+            assert_close(
+                &what("dx accumulated"),
+                &dxs[1][s * per..][..per],
+                &want_acc,
+                1e-5,
+            );
+        }
+    }
+}
+
 fn pools() -> Vec<(PoolKind, usize, usize, usize, usize)> {
     // (kind, h, w, window, stride); the last of each kind is global.
     let mut v = Vec::new();
@@ -500,6 +641,62 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
             .unwrap();
         d.get(&dx)
     });
+    check(d, "conv2d and its gradients", &|d, slots, xb| {
+        let cv = conv(slots);
+        let op = ConvGemm {
+            conv: cv,
+            out_c: 5,
+            weight_stride: cv.patch() * 5,
+            precision: Precision::Fp32,
+            accumulate_dx: false,
+        };
+        // The same weights and output gradient for every slot.
+        let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
+        let per_out = op.out_len() / slots;
+        let gb = d.put(&rand_vec(per_out, 102, 1.0).repeat(slots));
+        let (mut cols, mut y) = (d.zeros(cv.cols_len()), d.zeros(op.out_len()));
+        let (mut dw, mut dx) = (d.zeros(slots * op.weight_stride), d.zeros(slots * per));
+        d.b.conv2d(
+            &mut d.ctx,
+            &op,
+            at(xb, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        d.b.conv2d_filter_grad(
+            &mut d.ctx,
+            &op,
+            at(xb, 0),
+            at(&gb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dw, 0),
+        )
+        .unwrap();
+        d.b.conv2d_data_grad(
+            &mut d.ctx,
+            &op,
+            at(&gb, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dx, 0),
+        )
+        .unwrap();
+        let parts = [
+            (d.get(&y), per_out),
+            (d.get(&dw), op.weight_stride),
+            (d.get(&dx), per),
+        ];
+        (0..slots)
+            .flat_map(|s| {
+                parts
+                    .iter()
+                    .flat_map(move |(v, each)| v[s * each..(s + 1) * each].to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
     for kind in [PoolKind::Max, PoolKind::Avg] {
         check(d, "pool2d and backward", &|d, slots, xb| {
             let p = pool_of(slots, n, c, per, (kind, h, w, 3, 2));
@@ -721,6 +918,7 @@ kernels::device_tests!(
     augment_matches_reference,
     conv_forward_matches_reference,
     conv_backward_finite_differences,
+    conv_ops_match_reference,
     pooling_forward_and_finite_differences,
     max_pool_ties_go_to_the_first,
     batch_norm_matches_reference_and_finite_differences,

@@ -228,6 +228,7 @@ impl<B: Backend> ConvWorkspace<B> {
             out_c: u.out_shape().c,
             weight_stride: n,
             precision,
+            accumulate_dx: false,
         }
     }
 
@@ -464,6 +465,7 @@ impl<B: Backend> ConvWorkspace<B> {
             };
             let op = ConvGemm {
                 conv: Self::conv_op(u, Self::images(k, rows, u.in_shape)),
+                accumulate_dx: accumulate,
                 ..op
             };
             b.conv2d_data_grad(
@@ -473,7 +475,6 @@ impl<B: Backend> ConvWorkspace<B> {
                 at(params, u.w_off),
                 at_mut(&mut self.cols, 0),
                 at_mut(target, 0),
-                accumulate,
             )?;
         }
         Ok(())

@@ -6,9 +6,15 @@
 //! not depend on how many slots share the call or how many threads run it:
 //! a fused trial computes what it would alone.
 
+use std::cell::RefCell;
+use std::ops::Range;
+
 use super::CpuCtx;
+use super::gemm;
 use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
-use crate::ops::{AugmentSlot, BatchNorm, Conv2d, Images, Pool2d, PoolKind, dropout_step};
+use crate::ops::{
+    AugmentSlot, BatchNorm, Conv2d, ConvGemm, Images, Pool2d, PoolKind, dropout_step,
+};
 
 /// `(slot, image)` tasks over packed output images of `image_len` elements.
 fn image_tasks(
@@ -36,10 +42,66 @@ fn image_at(i: &Images, slot: usize, img: usize) -> usize {
     slot * i.slot_stride + img * i.image_len()
 }
 
+/// The window's columns `kj0..kj1` that lie inside the image, for the
+/// output column `ox`, and where the window starts (`x0`, maybe negative).
+#[inline(always)]
+fn window_cols(conv: &Conv2d, ox: usize) -> (isize, usize, usize) {
+    let x0 = (ox * conv.stride) as isize - conv.pad as isize;
+    let kj0 = (-x0).clamp(0, conv.kw as isize) as usize;
+    let kj1 = (conv.input.w as isize - x0).clamp(kj0 as isize, conv.kw as isize) as usize;
+    (x0, kj0, kj1)
+}
+
+/// One image's patch matrix (`out_h * out_w` rows of `patch`). A kernel
+/// row's in-image run is one copy: a pixel of a 3-channel image is only
+/// 12 bytes, too little to copy alone.
+fn im2col_image(conv: &Conv2d, src: &[f32], out: &mut [f32]) {
+    let (i, ow) = (conv.input, conv.out_w());
+    for (row, dst) in out.chunks_exact_mut(conv.patch()).enumerate() {
+        let (oy, ox) = (row / ow, row % ow);
+        let (x0, kj0, kj1) = window_cols(conv, ox);
+        for ki in 0..conv.kh {
+            let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
+            let run = &mut dst[ki * conv.kw * i.c..(ki + 1) * conv.kw * i.c];
+            if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
+                run.fill(0.0);
+                continue;
+            }
+            run[..kj0 * i.c].fill(0.0);
+            run[kj1 * i.c..].fill(0.0);
+            let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
+            run[kj0 * i.c..kj1 * i.c].copy_from_slice(&src[at..at + (kj1 - kj0) * i.c]);
+        }
+    }
+}
+
+/// One image's patch matrix added back onto its pixels, in a fixed order:
+/// output pixel, then kernel row (a kernel row's pixels are distinct, so
+/// adding its run at once keeps each pixel's order of sums).
+fn col2im_image(conv: &Conv2d, src: &[f32], img: &mut [f32]) {
+    let (i, ow) = (conv.input, conv.out_w());
+    for (row, patch_row) in src.chunks_exact(conv.patch()).enumerate() {
+        let (oy, ox) = (row / ow, row % ow);
+        let (x0, kj0, kj1) = window_cols(conv, ox);
+        for ki in 0..conv.kh {
+            let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
+            if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
+                continue;
+            }
+            let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
+            let len = (kj1 - kj0) * i.c;
+            let from = &patch_row[(ki * conv.kw + kj0) * i.c..][..len];
+            img[at..at + len]
+                .iter_mut()
+                .zip(from)
+                .for_each(|(d, &s)| *d += s);
+        }
+    }
+}
+
 pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
     let i = conv.input;
-    let (oh, ow, patch) = (conv.out_h(), conv.out_w(), conv.patch());
-    let per_image = oh * ow * patch;
+    let per_image = conv.out_h() * conv.out_w() * conv.patch();
     let tasks = image_tasks(ctx, i.slots, i.n, per_image);
     let outs = split_ranges(
         cols,
@@ -48,35 +110,14 @@ pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
     par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
         for (t, out) in images.clone().zip(out.chunks_exact_mut(per_image)) {
             let src = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
-            for (row, dst) in out.chunks_exact_mut(patch).enumerate() {
-                let (oy, ox) = (row / ow, row % ow);
-                // The window's columns inside the image, `kj0..kj1`: one
-                // copy per kernel row instead of one per pixel (a pixel of
-                // a 3-channel image is only 12 bytes).
-                let x0 = (ox * conv.stride) as isize - conv.pad as isize;
-                let kj0 = (-x0).clamp(0, conv.kw as isize) as usize;
-                let kj1 = (i.w as isize - x0).clamp(kj0 as isize, conv.kw as isize) as usize;
-                for ki in 0..conv.kh {
-                    let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
-                    let run = &mut dst[ki * conv.kw * i.c..(ki + 1) * conv.kw * i.c];
-                    if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
-                        run.fill(0.0);
-                        continue;
-                    }
-                    run[..kj0 * i.c].fill(0.0);
-                    run[kj1 * i.c..].fill(0.0);
-                    let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
-                    run[kj0 * i.c..kj1 * i.c].copy_from_slice(&src[at..at + (kj1 - kj0) * i.c]);
-                }
-            }
+            im2col_image(conv, src, out);
         }
     });
 }
 
 pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], accumulate: bool) {
     let i = conv.input;
-    let (oh, ow, patch) = (conv.out_h(), conv.out_w(), conv.patch());
-    let per_image = oh * ow * patch;
+    let per_image = conv.out_h() * conv.out_w() * conv.patch();
     let image_len = i.image_len();
     let tasks = image_tasks(ctx, i.slots, i.n, image_len);
     let outs = split_ranges(
@@ -88,31 +129,170 @@ pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], 
             if !accumulate {
                 img.fill(0.0);
             }
-            let src = &cols[t * per_image..(t + 1) * per_image];
-            // Scatter in a fixed order: output pixel, then kernel position
-            // (a kernel row's pixels are distinct, so adding the row's run
-            // at once keeps each pixel's order of sums).
-            for (row, patch_row) in src.chunks_exact(patch).enumerate() {
-                let (oy, ox) = (row / ow, row % ow);
-                let x0 = (ox * conv.stride) as isize - conv.pad as isize;
-                let kj0 = (-x0).clamp(0, conv.kw as isize) as usize;
-                let kj1 = (i.w as isize - x0).clamp(kj0 as isize, conv.kw as isize) as usize;
-                for ki in 0..conv.kh {
-                    let iy = (oy * conv.stride + ki) as isize - conv.pad as isize;
-                    if iy < 0 || iy >= i.h as isize || kj0 == kj1 {
-                        continue;
-                    }
-                    let at = (iy as usize * i.w + (x0 + kj0 as isize) as usize) * i.c;
-                    let len = (kj1 - kj0) * i.c;
-                    let from = &patch_row[(ki * conv.kw + kj0) * i.c..][..len];
-                    img[at..at + len]
-                        .iter_mut()
-                        .zip(from)
-                        .for_each(|(d, &s)| *d += s);
-                }
-            }
+            col2im_image(conv, &cols[t * per_image..(t + 1) * per_image], img);
         }
     });
+}
+
+// --- convolutions with the patch matrix made a chunk at a time -----------
+//
+// A whole batch's patch matrix is large (cnn-32's second convolution: 52 MB
+// at batch 64), so writing it, then reading it back into the GEMM, runs at
+// memory speed. Here each task makes the patches of a few images into a
+// per-thread buffer that fits in L2 and multiplies them at once, so the
+// GEMM reads them from cache and the whole matrix never exists.
+
+/// Patch-matrix bytes a task makes and multiplies at a time: a quarter of a
+/// core's L2 on the machines we measured (1-4 MiB), leaving room for the
+/// GEMM's packed panels.
+const CHUNK_BYTES: usize = 512 << 10;
+
+/// Per slot, the filter gradient is summed in this many fixed image groups
+/// (fewer when there are fewer images), each a task of its own, then the
+/// groups' partial sums are added in order. Fixed, so that the bits depend
+/// on neither the thread count nor the other slots of the call.
+const FILTER_GROUPS: usize = 8;
+
+thread_local! {
+    /// A task's patch chunk, kept between calls: pool threads live as
+    /// long as their lane, and the chunk is the same size every iteration.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with_borrow_mut(|v| {
+        if v.len() < len {
+            v.resize(len, 0.0);
+        }
+        f(&mut v[..len])
+    })
+}
+
+/// Images per chunk: as many whole images' patches as fit `CHUNK_BYTES`.
+fn chunk_images(conv: &Conv2d) -> usize {
+    let per_image = conv.out_h() * conv.out_w() * conv.patch() * 4;
+    (CHUNK_BYTES / per_image.max(1)).clamp(1, conv.input.n.max(1))
+}
+
+/// `(slot, images)` for every slot, its images cut into runs of `per`.
+fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
+    (0..i.slots)
+        .flat_map(|s| {
+            (0..i.n)
+                .step_by(per.max(1))
+                .map(move |lo| (s, lo..(lo + per).min(i.n)))
+        })
+        .collect()
+}
+
+/// `y = im2col(x) . w` per slot, a chunk of images per task.
+pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut [f32]) {
+    let (conv, oc) = (&op.conv, op.out_c);
+    let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
+    let tasks = slot_chunks(&i, chunk_images(conv));
+    let outs = split_ranges(
+        y,
+        tasks.iter().map(|(s, r)| {
+            let at = |img: usize| (s * i.n + img) * pixels * oc;
+            at(r.start)..at(r.end)
+        }),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
+        let rows = images.len() * pixels;
+        with_scratch(rows * patch, |cols| {
+            for (img, dst) in images.clone().zip(cols.chunks_exact_mut(pixels * patch)) {
+                im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst);
+            }
+            let w = &w[s * op.weight_stride..][..patch * oc];
+            gemm::sgemm_one((rows, oc, patch), (cols, false), (w, false), 0.0, out);
+        });
+    });
+}
+
+/// `dx = col2im(dy . w^T)` per slot (added to `dx` when `accumulate_dx`), a
+/// chunk of images per task.
+pub(crate) fn conv2d_data_grad(ctx: &CpuCtx, op: &ConvGemm, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    let (conv, oc, accumulate) = (&op.conv, op.out_c, op.accumulate_dx);
+    let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
+    let image_len = i.image_len();
+    let tasks = slot_chunks(&i, chunk_images(conv));
+    let outs = split_ranges(
+        dx,
+        tasks.iter().map(|(s, r)| {
+            let at = |img: usize| (s * i.n + img) * image_len;
+            at(r.start)..at(r.end)
+        }),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
+        let rows = images.len() * pixels;
+        with_scratch(rows * patch, |cols| {
+            let dy = &dy[(s * i.n + images.start) * pixels * oc..][..rows * oc];
+            let w = &w[s * op.weight_stride..][..patch * oc];
+            gemm::sgemm_one((rows, patch, oc), (dy, false), (w, true), 0.0, cols);
+            for (src, img) in cols
+                .chunks_exact(pixels * patch)
+                .zip(out.chunks_exact_mut(image_len))
+            {
+                if !accumulate {
+                    img.fill(0.0);
+                }
+                col2im_image(conv, src, img);
+            }
+        });
+    });
+}
+
+/// `dw = im2col(x)^T . dy` per slot (overwritten): each of a slot's image
+/// groups sums its chunks into a partial gradient, then the partials are
+/// added in group order.
+pub(crate) fn conv2d_filter_grad(
+    ctx: &CpuCtx,
+    op: &ConvGemm,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+) {
+    let (conv, oc) = (&op.conv, op.out_c);
+    let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
+    let (len, per) = (patch * oc, chunk_images(conv));
+    let groups = FILTER_GROUPS.min(i.n).max(1);
+    let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
+        .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
+        .collect();
+    let mut partials = vec![0.0f32; tasks.len() * len];
+    par::run(
+        ctx,
+        tasks.iter().zip(partials.chunks_exact_mut(len)),
+        |((s, images), part)| {
+            let mut beta = 0.0;
+            for lo in images.clone().step_by(per) {
+                let chunk = lo..(lo + per).min(images.end);
+                let rows = chunk.len() * pixels;
+                with_scratch(rows * patch, |cols| {
+                    for (img, dst) in chunk.clone().zip(cols.chunks_exact_mut(pixels * patch)) {
+                        im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst);
+                    }
+                    let dy = &dy[(s * i.n + chunk.start) * pixels * oc..][..rows * oc];
+                    gemm::sgemm_one((patch, oc, rows), (cols, true), (dy, false), beta, part);
+                });
+                beta = 1.0;
+            }
+        },
+    );
+    let outs = split_ranges(
+        dw,
+        (0..i.slots).map(|s| s * op.weight_stride..s * op.weight_stride + len),
+    );
+    par::run(
+        ctx,
+        partials.chunks_exact(groups * len).zip(outs),
+        |(parts, out)| {
+            out.copy_from_slice(&parts[..len]);
+            for part in parts[len..].chunks_exact(len) {
+                out.iter_mut().zip(part).for_each(|(d, &p)| *d += p);
+            }
+        },
+    );
 }
 
 /// Whether `v` replaces `best` as a window's maximum: larger, or NaN over a

@@ -106,3 +106,37 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
         }
     });
 }
+
+/// One single-threaded `C = op(A) op(B) + beta * C` over contiguous
+/// row-major operands, `(m, n, k)`: the product of a task that is already
+/// one of many (the chunked convolutions).
+pub(crate) fn sgemm_one(
+    (m, n, k): (usize, usize, usize),
+    (a, trans_a): (&[f32], bool),
+    (b, trans_b): (&[f32], bool),
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    let (rsa, csa) = if trans_a { (1, m) } else { (k, 1) };
+    let (rsb, csb) = if trans_b { (1, k) } else { (n, 1) };
+    // SAFETY: the assert above bounds every element the call touches.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}

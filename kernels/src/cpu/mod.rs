@@ -9,13 +9,13 @@ mod par;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
     check_gemm, check_pool, check_range, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
+    ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
     DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, Precision, STATS_LEN, SgdSlot, Slots,
     round_bf16,
 };
@@ -538,6 +538,94 @@ impl Backend for CpuBackend {
         }
         let cols = src(OP, "cols", cols, c.cols_len())?;
         conv::col2im(ctx, c, cols, dst(OP, "dx", dx, c.input.len())?, accumulate);
+        Ok(())
+    }
+
+    fn conv2d(
+        &self,
+        ctx: &mut CpuCtx,
+        op: &ConvGemm,
+        x: View<'_, CpuBuf>,
+        w: View<'_, CpuBuf>,
+        cols: ViewMut<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "conv2d";
+        let g = op.forward();
+        if op.precision != Precision::Fp32 {
+            // Rounded inputs go through the GEMM's own path.
+            let off = cols.off;
+            self.im2col(ctx, &op.conv, x, at_mut(cols.buf, off))?;
+            return self.gemm(ctx, &g, at(cols.buf, off), w, y);
+        }
+        check_conv(OP, &op.conv)?;
+        if !check_gemm(&g)? {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, op.conv.input.extent())?;
+        let w = src(OP, "w", w, g.extents().1)?;
+        conv::conv2d(ctx, op, x, w, dst(OP, "y", y, op.out_len())?);
+        Ok(())
+    }
+
+    fn conv2d_filter_grad(
+        &self,
+        ctx: &mut CpuCtx,
+        op: &ConvGemm,
+        x: View<'_, CpuBuf>,
+        dy: View<'_, CpuBuf>,
+        cols: ViewMut<'_, CpuBuf>,
+        dw: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_filter_grad";
+        let g = op.filter_grad();
+        if op.precision != Precision::Fp32 {
+            let off = cols.off;
+            self.im2col(ctx, &op.conv, x, at_mut(cols.buf, off))?;
+            return self.gemm(ctx, &g, at(cols.buf, off), dy, dw);
+        }
+        check_conv(OP, &op.conv)?;
+        if !check_gemm(&g)? {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, op.conv.input.extent())?;
+        let dy = src(OP, "dy", dy, op.out_len())?;
+        conv::conv2d_filter_grad(ctx, op, x, dy, dst(OP, "dw", dw, g.extents().2)?);
+        Ok(())
+    }
+
+    fn conv2d_data_grad(
+        &self,
+        ctx: &mut CpuCtx,
+        op: &ConvGemm,
+        dy: View<'_, CpuBuf>,
+        w: View<'_, CpuBuf>,
+        cols: ViewMut<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_data_grad";
+        let accumulate = op.accumulate_dx;
+        let g = op.data_grad();
+        if op.precision != Precision::Fp32 {
+            let off = cols.off;
+            self.gemm(ctx, &g, dy, w, at_mut(cols.buf, off))?;
+            return self.col2im(ctx, &op.conv, at(cols.buf, off), dx, accumulate);
+        }
+        check_conv(OP, &op.conv)?;
+        if op.conv.input.is_empty() {
+            return Ok(());
+        }
+        let dx = dst(OP, "dx", dx, op.conv.input.len())?;
+        if !check_gemm(&g)? {
+            // No products (no output channels, say): a gradient of zeros.
+            if !accumulate {
+                dx.fill(0.0);
+            }
+            return Ok(());
+        }
+        let dy = src(OP, "dy", dy, op.out_len())?;
+        let w = src(OP, "w", w, g.extents().1)?;
+        conv::conv2d_data_grad(ctx, op, dy, w, dx);
         Ok(())
     }
 
