@@ -98,6 +98,25 @@ fn system_memory() -> usize {
         .unwrap_or(4 << 30)
 }
 
+/// `len` zeros from the allocator's `calloc`, where `vec![0.0; len]` with
+/// a fallible reservation would write every zero itself: fresh pages are
+/// zero already, so a large buffer costs nothing until it is used (the
+/// convolutions' patch buffer, say, which the CPU's chunked convolutions
+/// never touch). `None` when the allocation fails.
+fn zeroed(len: usize) -> Option<Vec<f32>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<f32>(len).ok()?;
+    // SAFETY: the layout has a non-zero size; all-zero bits are 0.0f32; the
+    // pointer comes from the global allocator with exactly the layout a
+    // `Vec<f32>` of capacity `len` frees it with.
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<f32>();
+        (!p.is_null()).then(|| Vec::from_raw_parts(p, len, len))
+    }
+}
+
 fn src<'a>(
     op: &'static str,
     what: &'static str,
@@ -163,11 +182,9 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_zeroed(&self, len: usize) -> Result<CpuBuf> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(len)
-            .map_err(|_| KernelError::OutOfMemory { requested: len * 4 })?;
-        v.resize(len, 0.0);
-        Ok(CpuBuf(v))
+        zeroed(len)
+            .map(CpuBuf)
+            .ok_or(KernelError::OutOfMemory { requested: len * 4 })
     }
 
     fn buf_len(&self, buf: &CpuBuf) -> usize {
