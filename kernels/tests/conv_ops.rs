@@ -462,6 +462,17 @@ fn max_pool_ties_go_to_the_first<B: Backend>(d: &mut D<B>) {
     d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
         .unwrap();
     assert_eq!(d.get(&dx), vec![0.0, 5.0, 0.0, 0.0]);
+    // A NaN is the window's maximum (it propagates), the first NaN taking
+    // the gradient; +0 and -0 tie.
+    for (x, want) in [
+        ([2.0, f32::NAN, 5.0, f32::NAN], [0.0, 5.0, 0.0, 0.0]),
+        ([-0.0, 0.0, -1.0, 0.0], [5.0, 0.0, 0.0, 0.0]),
+    ] {
+        let xb = d.put(&x);
+        d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
+            .unwrap();
+        assert_eq!(d.get(&dx), want, "window {x:?}");
+    }
 }
 
 /// Batch norm in training against float64 (output, saved statistics and the
