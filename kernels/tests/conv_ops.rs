@@ -937,3 +937,67 @@ kernels::device_tests!(
     add_adds,
     conv_ops_refuse_bad_geometry,
 );
+
+/// On the CPU the convolution ops give the same bits whatever the thread
+/// count: the output and the input's gradient are cut into tasks by
+/// threads (rows are independent), the weights' gradient by fixed image
+/// groups.
+#[test]
+fn cpu_conv_ops_do_not_depend_on_threads() {
+    let (n, h, w, c, oc) = (16, 16, 16, 8, 16);
+    let per = n * h * w * c;
+    let conv = conv_of(1, (n, h, w, c, 3, 1, 1), per);
+    let op = ConvGemm {
+        conv,
+        out_c: oc,
+        weight_stride: conv.patch() * oc,
+        precision: Precision::Fp32,
+        accumulate_dx: false,
+    };
+    let run = |threads: usize| {
+        let mut d = Dev::new(CpuBackend::new(), threads);
+        let x = d.put(&rand_vec(per, 300, 1.0));
+        let wb = d.put(&rand_vec(op.weight_stride, 301, 1.0));
+        let gb = d.put(&rand_vec(op.out_len(), 302, 1.0));
+        let (mut cols, mut y) = (d.zeros(0), d.zeros(op.out_len()));
+        let (mut dw, mut dx) = (d.zeros(op.weight_stride), d.zeros(per));
+        d.b.conv2d(
+            &mut d.ctx,
+            &op,
+            at(&x, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        d.b.conv2d_filter_grad(
+            &mut d.ctx,
+            &op,
+            at(&x, 0),
+            at(&gb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dw, 0),
+        )
+        .unwrap();
+        d.b.conv2d_data_grad(
+            &mut d.ctx,
+            &op,
+            at(&gb, 0),
+            at(&wb, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dx, 0),
+        )
+        .unwrap();
+        [d.get(&y), d.get(&dw), d.get(&dx)]
+    };
+    let one = run(1);
+    for threads in [2, 3] {
+        let got = run(threads);
+        for (what, (a, b)) in ["y", "dw", "dx"].iter().zip(one.iter().zip(&got)) {
+            assert!(
+                a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what} with {threads} threads"
+            );
+        }
+    }
+}

@@ -174,6 +174,19 @@ fn chunk_images(conv: &Conv2d) -> usize {
     (CHUNK_BYTES / per_image.max(1)).clamp(1, conv.input.n.max(1))
 }
 
+/// Images per task of a product whose rows are independent (the output and
+/// the input's gradient, where chunking cannot change a bit): what fits
+/// the cache, fewer where that leaves a thread idle, but never under
+/// the GEMM's smallest task.
+fn task_images(ctx: &CpuCtx, op: &ConvGemm) -> usize {
+    let conv = &op.conv;
+    let (i, fit) = (conv.input, chunk_images(conv));
+    let per_thread = i.n.div_ceil(ctx.threads().div_ceil(i.slots.max(1)).max(1));
+    let image_macs = conv.out_h() * conv.out_w() * conv.patch() * op.out_c;
+    let smallest = (gemm::MIN_MACS_PER_TASK / image_macs.max(1)).max(1);
+    fit.min(per_thread.max(smallest)).max(1)
+}
+
 /// `(slot, images)` for every slot, its images cut into runs of `per`.
 fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
     (0..i.slots)
@@ -189,7 +202,7 @@ fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
 pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut [f32]) {
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
-    let tasks = slot_chunks(&i, chunk_images(conv));
+    let tasks = slot_chunks(&i, task_images(ctx, op));
     let outs = split_ranges(
         y,
         tasks.iter().map(|(s, r)| {
@@ -215,7 +228,7 @@ pub(crate) fn conv2d_data_grad(ctx: &CpuCtx, op: &ConvGemm, dy: &[f32], w: &[f32
     let (conv, oc, accumulate) = (&op.conv, op.out_c, op.accumulate_dx);
     let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
     let image_len = i.image_len();
-    let tasks = slot_chunks(&i, chunk_images(conv));
+    let tasks = slot_chunks(&i, task_images(ctx, op));
     let outs = split_ranges(
         dx,
         tasks.iter().map(|(s, r)| {

@@ -26,7 +26,7 @@ impl OutPtr {
 }
 
 /// Below this many multiply-adds one product is not split across threads.
-const MIN_MACS_PER_TASK: usize = 1 << 18;
+pub(crate) const MIN_MACS_PER_TASK: usize = 1 << 18;
 
 #[derive(Clone, Copy)]
 struct Task {
