@@ -627,11 +627,15 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
         let all = f(d, k, &xb);
         let each = all.len() / k;
         for s in 0..k {
-            assert_eq!(
-                all[s * each..(s + 1) * each],
-                single(d, s, f)[..],
-                "{what} slot {s}"
-            );
+            let alone = single(d, s, f);
+            let slot = &all[s * each..(s + 1) * each];
+            // cuBLAS may pick another kernel for a batched product than
+            // for a single one, so ops with a GEMM agree to rounding there.
+            if what.starts_with("conv2d") && d.b.kind() != DeviceKind::Cpu {
+                assert_rel_max(&format!("{what} slot {s}"), slot, &alone, 1e-5);
+            } else {
+                assert_eq!(slot, &alone[..], "{what} slot {s}");
+            }
         }
     };
     let conv = |slots| conv_of(slots, (n, h, w, c, 3, 1, 1), per);
