@@ -397,9 +397,7 @@ pub trait Backend: Send + Sync + 'static {
         cols: ViewMut<'_, Self::Buf>,
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()> {
-        let cols_off = cols.off;
-        self.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols_off))?;
-        self.gemm(ctx, &op.forward(), at(cols.buf, cols_off), w, y)
+        by_patches::conv2d(self, ctx, op, x, w, cols, y)
     }
     /// The weights' gradient of [`Backend::conv2d`], `dw = im2col(x)^T . dy`
     /// per slot (overwritten). `cols` is scratch, as for `conv2d`.
@@ -412,9 +410,7 @@ pub trait Backend: Send + Sync + 'static {
         cols: ViewMut<'_, Self::Buf>,
         dw: ViewMut<'_, Self::Buf>,
     ) -> Result<()> {
-        let cols_off = cols.off;
-        self.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols_off))?;
-        self.gemm(ctx, &op.filter_grad(), at(cols.buf, cols_off), dy, dw)
+        by_patches::conv2d_filter_grad(self, ctx, op, x, dy, cols, dw)
     }
     /// The input's gradient of [`Backend::conv2d`], `col2im(dy . w^T)`, into
     /// packed images `dx` (overwritten, or added to when `op.accumulate_dx`).
@@ -427,9 +423,7 @@ pub trait Backend: Send + Sync + 'static {
         cols: ViewMut<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
     ) -> Result<()> {
-        let cols_off = cols.off;
-        self.gemm(ctx, &op.data_grad(), dy, w, at_mut(cols.buf, cols_off))?;
-        self.col2im(ctx, &op.conv, at(cols.buf, cols_off), dx, op.accumulate_dx)
+        by_patches::conv2d_data_grad(self, ctx, op, dy, w, cols, dx)
     }
     /// Max or average pooling of `x` into packed images `y` (see [`Pool2d`]).
     fn pool2d(
@@ -509,4 +503,52 @@ pub trait Backend: Send + Sync + 'static {
         x: View<'_, Self::Buf>,
         y: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
+}
+
+/// The convolution ops as the whole patch matrix and one GEMM: the
+/// `Backend` trait's provided methods, and what a backend that fuses them
+/// falls back to where it does not (the CPU in bf16).
+pub(crate) mod by_patches {
+    use super::{Backend, View, ViewMut, at, at_mut};
+    use crate::error::Result;
+    use crate::ops::ConvGemm;
+
+    pub(crate) fn conv2d<B: Backend + ?Sized>(
+        b: &B,
+        ctx: &mut B::Ctx,
+        op: &ConvGemm,
+        x: View<'_, B::Buf>,
+        w: View<'_, B::Buf>,
+        cols: ViewMut<'_, B::Buf>,
+        y: ViewMut<'_, B::Buf>,
+    ) -> Result<()> {
+        b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
+        b.gemm(ctx, &op.forward(), at(cols.buf, cols.off), w, y)
+    }
+
+    pub(crate) fn conv2d_filter_grad<B: Backend + ?Sized>(
+        b: &B,
+        ctx: &mut B::Ctx,
+        op: &ConvGemm,
+        x: View<'_, B::Buf>,
+        dy: View<'_, B::Buf>,
+        cols: ViewMut<'_, B::Buf>,
+        dw: ViewMut<'_, B::Buf>,
+    ) -> Result<()> {
+        b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
+        b.gemm(ctx, &op.filter_grad(), at(cols.buf, cols.off), dy, dw)
+    }
+
+    pub(crate) fn conv2d_data_grad<B: Backend + ?Sized>(
+        b: &B,
+        ctx: &mut B::Ctx,
+        op: &ConvGemm,
+        dy: View<'_, B::Buf>,
+        w: View<'_, B::Buf>,
+        cols: ViewMut<'_, B::Buf>,
+        dx: ViewMut<'_, B::Buf>,
+    ) -> Result<()> {
+        b.gemm(ctx, &op.data_grad(), dy, w, at_mut(cols.buf, cols.off))?;
+        b.col2im(ctx, &op.conv, at(cols.buf, cols.off), dx, op.accumulate_dx)
+    }
 }

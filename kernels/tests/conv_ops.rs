@@ -285,6 +285,47 @@ fn conv_grads_ref(
     (dx, dw)
 }
 
+/// `conv2d`, then its weights' and its input's gradients (`data`: the
+/// latter's op, whose input is packed), into a `dw` and a `dx` that held
+/// `dw0` and `dx0`: `[y, dw, dx]`.
+fn conv_ops<B: Backend>(
+    d: &mut D<B>,
+    (op, data): (&ConvGemm, &ConvGemm),
+    (x, w, gy): (&B::Buf, &B::Buf, &B::Buf),
+    (dw0, dx0): (&[f32], &[f32]),
+) -> [Vec<f32>; 3] {
+    let (mut cols, mut y) = (d.zeros(op.conv.cols_len()), d.zeros(op.out_len()));
+    let (mut dw, mut dx) = (d.put(dw0), d.put(dx0));
+    d.b.conv2d(
+        &mut d.ctx,
+        op,
+        at(x, 0),
+        at(w, 0),
+        at_mut(&mut cols, 0),
+        at_mut(&mut y, 0),
+    )
+    .unwrap();
+    d.b.conv2d_filter_grad(
+        &mut d.ctx,
+        op,
+        at(x, 0),
+        at(gy, 0),
+        at_mut(&mut cols, 0),
+        at_mut(&mut dw, 0),
+    )
+    .unwrap();
+    d.b.conv2d_data_grad(
+        &mut d.ctx,
+        data,
+        at(gy, 0),
+        at(w, 0),
+        at_mut(&mut cols, 0),
+        at_mut(&mut dx, 0),
+    )
+    .unwrap();
+    [d.get(&y), d.get(&dw), d.get(&dx)]
+}
+
 /// The convolution ops (`conv2d` and its two gradients) against float64
 /// references, over two slots whose images and weights lie apart with
 /// gaps, on shapes whose patches a backend may cut into many chunks
@@ -315,47 +356,18 @@ fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
         let gy = rand_vec(op.out_len(), seed + 2, 1.0);
         let base = rand_vec(slots * per, seed + 3, 1.0);
         let (xb, wb, gb) = (d.put(&x), d.put(&wts), d.put(&gy));
-        let mut cols = d.zeros(conv.cols_len());
-        let mut y = d.zeros(op.out_len());
-        d.b.conv2d(
-            &mut d.ctx,
-            &op,
-            at(&xb, 0),
-            at(&wb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut y, 0),
-        )
-        .unwrap();
-        let mut dw = d.put(&vec![7.0; op.weight_stride * slots]);
-        d.b.conv2d_filter_grad(
-            &mut d.ctx,
-            &op,
-            at(&xb, 0),
-            at(&gb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut dw, 0),
-        )
-        .unwrap();
-        let mut dxs = Vec::new();
+        let dw0 = vec![7.0; op.weight_stride * slots];
+        let (mut y, mut dw, mut dxs) = (Vec::new(), Vec::new(), Vec::new());
         for accumulate_dx in [false, true] {
-            let packed = ConvGemm {
+            let data = ConvGemm {
                 conv: conv_of(slots, (n, h, w, c, k, stride, pad), per),
                 accumulate_dx,
                 ..op
             };
-            let mut dx = d.put(&base);
-            d.b.conv2d_data_grad(
-                &mut d.ctx,
-                &packed,
-                at(&gb, 0),
-                at(&wb, 0),
-                at_mut(&mut cols, 0),
-                at_mut(&mut dx, 0),
-            )
-            .unwrap();
-            dxs.push(d.get(&dx));
+            let [yy, dww, dx] = conv_ops(d, (&op, &data), (&xb, &wb, &gb), (&dw0, &base));
+            (y, dw) = (yy, dww);
+            dxs.push(dx);
         }
-        let (y, dw) = (d.get(&y), d.get(&dw));
         for s in 0..slots {
             let xs = to64(&x[s * (per + 7)..][..per]);
             let ws = to64(&wts[s * op.weight_stride..][..patch * oc]);
@@ -657,11 +669,10 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
         d.get(&dx)
     });
     check(d, "conv2d and its gradients", &|d, slots, xb| {
-        let cv = conv(slots);
         let op = ConvGemm {
-            conv: cv,
+            conv: conv(slots),
             out_c: 5,
-            weight_stride: cv.patch() * 5,
+            weight_stride: conv(1).patch() * 5,
             precision: Precision::Fp32,
             accumulate_dx: false,
         };
@@ -669,44 +680,14 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
         let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
         let per_out = op.out_len() / slots;
         let gb = d.put(&rand_vec(per_out, 102, 1.0).repeat(slots));
-        let (mut cols, mut y) = (d.zeros(cv.cols_len()), d.zeros(op.out_len()));
-        let (mut dw, mut dx) = (d.zeros(slots * op.weight_stride), d.zeros(slots * per));
-        d.b.conv2d(
-            &mut d.ctx,
-            &op,
-            at(xb, 0),
-            at(&wb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut y, 0),
-        )
-        .unwrap();
-        d.b.conv2d_filter_grad(
-            &mut d.ctx,
-            &op,
-            at(xb, 0),
-            at(&gb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut dw, 0),
-        )
-        .unwrap();
-        d.b.conv2d_data_grad(
-            &mut d.ctx,
-            &op,
-            at(&gb, 0),
-            at(&wb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut dx, 0),
-        )
-        .unwrap();
-        let parts = [
-            (d.get(&y), per_out),
-            (d.get(&dw), op.weight_stride),
-            (d.get(&dx), per),
-        ];
+        let (dw0, dx0) = (vec![0.0; slots * op.weight_stride], vec![0.0; slots * per]);
+        let parts = conv_ops(d, (&op, &op), (xb, &wb, &gb), (&dw0, &dx0));
+        let each = [per_out, op.weight_stride, per];
         (0..slots)
             .flat_map(|s| {
                 parts
                     .iter()
+                    .zip(each)
                     .flat_map(move |(v, each)| v[s * each..(s + 1) * each].to_vec())
                     .collect::<Vec<_>>()
             })
@@ -963,36 +944,8 @@ fn cpu_conv_ops_do_not_depend_on_threads() {
         let x = d.put(&rand_vec(per, 300, 1.0));
         let wb = d.put(&rand_vec(op.weight_stride, 301, 1.0));
         let gb = d.put(&rand_vec(op.out_len(), 302, 1.0));
-        let (mut cols, mut y) = (d.zeros(0), d.zeros(op.out_len()));
-        let (mut dw, mut dx) = (d.zeros(op.weight_stride), d.zeros(per));
-        d.b.conv2d(
-            &mut d.ctx,
-            &op,
-            at(&x, 0),
-            at(&wb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut y, 0),
-        )
-        .unwrap();
-        d.b.conv2d_filter_grad(
-            &mut d.ctx,
-            &op,
-            at(&x, 0),
-            at(&gb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut dw, 0),
-        )
-        .unwrap();
-        d.b.conv2d_data_grad(
-            &mut d.ctx,
-            &op,
-            at(&gb, 0),
-            at(&wb, 0),
-            at_mut(&mut cols, 0),
-            at_mut(&mut dx, 0),
-        )
-        .unwrap();
-        [d.get(&y), d.get(&dw), d.get(&dx)]
+        let (dw0, dx0) = (vec![0.0; op.weight_stride], vec![0.0; per]);
+        conv_ops(&mut d, (&op, &op), (&x, &wb, &gb), (&dw0, &dx0))
     };
     let one = run(1);
     for threads in [2, 3] {

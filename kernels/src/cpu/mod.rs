@@ -9,7 +9,7 @@ mod par;
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, by_patches};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
     check_gemm, check_pool, check_range, shape_err,
@@ -571,9 +571,7 @@ impl Backend for CpuBackend {
         let g = op.forward();
         if op.precision != Precision::Fp32 {
             // Rounded inputs go through the GEMM's own path.
-            let off = cols.off;
-            self.im2col(ctx, &op.conv, x, at_mut(cols.buf, off))?;
-            return self.gemm(ctx, &g, at(cols.buf, off), w, y);
+            return by_patches::conv2d(self, ctx, op, x, w, cols, y);
         }
         check_conv(OP, &op.conv)?;
         if !check_gemm(&g)? {
@@ -597,9 +595,7 @@ impl Backend for CpuBackend {
         const OP: &str = "conv2d_filter_grad";
         let g = op.filter_grad();
         if op.precision != Precision::Fp32 {
-            let off = cols.off;
-            self.im2col(ctx, &op.conv, x, at_mut(cols.buf, off))?;
-            return self.gemm(ctx, &g, at(cols.buf, off), dy, dw);
+            return by_patches::conv2d_filter_grad(self, ctx, op, x, dy, cols, dw);
         }
         check_conv(OP, &op.conv)?;
         if !check_gemm(&g)? {
@@ -624,9 +620,7 @@ impl Backend for CpuBackend {
         let accumulate = op.accumulate_dx;
         let g = op.data_grad();
         if op.precision != Precision::Fp32 {
-            let off = cols.off;
-            self.gemm(ctx, &g, dy, w, at_mut(cols.buf, off))?;
-            return self.col2im(ctx, &op.conv, at(cols.buf, off), dx, accumulate);
+            return by_patches::conv2d_data_grad(self, ctx, op, dy, w, cols, dx);
         }
         check_conv(OP, &op.conv)?;
         if op.conv.input.is_empty() {
