@@ -511,7 +511,12 @@ pub trait Backend: Send + Sync + 'static {
 pub(crate) mod by_patches {
     use super::{Backend, View, ViewMut, at, at_mut};
     use crate::error::Result;
-    use crate::ops::ConvGemm;
+    use crate::ops::{Batched, ConvGemm};
+
+    /// The output rows' shape, for the bias.
+    fn rows(op: &ConvGemm) -> Batched {
+        Batched::new(op.conv.input.slots, op.conv.out_rows(), op.out_c)
+    }
 
     pub(crate) fn conv2d<B: Backend + ?Sized>(
         b: &B,
@@ -523,7 +528,18 @@ pub(crate) mod by_patches {
         y: ViewMut<'_, B::Buf>,
     ) -> Result<()> {
         b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
-        b.gemm(ctx, &op.forward(), at(cols.buf, cols.off), w, y)
+        b.gemm(
+            ctx,
+            &op.forward(),
+            at(cols.buf, cols.off),
+            w,
+            at_mut(y.buf, y.off),
+        )?;
+        if op.bias {
+            let bias = at(w.buf, w.off + op.conv.patch() * op.out_c);
+            b.bias_add(ctx, rows(op), op.weight_stride, y, bias)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn conv2d_filter_grad<B: Backend + ?Sized>(
@@ -536,7 +552,18 @@ pub(crate) mod by_patches {
         dw: ViewMut<'_, B::Buf>,
     ) -> Result<()> {
         b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
-        b.gemm(ctx, &op.filter_grad(), at(cols.buf, cols.off), dy, dw)
+        b.gemm(
+            ctx,
+            &op.filter_grad(),
+            at(cols.buf, cols.off),
+            dy,
+            at_mut(dw.buf, dw.off),
+        )?;
+        if op.bias {
+            let db = at_mut(dw.buf, dw.off + op.conv.patch() * op.out_c);
+            b.col_sum(ctx, rows(op), op.weight_stride, dy, db)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn conv2d_data_grad<B: Backend + ?Sized>(

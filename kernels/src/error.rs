@@ -175,6 +175,23 @@ pub(crate) fn check_conv(op: &'static str, c: &crate::ops::Conv2d) -> Result<()>
     check_slot_stride(op, &i)
 }
 
+/// A convolution's geometry ([`check_conv`]), and slots' weights (with
+/// their bias) that do not overlap.
+pub(crate) fn check_conv_gemm(op: &'static str, c: &crate::ops::ConvGemm) -> Result<()> {
+    check_conv(op, &c.conv)?;
+    if c.conv.input.slots > 1 && c.weight_stride < c.weights_len() {
+        return Err(shape_err(
+            op,
+            format!(
+                "weight_stride {} is smaller than a slot's weights ({})",
+                c.weight_stride,
+                c.weights_len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A pooling window that fits the image, and a positive stride.
 pub(crate) fn check_pool(op: &'static str, p: &crate::ops::Pool2d) -> Result<()> {
     let i = p.input;

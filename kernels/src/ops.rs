@@ -468,6 +468,10 @@ pub struct ConvGemm {
     /// Whether the input's gradient is added onto what its buffer holds
     /// (a unit read by two others) instead of overwriting it, as GEMM's beta.
     pub accumulate_dx: bool,
+    /// Whether each slot's weights are followed by a bias of `out_c`, the
+    /// weights' last row as if every patch ended with a 1: `conv2d` adds
+    /// it, `conv2d_filter_grad` writes its gradient after the weights'.
+    pub bias: bool,
 }
 
 impl ConvGemm {
@@ -508,6 +512,14 @@ impl ConvGemm {
                 m * patch,
             )
             .precision(self.precision)
+    }
+    /// Elements of one slot's weights, the bias included.
+    pub fn weights_len(&self) -> usize {
+        (self.conv.patch() + usize::from(self.bias)) * self.out_c
+    }
+    /// Elements the weights' view must hold, from its offset.
+    pub fn weights_extent(&self) -> usize {
+        self.conv.input.slots.saturating_sub(1) * self.weight_stride + self.weights_len()
     }
     /// Elements of the packed output (and of its gradient).
     pub fn out_len(&self) -> usize {

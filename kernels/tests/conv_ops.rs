@@ -338,19 +338,25 @@ fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
         .copied()
         .chain([(10, 24, 24, 8, 5, 1, 2, 6), (19, 8, 8, 3, 3, 1, 1, 5)])
         .collect();
-    for (case, &(n, h, w, c, k, stride, pad, oc)) in cases.iter().enumerate() {
+    let with_bias = cases
+        .iter()
+        .enumerate()
+        .flat_map(|c| [(c, false), (c, true)]);
+    for ((case, &(n, h, w, c, k, stride, pad, oc)), bias) in with_bias {
         let slots = 2;
         let per = n * h * w * c;
         let conv = conv_of(slots, (n, h, w, c, k, stride, pad), per + 7);
         let (patch, rows) = (conv.patch(), conv.out_rows());
-        let op = ConvGemm {
+        let mut op = ConvGemm {
             conv,
             out_c: oc,
-            weight_stride: patch * oc + 5,
+            weight_stride: 0,
             precision: Precision::Fp32,
             accumulate_dx: false,
+            bias,
         };
-        let seed = 200 + 10 * case as u64;
+        op.weight_stride = op.weights_len() + 5;
+        let seed = 200 + 10 * case as u64 + u64::from(bias);
         let x = rand_vec((per + 7) * slots, seed, 1.0);
         let wts = rand_vec(op.weight_stride * slots, seed + 1, 1.0);
         let gy = rand_vec(op.out_len(), seed + 2, 1.0);
@@ -373,13 +379,25 @@ fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
             let ws = to64(&wts[s * op.weight_stride..][..patch * oc]);
             let gs = to64(&gy[s * rows * oc..][..rows * oc]);
             let dims = (n, h, w, c);
-            let want_y = conv_ref(&xs, &ws, dims, k, stride, pad, oc);
-            let what = |t: &str| format!("conv case {case} slot {s} {t}");
+            let mut want_y = conv_ref(&xs, &ws, dims, k, stride, pad, oc);
+            let (want_dx, mut want_dw) = conv_grads_ref(&xs, &ws, &gs, dims, k, stride, pad, oc);
+            if bias {
+                // The bias: added to every output row; its gradient is
+                // the output gradient's column sums, after the weights'.
+                let b = to64(&wts[s * op.weight_stride + patch * oc..][..oc]);
+                want_y
+                    .chunks_exact_mut(oc)
+                    .for_each(|r| r.iter_mut().zip(&b).for_each(|(y, b)| *y += b));
+                let mut db = vec![0.0; oc];
+                gs.chunks_exact(oc)
+                    .for_each(|r| db.iter_mut().zip(r).for_each(|(d, g)| *d += g));
+                want_dw.extend(db);
+            }
+            let what = |t: &str| format!("conv case {case} bias {bias} slot {s} {t}");
             assert_close(&what("y"), &y[s * rows * oc..][..rows * oc], &want_y, 1e-5);
-            let (want_dx, want_dw) = conv_grads_ref(&xs, &ws, &gs, dims, k, stride, pad, oc);
             let dws = &dw[s * op.weight_stride..][..op.weight_stride];
-            assert_close(&what("dw"), &dws[..patch * oc], &want_dw, 1e-5);
-            assert_eq!(dws[patch * oc..], [7.0; 5], "{}", what("dw's gap"));
+            assert_close(&what("dw"), &dws[..op.weights_len()], &want_dw, 1e-5);
+            assert_eq!(dws[op.weights_len()..], [7.0; 5], "{}", what("dw's gap"));
             assert_close(&what("dx"), &dxs[0][s * per..][..per], &want_dx, 1e-5);
             let want_acc: Vec<f64> = want_dx
                 .iter()
@@ -672,9 +690,10 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
         let op = ConvGemm {
             conv: conv(slots),
             out_c: 5,
-            weight_stride: conv(1).patch() * 5,
+            weight_stride: (conv(1).patch() + 1) * 5,
             precision: Precision::Fp32,
             accumulate_dx: false,
+            bias: true,
         };
         // The same weights and output gradient for every slot.
         let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
@@ -935,9 +954,10 @@ fn cpu_conv_ops_do_not_depend_on_threads() {
     let op = ConvGemm {
         conv,
         out_c: oc,
-        weight_stride: conv.patch() * oc,
+        weight_stride: (conv.patch() + 1) * oc,
         precision: Precision::Fp32,
         accumulate_dx: false,
+        bias: true,
     };
     let run = |threads: usize| {
         let mut d = Dev::new(CpuBackend::new(), threads);
@@ -956,5 +976,42 @@ fn cpu_conv_ops_do_not_depend_on_threads() {
                 "{what} with {threads} threads"
             );
         }
+    }
+}
+
+/// In bf16 the CPU runs the convolution ops as the whole patch matrix, a
+/// GEMM and the bias as ops of their own (`by_patches`, what CUDA runs):
+/// with the bias, they agree with the fp32 ops to bf16's rounding.
+#[test]
+fn cpu_bf16_conv_ops_with_a_bias_agree_with_fp32() {
+    let (n, h, w, c, oc) = (3, 6, 6, 4, 5);
+    let per = n * h * w * c;
+    let conv = conv_of(2, (n, h, w, c, 3, 1, 1), per);
+    let fp32 = ConvGemm {
+        conv,
+        out_c: oc,
+        weight_stride: (conv.patch() + 1) * oc + 3,
+        precision: Precision::Fp32,
+        accumulate_dx: false,
+        bias: true,
+    };
+    let bf16 = ConvGemm {
+        precision: Precision::Bf16,
+        ..fp32
+    };
+    let mut d = Dev::new(CpuBackend::new(), 2);
+    let x = d.put(&rand_vec(2 * per, 400, 1.0));
+    // Biases far from zero, so that a lost bias shows.
+    let mut wv = rand_vec(2 * fp32.weight_stride, 401, 1.0);
+    for s in 0..2 {
+        wv[s * fp32.weight_stride + conv.patch() * oc..][..oc].fill(3.0);
+    }
+    let wb = d.put(&wv);
+    let gb = d.put(&rand_vec(fp32.out_len(), 402, 1.0));
+    let (dw0, dx0) = (vec![0.0; 2 * fp32.weight_stride], vec![0.0; 2 * per]);
+    let want = conv_ops(&mut d, (&fp32, &fp32), (&x, &wb, &gb), (&dw0, &dx0));
+    let got = conv_ops(&mut d, (&bf16, &bf16), (&x, &wb, &gb), (&dw0, &dx0));
+    for (what, (g, w)) in ["y", "dw and db", "dx"].iter().zip(got.iter().zip(&want)) {
+        assert_rel_max(what, g, w, 2e-2);
     }
 }

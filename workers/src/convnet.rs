@@ -221,7 +221,8 @@ impl<B: Backend> ConvWorkspace<B> {
         }
     }
 
-    /// Unit `u`'s convolution of `input`, its weights `n` apart per slot.
+    /// Unit `u`'s convolution of `input`, its weights `n` apart per slot;
+    /// a unit without batch norm has a bias, right after its weights.
     fn conv_gemm(u: &ConvUnit, input: Images, n: usize, precision: Precision) -> ConvGemm {
         ConvGemm {
             conv: Self::conv_op(u, input),
@@ -229,6 +230,7 @@ impl<B: Backend> ConvWorkspace<B> {
             weight_stride: n,
             precision,
             accumulate_dx: false,
+            bias: u.running_off.is_none(),
         }
     }
 
@@ -318,17 +320,8 @@ impl<B: Backend> ConvWorkspace<B> {
                     }
                     ub
                 }
-                _ => {
-                    let shape = Batched::new(k, m, o.c);
-                    b.bias_add(
-                        ctx,
-                        shape,
-                        n,
-                        at_mut(&mut self.z[i], 0),
-                        at(params, u.b_off),
-                    )?;
-                    &mut self.z[i]
-                }
+                // The bias was added by the convolution.
+                _ => &mut self.z[i],
             };
             if let Some(j) = u.skip {
                 b.add(ctx, len, at(&self.a[j], 0), at_mut(pre, 0))?;
@@ -397,7 +390,7 @@ impl<B: Backend> ConvWorkspace<B> {
                     at_mut(&mut self.da[i], 0),
                 )?;
             }
-            let (m, len) = (rows * o.h * o.w, k * rows * o.len());
+            let len = k * rows * o.len();
             let pre = self.u[i].as_ref().unwrap_or(&self.z[i]);
             let act = ActivationOp {
                 activation: self.activation,
@@ -435,11 +428,8 @@ impl<B: Backend> ConvWorkspace<B> {
                     )?;
                     &*dz
                 }
-                _ => {
-                    let shape = Batched::new(k, m, o.c);
-                    b.col_sum(ctx, shape, n, at(&self.dpre, 0), at_mut(grads, u.b_off))?;
-                    &self.dpre
-                }
+                // The bias's gradient comes with the weights'.
+                _ => &self.dpre,
             };
             let (x, images) = unit_input::<B>(&self.a, &self.p, u, k, rows, data, data_stride);
             let op = Self::conv_gemm(u, images, n, self.precision);

@@ -52,12 +52,14 @@ fn window_cols(conv: &Conv2d, ox: usize) -> (isize, usize, usize) {
     (x0, kj0, kj1)
 }
 
-/// One image's patch matrix (`out_h * out_w` rows of `patch`). A kernel
-/// row's in-image run is one copy: a pixel of a 3-channel image is only
-/// 12 bytes, too little to copy alone.
-fn im2col_image(conv: &Conv2d, src: &[f32], out: &mut [f32]) {
+/// One image's patch matrix (`out_h * out_w` rows, `ld` apart: `patch`,
+/// or one more for a trailing 1 that multiplies a bias). A kernel row's
+/// in-image run is one copy: a pixel of a 3-channel image is only 12
+/// bytes, too little to copy alone.
+fn im2col_image(conv: &Conv2d, src: &[f32], out: &mut [f32], ld: usize) {
     let (i, ow) = (conv.input, conv.out_w());
-    for (row, dst) in out.chunks_exact_mut(conv.patch()).enumerate() {
+    for (row, dst) in out.chunks_exact_mut(ld).enumerate() {
+        dst[conv.patch()..].fill(1.0);
         let (oy, ox) = (row / ow, row % ow);
         let (x0, kj0, kj1) = window_cols(conv, ox);
         for ki in 0..conv.kh {
@@ -110,7 +112,7 @@ pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
     par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
         for (t, out) in images.clone().zip(out.chunks_exact_mut(per_image)) {
             let src = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
-            im2col_image(conv, src, out);
+            im2col_image(conv, src, out, conv.patch());
         }
     });
 }
@@ -198,10 +200,12 @@ fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
         .collect()
 }
 
-/// `y = im2col(x) . w` per slot, a chunk of images per task.
+/// `y = im2col(x) . w` per slot (`+ bias`, a trailing 1 in each patch row
+/// times the weights' last row), a chunk of images per task.
 pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut [f32]) {
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
+    let ld = patch + usize::from(op.bias);
     let tasks = slot_chunks(&i, task_images(ctx, op));
     let outs = split_ranges(
         y,
@@ -212,12 +216,12 @@ pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut 
     );
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let rows = images.len() * pixels;
-        with_scratch(rows * patch, |cols| {
-            for (img, dst) in images.clone().zip(cols.chunks_exact_mut(pixels * patch)) {
-                im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst);
+        with_scratch(rows * ld, |cols| {
+            for (img, dst) in images.clone().zip(cols.chunks_exact_mut(pixels * ld)) {
+                im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst, ld);
             }
-            let w = &w[s * op.weight_stride..][..patch * oc];
-            gemm::sgemm_one((rows, oc, patch), (cols, false), (w, false), 0.0, out);
+            let w = &w[s * op.weight_stride..][..ld * oc];
+            gemm::sgemm_one((rows, oc, ld), (cols, false), (w, false), 0.0, out);
         });
     });
 }
@@ -255,7 +259,8 @@ pub(crate) fn conv2d_data_grad(ctx: &CpuCtx, op: &ConvGemm, dy: &[f32], w: &[f32
     });
 }
 
-/// `dw = im2col(x)^T . dy` per slot (overwritten): each of a slot's image
+/// `dw = im2col(x)^T . dy` per slot (overwritten; with a bias, its
+/// gradient, the column sums of `dy`, is the last row): each of a slot's image
 /// groups sums its chunks into a partial gradient, then the partials are
 /// added in group order.
 pub(crate) fn conv2d_filter_grad(
@@ -267,7 +272,8 @@ pub(crate) fn conv2d_filter_grad(
 ) {
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
-    let (len, per) = (patch * oc, chunk_images(conv));
+    let ld = patch + usize::from(op.bias);
+    let (len, per) = (ld * oc, chunk_images(conv));
     let groups = FILTER_GROUPS.min(i.n).max(1);
     let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
         .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
@@ -281,12 +287,12 @@ pub(crate) fn conv2d_filter_grad(
             for lo in images.clone().step_by(per) {
                 let chunk = lo..(lo + per).min(images.end);
                 let rows = chunk.len() * pixels;
-                with_scratch(rows * patch, |cols| {
-                    for (img, dst) in chunk.clone().zip(cols.chunks_exact_mut(pixels * patch)) {
-                        im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst);
+                with_scratch(rows * ld, |cols| {
+                    for (img, dst) in chunk.clone().zip(cols.chunks_exact_mut(pixels * ld)) {
+                        im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst, ld);
                     }
                     let dy = &dy[(s * i.n + chunk.start) * pixels * oc..][..rows * oc];
-                    gemm::sgemm_one((patch, oc, rows), (cols, true), (dy, false), beta, part);
+                    gemm::sgemm_one((ld, oc, rows), (cols, true), (dy, false), beta, part);
                 });
                 beta = 1.0;
             }

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, by_patches};
 use crate::error::{
-    KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
-    check_gemm, check_pool, check_range, shape_err,
+    KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv,
+    check_conv_gemm, check_dropout, check_gemm, check_pool, check_range, shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
@@ -573,12 +573,12 @@ impl Backend for CpuBackend {
             // Rounded inputs go through the GEMM's own path.
             return by_patches::conv2d(self, ctx, op, x, w, cols, y);
         }
-        check_conv(OP, &op.conv)?;
+        check_conv_gemm(OP, op)?;
         if !check_gemm(&g)? {
             return Ok(());
         }
         let x = src(OP, "x", x, op.conv.input.extent())?;
-        let w = src(OP, "w", w, g.extents().1)?;
+        let w = src(OP, "w", w, op.weights_extent())?;
         conv::conv2d(ctx, op, x, w, dst(OP, "y", y, op.out_len())?);
         Ok(())
     }
@@ -597,13 +597,13 @@ impl Backend for CpuBackend {
         if op.precision != Precision::Fp32 {
             return by_patches::conv2d_filter_grad(self, ctx, op, x, dy, cols, dw);
         }
-        check_conv(OP, &op.conv)?;
+        check_conv_gemm(OP, op)?;
         if !check_gemm(&g)? {
             return Ok(());
         }
         let x = src(OP, "x", x, op.conv.input.extent())?;
         let dy = src(OP, "dy", dy, op.out_len())?;
-        conv::conv2d_filter_grad(ctx, op, x, dy, dst(OP, "dw", dw, g.extents().2)?);
+        conv::conv2d_filter_grad(ctx, op, x, dy, dst(OP, "dw", dw, op.weights_extent())?);
         Ok(())
     }
 
@@ -622,7 +622,7 @@ impl Backend for CpuBackend {
         if op.precision != Precision::Fp32 {
             return by_patches::conv2d_data_grad(self, ctx, op, dy, w, cols, dx);
         }
-        check_conv(OP, &op.conv)?;
+        check_conv_gemm(OP, op)?;
         if op.conv.input.is_empty() {
             return Ok(());
         }
