@@ -385,9 +385,10 @@ pub trait Backend: Send + Sync + 'static {
         dx: ViewMut<'_, Self::Buf>,
         accumulate: bool,
     ) -> Result<()>;
-    /// A convolution's output, `y = im2col(x) . w` per slot (see
-    /// [`ConvGemm`]). `cols` is scratch of `conv.cols_len()` elements.
-    /// Provided as the patch matrix then one GEMM; a backend may fuse them.
+    /// A convolution's output, `y = im2col(x) . w` per slot, plus the bias
+    /// where `op.bias` (see [`ConvGemm`]). `cols` is scratch of
+    /// `conv.cols_len()` elements. Provided as the patch matrix, one GEMM
+    /// and `bias_add`; a backend may fuse them.
     fn conv2d(
         &self,
         ctx: &mut Self::Ctx,
@@ -400,7 +401,8 @@ pub trait Backend: Send + Sync + 'static {
         by_patches::conv2d(self, ctx, op, x, w, cols, y)
     }
     /// The weights' gradient of [`Backend::conv2d`], `dw = im2col(x)^T . dy`
-    /// per slot (overwritten). `cols` is scratch, as for `conv2d`.
+    /// per slot (overwritten), then the bias's, `dy`'s column sums, where
+    /// `op.bias`. `cols` is scratch, as for `conv2d`.
     fn conv2d_filter_grad(
         &self,
         ctx: &mut Self::Ctx,
