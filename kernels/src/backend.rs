@@ -512,7 +512,7 @@ pub trait Backend: Send + Sync + 'static {
 /// falls back to where it does not (the CPU in bf16).
 pub(crate) mod by_patches {
     use super::{Backend, View, ViewMut, at, at_mut};
-    use crate::error::Result;
+    use crate::error::{Result, check_conv_gemm};
     use crate::ops::{Batched, ConvGemm};
 
     /// The output rows' shape, for the bias.
@@ -529,6 +529,7 @@ pub(crate) mod by_patches {
         cols: ViewMut<'_, B::Buf>,
         y: ViewMut<'_, B::Buf>,
     ) -> Result<()> {
+        check_conv_gemm("conv2d", op)?;
         b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
         b.gemm(
             ctx,
@@ -553,6 +554,7 @@ pub(crate) mod by_patches {
         cols: ViewMut<'_, B::Buf>,
         dw: ViewMut<'_, B::Buf>,
     ) -> Result<()> {
+        check_conv_gemm("conv2d_filter_grad", op)?;
         b.im2col(ctx, &op.conv, x, at_mut(cols.buf, cols.off))?;
         b.gemm(
             ctx,
@@ -577,6 +579,7 @@ pub(crate) mod by_patches {
         cols: ViewMut<'_, B::Buf>,
         dx: ViewMut<'_, B::Buf>,
     ) -> Result<()> {
+        check_conv_gemm("conv2d_data_grad", op)?;
         b.gemm(ctx, &op.data_grad(), dy, w, at_mut(cols.buf, cols.off))?;
         b.col2im(ctx, &op.conv, at(cols.buf, cols.off), dx, op.accumulate_dx)
     }

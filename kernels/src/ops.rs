@@ -513,9 +513,13 @@ impl ConvGemm {
             )
             .precision(self.precision)
     }
+    /// Rows of one slot's weights: one per patch column, and the bias.
+    pub fn weight_rows(&self) -> usize {
+        self.conv.patch() + usize::from(self.bias)
+    }
     /// Elements of one slot's weights, the bias included.
     pub fn weights_len(&self) -> usize {
-        (self.conv.patch() + usize::from(self.bias)) * self.out_c
+        self.weight_rows() * self.out_c
     }
     /// Elements the weights' view must hold, from its offset.
     pub fn weights_extent(&self) -> usize {

@@ -200,12 +200,27 @@ fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
         .collect()
 }
 
+/// The patch rows of `images` of `slot` into `cols`, each `op.weight_rows()`
+/// long (a trailing 1 where the weights end with a bias).
+fn chunk_patches(op: &ConvGemm, x: &[f32], slot: usize, images: Range<usize>, cols: &mut [f32]) {
+    let (conv, ld) = (&op.conv, op.weight_rows());
+    let i = conv.input;
+    let per_image = conv.out_h() * conv.out_w() * ld;
+    for (img, dst) in images.zip(cols.chunks_exact_mut(per_image)) {
+        im2col_image(
+            conv,
+            &x[image_at(&i, slot, img)..][..i.image_len()],
+            dst,
+            ld,
+        );
+    }
+}
+
 /// `y = im2col(x) . w` per slot (`+ bias`, a trailing 1 in each patch row
 /// times the weights' last row), a chunk of images per task.
 pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut [f32]) {
     let (conv, oc) = (&op.conv, op.out_c);
-    let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
-    let ld = patch + usize::from(op.bias);
+    let (i, pixels, ld) = (conv.input, conv.out_h() * conv.out_w(), op.weight_rows());
     let tasks = slot_chunks(&i, task_images(ctx, op));
     let outs = split_ranges(
         y,
@@ -217,9 +232,7 @@ pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut 
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let rows = images.len() * pixels;
         with_scratch(rows * ld, |cols| {
-            for (img, dst) in images.clone().zip(cols.chunks_exact_mut(pixels * ld)) {
-                im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst, ld);
-            }
+            chunk_patches(op, x, *s, images.clone(), cols);
             let w = &w[s * op.weight_stride..][..ld * oc];
             gemm::sgemm_one((rows, oc, ld), (cols, false), (w, false), 0.0, out);
         });
@@ -271,9 +284,8 @@ pub(crate) fn conv2d_filter_grad(
     dw: &mut [f32],
 ) {
     let (conv, oc) = (&op.conv, op.out_c);
-    let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
-    let ld = patch + usize::from(op.bias);
-    let (len, per) = (ld * oc, chunk_images(conv));
+    let (i, pixels, ld) = (conv.input, conv.out_h() * conv.out_w(), op.weight_rows());
+    let (len, per) = (op.weights_len(), chunk_images(conv));
     let groups = FILTER_GROUPS.min(i.n).max(1);
     let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
         .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
@@ -288,9 +300,7 @@ pub(crate) fn conv2d_filter_grad(
                 let chunk = lo..(lo + per).min(images.end);
                 let rows = chunk.len() * pixels;
                 with_scratch(rows * ld, |cols| {
-                    for (img, dst) in chunk.clone().zip(cols.chunks_exact_mut(pixels * ld)) {
-                        im2col_image(conv, &x[image_at(&i, *s, img)..][..i.image_len()], dst, ld);
-                    }
+                    chunk_patches(op, x, *s, chunk.clone(), cols);
                     let dy = &dy[(s * i.n + chunk.start) * pixels * oc..][..rows * oc];
                     gemm::sgemm_one((ld, oc, rows), (cols, true), (dy, false), beta, part);
                 });
