@@ -1101,3 +1101,55 @@ fn an_exploit_copies_a_paused_donor_into_a_paused_receiver_on_the_device() {
         "the exploit changed the receiver's course"
     );
 }
+
+/// A fused group whose members are all dropped at one boundary (pruned,
+/// as the runner prunes members) reports nothing more; the core must
+/// still end it and free its lane. It once spun on the empty group for
+/// ever, the lane's only job, and the study behind it never finished.
+#[test]
+fn a_group_whose_members_are_all_dropped_ends_and_frees_its_lane() {
+    let data = data();
+    for policy in [Policy::Priority, Policy::Fifo, Policy::Pack] {
+        let (core, rx) = cpu_core(CoreConfig::cpu(policy, 1, 1, 1 << 30));
+        // Long enough that the group is still streaking when the drops
+        // arrive, however loaded the machine is.
+        let members = (0..2)
+            .map(|i| {
+                let trial = TrainTrial::new_on_host(data.clone(), cfg(16, i, 10_000)).unwrap();
+                (i, trial)
+            })
+            .collect();
+        let group = training::FusedTrials::new(members).unwrap();
+        let control = group.control();
+        let id = core.submit(Box::new(group), 0.0, "d");
+        // Its first report: the group is resident and running.
+        let first = rx.recv_timeout(std::time::Duration::from_secs(60));
+        let mut ended = None;
+        if let Ok(ev) = first {
+            let mut ev = Some(ev);
+            while let Some(e) = ev.take() {
+                if matches!(e, CoreEvent::Members { .. }) {
+                    control.drop_member(0);
+                    control.drop_member(1);
+                }
+                if let CoreEvent::GroupEnded { job, .. } = e {
+                    ended = Some(job);
+                    break;
+                }
+                ev = rx.recv_timeout(std::time::Duration::from_secs(30)).ok();
+            }
+        }
+        if ended != Some(id) {
+            // A lane that spins would keep `shutdown` waiting too.
+            std::mem::forget(core);
+            panic!("{policy:?}: the emptied group never ended");
+        }
+        // The lane is free: a lone job runs to its end.
+        let c = cfg(8, 7, 1);
+        let lone = core.submit(job(&data, &c), 0.0, "d");
+        let log = drain(&rx, 1, |_| {});
+        assert_eq!(log.reports[&lone], alone(&data, &c), "{policy:?}");
+        assert_eq!(core.ledger().used(), 0, "{policy:?}: everything released");
+        core.shutdown();
+    }
+}

@@ -167,10 +167,10 @@ impl<B: Backend> Running<B> {
     /// lane meanwhile, so nothing else touches its memory.
     fn streak(&mut self, lane: &mut Lane<B>, shared: &Shared<B>, segment: &mut Segment) {
         let lane_id = lane.id();
-        let mut keep = continues(&self.result) && shared.lock().keeps(lane_id, self.id);
+        let mut keep = self.goes_on() && shared.lock().keeps(lane_id, self.id);
         if keep {
             self.mark(lane);
-            keep = continues(&self.result);
+            keep = self.goes_on();
         }
         while keep {
             let next = self.job.step(lane);
@@ -181,8 +181,17 @@ impl<B: Backend> Running<B> {
             st.count_iteration(lane_id, self.id, end - self.t0, true);
             self.t0 = end;
             self.result = waited.and(next);
-            keep = continues(&self.result) && st.keeps(lane_id, self.id);
+            keep = self.goes_on() && st.keeps(lane_id, self.id);
         }
+    }
+
+    /// Whether the job's next iteration may be queued at once: its step
+    /// [`continues`], and it still holds a trial. A fused group whose
+    /// members were all dropped at a boundary reports nothing, so only its
+    /// return to the table ends it; a streak that went on would spin on
+    /// the empty group and hold the lane for ever.
+    fn goes_on(&self) -> bool {
+        continues(&self.result) && self.job.live_members() > 0
     }
 }
 
@@ -261,7 +270,7 @@ fn run_steps<B: Backend>(
         // gap either. This job goes back to the table once its last is
         // done. Where ops run when called (the CPU), the last iteration
         // is already done: nothing to overlap.
-        let next = (continues(&run.result) && lane.backend().asynchronous())
+        let next = (run.goes_on() && lane.backend().asynchronous())
             .then(|| {
                 let mut st = shared.lock();
                 st.hand_over(id, run.id)
