@@ -115,6 +115,20 @@ impl Checkpoints {
         self.dir.join(format!("pbt-{trial_id}.g{generation}.state"))
     }
 
+    /// Where an external worker of `trial_id`, held by run `run`, saves its
+    /// state at point `generation` for other processes; the writer then
+    /// puts it at [`Checkpoints::point_path`] under the run's claim.
+    pub fn point_saving_path(
+        &self,
+        trial_id: TrialId,
+        generation: u64,
+        run: crate::storage::RunId,
+    ) -> PathBuf {
+        let _ = std::fs::create_dir_all(&self.dir);
+        self.dir
+            .join(format!("pbt-{trial_id}.g{generation}.run{run}.saving"))
+    }
+
     /// Deletes the exploit-point files of `finished` trials: once no
     /// process of the study runs any more, or at the next start.
     pub fn sweep_points(&self, finished: &[TrialId]) {

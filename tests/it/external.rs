@@ -1166,3 +1166,19 @@ fn a_killed_pbt_study_of_external_workers_resumes_to_the_end() {
         "no member exploited twice at one point"
     );
 }
+
+/// Two processes share one population of NumPy workers: a receiver may
+/// take the other process's member's state, from the file its worker saved
+/// at the point (stored under that process's claim), and both decide each
+/// generation alike (the body of the built-in trials' test).
+#[test]
+fn two_processes_share_one_pbt_population_of_external_workers() {
+    if !has_numpy("two_processes_share_one_pbt_population_of_external_workers") {
+        return;
+    }
+    let study = numpy_study("shared", 8, 12, "")
+        .replace("trials = 8\n", "")
+        .replace("hidden = { int = [8, 64] }", "hidden = 16")
+        + "\n[pbt]\npopulation = 8\ninterval = 1\n";
+    crate::pbt::two_processes_share_one_pbt_population(&study, false);
+}

@@ -367,14 +367,14 @@ fn optuna_reads_a_member_s_schedule() {
 /// may be the other process's (its state read from the file it stored at
 /// the point), and both decide each generation alike. The first process
 /// is started with `--trials 4` so that each holds four members, and held
-/// still (SIGSTOP) while the second starts.
-fn two_processes_share_one_pbt_population(postgres: bool) {
+/// still (SIGSTOP) while the second starts. `file`: a study named
+/// `shared` of eight members with eleven exploit points.
+pub(crate) fn two_processes_share_one_pbt_population(file: &str, postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
     let Some((db, _cluster)) = database(dir.path(), "shared", postgres) else {
         return;
     };
-    let file = population("shared", 3).replace("epochs = 6", "epochs = 12");
-    write(dir.path(), "p.toml", &file);
+    write(dir.path(), "p.toml", file);
     let spawn = |more: &[&str]| {
         Running::spawn(
             bin()
@@ -435,6 +435,7 @@ fn two_processes_share_one_pbt_population(postgres: bool) {
         v.sort();
         v
     };
+    let maximise = db.texts("SELECT CAST(direction AS TEXT) FROM study_directions") == ["MAXIMIZE"];
     let worst = |g: i64| -> Vec<i64> {
         let mut at: Vec<(f64, i64)> = db
             .texts(&format!(
@@ -448,7 +449,10 @@ fn two_processes_share_one_pbt_population(postgres: bool) {
                 (v.parse().unwrap(), n.parse().unwrap())
             })
             .collect();
-        // val_accuracy is maximised: the worst are the lowest.
+        // The worst first: the lowest where the study maximises.
+        if !maximise {
+            at.iter_mut().for_each(|x| x.0 = -x.0);
+        }
         at.sort_by(|x, y| x.0.total_cmp(&y.0).then(y.1.cmp(&x.1)));
         let mut w: Vec<i64> = at.iter().take(2).map(|x| x.1).collect();
         w.sort();
@@ -483,14 +487,19 @@ fn two_processes_share_one_pbt_population(postgres: bool) {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// Eight MLPs of [`population`], twelve epochs: eleven exploit points.
+fn shared_population() -> String {
+    population("shared", 3).replace("epochs = 6", "epochs = 12")
+}
+
 #[test]
 fn two_processes_share_one_pbt_population_on_sqlite() {
-    two_processes_share_one_pbt_population(false);
+    two_processes_share_one_pbt_population(&shared_population(), false);
 }
 
 #[test]
 fn two_processes_share_one_pbt_population_on_postgres() {
-    two_processes_share_one_pbt_population(true);
+    two_processes_share_one_pbt_population(&shared_population(), true);
 }
 
 /// Two processes share a population and one is killed (`kill -9`) after

@@ -26,7 +26,7 @@ use crate::group::{LossStats, ModelGroup};
 use crate::hparams::SlotHparams;
 use crate::job::{
     DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,
-    StepOutcome, donor_state,
+    StepOutcome, StoredState, donor_state,
 };
 use crate::lane::Lane;
 use crate::state::TrialSnapshot;
@@ -555,9 +555,10 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
         &mut self,
         lane: &mut Lane<B>,
         tag: Option<u64>,
-        state: TrialSnapshot,
+        state: StoredState,
         new: &NewValues,
     ) -> Result<usize> {
+        let state = state.into_snapshot()?;
         let tag = tag.ok_or_else(|| WorkerError::Config("name the member that takes".into()))?;
         let (s, m) = self.member(tag)?;
         let h = m.trial.exploit_hparams(new)?;

@@ -177,6 +177,34 @@ pub enum NewValues {
     Params(String),
 }
 
+/// A PBT donor's state as another process stored it at an exploit point
+/// (see [`Job::exploit_stored`]).
+#[derive(Debug)]
+pub enum StoredState {
+    /// A built-in trial's, read from its point file.
+    Snapshot(TrialSnapshot),
+    /// An external worker's: the file its script saved, in the script's
+    /// own checkpoint format, and where in training the donor was.
+    File {
+        path: std::path::PathBuf,
+        iteration: u64,
+        step: u64,
+    },
+}
+
+impl StoredState {
+    /// A built-in trial's state; an external worker's file is refused.
+    pub fn into_snapshot(self) -> Result<TrialSnapshot> {
+        match self {
+            StoredState::Snapshot(s) => Ok(s),
+            StoredState::File { path, .. } => Err(crate::WorkerError::Config(format!(
+                "a built-in trial cannot take an external worker's saved state ({})",
+                path.display()
+            ))),
+        }
+    }
+}
+
 /// A donor's whole state on the host: a lone trial's, or its member
 /// `tag`'s.
 pub fn donor_state<B: Backend>(
@@ -286,7 +314,7 @@ pub trait Job<B: Backend>: Send {
         &mut self,
         _lane: &mut Lane<B>,
         _tag: Option<u64>,
-        _state: TrialSnapshot,
+        _state: StoredState,
         _new: &NewValues,
     ) -> Result<usize> {
         Err(crate::WorkerError::Config(

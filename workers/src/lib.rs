@@ -48,7 +48,7 @@ pub use fused::{FusedControl, FusedTrials};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
     DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,
-    ReportExtras, StepOutcome, SwapMedium,
+    ReportExtras, StepOutcome, StoredState, SwapMedium,
 };
 pub use lane::Lane;
 pub use model::{LossKind, ModelSpec};

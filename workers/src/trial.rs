@@ -17,7 +17,7 @@ use crate::error::{Result, WorkerError};
 use crate::group::{GroupShape, LossStats, ModelGroup, SlotState};
 use crate::hparams::SlotHparams;
 use crate::job::{
-    DeviceSlot, Footprint, FusionKey, Job, NewValues, Report, StepOutcome, donor_state,
+    DeviceSlot, Footprint, FusionKey, Job, NewValues, Report, StepOutcome, StoredState, donor_state,
 };
 use crate::lane::Lane;
 use crate::model::{ConvNetSpec, ImageShape, LossKind, ModelSpec};
@@ -612,9 +612,10 @@ impl<B: Backend> Job<B> for TrainTrial<B> {
         &mut self,
         lane: &mut Lane<B>,
         _tag: Option<u64>,
-        state: TrialSnapshot,
+        state: StoredState,
         new: &NewValues,
     ) -> Result<usize> {
+        let state = state.into_snapshot()?;
         let h = self.exploit_hparams(new)?;
         let bytes = self.take_donor_state(lane, state)?;
         if let Some(g) = self.group.as_mut() {

@@ -51,8 +51,8 @@ use std::time::Instant;
 
 use kernels::Backend;
 use training::{
-    Footprint, Job, Lane, MemberOutcome, MemberStep, NewValues, Report, StepOutcome, SwapMedium,
-    TrialSnapshot, WorkerError, lane::GroupShape,
+    Footprint, Job, Lane, MemberOutcome, MemberStep, NewValues, Report, StepOutcome, StoredState,
+    SwapMedium, WorkerError, lane::GroupShape,
 };
 
 use super::ledger::{LaneLoad, LedgerSnapshot, MemoryLedger, Placement, place};
@@ -237,6 +237,14 @@ pub enum CoreEvent {
         error: Option<String>,
         state: Option<training::TrialSnapshot>,
     },
+    /// A trial's state saved to `path` for other processes' PBT receivers
+    /// ([`SalusCore::save_state`]), or why it could not be (`error`; the
+    /// trial goes on either way).
+    Saved {
+        trial: TrialRef,
+        path: std::path::PathBuf,
+        error: Option<String>,
+    },
     /// `iterations` consecutive iterations of `job` on `lane`, in seconds
     /// since the core started.
     Segment {
@@ -294,6 +302,9 @@ struct Entry<B: Backend> {
     /// group's member) takes the donor's state and continues with the new
     /// values.
     exploit: Vec<(Option<u64>, Donor, NewValues)>,
+    /// Files to save this job's state to, for other processes
+    /// ([`SalusCore::save_state`]), with the member each is for.
+    saves: Vec<(Option<u64>, std::path::PathBuf)>,
     prune: bool,
     iterations: u64,
 }
@@ -321,6 +332,7 @@ impl<B: Backend> Entry<B> {
             swap_out: false,
             release: false,
             exploit: Vec::new(),
+            saves: Vec::new(),
             prune: false,
         }
     }
@@ -359,6 +371,12 @@ enum Work<B: Backend> {
     Release(JobId, Box<dyn Job<B>>),
     /// PBT's exploit (`Job::exploit`): the receiver, then the donor.
     Exploit(Exploit<B>),
+    /// Saves for other processes (`Job::save_for_exploit`).
+    Save(
+        JobId,
+        Box<dyn Job<B>>,
+        Vec<(Option<u64>, std::path::PathBuf)>,
+    ),
 }
 
 /// An exploit a lane carries out: both jobs are out of the table meanwhile
@@ -375,7 +393,7 @@ enum DonorWork<B: Backend> {
     /// A trial of this core, its job taken out of the table (`None`: the
     /// receiver's own fused group).
     Held(TrialRef, Option<Box<dyn Job<B>>>),
-    Stored(Box<TrialSnapshot>),
+    Stored(Box<StoredState>),
 }
 
 /// Where an exploit's donor state comes from.
@@ -384,7 +402,7 @@ pub enum Donor {
     Held(TrialRef),
     /// A state read from storage: the donor is another process's, on a
     /// study they share.
-    Stored(Box<TrialSnapshot>),
+    Stored(Box<StoredState>),
 }
 
 /// A trial as the core holds it: a lone job, or member `member` (its tag)
@@ -613,6 +631,14 @@ impl<B: Backend> SalusCore<B> {
         self.with_job(receiver.job, |e| {
             e.exploit.push((receiver.member, donor, new))
         });
+    }
+
+    /// Saves `trial`'s whole state to `path` at its next boundary, while it
+    /// does not run (`Job::save_for_exploit`: an external worker's own
+    /// checkpoint format), for another process's PBT receivers; says so
+    /// with [`CoreEvent::Saved`].
+    pub fn save_state(&self, trial: TrialRef, path: std::path::PathBuf) {
+        self.with_job(trial.job, |e| e.saves.push((trial.member, path)));
     }
 
     /// Ends a job at its next boundary.
@@ -1004,6 +1030,12 @@ impl<B: Backend> State<B> {
         {
             return Some(Work::Release(id, self.take(id)));
         }
+        if let Some((&id, _)) = self.jobs.iter().find(|(_, e)| {
+            (e.lane == Some(lane) || e.lane.is_none()) && !e.saves.is_empty() && !e.running()
+        }) {
+            let saves = std::mem::take(&mut self.jobs.get_mut(&id).expect("job").saves);
+            return Some(Work::Save(id, self.take(id), saves));
+        }
         if let Some((receiver, donor, new)) = self.exploit_for(lane) {
             let job = self.take(receiver.job);
             let donor = match donor {
@@ -1056,7 +1088,12 @@ impl<B: Backend> State<B> {
                 movable: Vec::new(),
             });
             w.busy += 1;
-            if !e.running() && !e.swap_out && !e.release && e.exploit.is_empty() {
+            if !e.running()
+                && !e.swap_out
+                && !e.release
+                && e.exploit.is_empty()
+                && e.saves.is_empty()
+            {
                 w.movable.push(e.sched);
             }
         }
@@ -1156,10 +1193,10 @@ impl<B: Backend> State<B> {
     fn lane_free(&self, lane: LaneId) -> bool {
         !self.stop
             && !self.drop_shapes.contains_key(&lane)
-            && !self
-                .jobs
-                .values()
-                .any(|e| e.lane == Some(lane) && (e.swap_out || e.release || !e.exploit.is_empty()))
+            && !self.jobs.values().any(|e| {
+                e.lane == Some(lane)
+                    && (e.swap_out || e.release || !e.exploit.is_empty() || !e.saves.is_empty())
+            })
     }
 
     /// The policy's pick for `lane` while it holds `running` with one

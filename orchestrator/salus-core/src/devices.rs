@@ -225,11 +225,17 @@ impl<B: Backend> DeviceCores<B> {
     pub fn exploit_stored(
         &self,
         receiver: TrialRef,
-        state: training::TrialSnapshot,
+        state: training::StoredState,
         new: training::NewValues,
     ) {
         self.core(receiver.job)
             .exploit(receiver, Donor::Stored(Box::new(state)), new);
+    }
+
+    /// Saves `trial`'s state to `path` for other processes
+    /// ([`SalusCore::save_state`]).
+    pub fn save_state(&self, trial: TrialRef, path: std::path::PathBuf) {
+        self.core(trial.job).save_state(trial, path)
     }
 
     pub fn swap_out(&self, id: JobId) {

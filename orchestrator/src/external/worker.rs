@@ -49,7 +49,7 @@ use training::group::GroupShape;
 use training::state::TrialSnapshot;
 use training::{
     Footprint, FusionKey, Job, Lane, LossKind, ModelSpec, NewValues, OptimizerFamily, Report,
-    StepOutcome, SwapMedium, WorkerError,
+    StepOutcome, StoredState, SwapMedium, WorkerError,
 };
 
 use super::protocol::{self, FromWorker, MemoryReport, ToWorker};
@@ -258,6 +258,16 @@ pub fn shut_down_workers() {
 /// Where a PBT donor saves the state a trial with checkpoint file
 /// `checkpoint` takes: beside it, and kept while the trial may restart
 /// from it.
+/// An exploit's new values for an external worker: its parameters.
+fn exploit_params(new: &NewValues) -> training::Result<Value> {
+    let NewValues::Params(json) = new else {
+        return Err(fail(
+            "an external worker takes parameters, not a built-in trial's hyper-parameters",
+        ));
+    };
+    serde_json::from_str(json).map_err(|e| fail(format!("the new parameters are not JSON: {e}")))
+}
+
 pub fn exploit_path(checkpoint: &Path) -> PathBuf {
     let mut p = checkpoint.as_os_str().to_owned();
     p.push(".exploit");
@@ -1080,23 +1090,87 @@ impl<B: Backend> Job<B> for ExternalTrial {
         _donor_tag: Option<u64>,
         new: &NewValues,
     ) -> training::Result<usize> {
-        let NewValues::Params(json) = new else {
-            return Err(fail(
-                "an external worker takes parameters, not a built-in trial's hyper-parameters",
-            ));
-        };
-        let params: Value = serde_json::from_str(json)
-            .map_err(|e| fail(format!("the new parameters are not JSON: {e}")))?;
+        let params = exploit_params(new)?;
         let staged = exploit_path(&self.checkpoint_path);
         donor.save_for_exploit(lane, &staged)?;
-        let bytes = std::fs::metadata(&staged).map_or(0, |m| m.len() as usize);
         let iteration = donor.iterations_done();
         let step = donor.report().map_or(0, |r| r.step);
+        self.last_report = donor.report().cloned();
+        self.take_saved(staged, params, iteration, step)
+    }
+
+    /// Takes another process's donor's state, from the file its worker
+    /// saved at the point (copied first: that file goes once every
+    /// receiver has moved on), as [`Job::exploit`] takes a donor's own.
+    fn exploit_stored(
+        &mut self,
+        _lane: &mut Lane<B>,
+        _tag: Option<u64>,
+        state: StoredState,
+        new: &NewValues,
+    ) -> training::Result<usize> {
+        let StoredState::File {
+            path,
+            iteration,
+            step,
+        } = state
+        else {
+            return Err(fail(
+                "an external worker takes another worker's saved file, not a built-in trial's state",
+            ));
+        };
+        let params = exploit_params(new)?;
+        let staged = exploit_path(&self.checkpoint_path);
+        std::fs::copy(&path, &staged).map_err(|e| {
+            fail(format!(
+                "cannot copy the donor's saved state {}: {e}",
+                path.display()
+            ))
+        })?;
+        self.take_saved(staged, params, iteration, step)
+    }
+
+    fn releasable_bytes(&self) -> usize {
+        // Only a version 2 client measures; it must be waiting to answer.
+        let waiting = self.proc.as_ref().is_some_and(|p| p.ready);
+        match self.measured {
+            Some(m) if waiting && !self.on_host => m.cached as usize,
+            _ => 0,
+        }
+    }
+
+    /// Asks the waiting worker to empty its allocator's cache.
+    fn release_cache(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
+        if Job::<B>::releasable_bytes(self) == 0 {
+            return Ok(0);
+        }
+        let bytes = self.ask(ToWorker::ReleaseCache, "released", |m| match m {
+            FromWorker::Released { bytes } => Some(*bytes),
+            _ => None,
+        })?;
+        if let Some(m) = self.measured.as_mut() {
+            m.cached = 0;
+        }
+        Ok(bytes as usize)
+    }
+}
+
+impl ExternalTrial {
+    /// Goes on from the state saved in `staged` with `params`, at
+    /// `iteration` and report `step`: in process where the client can load
+    /// it, else by a restart from it (the process keeps its grant).
+    fn take_saved(
+        &mut self,
+        staged: PathBuf,
+        params: Value,
+        iteration: u64,
+        step: u64,
+    ) -> training::Result<usize> {
+        let bytes = std::fs::metadata(&staged).map_or(0, |m| m.len() as usize);
         self.params = params.clone();
         self.resume_from = Some(staged.display().to_string());
         (self.iteration, self.last_step) = (iteration, step);
         self.resume_point = (iteration, step);
-        self.last_report = donor.report().cloned();
         let Some(version) = self.proc.as_ref().map(|p| p.version) else {
             // Not running: its next start is from the donor's state.
             return Ok(bytes);
@@ -1132,30 +1206,6 @@ impl<B: Backend> Job<B> for ExternalTrial {
             self.spawn()?;
         }
         Ok(bytes)
-    }
-
-    fn releasable_bytes(&self) -> usize {
-        // Only a version 2 client measures; it must be waiting to answer.
-        let waiting = self.proc.as_ref().is_some_and(|p| p.ready);
-        match self.measured {
-            Some(m) if waiting && !self.on_host => m.cached as usize,
-            _ => 0,
-        }
-    }
-
-    /// Asks the waiting worker to empty its allocator's cache.
-    fn release_cache(&mut self, _lane: &mut Lane<B>) -> training::Result<usize> {
-        if Job::<B>::releasable_bytes(self) == 0 {
-            return Ok(0);
-        }
-        let bytes = self.ask(ToWorker::ReleaseCache, "released", |m| match m {
-            FromWorker::Released { bytes } => Some(*bytes),
-            _ => None,
-        })?;
-        if let Some(m) = self.measured.as_mut() {
-            m.cached = 0;
-        }
-        Ok(bytes as usize)
     }
 }
 

@@ -310,6 +310,27 @@ impl Runner<'_> {
                 };
                 self.pbt_exploited(st, receiver, copied, error)
             }
+            CoreEvent::Saved { trial, path, error } => {
+                let run = match trial.member {
+                    Some(m) => TrialHandle::Member(MemberId(m)),
+                    None => TrialHandle::Alone(trial.job),
+                };
+                let number = st.in_flight.get(&run).map(|f| f.pending.number);
+                let failed = match st.pbt.as_mut() {
+                    Some(pop) => pop.keep_saved_state(run, path, error),
+                    None => {
+                        let _ = std::fs::remove_file(&path);
+                        error
+                    }
+                };
+                if let (Some(why), Some(number)) = (failed, number) {
+                    self.reporter.note(&format!(
+                        "pbt: trial {number} could not save its state for other processes' \
+                         members at this point: {why}"
+                    ));
+                }
+                Ok(())
+            }
             telemetry => self.telemetry(st, telemetry),
         }
     }

@@ -25,11 +25,12 @@
 //! still meets at every point.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use kernels::Backend;
-use training::NewValues;
+use training::{NewValues, StoredState};
 
-use super::pbt_shared::{Others, Remote, SharedPoints, read_point_state};
+use super::pbt_shared::{Others, PointState, Remote, SharedPoints, read_point_state};
 use super::{MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::pbt::{Exploit, PbtConfig, Standing};
@@ -83,7 +84,32 @@ impl Population {
             .get(&run)
             .is_some_and(|&(_, i)| i == state.iteration)
         {
-            self.shared.keep(run, state, shared);
+            self.shared.keep(run, PointState::Snapshot(state), shared);
+        }
+    }
+
+    /// An external member's state at its point, saved to `file` by its
+    /// worker for other processes (`error`: it could not be; its row goes
+    /// without). A member that has moved on since discards it.
+    pub(super) fn keep_saved_state(
+        &mut self,
+        run: TrialHandle,
+        file: PathBuf,
+        error: Option<String>,
+    ) -> Option<String> {
+        match (self.at_point.get(&run), error) {
+            (Some(&(_, iteration)), None) => {
+                self.shared
+                    .keep(run, PointState::Saved { iteration, file }, true);
+                None
+            }
+            (at, error) => {
+                let _ = std::fs::remove_file(&file);
+                if at.is_some() {
+                    self.shared.unkept(run);
+                }
+                error
+            }
         }
     }
 
@@ -168,10 +194,11 @@ impl Runner<'_> {
                 pop.at_point.insert(run, (g, iteration));
                 Ok(())
             }
-            (Some(g), TrialHandle::Alone(_)) => {
+            (Some(g), TrialHandle::Alone(job)) => {
                 pop.at_point.insert(run, (g, iteration));
                 st.pause(run);
                 st.release(run);
+                self.pbt_save_for_peers(st, run, job, g);
                 self.pbt_meet(st, false)
             }
             (None, _) => {
@@ -179,6 +206,33 @@ impl Runner<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// An external member at point `g` of a study other processes share:
+    /// its worker saves its state there, for their receivers (see
+    /// `pbt_shared`). Built-in members' states come with their checkpoints.
+    fn pbt_save_for_peers<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        run: TrialHandle,
+        job: JobId,
+        g: u64,
+    ) {
+        let (Some(_), Some(c), Some(f), Some(pop)) = (
+            &self.study.worker,
+            &self.checkpoints,
+            st.in_flight.get(&run),
+            st.pbt.as_mut(),
+        ) else {
+            return;
+        };
+        if st.liveness.elsewhere == 0 {
+            pop.shared.unkept(run);
+            return;
+        }
+        let claim = f.pending.claim;
+        let path = c.point_saving_path(claim.trial_id, g, claim.run_id);
+        st.core.save_state(TrialRef::alone(job), path);
     }
 
     /// After fused group `g`'s step: when every member it trains is at the
@@ -407,7 +461,17 @@ impl Runner<'_> {
             };
             if let Some(r) = stored {
                 let read = std::time::Instant::now();
-                match r.state_file.as_deref().map(read_point_state) {
+                // An external worker reads its donor's file itself.
+                let external = self.study.worker.is_some();
+                let state = r.state_file.as_ref().map(|path| match external {
+                    true => Ok(StoredState::File {
+                        path: path.clone(),
+                        iteration: r.iteration,
+                        step: r.step,
+                    }),
+                    false => read_point_state(path).map(StoredState::Snapshot),
+                });
+                match state {
                     Some(Ok(state)) => {
                         st.core.exploit_stored(receiver, state, new);
                         let read_s = read.elapsed().as_secs_f64();

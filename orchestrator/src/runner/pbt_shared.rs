@@ -26,8 +26,12 @@
 //! finished members go when the last process of the study ends, or when a
 //! run next starts.
 //!
-//! Built-in trials only: an external worker's state is its own script's
-//! file, so a command worker's population exploits within each process.
+//! An external worker's state is its own script's file: at a point, the
+//! core asks the worker to save it (`Job::save_for_exploit`, to a
+//! `.saving` file of this run's), and the row takes those bytes as a
+//! built-in member's take its snapshot's. A receiver of another process
+//! restarts (or reloads in place) from that file, as from a donor of its
+//! own (`StoredState::File`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -55,9 +59,10 @@ const STATE_GRACE: Duration = Duration::from_secs(5);
 #[derive(Default)]
 pub(super) struct SharedPoints {
     /// Each member's state at the point it waits at, from the checkpoint
-    /// that follows its report; members that reached it while nobody
-    /// shared the study have none, and nobody waits for it.
-    states: BTreeMap<TrialHandle, TrialSnapshot>,
+    /// that follows its report (an external worker's, from the file it
+    /// saved); members that reached it while nobody shared the study have
+    /// none, and nobody waits for it.
+    states: BTreeMap<TrialHandle, PointState>,
     unkept: BTreeSet<TrialHandle>,
     /// The generation this run last synced for (who shares the study is
     /// read once a generation).
@@ -70,20 +75,68 @@ pub(super) struct SharedPoints {
     said_why_not: bool,
 }
 
+/// A member's state at its point, as the row will carry it.
+pub(super) enum PointState {
+    /// A built-in trial's.
+    Snapshot(TrialSnapshot),
+    /// An external worker's, in the file it saved (its own format).
+    Saved { iteration: u64, file: PathBuf },
+}
+
+impl PointState {
+    fn iteration(&self) -> u64 {
+        match self {
+            PointState::Snapshot(s) => s.iteration,
+            PointState::Saved { iteration, .. } => *iteration,
+        }
+    }
+
+    /// The bytes to store; a saved file is read and removed (the row's
+    /// file replaces it). `None` where it cannot be read.
+    fn into_bytes(self) -> Option<Vec<u8>> {
+        match self {
+            PointState::Snapshot(s) => Some(s.to_bytes()),
+            PointState::Saved { file, .. } => {
+                let bytes = std::fs::read(&file).ok();
+                let _ = std::fs::remove_file(&file);
+                bytes
+            }
+        }
+    }
+
+    /// Removes what it holds on disk, unused.
+    fn discard(self) {
+        if let PointState::Saved { file, .. } = self {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
 impl SharedPoints {
     /// `run`'s state at the point it waits at, kept only where the study
     /// is `shared` (a state is as large as the model and its optimizer's).
-    pub(super) fn keep(&mut self, run: TrialHandle, state: TrialSnapshot, shared: bool) {
+    pub(super) fn keep(&mut self, run: TrialHandle, state: PointState, shared: bool) {
         if shared {
-            self.states.insert(run, state);
+            if let Some(old) = self.states.insert(run, state) {
+                old.discard();
+            }
         } else {
+            state.discard();
             self.unkept.insert(run);
         }
     }
 
+    /// `run`'s state at its point could not be saved: its row goes
+    /// without one, at once.
+    pub(super) fn unkept(&mut self, run: TrialHandle) {
+        self.unkept.insert(run);
+    }
+
     /// Members left their point: their states there are spent.
     pub(super) fn clear(&mut self) {
-        self.states.clear();
+        std::mem::take(&mut self.states)
+            .into_values()
+            .for_each(PointState::discard);
         self.unkept.clear();
         self.waiting_state.clear();
     }
@@ -94,6 +147,9 @@ pub(super) struct Remote {
     pub standing: Standing,
     pub trial_id: TrialId,
     pub state_file: Option<PathBuf>,
+    /// Where in training it is at the point: iterations, and reports.
+    pub iteration: u64,
+    pub step: u64,
 }
 
 /// What [`Runner::pbt_others`] found.
@@ -123,23 +179,17 @@ impl Runner<'_> {
         if st.liveness.elsewhere_ids.is_empty() {
             return Ok(Others::Ready(Vec::new()));
         }
-        let why_not = match (&self.checkpoints, &self.study.worker) {
-            (None, _) => Some("checkpoints are off"),
-            (_, Some(_)) => Some("a command worker's state is its script's own file"),
-            (Some(_), None) => None,
-        };
-        if let Some(why) = why_not {
+        let Some(checkpoints) = self.checkpoints.clone() else {
             if let Some(pop) = st.pbt.as_mut()
                 && !std::mem::replace(&mut pop.shared.said_why_not, true)
             {
-                self.reporter.note(&format!(
+                self.reporter.note(
                     "pbt: other processes share this study, but each exploits within its own \
-                     members ({why})"
-                ));
+                     members (checkpoints are off)",
+                );
             }
             return Ok(Others::Ready(Vec::new()));
-        }
-        let checkpoints = self.checkpoints.clone().expect("checked above");
+        };
         if !self.write_points(st, g, &checkpoints)? {
             return Ok(Others::Wait);
         }
@@ -172,6 +222,8 @@ impl Runner<'_> {
                     },
                     trial_id: r.trial_id,
                     state_file: r.state_file,
+                    iteration: r.iteration.max(0) as u64,
+                    step: r.step.max(0) as u64,
                 })
                 .collect(),
         ))
@@ -200,8 +252,12 @@ impl Runner<'_> {
                 continue;
             };
             let state = match pop.shared.states.remove(&h) {
-                Some(s) if s.iteration == iteration => Some(s),
-                _ => None,
+                Some(s) if s.iteration() == iteration => Some(s),
+                Some(stale) => {
+                    stale.discard();
+                    None
+                }
+                None => None,
             };
             let since = *pop
                 .shared
@@ -231,7 +287,9 @@ impl Runner<'_> {
                     iteration: iteration as i64,
                     value: curve.and_then(|c| c.values.values().next_back().copied()),
                     params: serde_json::Value::Object(params).to_string(),
-                    state: state.map(|s| (checkpoints.point_path(trial_id, g), s.to_bytes())),
+                    state: state
+                        .and_then(PointState::into_bytes)
+                        .map(|bytes| (checkpoints.point_path(trial_id, g), bytes)),
                     superseded: g
                         .checked_sub(2)
                         .map(|old| checkpoints.point_path(trial_id, old)),

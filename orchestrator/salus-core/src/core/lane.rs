@@ -9,7 +9,7 @@ use std::time::Instant;
 use kernels::Backend;
 use training::{Job, Lane, StepOutcome, SwapMedium, WorkerError};
 
-use super::{CoreEvent, DonorWork, Ending, Exploit, JobId, LaneId, Shared, State, Work};
+use super::{CoreEvent, DonorWork, Ending, Exploit, JobId, LaneId, Shared, State, TrialRef, Work};
 
 /// A lane's current timeline segment: job, start, end, iterations.
 type Segment = Option<(JobId, f64, f64, u64)>;
@@ -208,6 +208,7 @@ pub(super) fn lane_main<B: Backend>(lane: Lane<B>, shared: Arc<Shared<B>>) {
                 Work::SwapOut(job_id, job) => swap_out(lane, &shared, job_id, job),
                 Work::Release(job_id, job) => release_cache(lane, &shared, job_id, job),
                 Work::Exploit(exploit) => take_state(lane, &shared, exploit),
+                Work::Save(job_id, job, saves) => save_states(lane, &shared, job_id, job, saves),
             }
         }
     });
@@ -442,6 +443,42 @@ fn release_cache<B: Backend>(
         |st, _| {
             st.refit(job_id);
         },
+    );
+}
+
+/// Saves a job's state for other processes' PBT receivers; a failure is
+/// said in the event and fails nothing (the receivers go without it).
+fn save_states<B: Backend>(
+    lane: &mut Lane<B>,
+    shared: &Shared<B>,
+    job_id: JobId,
+    mut job: Box<dyn Job<B>>,
+    saves: Vec<(Option<u64>, std::path::PathBuf)>,
+) {
+    let done: Vec<CoreEvent> = saves
+        .into_iter()
+        .map(|(member, path)| {
+            let error = job
+                .save_for_exploit(lane, &path)
+                .err()
+                .map(|e| e.to_string());
+            CoreEvent::Saved {
+                trial: TrialRef {
+                    job: job_id,
+                    member,
+                },
+                path,
+                error,
+            }
+        })
+        .collect();
+    take_back(
+        shared,
+        job_id,
+        job,
+        Ok(0),
+        |_| {},
+        |st, _| done.into_iter().for_each(|e| st.emit(e)),
     );
 }
 
