@@ -106,7 +106,7 @@ impl Population {
             (at, error) => {
                 let _ = std::fs::remove_file(&file);
                 if at.is_some() {
-                    self.shared.unkept(run);
+                    self.shared.mark_unkept(run);
                 }
                 error
             }
@@ -227,7 +227,7 @@ impl Runner<'_> {
             return;
         };
         if st.liveness.elsewhere == 0 {
-            pop.shared.unkept(run);
+            pop.shared.mark_unkept(run);
             return;
         }
         let claim = f.pending.claim;

@@ -128,7 +128,7 @@ impl SharedPoints {
 
     /// `run`'s state at its point could not be saved: its row goes
     /// without one, at once.
-    pub(super) fn unkept(&mut self, run: TrialHandle) {
+    pub(super) fn mark_unkept(&mut self, run: TrialHandle) {
         self.unkept.insert(run);
     }
 
