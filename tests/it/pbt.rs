@@ -683,3 +683,60 @@ fn a_conv_net_population_exploits_too() {
     // Two points (after epochs 1 and 2), the worst half (2 of 4) at each.
     assert_eq!(scalar(&db, "SELECT COUNT(*) FROM salus_pbt_events"), 4);
 }
+
+/// A member that diverges at the first exploit point leaves its group
+/// there with the others paused at the point; the trial started in its
+/// place must not join that paused group (it would wait inside a group
+/// that waits for it: the study once hung here), and the study ends with
+/// the failure recorded and the other seven complete.
+#[test]
+fn a_member_that_diverges_at_a_point_does_not_stall_the_population() {
+    let dir = tempfile::tempdir().unwrap();
+    // Plain SGD up to a rate of 0.3 on noisy regression: with seed 1,
+    // trial 1 draws 0.29 and diverges in its first epoch.
+    let file = StudyFile::new("diverge", 8, 1)
+        .without("study", "trials")
+        .set("study", "metric", "\"val_rmse\"")
+        .set("data", "source", "\"synthetic-regression\"")
+        .set("data", "rows", "2000")
+        .set("data", "features", "20")
+        .set("data", "informative", "20")
+        .set("data", "noise", "1.0")
+        .set("data", "split_seed", "0")
+        .set("model", "depth", "1")
+        .set("model", "width", "16")
+        .set("train", "optimizer", "\"sgd\"")
+        .set("train", "lr", "{ float = [1e-3, 0.3], log = true }")
+        .set("train", "batch_size", "8")
+        .set("train", "epochs", "4")
+        .set("train.sgd", "momentum", "0.0")
+        .set("pbt", "population", "8")
+        .set("pbt", "interval", "200")
+        .set("scheduler", "lanes", "2")
+        .set("scheduler", "max_concurrent", "4")
+        .build();
+    write(dir.path(), "d.toml", &file);
+    let out = Running::spawn(
+        bin()
+            .current_dir(dir.path())
+            .args(["d.toml", "--no-progress"]),
+    )
+    .within(std::time::Duration::from_secs(60))
+    .wait();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let rows = trials(&dir.path().join("diverge.db"), None);
+    assert_eq!(rows.len(), 8, "{}", text(&out));
+    let failed: Vec<i64> = rows
+        .iter()
+        .filter(|t| t.state == TrialState::Fail)
+        .map(|t| t.number.0)
+        .collect();
+    assert_eq!(failed, [1], "{}", text(&out));
+    assert!(
+        rows.iter()
+            .filter(|t| t.number.0 != 1)
+            .all(|t| t.state == TrialState::Complete),
+        "{}",
+        text(&out)
+    );
+}

@@ -36,6 +36,10 @@ pub(super) struct Group<B: Backend> {
     pub held: BTreeSet<MemberId>,
     /// The lane the core admitted the group to.
     pub lane: Option<usize>,
+    /// Paused whole at a PBT exploit point until the generation is
+    /// decided: no trial joins it meanwhile (a joiner would wait inside a
+    /// group that waits for it).
+    pub at_point: bool,
 }
 
 /// A fused member waiting off the device, its state on the host.
@@ -275,6 +279,9 @@ impl Runner<'_> {
         let group_ids: Vec<JobId> = st.fusion.groups.keys().copied().collect();
         for g in group_ids {
             let group = &st.fusion.groups[&g];
+            if group.at_point {
+                continue;
+            }
             let of_key: Vec<Seat> = waiting
                 .iter()
                 .filter(|(_, t)| t.fusion_key() == group.key)
@@ -392,6 +399,7 @@ impl Runner<'_> {
                 leaving: BTreeSet::new(),
                 held: BTreeSet::new(),
                 lane: None,
+                at_point: false,
             },
         );
         self.record_group(st, id, &[])?;

@@ -170,6 +170,9 @@ fn go_on<B: Backend>(st: &mut RunState<B>, members: Vec<TrialHandle>) {
         }
     }
     for g in groups {
+        if let Some(group) = st.fusion.groups.get_mut(&g) {
+            group.at_point = false;
+        }
         st.core.resume(g);
     }
 }
@@ -263,6 +266,9 @@ impl Runner<'_> {
             return;
         }
         if away.is_empty() {
+            if let Some(group) = st.fusion.groups.get_mut(&g) {
+                group.at_point = true;
+            }
             st.core.pause(g);
             for m in held {
                 st.release(TrialHandle::Member(m));
