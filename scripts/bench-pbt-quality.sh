@@ -14,24 +14,60 @@
 # METRIC=val_loss ranks and scores by validation loss (minimised) instead
 # of accuracy. TASK=sgd trains with plain SGD (momentum 0.9) and a wider
 # learning-rate range (1e-3 to 1) instead: a task where a learning rate
-# that falls as training goes on should beat any fixed one.
+# that falls as training goes on should beat any fixed one. TASK=noisy:
+# plain SGD (no momentum, batches of 8) on synthetic regression with label
+# noise of standard deviation 1 (no model's RMSE goes below about 1),
+# learning rate 1e-3 to 0.3, where the last iterate's noise decides much
+# of a trial's value (the metric is val_rmse, and an exploit point comes
+# every epoch, 200 iterations).
 #
 #   scripts/bench-pbt-quality.sh [SEEDS] [BINARY] > out.json
 set -euo pipefail
 seeds=${1:-10}
 bin=${2:-target/release/salus-tune}
 asha_trials=${TRIALS_ASHA:-36}
-metric=${METRIC:-val_accuracy}
-# Iterations between exploit points: one epoch (22 iterations) by default,
-# as a PBT study without `interval` does.
-interval=${INTERVAL:-22}
 task=${TASK:-adam}
+case "$task" in
+noisy) default_metric=val_rmse; epoch=200 ;;
+*) default_metric=val_accuracy; epoch=22 ;;
+esac
+metric=${METRIC:-$default_metric}
+# Iterations between exploit points: one epoch by default, as a PBT study
+# without `interval` does.
+interval=${INTERVAL:-$epoch}
 # Members of PBT's population, and trials of random search.
 population=${POPULATION:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 common() {
+    if [ "$task" = noisy ]; then
+        cat <<TOML
+[data]
+source = "synthetic-regression"
+rows = 2000
+features = 20
+informative = 20
+noise = 1.0
+validation = 0.2
+split_seed = 0
+
+[model]
+kind = "mlp"
+depth = 1
+width = 16
+
+[train]
+optimizer = "sgd"
+lr = { float = [1e-3, 0.3], log = true }
+batch_size = 8
+epochs = 12
+
+[train.sgd]
+momentum = 0.0
+TOML
+        return
+    fi
     cat <<TOML
 [data]
 source = "digits"
@@ -65,7 +101,7 @@ epochs = 12
 momentum = 0.9
 TOML
     ;;
-    *) echo "TASK is adam or sgd, not $task" >&2; exit 2 ;;
+    *) echo "TASK is adam, sgd or noisy, not $task" >&2; exit 2 ;;
     esac
 }
 
@@ -86,7 +122,7 @@ done
 python3 - "$work" "$seeds" "$metric" "$interval" "$task" "$population" <<'PY'
 import json, sqlite3, statistics, sys
 work, seeds, metric = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-best_of = "MIN" if metric.endswith("loss") else "MAX"
+best_of = "MIN" if metric.endswith(("loss", "rmse")) else "MAX"
 out = {"metric": metric, "pbt_interval": int(sys.argv[4]), "task": sys.argv[5], "population": int(sys.argv[6])}
 for m in ["pbt", "asha", "random"]:
     best, iters = [], []
