@@ -28,8 +28,9 @@
 //!
 //! An external worker's state is its own script's file: at a point, the
 //! core asks the worker to save it (`Job::save_for_exploit`, to a
-//! `.saving` file of this run's), and the row takes those bytes as a
-//! built-in member's take its snapshot's. A receiver of another process
+//! `.saving` file of this run's), and the writer renames that file into
+//! place with the row (`FileContent::Written`), as it puts a built-in
+//! member's snapshot there. A receiver of another process
 //! restarts (or reloads in place) from that file, as from a donor of its
 //! own (`StoredState::File`).
 
@@ -45,7 +46,7 @@ use crate::checkpoint::Checkpoints;
 use crate::error::Result;
 use crate::pbt::Standing;
 use crate::storage::TrialId;
-use crate::storage::writer::{PbtPoint, WriteOp};
+use crate::storage::writer::{FileContent, PbtPoint, WriteOp};
 
 /// How often a process that waits for others' members rereads their rows.
 const POLL: Duration = Duration::from_millis(200);
@@ -91,16 +92,12 @@ impl PointState {
         }
     }
 
-    /// The bytes to store; a saved file is read and removed (the row's
-    /// file replaces it). `None` where it cannot be read.
-    fn into_bytes(self) -> Option<Vec<u8>> {
+    /// What the row's file holds: a snapshot's bytes, or the saved file
+    /// itself, which the writer renames into place.
+    fn into_content(self) -> FileContent {
         match self {
-            PointState::Snapshot(s) => Some(s.to_bytes()),
-            PointState::Saved { file, .. } => {
-                let bytes = std::fs::read(&file).ok();
-                let _ = std::fs::remove_file(&file);
-                bytes
-            }
+            PointState::Snapshot(s) => FileContent::Bytes(s.to_bytes()),
+            PointState::Saved { file, .. } => FileContent::Written(file),
         }
     }
 
@@ -287,9 +284,7 @@ impl Runner<'_> {
                     iteration: iteration as i64,
                     value: curve.and_then(|c| c.values.values().next_back().copied()),
                     params: serde_json::Value::Object(params).to_string(),
-                    state: state
-                        .and_then(PointState::into_bytes)
-                        .map(|bytes| (checkpoints.point_path(trial_id, g), bytes)),
+                    state: state.map(|s| (checkpoints.point_path(trial_id, g), s.into_content())),
                     superseded: g
                         .checked_sub(2)
                         .map(|old| checkpoints.point_path(trial_id, old)),

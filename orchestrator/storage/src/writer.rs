@@ -147,10 +147,21 @@ pub struct PbtPoint {
     pub value: Option<f64>,
     /// Its parameters there, a typed JSON object.
     pub params: String,
-    /// Its state at the point (path, bytes), put in place with the row.
-    pub state: Option<(PathBuf, Vec<u8>)>,
+    /// Its state at the point (path, content), put in place with the row.
+    pub state: Option<(PathBuf, FileContent)>,
     /// The file of an earlier point that nobody can need any more.
     pub superseded: Option<PathBuf>,
+}
+
+/// What a write puts at a file's place.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileContent {
+    /// Bytes, which the writer stages beside the place first.
+    Bytes(Vec<u8>),
+    /// A file already written (an external worker's own save, beside the
+    /// place): synced, then renamed into place in the transaction. Large
+    /// states never pass through this process's memory that way.
+    Written(PathBuf),
 }
 
 /// A row of `salus_pbt_points`: a member at an exploit point.
@@ -369,18 +380,22 @@ pub enum WriteOp {
 
 impl WriteOp {
     /// The checkpoint file an op puts in place, staged before its
-    /// transaction: `SaveFile`'s, and an exploit's.
-    fn file(&self) -> Option<(&std::path::Path, &[u8])> {
+    /// transaction: `SaveFile`'s, an exploit's, and a PBT point's, with
+    /// what goes there.
+    fn file(&self) -> Option<(&std::path::Path, Content<'_>)> {
         match self {
-            WriteOp::SaveFile { path, bytes, .. } => Some((path, bytes)),
+            WriteOp::SaveFile { path, bytes, .. } => Some((path, Content::Bytes(bytes))),
             WriteOp::Exploit { exploit, .. } => exploit
                 .checkpoint
                 .as_ref()
-                .map(|(p, b)| (p.as_path(), b.as_slice())),
-            WriteOp::PbtPoint { point, .. } => point
-                .state
-                .as_ref()
-                .map(|(p, b)| (p.as_path(), b.as_slice())),
+                .map(|(p, b)| (p.as_path(), Content::Bytes(b))),
+            WriteOp::PbtPoint { point, .. } => point.state.as_ref().map(|(p, c)| {
+                let content = match c {
+                    FileContent::Bytes(b) => Content::Bytes(b),
+                    FileContent::Written(from) => Content::Written(from),
+                };
+                (p.as_path(), content)
+            }),
             _ => None,
         }
     }
@@ -745,17 +760,33 @@ pub(super) enum Answer {
     Commands(Vec<TakenCommand>),
 }
 
-/// A checkpoint's bytes, in a temporary file of this process beside its
-/// place, synced: the transaction then only renames it.
-fn stage(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = super::files::staging_path(path);
-    super::files::write_synced(&tmp, bytes)?;
-    Ok(tmp)
+/// What an op puts at a file's place ([`WriteOp::file`]).
+#[derive(Clone, Copy)]
+enum Content<'a> {
+    Bytes(&'a [u8]),
+    Written(&'a std::path::Path),
+}
+
+/// A checkpoint's content, in a temporary file beside its place, synced:
+/// the transaction then only renames it. Bytes go to a file of this
+/// process's; a file already written is that file.
+fn stage(path: &std::path::Path, content: Content<'_>) -> std::io::Result<PathBuf> {
+    match content {
+        Content::Bytes(bytes) => {
+            let tmp = super::files::staging_path(path);
+            super::files::write_synced(&tmp, bytes)?;
+            Ok(tmp)
+        }
+        Content::Written(from) => {
+            std::fs::File::open(from)?.sync_all()?;
+            Ok(from.to_path_buf())
+        }
+    }
 }
 
 /// Puts a staged checkpoint in place, while the claim holds; the folder is
 /// synced after the commit (see `apply`), not under the write lock.
-fn put_in_place(staged: Option<&std::path::Path>, file: Option<(&std::path::Path, &[u8])>) {
+fn put_in_place(staged: Option<&std::path::Path>, file: Option<(&std::path::Path, Content<'_>)>) {
     if let (Some(tmp), Some((path, _))) = (staged, file)
         && let Err(e) = super::files::replace_keeping_previous(tmp, path)
     {
@@ -777,8 +808,8 @@ async fn apply(
     let staged: Vec<Option<PathBuf>> = batch
         .iter()
         .map(|op| {
-            let (path, bytes) = op.file()?;
-            stage(path, bytes)
+            let (path, content) = op.file()?;
+            stage(path, content)
                 .map_err(|e| eprintln!("warning: checkpoint {} not saved: {e}", path.display()))
                 .ok()
         })
