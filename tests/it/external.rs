@@ -1182,3 +1182,95 @@ fn two_processes_share_one_pbt_population_of_external_workers() {
         + "\n[pbt]\npopulation = 8\ninterval = 1\n";
     crate::pbt::two_processes_share_one_pbt_population(&study, false);
 }
+
+/// An external receiver takes another process's donor only as the file
+/// that donor's worker saved: a built-in trial's state is refused, and a
+/// file that is gone says which (no Python needed: both fail before the
+/// worker is asked anything).
+#[test]
+fn an_external_receiver_refuses_a_built_in_state_and_names_a_missing_file() {
+    use std::sync::Arc;
+
+    use kernels::CpuBackend;
+    use salus_tune::external::ExternalTrial;
+    use salus_tune::external::worker::MemoryPlan;
+    use salus_tune::storage::TrialNumber;
+    use salus_tune::study::WorkerConfig;
+    use training::data::{split, synthetic_classification};
+    use training::{
+        DeviceData, Job, Lane, NewValues, Optimizer, SlotHparams, StoredState, TrainTrial,
+        TrialConfig,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Arc::new(WorkerConfig {
+        command: vec!["python3".into(), "never-started.py".into()],
+        cwd: dir.path().to_path_buf(),
+        env: Default::default(),
+        memory_bytes: None,
+        report_every: 1,
+        max_concurrency: None,
+        iterations: 4,
+        heartbeat_timeout: Duration::from_secs(60),
+    });
+    let mut trial = ExternalTrial::new(
+        cfg,
+        Arc::new(MemoryPlan::new(None, 1 << 30)),
+        TrialNumber(0),
+        serde_json::json!({"lr": 0.1}),
+        dir.path().join("t.ckpt"),
+        None,
+    );
+    let mut lane = Lane::new(Arc::new(CpuBackend::new()), 0, 1).unwrap();
+    let data = DeviceData::upload(
+        &mut lane,
+        &split(&synthetic_classification(100, 4, 2, 2, 1), 0.25, 0).unwrap(),
+    )
+    .unwrap();
+    let config = TrialConfig {
+        precision: Default::default(),
+        hidden: vec![4],
+        activation: kernels::Activation::Relu,
+        batch_size: 10,
+        epochs: 1,
+        hparams: SlotHparams {
+            optimizer: Optimizer::adam(),
+            lr: 1e-2,
+            weight_decay: 0.0,
+            dropout: 0.0,
+            seed: 1,
+        },
+        report_every: None,
+        conv: None,
+    };
+    let snapshot = TrainTrial::new(&mut lane, data, config)
+        .unwrap()
+        .export_state(&mut lane)
+        .unwrap();
+    let new = NewValues::Params("{\"lr\": 0.2}".into());
+    let t = &mut trial as &mut dyn Job<CpuBackend>;
+    let err = t
+        .exploit_stored(&mut lane, None, StoredState::Snapshot(snapshot), &new)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("not a built-in trial's state"),
+        "{err}"
+    );
+    let gone = dir.path().join("pbt-7.g1.state");
+    let err = t
+        .exploit_stored(
+            &mut lane,
+            None,
+            StoredState::File {
+                path: gone.clone(),
+                iteration: 4,
+                step: 1,
+            },
+            &new,
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&gone.display().to_string()),
+        "{err}"
+    );
+}
