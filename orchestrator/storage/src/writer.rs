@@ -786,10 +786,25 @@ fn stage(path: &std::path::Path, content: Content<'_>) -> std::io::Result<PathBu
 
 /// Puts a staged checkpoint in place, while the claim holds; the folder is
 /// synced after the commit (see `apply`), not under the write lock.
-fn put_in_place(staged: Option<&std::path::Path>, file: Option<(&std::path::Path, Content<'_>)>) {
-    if let (Some(tmp), Some((path, _))) = (staged, file)
-        && let Err(e) = super::files::replace_keeping_previous(tmp, path)
-    {
+/// `replaced`: the paths this transaction has put a file at already. Only
+/// the first keeps the file before it as the previous one: that is the
+/// committed checkpoint a crash before the commit must leave. A later
+/// file of the same batch replaces the first without touching it (two
+/// checkpoints of one trial in one batch once left two uncommitted ones,
+/// and a `kill -9` then lost the trial's progress).
+fn put_in_place(
+    staged: Option<&std::path::Path>,
+    file: Option<(&std::path::Path, Content<'_>)>,
+    replaced: &mut BTreeSet<PathBuf>,
+) {
+    let (Some(tmp), Some((path, _))) = (staged, file) else {
+        return;
+    };
+    let put = match replaced.insert(path.to_path_buf()) {
+        true => super::files::replace_keeping_previous(tmp, path),
+        false => std::fs::rename(tmp, path),
+    };
+    if let Err(e) = put {
         eprintln!("warning: checkpoint {} not saved: {e}", path.display());
     }
 }
@@ -816,10 +831,13 @@ async fn apply(
         .collect();
     let result = apply_staged(conn, batch, &staged, lost, beat).await;
     // A staged file that is gone was put in place: the checkpoint it
-    // replaced goes with the commit, or comes back with a rollback.
+    // replaced goes with the commit, or comes back with a rollback (once
+    // per path: a second file of one path kept no previous one).
+    let mut settled: BTreeSet<&std::path::Path> = BTreeSet::new();
     for (op, tmp) in batch.iter().zip(&staged) {
         if let (Some((path, _)), Some(tmp)) = (op.file(), tmp)
             && !tmp.exists()
+            && settled.insert(path)
         {
             super::files::settled(path, result.is_ok());
         }
@@ -863,6 +881,7 @@ async fn apply_staged(
     let mut answers = Vec::with_capacity(batch.len());
     let mut held: HashMap<Claim, bool> = HashMap::new();
     let mut lost_now: BTreeSet<TrialId> = BTreeSet::new();
+    let mut replaced: BTreeSet<PathBuf> = BTreeSet::new();
     for (op, tmp) in batch.iter().zip(staged) {
         if let Some(claim) = op.claim() {
             let step = match op {
@@ -889,7 +908,7 @@ async fn apply_staged(
                 continue;
             }
         }
-        answers.push(write_op(&mut tx, op, tmp.as_deref(), &clock).await?);
+        answers.push(write_op(&mut tx, op, tmp.as_deref(), &mut replaced, &clock).await?);
         // A holder's requeue ends its claim: later ops under it are fenced.
         if let WriteOp::Requeue {
             by: Requeuer::Holder(claim),
@@ -942,11 +961,13 @@ fn replies(batch: &mut [WriteOp], answers: Vec<Option<Answer>>) -> Vec<Reply> {
 }
 
 /// One op's statements, inside the batch's transaction, its claim (if it
-/// has one) known to hold. `staged`: a `SaveFile`'s staged checkpoint.
+/// has one) known to hold. `staged`: a `SaveFile`'s staged checkpoint;
+/// `replaced`: see [`put_in_place`].
 async fn write_op(
     conn: &mut AnyConnection,
     op: &WriteOp,
     staged: Option<&std::path::Path>,
+    replaced: &mut BTreeSet<PathBuf>,
     clock: &Clock,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
     let time = clock.local.as_str();
@@ -983,7 +1004,7 @@ async fn write_op(
             if let Some(step) = exploit.external_step {
                 statements::record_checkpoint(conn, claim, step).await?;
             }
-            put_in_place(staged, op.file())
+            put_in_place(staged, op.file(), replaced)
         }
         WriteOp::ScheduleStart {
             claim,
@@ -991,7 +1012,7 @@ async fn write_op(
         } => statements::schedule_start(conn, claim.trial_id, schedule_json).await?,
         WriteOp::PbtPoint { claim, point } => {
             statements::pbt_point(conn, claim.trial_id, point, time).await?;
-            put_in_place(staged, op.file());
+            put_in_place(staged, op.file(), replaced);
             if let Some(old) = &point.superseded {
                 let _ = std::fs::remove_file(old);
             }
@@ -1017,7 +1038,7 @@ async fn write_op(
             command_id,
             outcome,
         } => statements::command_outcome(conn, *command_id, outcome).await?,
-        WriteOp::SaveFile { .. } => put_in_place(staged, op.file()),
+        WriteOp::SaveFile { .. } => put_in_place(staged, op.file(), replaced),
         WriteOp::CheckpointSaved { claim, step } => {
             statements::record_checkpoint(conn, claim, *step).await?
         }
@@ -1028,4 +1049,45 @@ async fn write_op(
         WriteOp::Flush { .. } => {}
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two checkpoints of one trial in one transaction, then a crash
+    /// before the commit: the file left beside the current one must be
+    /// the committed checkpoint, not the first of the two uncommitted ones
+    /// (resume takes the furthest file the stored curve covers, and with
+    /// both uncommitted it found none: a `kill -9` lost the trial's
+    /// progress). A rollback brings the committed one back.
+    #[test]
+    fn a_second_file_for_one_path_in_a_transaction_keeps_the_committed_previous() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trial-1.state");
+        std::fs::write(&path, b"committed").unwrap();
+        let prev = super::super::files::previous_of(&path);
+        let put = |bytes: &[u8], replaced: &mut BTreeSet<PathBuf>| {
+            let tmp = stage(&path, Content::Bytes(bytes)).unwrap();
+            put_in_place(Some(&tmp), Some((&path, Content::Bytes(bytes))), replaced);
+        };
+        let mut replaced = BTreeSet::new();
+        put(b"step 3", &mut replaced);
+        put(b"step 4", &mut replaced);
+        // The process dies here: what a resume reads.
+        assert_eq!(std::fs::read(&path).unwrap(), b"step 4");
+        assert_eq!(std::fs::read(&prev).unwrap(), b"committed");
+        // Rolled back instead: the committed one is current again.
+        super::super::files::settled(&path, false);
+        assert_eq!(std::fs::read(&path).unwrap(), b"committed");
+        assert!(!prev.exists());
+        // A new transaction keeps the committed one again, and its commit
+        // drops it.
+        let mut replaced = BTreeSet::new();
+        put(b"step 5", &mut replaced);
+        assert_eq!(std::fs::read(&prev).unwrap(), b"committed");
+        super::super::files::settled(&path, true);
+        assert_eq!(std::fs::read(&path).unwrap(), b"step 5");
+        assert!(!prev.exists());
+    }
 }
