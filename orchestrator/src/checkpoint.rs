@@ -18,8 +18,9 @@
 //! transaction rolled back, or the process died before the commit) is not
 //! loaded on resume. So that such a death does not cost the trial's whole
 //! progress, the checkpoint it replaced stays as `trial-<trial_id>.state.prev`
-//! until the commit, and resume takes the furthest of the two that the
-//! stored curve covers.
+//! until the commit (the last committed one: a second checkpoint of the
+//! trial in the same transaction leaves it alone), and resume takes the
+//! furthest of the two that the stored curve covers.
 //!
 //! An external worker writes its own checkpoint, which no transaction can
 //! fence: each claim of the trial (attempt) gets its own file,
