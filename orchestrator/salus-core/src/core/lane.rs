@@ -186,12 +186,16 @@ impl<B: Backend> Running<B> {
     }
 
     /// Whether the job's next iteration may be queued at once: its step
-    /// [`continues`], and it still holds a trial. A fused group whose
-    /// members were all dropped at a boundary reports nothing, so only its
-    /// return to the table ends it; a streak that went on would spin on
-    /// the empty group and hold the lane for ever.
+    /// [`continues`], and a fused group's step left it a trial. A group
+    /// whose members were all dropped at a boundary reports nothing, so
+    /// only its return to the table ends it; a streak that went on would
+    /// spin on the empty group and hold the lane for ever. Before its first
+    /// step a group is not judged: joiners come in at that boundary.
     fn goes_on(&self) -> bool {
-        continues(&self.result) && self.job.live_members() > 0
+        match &self.result {
+            Ok(StepOutcome::Members(steps)) => steps.is_empty() && self.job.live_members() > 0,
+            other => continues(other),
+        }
     }
 }
 
