@@ -340,6 +340,12 @@ impl<B: Backend> Entry<B> {
     fn running(&self) -> bool {
         self.job.is_none()
     }
+
+    /// Asked for work between its iterations that is not a step: a
+    /// swap-out, a cache to give back, an exploit, a save.
+    fn side_work(&self) -> bool {
+        self.swap_out || self.release || !self.exploit.is_empty() || !self.saves.is_empty()
+    }
 }
 
 struct State<B: Backend> {
@@ -1088,12 +1094,7 @@ impl<B: Backend> State<B> {
                 movable: Vec::new(),
             });
             w.busy += 1;
-            if !e.running()
-                && !e.swap_out
-                && !e.release
-                && e.exploit.is_empty()
-                && e.saves.is_empty()
-            {
+            if !e.running() && !e.side_work() {
                 w.movable.push(e.sched);
             }
         }
@@ -1193,10 +1194,10 @@ impl<B: Backend> State<B> {
     fn lane_free(&self, lane: LaneId) -> bool {
         !self.stop
             && !self.drop_shapes.contains_key(&lane)
-            && !self.jobs.values().any(|e| {
-                e.lane == Some(lane)
-                    && (e.swap_out || e.release || !e.exploit.is_empty() || !e.saves.is_empty())
-            })
+            && !self
+                .jobs
+                .values()
+                .any(|e| e.lane == Some(lane) && e.side_work())
     }
 
     /// The policy's pick for `lane` while it holds `running` with one
