@@ -23,9 +23,13 @@
 //! furthest of the two that the stored curve covers.
 //!
 //! An external worker writes its own checkpoint, which no transaction can
-//! fence: each claim of the trial (attempt) gets its own file,
-//! `trial-<trial_id>.a<attempt>.external`, and the database records which
-//! attempt's file is the trial's latest checkpoint.
+//! fence: each claim of the trial (attempt) and each step gets its own
+//! file, `trial-<trial_id>.a<attempt>.external.s<step>`, and the database
+//! records which attempt and step is the trial's latest checkpoint. A file
+//! written after that record (the process died before the commit of its
+//! own) has another name, so resume never takes a state ahead of the
+//! stored curve; the files a committed record makes stale are removed
+//! after its commit.
 
 use std::path::{Path, PathBuf};
 
@@ -136,12 +140,54 @@ impl Checkpoints {
         self.remove_files_of(finished, "pbt");
     }
 
-    /// Where attempt `attempt` of an external worker of `trial_id` saves
-    /// its own checkpoint (see the module docs).
+    /// The name attempt `attempt` of an external worker of `trial_id`
+    /// saves its checkpoints under, each step's apart
+    /// ([`crate::external::worker::checkpoint_at`]; see the module docs).
     pub fn external_path(&self, trial_id: TrialId, attempt: i64) -> PathBuf {
         let _ = std::fs::create_dir_all(&self.dir);
         self.dir
             .join(format!("trial-{trial_id}.a{attempt}.external"))
+    }
+
+    /// The checkpoint attempt `attempt` of an external worker of
+    /// `trial_id` saved covering the steps up to `step`.
+    pub fn external_at(&self, trial_id: TrialId, attempt: i64, step: i64) -> PathBuf {
+        crate::external::worker::checkpoint_at(
+            &self.external_path(trial_id, attempt),
+            step.max(0) as u64,
+        )
+    }
+
+    /// The external checkpoints of `trial_id` that its checkpoint of
+    /// `attempt` at `step` makes stale: earlier steps of the attempt, and
+    /// every file of earlier attempts. A later attempt's files (another
+    /// process's) and this attempt's staged exploit stay.
+    pub fn external_superseded(&self, trial_id: TrialId, attempt: i64, step: i64) -> Vec<PathBuf> {
+        let prefix = format!("trial-{trial_id}.a");
+        self.files_of(trial_id)
+            .into_iter()
+            .filter(|p| {
+                let name = p.file_name().unwrap_or_default().to_string_lossy();
+                let Some((k, rest)) = name
+                    .strip_prefix(&prefix)
+                    .and_then(|r| r.split_once(".external"))
+                else {
+                    return false;
+                };
+                let Ok(k) = k.parse::<i64>() else {
+                    return false;
+                };
+                let at = rest.strip_prefix(".s").and_then(|n| n.parse::<i64>().ok());
+                match (k.cmp(&attempt), at) {
+                    (std::cmp::Ordering::Less, _) => true,
+                    (std::cmp::Ordering::Equal, Some(n)) => n < step,
+                    // This attempt's staged exploit, or an unnamed file
+                    // of an older version of salus-tune.
+                    (std::cmp::Ordering::Equal, None) => rest.is_empty(),
+                    (std::cmp::Ordering::Greater, _) => false,
+                }
+            })
+            .collect()
     }
 
     /// Every file of `trial_id` in the folder now: its checkpoint, each
@@ -262,6 +308,43 @@ mod tests {
         put(50);
         c.sweep(&[TrialId(4)]);
         assert!(c.files_of(TrialId(4)).is_empty());
+    }
+
+    /// Each step of an external attempt has its own file, so a save never
+    /// overwrites the one the database names; a committed record makes
+    /// the earlier steps and earlier attempts stale, never a later
+    /// attempt's files (another process's) or the staged exploit.
+    #[test]
+    fn an_external_checkpoint_supersedes_earlier_steps_and_attempts_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Checkpoints::beside(&dir.path().join("s.db"));
+        let t = TrialId(9);
+        assert_ne!(c.external_at(t, 2, 9), c.external_at(t, 2, 10));
+        let touch = |p: PathBuf| std::fs::write(&p, b"state").unwrap();
+        touch(c.external_path(t, 1));
+        touch(c.external_at(t, 1, 30));
+        touch(crate::external::worker::exploit_path(
+            &c.external_path(t, 1),
+        ));
+        touch(c.external_at(t, 2, 9));
+        touch(c.external_at(t, 2, 10));
+        touch(c.external_at(t, 2, 11));
+        touch(crate::external::worker::exploit_path(
+            &c.external_path(t, 2),
+        ));
+        touch(c.external_at(t, 3, 4));
+        touch(c.external_at(TrialId(91), 1, 1));
+        touch(c.path_of(t));
+        let mut stale = c.external_superseded(t, 2, 10);
+        stale.sort();
+        let mut want = vec![
+            c.external_path(t, 1),
+            c.external_at(t, 1, 30),
+            crate::external::worker::exploit_path(&c.external_path(t, 1)),
+            c.external_at(t, 2, 9),
+        ];
+        want.sort();
+        assert_eq!(stale, want);
     }
 
     #[test]

@@ -396,10 +396,25 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
         taken.last_step, 1,
         "B resumes where the requeue cut the curve"
     );
-    for op in [step(cb, 2, 2.0), save(cb, b"b2", 2)] {
+    // An external worker's checkpoint files: B's record of its own makes
+    // A's stale, removed once it is committed.
+    let (a_file, b_file) = (dir.path().join("ckpt/a.s1"), dir.path().join("ckpt/b.s2"));
+    std::fs::write(&a_file, b"a1").unwrap();
+    std::fs::write(&b_file, b"b2").unwrap();
+    let recorded = |claim: Claim, step: i64, stale: &Path| WriteOp::CheckpointSaved {
+        claim,
+        step,
+        superseded: vec![stale.to_path_buf()],
+    };
+    for op in [
+        step(cb, 2, 2.0),
+        save(cb, b"b2", 2),
+        recorded(cb, 2, &a_file),
+    ] {
         b.send(op).unwrap();
     }
     b.flush().unwrap();
+    assert!(!a_file.exists(), "B's record superseded A's file");
     // A comes back (SIGCONT) and goes on as if nothing had happened.
     let attr = WriteOp::TrialAttr {
         claim: ca,
@@ -410,6 +425,7 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
         step(ca, 2, 99.0),
         step(ca, 3, 99.0),
         save(ca, b"a3", 3),
+        recorded(ca, 3, &b_file),
         end(ca, TrialState::Complete, Some(99.0)),
         WriteOp::RemoveFile {
             claim: ca,
@@ -438,6 +454,7 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
         b"b2",
         "B's checkpoint stands"
     );
+    assert!(b_file.exists(), "A's fenced record removed nothing");
     assert_eq!(
         db.scalar("SELECT COUNT(*) FROM trial_system_attributes WHERE \"key\" = 'salus:rung'"),
         0

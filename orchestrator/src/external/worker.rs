@@ -268,6 +268,31 @@ fn exploit_params(new: &NewValues) -> training::Result<Value> {
     serde_json::from_str(json).map_err(|e| fail(format!("the new parameters are not JSON: {e}")))
 }
 
+/// The file a worker whose checkpoints go by the name `checkpoint` saves
+/// its state at report step `step` to: a file per step, so that a save
+/// never overwrites the checkpoint the database names (see the
+/// `checkpoint` module).
+pub fn checkpoint_at(checkpoint: &Path, step: u64) -> PathBuf {
+    let mut p = checkpoint.as_os_str().to_owned();
+    p.push(format!(".s{step}"));
+    PathBuf::from(p)
+}
+
+/// Removes every file saved under the name `checkpoint`: each step's and
+/// the staged exploit.
+fn remove_checkpoints(checkpoint: &Path) {
+    let (Some(dir), Some(name)) = (checkpoint.parent(), checkpoint.file_name()) else {
+        return;
+    };
+    let name = name.to_string_lossy();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&*name) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Where a receiver's donor state is staged, beside its checkpoints.
 pub fn exploit_path(checkpoint: &Path) -> PathBuf {
     let mut p = checkpoint.as_os_str().to_owned();
     p.push(".exploit");
@@ -1003,7 +1028,9 @@ impl<B: Backend> Job<B> for ExternalTrial {
             return Ok(bytes as usize);
         }
         self.medium = SwapMedium::Checkpoint;
-        let path = self.checkpoint_path.display().to_string();
+        let path = checkpoint_at(&self.checkpoint_path, self.last_step)
+            .display()
+            .to_string();
         self.send(&ToWorker::Checkpoint { path: path.clone() })?;
         loop {
             match self.recv()? {
@@ -1226,8 +1253,7 @@ impl ExternalTrial {
                 self.reap();
             }
         }
-        let _ = std::fs::remove_file(&self.checkpoint_path);
-        let _ = std::fs::remove_file(exploit_path(&self.checkpoint_path));
+        remove_checkpoints(&self.checkpoint_path);
         let step = report.as_ref().map_or(self.last_step.max(1), |r| r.step);
         // What the last report carried is stored with it; what came after
         // is stored with the end.

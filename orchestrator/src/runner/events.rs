@@ -282,10 +282,8 @@ impl Runner<'_> {
                         .and_then(|c| c.values.keys().next_back().copied())
                         .map_or(0, |s| s as i64);
                     f.external_checkpoint = Some(step);
-                    self.writer.send(WriteOp::CheckpointSaved {
-                        claim: f.pending.claim,
-                        step,
-                    })?;
+                    self.writer
+                        .send(self.external_checkpoint_saved(f.pending.claim, step))?;
                 }
                 self.telemetry(st, event)
             }

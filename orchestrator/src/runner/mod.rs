@@ -346,7 +346,7 @@ impl Runner<'_> {
                 let resume_from = self.checkpoints.as_ref().and_then(|c| {
                     pending
                         .external_resume
-                        .map(|(attempt, _)| c.external_path(claim.trial_id, attempt))
+                        .map(|(attempt, step)| c.external_at(claim.trial_id, attempt, step))
                 });
                 let plan = st
                     .worker_memory
@@ -545,7 +545,8 @@ impl Runner<'_> {
                         .get(&f.pending.number)
                         .and_then(|c| c.values.keys().next_back().copied())
                         .map_or(0, |s| s as i64);
-                    self.writer.send(WriteOp::CheckpointSaved { claim, step })?;
+                    self.writer
+                        .send(self.external_checkpoint_saved(claim, step))?;
                     step
                 }
                 // An external trial keeps what its last checkpoint covers.
@@ -780,7 +781,25 @@ enum TrialHandle {
 }
 
 impl Runner<'_> {
-    /// The file an external trial's attempt `claim` checkpoints to.
+    /// The record that an external trial's attempt `claim` saved its
+    /// checkpoint covering `step`, with the files it makes stale.
+    fn external_checkpoint_saved(&self, claim: crate::storage::Claim, step: i64) -> WriteOp {
+        WriteOp::CheckpointSaved {
+            claim,
+            step,
+            superseded: self.superseded_by(claim, step),
+        }
+    }
+
+    /// The checkpoint files of `claim`'s trial that its checkpoint at
+    /// `step` makes stale.
+    fn superseded_by(&self, claim: crate::storage::Claim, step: i64) -> Vec<std::path::PathBuf> {
+        self.checkpoints.as_ref().map_or_else(Vec::new, |c| {
+            c.external_superseded(claim.trial_id, claim.attempt, step)
+        })
+    }
+
+    /// The name an external trial's attempt `claim` checkpoints under.
     fn worker_checkpoint(&self, claim: crate::storage::Claim) -> std::path::PathBuf {
         match &self.checkpoints {
             Some(c) => c.external_path(claim.trial_id, claim.attempt),

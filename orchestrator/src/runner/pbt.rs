@@ -594,8 +594,9 @@ impl Runner<'_> {
                 {
                     (None, _) => (None, None),
                     (Some(_), true) => {
-                        let path = self.worker_checkpoint(claim);
-                        let staged = crate::external::worker::exploit_path(&path);
+                        let base = self.worker_checkpoint(claim);
+                        let staged = crate::external::worker::exploit_path(&base);
+                        let path = crate::external::worker::checkpoint_at(&base, step);
                         match std::fs::read(&staged) {
                             Ok(bytes) => (Some((path, bytes)), Some(step as i64)),
                             Err(_) => (None, None),
@@ -629,6 +630,10 @@ impl Runner<'_> {
                         // Stored with the exploit: a crash keeps both or
                         // neither.
                         checkpoint,
+                        superseded: match external_step {
+                            Some(s) => self.superseded_by(claim, s),
+                            None => Vec::new(),
+                        },
                         external_step,
                     }),
                 })?;

@@ -359,8 +359,9 @@ impl Runner<'_> {
             // the latest recorded one says which file and what it covers.
             Some(_) => {
                 let external = self.checkpoints.as_ref().and_then(|c| {
-                    row.checkpoint
-                        .filter(|&(attempt, _)| c.external_path(row.trial_id, attempt).is_file())
+                    row.checkpoint.filter(|&(attempt, step)| {
+                        c.external_at(row.trial_id, attempt, step).is_file()
+                    })
                 });
                 (None, external)
             }
@@ -410,10 +411,10 @@ impl Runner<'_> {
         if self.study.worker.is_some() {
             p.external_resume = claimed.checkpoint.filter(|&(attempt, step)| {
                 step <= last
-                    && self
-                        .checkpoints
-                        .as_ref()
-                        .is_some_and(|c| c.external_path(claimed.claim.trial_id, attempt).is_file())
+                    && self.checkpoints.as_ref().is_some_and(|c| {
+                        c.external_at(claimed.claim.trial_id, attempt, step)
+                            .is_file()
+                    })
             });
             return;
         }

@@ -131,6 +131,9 @@ pub struct PbtExploit {
     /// An external worker's: the step that checkpoint covers, recorded as
     /// `CheckpointSaved` records it.
     pub external_step: Option<i64>,
+    /// Files the new checkpoint makes stale, removed once it is committed
+    /// (see `CheckpointSaved`).
+    pub superseded: Vec<PathBuf>,
 }
 
 /// A PBT member's arrival at an exploit point, as [`WriteOp::PbtPoint`]
@@ -271,11 +274,15 @@ pub enum WriteOp {
         bytes: Vec<u8>,
         step: i64,
     },
-    /// An external worker saved its checkpoint (in its attempt's own file),
-    /// covering the steps up to `step`.
+    /// An external worker saved its checkpoint (in a file of its attempt
+    /// and step of its own), covering the steps up to `step`. The
+    /// `superseded` files (earlier checkpoints of the trial) are removed
+    /// only after the commit: until then the stored record still names one
+    /// of them.
     CheckpointSaved {
         claim: Claim,
         step: i64,
+        superseded: Vec<PathBuf>,
     },
     /// Deletes `path` (if it is there) while the claim holds, in order
     /// with `SaveFile`.
@@ -397,6 +404,15 @@ impl WriteOp {
                 (p.as_path(), content)
             }),
             _ => None,
+        }
+    }
+
+    /// Files to remove once the op is committed (its claim held).
+    fn superseded(&self) -> &[PathBuf] {
+        match self {
+            WriteOp::CheckpointSaved { superseded, .. } => superseded,
+            WriteOp::Exploit { exploit, .. } => &exploit.superseded,
+            _ => &[],
         }
     }
 
@@ -830,6 +846,10 @@ async fn apply(
         })
         .collect();
     let result = apply_staged(conn, batch, &staged, lost, beat).await;
+    let (result, superseded) = match result {
+        Ok((replies, superseded)) => (Ok(replies), superseded),
+        Err(e) => (Err(e), Vec::new()),
+    };
     // A staged file that is gone was put in place: the checkpoint it
     // replaced goes with the commit, or comes back with a rollback (once
     // per path: a second file of one path kept no previous one).
@@ -859,6 +879,11 @@ async fn apply(
             }
         }
     }
+    // Stale checkpoints go once the record naming their successor is
+    // durable.
+    for path in superseded {
+        let _ = std::fs::remove_file(path);
+    }
     result
 }
 
@@ -868,7 +893,7 @@ async fn apply_staged(
     staged: &[Option<PathBuf>],
     lost: &Mutex<BTreeSet<TrialId>>,
     beat: &Beat,
-) -> std::result::Result<Vec<Reply>, sqlx::Error> {
+) -> std::result::Result<(Vec<Reply>, Vec<PathBuf>), sqlx::Error> {
     let mut tx = begin_write(conn).await?;
     let clock = super::dialect::clock(&mut tx).await?;
     // A transaction that has the lock beats for the run too: under
@@ -882,6 +907,7 @@ async fn apply_staged(
     let mut held: HashMap<Claim, bool> = HashMap::new();
     let mut lost_now: BTreeSet<TrialId> = BTreeSet::new();
     let mut replaced: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut superseded: Vec<PathBuf> = Vec::new();
     for (op, tmp) in batch.iter().zip(staged) {
         if let Some(claim) = op.claim() {
             let step = match op {
@@ -909,6 +935,7 @@ async fn apply_staged(
             }
         }
         answers.push(write_op(&mut tx, op, tmp.as_deref(), &mut replaced, &clock).await?);
+        superseded.extend_from_slice(op.superseded());
         // A holder's requeue ends its claim: later ops under it are fenced.
         if let WriteOp::Requeue {
             by: Requeuer::Holder(claim),
@@ -927,7 +954,7 @@ async fn apply_staged(
             .unwrap_or_else(|e| e.into_inner())
             .extend(lost_now);
     }
-    Ok(replies(batch, answers))
+    Ok((replies(batch, answers), superseded))
 }
 
 /// An op's reply channel, moved out; the op keeps a closed one.
@@ -1039,7 +1066,7 @@ async fn write_op(
             outcome,
         } => statements::command_outcome(conn, *command_id, outcome).await?,
         WriteOp::SaveFile { .. } => put_in_place(staged, op.file(), replaced),
-        WriteOp::CheckpointSaved { claim, step } => {
+        WriteOp::CheckpointSaved { claim, step, .. } => {
             statements::record_checkpoint(conn, claim, *step).await?
         }
         WriteOp::RemoveFile { path, .. } => {
