@@ -542,8 +542,9 @@ struct Misjudged {
     guess: Option<training::Footprint>,
     gate: Option<(std::sync::mpsc::Sender<()>, Receiver<()>)>,
     cache: usize,
-    /// Its first step waits for this, where given.
-    first_step: Option<Receiver<()>>,
+    /// Its first step says it started on the first, then waits for the
+    /// second, where given.
+    first_step: Option<(std::sync::mpsc::Sender<()>, Receiver<()>)>,
 }
 
 impl Job<CpuBackend> for Misjudged {
@@ -574,7 +575,8 @@ impl Job<CpuBackend> for Misjudged {
         self.inner.is_resident()
     }
     fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
-        if let Some(go) = self.first_step.take() {
+        if let Some((started, go)) = self.first_step.take() {
+            started.send(()).unwrap();
             go.recv().unwrap();
         }
         self.guess = None;
@@ -750,7 +752,10 @@ fn a_job_pruned_while_it_is_swapped_out_ends() {
 #[test]
 fn a_cache_is_given_back_before_anyone_is_swapped_out() {
     // Job A holds an allocator cache as large as B's state; B fits only
-    // once A gives it back. A gives it back at a boundary, keeps its state, and B comes in.
+    // once A gives it back. B arrives while A runs (a streak keeps A off
+    // the table): A gives its cache back at its next boundary, keeps its
+    // state, and B comes in. (The core once looked only at jobs on the
+    // table, and B waited for A's end.)
     let data = data();
     let (ca, cb) = (cfg(16, 5, 2), cfg(16, 6, 2));
     let (fa, fb) = (job(&data, &ca).footprint(), job(&data, &cb).footprint());
@@ -761,9 +766,11 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
         + fb.persistent_bytes
         + cache / 2) as u64;
     let (core, rx) = cpu_core(CoreConfig::cpu(Policy::Pack, 1, 1, budget));
-    // A's first step waits for B to arrive: run through, A could end
-    // before B came, on a loaded machine, and nothing would need room.
+    // B is sent once A runs, and A's first step waits for B to arrive:
+    // sent together, the core could admit B first (A waits, its cache
+    // never in the way); run through, A could end before B came.
     let (go_a, first_step) = channel();
+    let (started, a_started) = channel();
     let a = core.submit(
         Box::new(Misjudged {
             inner: TrainTrial::new_on_host(data.clone(), ca.clone()).unwrap(),
@@ -771,11 +778,12 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
             guess: None,
             gate: None,
             cache,
-            first_step: Some(first_step),
+            first_step: Some((started, first_step)),
         }),
         0.0,
         "d",
     );
+    a_started.recv().unwrap();
     let b = core.submit(job(&data, &cb), 0.0, "d");
     go_a.send(()).unwrap();
     let log = drain(&rx, 2, |_| {});
@@ -784,7 +792,7 @@ fn a_cache_is_given_back_before_anyone_is_swapped_out() {
         matches!(e, CoreEvent::Refit { job, footprint, .. }
             if *job == a && footprint.persistent_bytes == fa.persistent_bytes)
     })
-    .expect("A gave its cache back");
+    .unwrap_or_else(|| panic!("A gave its cache back: {:#?}", log.events));
     let admitted = at(&|e| matches!(e, CoreEvent::Admitted { job, .. } if *job == b)).unwrap();
     assert!(admitted > released, "B waited for the room");
     assert!(

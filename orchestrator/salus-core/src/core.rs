@@ -298,6 +298,10 @@ struct Entry<B: Backend> {
     swap_out: bool,
     /// Asked to give back its allocator cache at its next boundary.
     release: bool,
+    /// The cache it could give back when it last came back to the table
+    /// (`Job::releasable_bytes`): what [`State::make_room`] counts on
+    /// while the job runs (a streak may keep it off the table for long).
+    releasable: usize,
     /// PBT's exploits asked for, in order: this job's trial (a fused
     /// group's member) takes the donor's state and continues with the new
     /// values.
@@ -318,6 +322,7 @@ impl<B: Backend> Entry<B> {
         shared_key: String,
         iterations: u64,
     ) -> Self {
+        let releasable = job.releasable_bytes();
         Entry {
             footprint: at_least(job.footprint(), floor),
             floor,
@@ -331,6 +336,7 @@ impl<B: Backend> Entry<B> {
             held: false,
             swap_out: false,
             release: false,
+            releasable,
             exploit: Vec::new(),
             saves: Vec::new(),
             prune: false,
@@ -925,11 +931,17 @@ impl<B: Backend> State<B> {
         if self.jobs.values().any(|e| e.swap_out || e.release) {
             return;
         }
+        // A running job's is the cache it had at its last boundary: asked
+        // now, it ends its streak and gives it back at the next one.
         let caches: Vec<JobId> = self
             .jobs
             .iter()
             .filter(|(_, e)| {
-                e.lane.is_some() && e.job.as_ref().is_some_and(|j| j.releasable_bytes() > 0)
+                e.lane.is_some()
+                    && e.job
+                        .as_ref()
+                        .map_or(e.releasable, |j| j.releasable_bytes())
+                        > 0
             })
             .map(|(id, _)| *id)
             .collect();
@@ -1301,7 +1313,9 @@ impl<B: Backend> State<B> {
     ) -> bool {
         self.count_iteration(lane, id, seconds, result.is_ok());
         let members = job.live_members();
-        self.jobs.get_mut(&id).expect("job").job = Some(job);
+        let e = self.jobs.get_mut(&id).expect("job");
+        e.releasable = job.releasable_bytes();
+        e.job = Some(job);
         let refitted = self.refit(id);
         let e = self.jobs.get_mut(&id).expect("job");
         let prune = e.prune;

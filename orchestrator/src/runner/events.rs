@@ -281,7 +281,7 @@ impl Runner<'_> {
                         .get(&f.pending.number)
                         .and_then(|c| c.values.keys().next_back().copied())
                         .map_or(0, |s| s as i64);
-                    f.external_checkpoint = Some(step);
+                    f.pending.external_resume = Some((f.pending.claim.attempt, step));
                     self.writer
                         .send(self.external_checkpoint_saved(f.pending.claim, step))?;
                 }
@@ -561,7 +561,7 @@ impl Runner<'_> {
             );
         }
         st.failures = (0, None);
-        self.forget_checkpoint(f.pending.claim);
+        self.forget_checkpoint(&f.pending);
         let (more_values, constraints) = match self.end_values(st, &f, &report, device_seconds) {
             Ok(v) => v,
             Err(reason) => {
@@ -632,7 +632,7 @@ impl Runner<'_> {
             c.finished = true;
         }
         st.failures = (0, None);
-        self.forget_checkpoint(f.pending.claim);
+        self.forget_checkpoint(&f.pending);
         self.writer.send(WriteOp::Finish(TrialEnd {
             claim: f.pending.claim,
             state: TrialState::Pruned,
@@ -747,7 +747,7 @@ impl Runner<'_> {
         seconds: f64,
         reason: String,
     ) -> Result<()> {
-        self.forget_checkpoint(p.claim);
+        self.forget_checkpoint(p);
         self.writer.send(WriteOp::Finish(TrialEnd {
             claim: p.claim,
             state: TrialState::Fail,
@@ -770,13 +770,20 @@ impl Runner<'_> {
     /// Deletes a trial's checkpoints (every attempt's, and files a killed
     /// process left staged), in order after any save still queued, while
     /// its claim holds. Its own checkpoint goes even where it is not there
-    /// yet: a save may still be queued.
-    pub(super) fn forget_checkpoint(&self, claim: Claim) {
+    /// yet: a save may still be queued (an external trial's, its latest
+    /// recorded one).
+    pub(super) fn forget_checkpoint(&self, p: &Pending) {
+        let claim = p.claim;
         if let Some(c) = &self.checkpoints {
             let mut paths = c.files_of(claim.trial_id);
             let own = c.path_of(claim.trial_id);
-            if !paths.contains(&own) {
-                paths.push(own);
+            let external = p
+                .external_resume
+                .map(|(attempt, step)| c.external_at(claim.trial_id, attempt, step));
+            for own in std::iter::once(own).chain(external) {
+                if !paths.contains(&own) {
+                    paths.push(own);
+                }
             }
             for path in paths {
                 let _ = self.writer.send(WriteOp::RemoveFile { claim, path });

@@ -93,8 +93,8 @@ struct Pending {
     /// An enqueued trial's: what its claim stores as its parameters (its
     /// fixed values, the rest sampled), or why they are refused.
     enqueued: Option<std::result::Result<Vec<StoredParam>, String>>,
-    /// An external trial's checkpoint to resume from: the attempt that
-    /// wrote it and the step it covers.
+    /// An external trial's latest recorded checkpoint, which it resumes
+    /// from: the attempt that wrote it and the step it covers.
     external_resume: Option<(i64, i64)>,
 }
 
@@ -187,8 +187,6 @@ struct Flight {
     total_iterations: u64,
     /// Its latest priority (0 until it reaches a rung).
     priority: f64,
-    /// An external trial's latest checkpoint: the step it covers.
-    external_checkpoint: Option<i64>,
 }
 
 /// Per-lane totals for `salus_lane_stats`.
@@ -370,7 +368,6 @@ impl Runner<'_> {
                     footprint,
                     total_iterations: w.iterations,
                     history_index,
-                    external_checkpoint: pending.external_resume.map(|(_, step)| step),
                     pending,
                     priority: 0.0,
                 };
@@ -412,7 +409,6 @@ impl Runner<'_> {
                         history_index,
                         pending,
                         priority: 0.0,
-                        external_checkpoint: None,
                     };
                     batch.push((trial, flight));
                 }
@@ -550,7 +546,7 @@ impl Runner<'_> {
                     step
                 }
                 // An external trial keeps what its last checkpoint covers.
-                (Some(_), None) => f.external_checkpoint.unwrap_or(0),
+                (Some(_), None) => f.pending.external_resume.map_or(0, |(_, step)| step),
                 (None, _) => 0,
             };
             self.writer.send(WriteOp::Requeue {

@@ -608,7 +608,9 @@ impl Runner<'_> {
                     ),
                 };
                 let f = st.in_flight.get_mut(&run).expect("in flight");
-                f.external_checkpoint = external_step.or(f.external_checkpoint);
+                if let Some(step) = external_step {
+                    f.pending.external_resume = Some((claim.attempt, step));
+                }
                 f.pending.params = e.new.clone();
                 st.history[history_index].params = e.new.clone();
                 self.writer.send(WriteOp::Exploit {

@@ -442,7 +442,8 @@ fn release_cache<B: Backend>(
         job,
         result,
         |st| {
-            st.jobs.get_mut(&job_id).expect("job").release = false;
+            let e = st.jobs.get_mut(&job_id).expect("job");
+            (e.release, e.releasable) = (false, 0);
         },
         |st, _| {
             st.refit(job_id);
