@@ -923,10 +923,10 @@ impl<B: Backend> State<B> {
     /// priority to be swapped out, if none is already on its way out. One
     /// still finishing its iteration counts: it goes out at that boundary.
     ///
-    /// Before any swap, resident jobs not running that hold an allocator
-    /// cache (`Job::releasable_bytes`) are asked to give it back: that
-    /// costs them nothing they need, and only happens when the ledger
-    /// needs the room, never at every switch.
+    /// Before any swap, resident jobs that hold an allocator cache
+    /// (`Job::releasable_bytes`) are asked to give it back, a running one
+    /// at its next boundary: that costs them nothing they need, and only
+    /// happens when the ledger needs the room, never at every switch.
     fn make_room(&mut self, for_job: JobId) {
         if self.jobs.values().any(|e| e.swap_out || e.release) {
             return;
