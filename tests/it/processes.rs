@@ -691,13 +691,14 @@ fn a_paused_process_drops_the_trials_it_lost(postgres: bool) {
              AND CAST({released} AS BIGINT) = r.run_id"
         )) > 0
     };
-    // Stopped inside a transaction (rare), it holds the peer up instead:
-    // then it is continued and stopped again. The window is generous: on a
+    // It is stopped between its writes (stopped inside a transaction, it
+    // would hold the peer up instead); should the peer still not requeue,
+    // it is continued and stopped again. The window is generous: on a
     // loaded 2-core machine the peer's own heartbeats stall past their
     // hiccup, and it rightly waits a further limit before judging others.
     let mut tries = 0;
     loop {
-        signal(paused, "STOP");
+        stop_between_writes(paused, &db);
         let t0 = Instant::now();
         while !requeued_by_peer() && t0.elapsed() < Duration::from_secs(45) {
             std::thread::sleep(Duration::from_millis(100));

@@ -142,6 +142,21 @@ pub struct Store {
     conn: AnyConnection,
 }
 
+/// A PostgreSQL URL that names this process to the server
+/// (`application_name = salus-tune-<pid>`, as `pg_stat_activity` shows
+/// it), unless the URL names one: a database administrator, or a test,
+/// can tell which process holds which connection and lock.
+fn with_application_name(url: &str) -> String {
+    if url.contains("application_name=") {
+        return url.to_string();
+    }
+    let join = if url.contains('?') { '&' } else { '?' };
+    format!(
+        "{url}{join}application_name=salus-tune-{}",
+        std::process::id()
+    )
+}
+
 impl Store {
     fn options(location: &Location, create: bool) -> Result<AnyConnectOptions> {
         let url = match location {
@@ -157,7 +172,7 @@ impl Store {
                 let mode = if create { "rwc" } else { "rw" };
                 format!("sqlite://{path}?mode={mode}")
             }
-            Location::Postgres(url) => url.clone(),
+            Location::Postgres(url) => with_application_name(url),
         };
         let options = AnyConnectOptions::from_str(&url)
             .map_err(|e| Error::Input(format!("storage '{}': {e}", masked(&url))))?;
@@ -292,6 +307,21 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_names_the_process_unless_it_names_one() {
+        let me = format!("application_name=salus-tune-{}", std::process::id());
+        assert_eq!(
+            with_application_name("postgresql://db/studies"),
+            format!("postgresql://db/studies?{me}")
+        );
+        assert_eq!(
+            with_application_name("postgresql://db/studies?sslmode=require"),
+            format!("postgresql://db/studies?sslmode=require&{me}")
+        );
+        let named = "postgresql://db/studies?application_name=lab";
+        assert_eq!(with_application_name(named), named);
+    }
 
     #[test]
     fn passwords_are_masked_wherever_they_sit() {

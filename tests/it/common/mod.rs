@@ -424,9 +424,11 @@ impl TestDb {
         })
     }
 
-    /// Whether some process holds a write transaction open: SQLite's write
-    /// lock is taken, or a PostgreSQL session is idle inside a transaction.
-    pub fn write_held(&self) -> bool {
+    /// Whether process `pid` (a salus-tune) may hold a write lock now: on
+    /// SQLite, whether anyone holds the write lock; on PostgreSQL, whether
+    /// any of `pid`'s connections (its `application_name`) is not idle,
+    /// a statement in flight or a transaction open.
+    pub fn write_held(&self, pid: u32) -> bool {
         match self {
             TestDb::Sqlite(path) => block_on(async {
                 use sqlx::ConnectOptions;
@@ -446,10 +448,11 @@ impl TestDb {
                 held
             }),
             TestDb::Postgres(_) => {
-                self.scalar(
+                self.scalar(&format!(
                     "SELECT COUNT(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() \
-                     AND datname = current_database() AND state LIKE 'idle in transaction%'",
-                ) > 0
+                     AND datname = current_database() \
+                     AND application_name = 'salus-tune-{pid}' AND state <> 'idle'"
+                )) > 0
             }
         }
     }
@@ -566,12 +569,18 @@ pub fn wait_stopped(pid: u32) {
 /// of `db` open, so that other processes are not blocked while it stands
 /// still; it is the only writer then.
 pub fn stop_between_writes(pid: u32, db: &TestDb) {
+    if let TestDb::Postgres(_) = db {
+        let named = db.scalar(&format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = 'salus-tune-{pid}'"
+        ));
+        assert!(named > 0, "process {pid} has no connection named for it");
+    }
     for _ in 0..1000 {
         signal(pid, "STOP");
         // A stop lands when each thread is next scheduled: a thread still
         // running after `kill` returned could take the lock after the check.
         wait_stopped(pid);
-        if !db.write_held() {
+        if !db.write_held(pid) {
             return;
         }
         signal(pid, "CONT");
