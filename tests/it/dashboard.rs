@@ -255,6 +255,28 @@ fn the_detail_pane_and_the_help() {
     insta::assert_snapshot!("help", render(80, 24, &snap, &v));
 }
 
+/// A PBT member's detail: its schedule step by step on the left, and the
+/// knob that moved as a line over its steps above its events.
+#[test]
+fn a_pbt_member_s_detail_draws_its_schedule() {
+    let mut snap = fixture();
+    snap.trials[2].user_attrs.push((
+        "pbt:schedule".into(),
+        r#"[{"step":0,"params":{"lr":0.1}},{"step":2,"from":0,"params":{"lr":0.0125}}]"#.into(),
+    ));
+    let mut v = ViewState::default();
+    for k in [Key::Down, Key::Down, Key::Enter] {
+        let a = state::action(&v, k);
+        v.apply(&snap, a);
+    }
+    let detail = render(120, 44, &snap, &v);
+    assert!(
+        detail.contains("step 2 from #0: lr=0.0125") && detail.contains("Schedule: log10 lr"),
+        "{detail}"
+    );
+    insta::assert_snapshot!("pbt_detail", detail);
+}
+
 #[test]
 fn header_counts_best_and_memory() {
     let snap = fixture();

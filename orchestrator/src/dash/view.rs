@@ -667,6 +667,31 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
             .block(block(&format!("Trial #{}", t.number), focused)),
         left,
     );
+    // A PBT member's schedule as a line over its steps, above its events.
+    let last = t.curve.last().map_or(0, |&(s, _)| s);
+    let line = schedule
+        .first()
+        .and_then(|(_, json)| schedule_line(json, last));
+    let right = match &line {
+        Some((title, points)) => {
+            let [top, rest] =
+                Layout::vertical([Constraint::Percentage(50), Constraint::Percentage(50)])
+                    .areas(right);
+            let x = bounds(points.iter().map(|p| p.0).chain([0.0]));
+            let y = bounds(points.iter().map(|p| p.1));
+            let set = Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .data(points);
+            let chart = Chart::new(vec![set])
+                .block(block(title, focused))
+                .x_axis(axis("step", x))
+                .y_axis(axis("", y));
+            frame.render_widget(chart, top);
+            rest
+        }
+        None => right,
+    };
     let keep = right.height.saturating_sub(2) as usize;
     let events: Vec<Line> = t.events[t.events.len().saturating_sub(keep)..]
         .iter()
@@ -684,6 +709,56 @@ fn detail_pane(frame: &mut Frame, area: Rect, snap: &Snapshot, view: &ViewState)
         Paragraph::new(events).block(block("Events", focused)),
         right,
     );
+}
+
+/// The knob of a PBT schedule (`pbt:schedule`) that moved furthest (by
+/// the ratio of its largest value to its smallest), as a chart title and
+/// a step line: each value from the step it was set at to the next, the
+/// last one to step `last`. Positive values are drawn as their log10,
+/// where a learning rate's moves read alike. None when no knob moved.
+fn schedule_line(json: &str, last: i64) -> Option<(String, Vec<(f64, f64)>)> {
+    let serde_json::Value::Array(entries) = serde_json::from_str(json).ok()? else {
+        return None;
+    };
+    let steps: Vec<f64> = entries
+        .iter()
+        .map(|e| e["step"].as_i64().unwrap_or(0) as f64)
+        .collect();
+    let knobs: std::collections::BTreeSet<String> = entries
+        .iter()
+        .filter_map(|e| e["params"].as_object())
+        .flat_map(|m| m.keys().cloned())
+        .collect();
+    let series =
+        |k: &str| -> Option<Vec<f64>> { entries.iter().map(|e| e["params"][k].as_f64()).collect() };
+    let spread = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if lo > 0.0 {
+            hi / lo
+        } else {
+            1.0 + (hi - lo).abs()
+        }
+    };
+    let (knob, values) = knobs
+        .iter()
+        .filter_map(|k| series(k).map(|v| (k.clone(), v)))
+        .filter(|(_, v)| spread(v) > 1.0)
+        .max_by(|a, b| spread(&a.1).total_cmp(&spread(&b.1)))?;
+    let log = values.iter().all(|&v| v > 0.0);
+    let y = |v: f64| if log { v.log10() } else { v };
+    let end = (last as f64).max(*steps.last()?);
+    let mut points = Vec::with_capacity(2 * values.len());
+    for (i, &v) in values.iter().enumerate() {
+        let until = steps.get(i + 1).copied().unwrap_or(end);
+        points.push((steps[i], y(v)));
+        points.push((until, y(v)));
+    }
+    let title = match log {
+        true => format!("Schedule: log10 {knob}"),
+        false => format!("Schedule: {knob}"),
+    };
+    Some((title, points))
 }
 
 /// A PBT schedule (`pbt:schedule`) as lines: `step 3 from #5: lr=0.004 ...`.
@@ -819,5 +894,26 @@ mod tests {
             ]
         );
         assert!(super::schedule_lines("not json").is_empty());
+    }
+
+    #[test]
+    fn a_pbt_schedule_draws_the_knob_that_moved_furthest_as_a_step_line() {
+        let json = r#"[{"step":0,"params":{"lr":0.1,"weight_decay":0.001}},
+            {"step":3,"from":5,"params":{"lr":0.001,"weight_decay":0.002}}]"#;
+        let (title, points) = super::schedule_line(json, 12).unwrap();
+        assert_eq!(title, "Schedule: log10 lr");
+        let want = [(0.0, -1.0), (3.0, -1.0), (3.0, -3.0), (12.0, -3.0)];
+        assert_eq!(points.len(), want.len());
+        for (p, w) in points.iter().zip(want) {
+            assert!(
+                (p.0 - w.0).abs() < 1e-12 && (p.1 - w.1).abs() < 1e-12,
+                "{points:?}"
+            );
+        }
+        // Nothing moved, or nothing to read: no chart.
+        let still = r#"[{"step":0,"params":{"lr":0.1}},{"step":3,"params":{"lr":0.1}}]"#;
+        assert!(super::schedule_line(still, 12).is_none());
+        assert!(super::schedule_line("[]", 12).is_none());
+        assert!(super::schedule_line("not json", 12).is_none());
     }
 }
