@@ -7,6 +7,10 @@
 #
 #   bash scripts/cnn-parity.sh [SEEDS] [PYTHON]
 #
+# DATA=shapes runs both sides on image data of our own instead of the
+# digits: scripts/anchors/make_shapes.py's 16x16 shapes on noise, through
+# studies/cnn_parity_shapes.toml.
+#
 # SALUS_TUNE_BIN names the binary (default: target/release/salus-tune,
 # built if missing).
 set -euo pipefail
@@ -16,9 +20,21 @@ python=${2:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3
 bin=${SALUS_TUNE_BIN:-target/release/salus-tune}
 [[ -x $bin ]] || cargo build --release --quiet --bin salus-tune
 work=$(mktemp -d /tmp/cnn-parity.XXXX)
+trap 'rm -rf "$work"' EXIT
 out=$work/rows.jsonl
+study=studies/cnn_parity.toml
+torch_data=()
+case "${DATA:-digits}" in
+digits) ;;
+shapes)
+    "$python" scripts/anchors/make_shapes.py "$work"
+    study=studies/cnn_parity_shapes.toml
+    torch_data=(--npy "$work/shapes-images.npy" "$work/shapes-labels.npy")
+    ;;
+*) echo "DATA is digits or shapes, not $DATA" >&2; exit 2 ;;
+esac
 for ((s = 0; s < seeds; s++)); do
-    sed -e "s/^seed = 0/seed = $s/" studies/cnn_parity.toml > "$work/s$s.toml"
+    sed -e "s/^seed = 0/seed = $s/" "$study" > "$work/s$s.toml"
     "$bin" "$work/s$s.toml" --device cpu --no-progress --storage "$work/s$s.db" > "$work/s$s.log" 2>&1
     "$bin" trials "$work/s$s.toml" --storage "$work/s$s.db" --format json |
         "$python" -c '
@@ -27,7 +43,7 @@ for t in json.load(sys.stdin):
     print(json.dumps({"side": "salus-tune", "lr": float(t["params"]["lr"]), "seed": int(sys.argv[1]), "val_accuracy": t["value"]}))
 ' "$s" >> "$out"
 done
-"$python" scripts/anchors/torch_cnn_parity.py --seeds "$seeds" >> "$out"
+"$python" scripts/anchors/torch_cnn_parity.py --seeds "$seeds" "${torch_data[@]}" >> "$out"
 cat "$out"
 "$python" - "$out" <<'PY'
 import json, statistics, sys

@@ -8,6 +8,11 @@ PyTorch's default initialisation and batch-norm settings.
 
     python scripts/anchors/torch_cnn_parity.py --lrs 3e-4,1e-3,3e-3 --seeds 5 --epochs 3
 
+With `--npy IMAGES LABELS` the images come from those files instead (N x 1 x
+H x W, and the class of each), as `[data] source = "npy"` with `layout =
+"NCHW"` reads them; the head's input grows with H and W (scripts/cnn-parity.sh
+with DATA=shapes, on scripts/anchors/make_shapes.py's images).
+
 One JSON line per (lr, seed): the validation accuracy after the last epoch.
 """
 
@@ -24,19 +29,34 @@ from torch import nn
 from torch_cnn import net as anchor_net
 
 
-def net():
-    return anchor_net("cnn-digits")[0]
+def net(height, width, classes):
+    if (height, width, classes) == (8, 8, 10):
+        return anchor_net("cnn-digits")[0]
+    # The same layers, the head's input as two 2x2 poolings leave it.
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(32 * (height // 4) * (width // 4), 64), nn.ReLU(), nn.Linear(64, classes),
+    )
 
 
-def run(lr, seed, epochs, batch):
-    x, y = load_digits(return_X_y=True)
+def load(npy):
+    if npy is None:
+        x, y = load_digits(return_X_y=True)
+        return x.reshape(-1, 1, 8, 8), y
+    return np.load(npy[0]).astype(np.float64), np.load(npy[1])
+
+
+def run(lr, seed, epochs, batch, npy):
+    x, y = load(npy)
+    height, width, classes = x.shape[2], x.shape[3], int(y.max()) + 1
     xt, xv, yt, yv = train_test_split(x, y, test_size=0.2, stratify=y, random_state=seed)
     mean, std = xt.mean(), xt.std()
-    to = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32).reshape(-1, 1, 8, 8)
+    to = lambda a: torch.tensor((a - mean) / std, dtype=torch.float32).reshape(-1, 1, height, width)
     xt, xv = to(xt), to(xv)
     yt, yv = torch.tensor(yt), torch.tensor(yv)
     torch.manual_seed(seed)
-    model = net()
+    model = net(height, width, classes)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(seed)
@@ -59,11 +79,12 @@ def main():
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--npy", nargs=2, metavar=("IMAGES", "LABELS"))
     a = ap.parse_args()
     torch.set_num_threads(1)
     for lr in (float(v) for v in a.lrs.split(",")):
         for seed in range(a.seeds):
-            acc = run(lr, seed, a.epochs, a.batch)
+            acc = run(lr, seed, a.epochs, a.batch, a.npy)
             print(json.dumps({"side": "pytorch", "lr": lr, "seed": seed, "val_accuracy": acc}), flush=True)
 
 
