@@ -237,7 +237,7 @@ fn the_conv_net_learns_the_digit_images_as_pytorch_s_does() {
 /// The same check on image data of our own (`DATA=shapes`: 16x16
 /// grayscale shapes on noise, scripts/anchors/make_shapes.py): each median
 /// within 2 points of PyTorch's, where both sides' medians spread over 10
-/// points across the rates and 5 to 9 points across seeds at one rate.
+/// points across the rates and 6 to 9 points across seeds at one rate.
 #[test]
 fn the_conv_net_learns_images_of_our_own_as_pytorch_s_does() {
     learns_as_pytorch_does(
