@@ -9,7 +9,7 @@
 #
 # DATA=shapes runs both sides on image data of our own instead of the
 # digits: scripts/anchors/make_shapes.py's 16x16 shapes on noise, through
-# studies/cnn_parity_shapes.toml.
+# scripts/anchors/cnn_parity_shapes.toml.
 #
 # SALUS_TUNE_BIN names the binary (default: target/release/salus-tune,
 # built if missing).
@@ -28,7 +28,7 @@ case "${DATA:-digits}" in
 digits) ;;
 shapes)
     "$python" scripts/anchors/make_shapes.py "$work"
-    study=studies/cnn_parity_shapes.toml
+    study=scripts/anchors/cnn_parity_shapes.toml
     torch_data=(--npy "$work/shapes-images.npy" "$work/shapes-labels.npy")
     ;;
 *) echo "DATA is digits or shapes, not $DATA" >&2; exit 2 ;;
