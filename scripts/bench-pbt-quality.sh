@@ -27,6 +27,7 @@
 # every epoch, 250 iterations).
 #
 #   scripts/bench-pbt-quality.sh [SEEDS] [BINARY] > out.json
+#   TASK=decay scripts/bench-pbt-quality.sh --task-toml
 set -euo pipefail
 seeds=${1:-10}
 bin=${2:-target/release/salus-tune}
@@ -43,9 +44,6 @@ metric=${METRIC:-$default_metric}
 interval=${INTERVAL:-$epoch}
 # Members of PBT's population, and trials of random search.
 population=${POPULATION:-8}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
 common() {
     if [ "$task" = noisy ] || [ "$task" = decay ]; then
         local rows=2000 validation=0.2
@@ -112,6 +110,18 @@ TOML
     *) echo "TASK is adam, sgd, noisy or decay, not $task" >&2; exit 2 ;;
     esac
 }
+
+# --task-toml prints the task's [data], [model] and [train] sections and
+# stops: scripts/check-known-decay.sh trains the decay task's fixed
+# settings from them.
+if [ "${1:-}" = --task-toml ]; then
+    common
+    exit 0
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
 
 for seed in $(seq 0 $((seeds - 1))); do
     dir="$work/$seed"

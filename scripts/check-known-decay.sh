@@ -13,37 +13,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 study() { # name lr [schedule]
-    cat <<TOML
-[study]
-name = "$1"
-seed = 0
-metric = "val_rmse"
-trials = $trials
-
-[data]
-source = "synthetic-regression"
-rows = 4000
-features = 20
-informative = 20
-noise = 1.0
-validation = 0.5
-split_seed = 0
-
-[model]
-kind = "mlp"
-depth = 1
-width = 16
-
-[train]
-optimizer = "sgd"
-lr = $2
-batch_size = 8
-epochs = 12
-${3:+schedule = $3}
-
-[train.sgd]
-momentum = 0.0
-TOML
+    printf '[study]\nname = "%s"\nseed = 0\nmetric = "val_rmse"\ntrials = %s\n\n' "$1" "$trials"
+    # The task as the PBT bench defines it, its searched rate fixed.
+    TASK=decay "$(dirname "$0")/bench-pbt-quality.sh" --task-toml |
+        sed "s|^lr = .*|lr = $2${3:+\nschedule = $3}|"
 }
 
 settings=(
