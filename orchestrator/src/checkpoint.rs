@@ -193,16 +193,7 @@ impl Checkpoints {
     /// Every file of `trial_id` in the folder now: its checkpoint, each
     /// attempt's external one, and what a killed process left staged.
     pub fn files_of(&self, trial_id: TrialId) -> Vec<PathBuf> {
-        let prefix = format!("trial-{trial_id}.");
-        std::fs::read_dir(&self.dir)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-                    .map(|e| e.path())
-                    .collect()
-            })
-            .unwrap_or_default()
+        files_named(&self.dir, &[format!("trial-{trial_id}.")])
     }
 
     /// Deletes the files of `finished` trials (left by a crash between a
@@ -215,17 +206,28 @@ impl Checkpoints {
 
     /// Deletes every `<kind>-<trial_id>.*` file of `trials` in the folder.
     fn remove_files_of(&self, trials: &[TrialId], kind: &str) {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return;
-        };
         let done: Vec<String> = trials.iter().map(|t| format!("{kind}-{t}.")).collect();
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if done.iter().any(|k| name.starts_with(k)) {
-                let _ = std::fs::remove_file(e.path());
-            }
+        for path in files_named(&self.dir, &done) {
+            let _ = std::fs::remove_file(path);
         }
     }
+}
+
+/// The files in `dir` whose names start with one of `prefixes` (none
+/// where `dir` cannot be read).
+pub fn files_named(dir: &Path, prefixes: &[String]) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    prefixes.iter().any(|p| name.starts_with(p.as_str()))
+                })
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Of `candidates`, the furthest one whose report count the stored curve

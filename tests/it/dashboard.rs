@@ -233,14 +233,20 @@ fn the_dashboard_at_120x40_uses_the_room() {
     insta::assert_snapshot!(screen);
 }
 
-#[test]
-fn the_detail_pane_and_the_help() {
-    let snap = fixture();
+/// The view after selecting the third trial (#2) and opening its detail.
+fn third_trial_s_detail(snap: &Snapshot) -> ViewState {
     let mut v = ViewState::default();
     for k in [Key::Down, Key::Down, Key::Enter] {
         let a = state::action(&v, k);
-        v.apply(&snap, a);
+        v.apply(snap, a);
     }
+    v
+}
+
+#[test]
+fn the_detail_pane_and_the_help() {
+    let snap = fixture();
+    let mut v = third_trial_s_detail(&snap);
     let detail = render(100, 30, &snap, &v);
     assert!(
         detail.contains("Trial #2")
@@ -264,11 +270,7 @@ fn a_pbt_member_s_detail_draws_its_schedule() {
         "pbt:schedule".into(),
         r#"[{"step":0,"params":{"lr":0.1}},{"step":2,"from":0,"params":{"lr":0.0125}}]"#.into(),
     ));
-    let mut v = ViewState::default();
-    for k in [Key::Down, Key::Down, Key::Enter] {
-        let a = state::action(&v, k);
-        v.apply(&snap, a);
-    }
+    let v = third_trial_s_detail(&snap);
     let detail = render(120, 44, &snap, &v);
     assert!(
         detail.contains("step 2 from #0: lr=0.0125") && detail.contains("Schedule: log10 lr"),

@@ -284,11 +284,9 @@ fn remove_checkpoints(checkpoint: &Path) {
     let (Some(dir), Some(name)) = (checkpoint.parent(), checkpoint.file_name()) else {
         return;
     };
-    let name = name.to_string_lossy();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.file_name().to_string_lossy().starts_with(&*name) {
-            let _ = std::fs::remove_file(e.path());
-        }
+    let name = name.to_string_lossy().into_owned();
+    for path in crate::checkpoint::files_named(dir, &[name]) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
