@@ -32,7 +32,9 @@
 #                       batch norm, residual add)
 #   04-gradients.txt    gradient checks on every device (MLPs and conv nets)
 #   05-devices.txt      CPU against CUDA (MLPs and conv nets)
-#   06-graphs.txt       graph replay against eager, bit for bit (a conv net too)
+#   06-graphs.txt       graph replay against eager, bit for bit (a conv net too),
+#                       and per-layer optimizer steps on the second stream
+#                       against one step after the backward pass
 #   06-core.txt         the Salus core's lanes (streaks, switches) against
 #                       trials run alone, bit for bit
 #   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on:
@@ -42,6 +44,9 @@
 #   08-bench-4096.json / .log     h = 4096, K = 64 (one run of each mode:
 #                       its 64 trials hold 15 GB of state to build)
 #   08-fused-groups*.json / .log  K = 64 as two fused groups on two lanes
+#   25-after-backward.json / .log  h = 256 and 1024, K = 1 and 64, seq and
+#                       fused, with one optimizer step after the backward
+#                       pass instead of per layer beside it (07-, 08-)
 #   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
 #   22-precision-{tf32,bf16}.json / .log   [train] precision: h = 256,
 #                       1024, 4096 and mixed at K = 64, lanes and fused
@@ -226,6 +231,11 @@ bench 08-bench-4096 70 --h 4096 --k 64 --gflop "${GFLOP_4096:-40000}" --repeats 
 # The K trials as two fused groups on two lanes instead of one.
 bench 08-fused-groups 40 --h 256,1024 --k 64 --modes fused --fused-groups 2 --gflop "${GFLOP_1024:-6000}" --repeats 2 --no-overhead
 bench 08-fused-groups-4096 40 --h 4096 --k 64 --modes fused --fused-groups 2 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
+# 07- and 08- run each layer's optimizer step on the lane's second stream,
+# beside the earlier layers' backward GEMMs (CUDA's default order); the
+# same cells with one step after the backward pass, to compare.
+bench 25-after-backward 45 --h 256,1024 --k 1,64 --modes seq,fused --gflop "${GFLOP_1024:-6000}" \
+    --repeats 2 --no-overhead --optimizer-order after-backward
 
 phase 09-torch_anchor_graphs.txt 60 env OUT="$WORK" PROBE_S=0.2 python3 gpu-anchors/torch_anchor_graphs.py
 

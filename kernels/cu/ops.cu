@@ -273,10 +273,11 @@ extern "C" __global__ void mse(
 // --- optimizers, in PyTorch's semantics ----------------------------------
 
 // velocity may be null; a slot with momentum 0 takes the plain step.
+// Slot s's n parameters start at s * stride (a layer's run, or stride = n).
 extern "C" __global__ void sgd_step(
-    u64 n, SgdParams ps, float* params, const float* grads, float* velocity) {
+    u64 n, u64 stride, SgdParams ps, float* params, const float* grads, float* velocity) {
     SgdParam h = ps.s[blockIdx.y];
-    u64 base = (u64)blockIdx.y * n;
+    u64 base = (u64)blockIdx.y * stride;
     GRID_STRIDE(i, n) {
         u64 j = base + i;
         float p = params[j];
@@ -299,13 +300,14 @@ extern "C" __global__ void sgd_step(
 }
 
 // scalars: two floats per slot, [step_size, inv_sqrt_bc2], from the step block.
+// Slot s's n parameters start at s * stride, as in sgd_step.
 extern "C" __global__ void adam_step(
-    u64 n, AdamParams ps, const float* scalars, float* params, const float* grads, float* m,
-    float* v) {
+    u64 n, u64 stride, AdamParams ps, const float* scalars, float* params, const float* grads,
+    float* m, float* v) {
     AdamParam h = ps.s[blockIdx.y];
     float step_size = scalars[2 * blockIdx.y];
     float inv_sqrt_bc2 = scalars[2 * blockIdx.y + 1];
-    u64 base = (u64)blockIdx.y * n;
+    u64 base = (u64)blockIdx.y * stride;
     GRID_STRIDE(i, n) {
         u64 j = base + i;
         float p = params[j];

@@ -9,7 +9,7 @@
 use crate::error::Result;
 use crate::ops::{
     ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm, DropoutSlot, Gemm,
-    Loss, Pool2d, SgdSlot, Slots,
+    Loss, ParamRun, Pool2d, SgdSlot, Slots,
 };
 
 /// What kind of device a backend drives.
@@ -137,6 +137,35 @@ pub trait Backend: Send + Sync + 'static {
     /// The buffer's address, for keys that must change whenever a captured
     /// graph would touch other memory.
     fn buf_addr(&self, buf: &Self::Buf) -> usize;
+
+    /// Queues `f`'s operations after everything queued on `ctx` so far,
+    /// free to run beside what is queued after them until
+    /// [`Backend::join_beside`]. The caller promises that nothing queued
+    /// in between touches what `f` writes, or writes what `f` reads. CUDA
+    /// queues them on the context's second stream, so that an optimizer
+    /// step overlaps the next layer's backward GEMMs (inside a captured
+    /// graph too: the fork and join are events); elsewhere they simply run
+    /// in order, which gives the same bits.
+    fn beside(
+        &self,
+        ctx: &mut Self::Ctx,
+        f: impl FnOnce(&Self, &mut Self::Ctx) -> Result<()>,
+    ) -> Result<()>
+    where
+        Self: Sized,
+    {
+        f(self, ctx)
+    }
+    /// Whether [`Backend::beside`] overlaps anything (CUDA); elsewhere it
+    /// runs in order, and splitting work to queue it beside costs a little.
+    fn beside_overlaps(&self) -> bool {
+        false
+    }
+    /// Makes everything queued on `ctx` from here wait for every
+    /// [`Backend::beside`] queued before it.
+    fn join_beside(&self, _ctx: &mut Self::Ctx) -> Result<()> {
+        Ok(())
+    }
 
     /// Whether this backend can capture and replay graphs.
     fn graphs_supported(&self) -> bool {
@@ -337,25 +366,25 @@ pub trait Backend: Send + Sync + 'static {
         stats: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
 
-    /// One SGD step over `slots.len()` slots of `n` parameters.
-    /// `velocity` is required when any slot has momentum.
+    /// One SGD step over the run's parameters of every slot (the views
+    /// start at the run). `velocity` is required when any slot has momentum.
     fn sgd_step(
         &self,
         ctx: &mut Self::Ctx,
-        n: usize,
-        slots: &[SgdSlot],
+        run: ParamRun<'_, SgdSlot>,
         params: ViewMut<'_, Self::Buf>,
         grads: View<'_, Self::Buf>,
         velocity: Option<ViewMut<'_, Self::Buf>>,
     ) -> Result<()>;
 
-    /// One Adam or AdamW step over `slots`. `scalars` holds each slot's
+    /// One Adam or AdamW step over the run's parameters of every slot (the
+    /// views start at the run). `scalars` holds each slot's
     /// [`AdamSlot::step_scalars`] ([`crate::ADAM_STEP_WORDS`] words per
     /// slot, from a step block).
     fn adam_step(
         &self,
         ctx: &mut Self::Ctx,
-        slots: Slots<'_, AdamSlot>,
+        run: ParamRun<'_, AdamSlot>,
         scalars: View<'_, Self::Buf>,
         params: ViewMut<'_, Self::Buf>,
         grads: View<'_, Self::Buf>,

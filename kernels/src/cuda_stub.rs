@@ -5,7 +5,7 @@ use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{KernelError, Result};
 use crate::ops::{
     ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, DropoutSlot, Gemm, Loss,
-    Pool2d, SgdSlot, Slots,
+    ParamRun, Pool2d, SgdSlot, Slots,
 };
 
 /// Says why CUDA cannot be used: this build has no CUDA backend.
@@ -251,8 +251,7 @@ impl Backend for CudaBackend {
     fn sgd_step(
         &self,
         ctx: &mut CudaCtx,
-        n: usize,
-        slots: &[SgdSlot],
+        run: ParamRun<'_, SgdSlot>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
         velocity: Option<ViewMut<'_, CudaBuf>>,
@@ -263,7 +262,7 @@ impl Backend for CudaBackend {
     fn adam_step(
         &self,
         ctx: &mut CudaCtx,
-        slots: Slots<'_, AdamSlot>,
+        run: ParamRun<'_, AdamSlot>,
         scalars: View<'_, CudaBuf>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,

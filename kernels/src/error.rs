@@ -147,6 +147,24 @@ pub(crate) fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<(
     }
 }
 
+/// An optimizer's runs of consecutive slots do not overlap (each element
+/// would be stepped twice).
+pub(crate) fn check_param_run<S>(
+    op: &'static str,
+    run: &crate::ops::ParamRun<'_, S>,
+) -> Result<()> {
+    if run.overlaps() {
+        return Err(shape_err(
+            op,
+            format!(
+                "a run of {} parameters does not fit slots {} apart",
+                run.len, run.stride
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Slots' images that do not overlap: a stride of at least one slot's
 /// images, or 0 (one batch shared by all).
 fn check_slot_stride(op: &'static str, i: &crate::ops::Images) -> Result<()> {

@@ -189,6 +189,43 @@ impl<S> Slots<'_, S> {
     }
 }
 
+/// The parameters an optimizer step updates: `len` of them in each slot,
+/// at the same place in every slot, slots `stride` apart. A whole group laid
+/// out `[slot][n]` is `len = stride = n`; one layer of it is that layer's
+/// length with `stride = n`, so that a layer's step can run as soon as its
+/// gradients are done (see the workers' `OptimizerOrder`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParamRun<'a, S> {
+    pub len: usize,
+    pub stride: usize,
+    pub settings: &'a [S],
+}
+
+impl<'a, S> ParamRun<'a, S> {
+    /// All `n` parameters of every slot, slots back to back.
+    pub fn whole(n: usize, settings: &'a [S]) -> Self {
+        ParamRun {
+            len: n,
+            stride: n,
+            settings,
+        }
+    }
+
+    /// Elements a buffer must hold from the run's start: the last slot's
+    /// run ends there (0 with no slots).
+    pub fn extent(&self) -> usize {
+        match self.settings.len() {
+            0 => 0,
+            k => (k - 1) * self.stride + self.len,
+        }
+    }
+
+    /// Whether the runs of consecutive slots overlap.
+    pub fn overlaps(&self) -> bool {
+        self.settings.len() > 1 && self.len > self.stride
+    }
+}
+
 /// `slots` matrices of `rows x cols`, stored back to back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batched {

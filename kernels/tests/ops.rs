@@ -687,8 +687,7 @@ fn sgd_hand_computed<B: Backend>(d: &mut D<B>) {
     for _ in 0..2 {
         d.b.sgd_step(
             &mut d.ctx,
-            1,
-            &slots,
+            ParamRun::whole(1, &slots),
             at_mut(&mut p, 0),
             at(&g, 0),
             Some(at_mut(&mut v, 0)),
@@ -705,8 +704,14 @@ fn sgd_hand_computed<B: Backend>(d: &mut D<B>) {
         ..slots[0]
     }];
     assert!(
-        d.b.sgd_step(&mut d.ctx, 1, &none, at_mut(&mut p, 0), at(&g, 0), None)
-            .is_err()
+        d.b.sgd_step(
+            &mut d.ctx,
+            ParamRun::whole(1, &none),
+            at_mut(&mut p, 0),
+            at(&g, 0),
+            None
+        )
+        .is_err()
     );
 }
 
@@ -737,10 +742,7 @@ fn adam_hand_computed<B: Backend>(d: &mut D<B>) {
     let step1 = d.adam_scalars(&slots, &[1, 1, 1]);
     d.b.adam_step(
         &mut d.ctx,
-        Slots {
-            n: 1,
-            settings: &slots,
-        },
+        ParamRun::whole(1, &slots),
         at(&step1, 0),
         at_mut(&mut p, 0),
         at(&g1, 0),
@@ -757,10 +759,7 @@ fn adam_hand_computed<B: Backend>(d: &mut D<B>) {
     let step2 = d.adam_scalars(&slots[..1], &[2]);
     d.b.adam_step(
         &mut d.ctx,
-        Slots {
-            n: 1,
-            settings: &slots[..1],
-        },
+        ParamRun::whole(1, &slots[..1]),
         at(&step2, 0),
         at_mut(&mut p, 0),
         at(&g2, 0),
@@ -853,8 +852,7 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (mut p, mut v) = (d.put(&x), d.put(&g));
     d.b.sgd_step(
         &mut d.ctx,
-        n,
-        &sgds,
+        ParamRun::whole(n, &sgds),
         at_mut(&mut p, 0),
         at(&gb, 0),
         Some(at_mut(&mut v, 0)),
@@ -863,10 +861,7 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (mut pa, mut ma, mut va) = (d.put(&x), d.put(&g), d.put(&vec![0.1; k * n]));
     d.b.adam_step(
         &mut d.ctx,
-        Slots {
-            n,
-            settings: &adams,
-        },
+        ParamRun::whole(n, &adams),
         at(&scalars, 0),
         at_mut(&mut pa, 0),
         at(&gb, 0),
@@ -882,8 +877,7 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         let (mut p1, mut v1) = (d.put(&x[r.clone()]), d.put(&g[r.clone()]));
         d.b.sgd_step(
             &mut d.ctx,
-            n,
-            &sgds[s..s + 1],
+            ParamRun::whole(n, &sgds[s..s + 1]),
             at_mut(&mut p1, 0),
             at(&gb, s * n),
             Some(at_mut(&mut v1, 0)),
@@ -898,10 +892,7 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
         );
         d.b.adam_step(
             &mut d.ctx,
-            Slots {
-                n,
-                settings: &adams[s..s + 1],
-            },
+            ParamRun::whole(n, &adams[s..s + 1]),
             at(&scalars, s * ADAM_STEP_WORDS),
             at_mut(&mut p1, 0),
             at(&gb, s * n),
@@ -1227,6 +1218,121 @@ fn copy_within_moves_one_range_over_another<B: Backend>(d: &mut D<B>) {
     assert_eq!(d.get(&buf), want, "nothing written by a refused copy");
 }
 
+/// An optimizer step over one run of every slot (a layer of a group laid
+/// out `[slot][n]`) equals the whole step there, bit for bit, and leaves
+/// the rest alone; queued [`Backend::beside`] and joined, it gives the same
+/// bits as in order. Runs that overlap are refused.
+fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
+    let (k, n, start, len) = (3, 50, 12, 20);
+    let x = rand_vec(k * n, 31, 1.0);
+    let g = rand_vec(k * n, 32, 0.5);
+    let adams: Vec<_> = (0..k)
+        .map(|s| AdamSlot {
+            lr: 0.01 * (s + 1) as f32,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-6,
+            weight_decay: 0.01,
+            decoupled: s == 1,
+        })
+        .collect();
+    let sgds: Vec<_> = (0..k)
+        .map(|s| SgdSlot {
+            lr: 0.1,
+            momentum: 0.5 * s as f32,
+            weight_decay: 0.01,
+            nesterov: s == 2,
+        })
+        .collect();
+    let scalars = d.adam_scalars(&adams, &[3, 1, 7]);
+    let gb = d.put(&g);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let in_run = |i: usize| (start..start + len).contains(&(i % n));
+    // Adam: whole, run in order, run beside; params and both moments.
+    let mut results = Vec::new();
+    for how in 0..3 {
+        let (mut p, mut m, mut v) = (d.put(&x), d.put(&g), d.put(&vec![0.1; k * n]));
+        let (off, run) = match how {
+            0 => (0, ParamRun::whole(n, &adams)),
+            _ => (
+                start,
+                ParamRun {
+                    len,
+                    stride: n,
+                    settings: &adams,
+                },
+            ),
+        };
+        let mut step = |b: &B, ctx: &mut B::Ctx| {
+            b.adam_step(
+                ctx,
+                run,
+                at(&scalars, 0),
+                at_mut(&mut p, off),
+                at(&gb, off),
+                Moments {
+                    m: at_mut(&mut m, off),
+                    v: at_mut(&mut v, off),
+                },
+            )
+        };
+        if how == 2 {
+            d.b.beside(&mut d.ctx, step).unwrap();
+            d.b.join_beside(&mut d.ctx).unwrap();
+        } else {
+            step(&d.b, &mut d.ctx).unwrap();
+        }
+        results.push([d.get(&p), d.get(&m), d.get(&v)]);
+    }
+    let v0 = vec![0.1; k * n];
+    for (what, i) in [("params", 0), ("m", 1), ("v", 2)] {
+        let start_values = [&x, &g, &v0][i];
+        for how in 1..3 {
+            let (whole, run) = (&results[0][i], &results[how][i]);
+            for j in 0..k * n {
+                let want = if in_run(j) { whole[j] } else { start_values[j] };
+                assert_eq!(run[j].to_bits(), want.to_bits(), "adam {what} {how} at {j}");
+            }
+        }
+        assert_eq!(bits(&results[1][i]), bits(&results[2][i]), "beside {what}");
+    }
+    // SGD with momentum: the run equals the whole step there.
+    let mut sgd = Vec::new();
+    for whole in [true, false] {
+        let (mut p, mut v) = (d.put(&x), d.put(&g));
+        let (off, run) = if whole {
+            (0, ParamRun::whole(n, &sgds))
+        } else {
+            (
+                start,
+                ParamRun {
+                    len,
+                    stride: n,
+                    settings: &sgds,
+                },
+            )
+        };
+        let (pv, vv) = (at_mut(&mut p, off), Some(at_mut(&mut v, off)));
+        d.b.sgd_step(&mut d.ctx, run, pv, at(&gb, off), vv).unwrap();
+        sgd.push(d.get(&p));
+    }
+    for j in 0..k * n {
+        let want = if in_run(j) { sgd[0][j] } else { x[j] };
+        assert_eq!(sgd[1][j].to_bits(), want.to_bits(), "sgd at {j}");
+    }
+    // A run longer than the slots' stride would step elements twice.
+    let mut p = d.put(&x);
+    let overlapping = ParamRun {
+        len: n + 1,
+        stride: n,
+        settings: &sgds[..1].repeat(2),
+    };
+    assert!(
+        d.b.sgd_step(&mut d.ctx, overlapping, at_mut(&mut p, 0), at(&gb, 0), None)
+            .is_err()
+    );
+}
+
 kernels::device_tests!(
     // Three threads exercise the uneven task splits.
     cpu: crate::common::Dev::new(kernels::CpuBackend::new(), 3),
@@ -1245,6 +1351,7 @@ kernels::device_tests!(
     mse_loss_and_gradient,
     sgd_hand_computed,
     adam_hand_computed,
+    optimizer_runs_step_one_layer_of_every_slot,
     batched_ops_equal_single_slot_calls,
     batched_bias_colsum_mse_equal_single_slot_calls,
     out_of_bounds_views_are_errors,

@@ -178,6 +178,13 @@ pub enum BenchCmd {
         /// after the first; off: launch every op every time.
         #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
         graphs: String,
+        /// per-layer: each layer's optimizer step as soon as the backward
+        /// pass is done with the layer (on CUDA beside the next layers'
+        /// GEMMs, on a second stream); after-backward: one step over all
+        /// parameters at the end; auto: per-layer on CUDA, after-backward
+        /// on the CPU. The same bits either way.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "per-layer", "after-backward"])]
+        optimizer_order: String,
         /// Runs of each mode per configuration; the fastest counts.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
         repeats: u64,

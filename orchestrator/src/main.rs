@@ -82,6 +82,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             counts,
             gflop,
             graphs,
+            optimizer_order,
             repeats,
             modes,
             lanes,
@@ -105,6 +106,11 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     .filter(|m| modes.iter().any(|given| given == m))
                     .collect(),
                 graphs: graphs == "auto",
+                optimizer_order: match optimizer_order.as_str() {
+                    "after-backward" => Some(training::OptimizerOrder::AfterBackward),
+                    "per-layer" => Some(training::OptimizerOrder::PerLayer),
+                    _ => None,
+                },
                 lanes: lanes.map(|l| l as usize),
                 fused_groups: fused_groups.map(|g| g as usize),
                 overhead: !no_overhead,

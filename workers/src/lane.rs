@@ -13,7 +13,7 @@ use kernels::Backend;
 
 use crate::error::Result;
 pub use crate::group::GroupShape;
-use crate::group::Workspace;
+use crate::group::{OptimizerOrder, Workspace};
 
 /// An execution context with its ephemeral arena.
 pub struct Lane<B: Backend> {
@@ -24,12 +24,14 @@ pub struct Lane<B: Backend> {
     workspaces: HashMap<GroupShape, Workspace<B>>,
     /// Whether trials may replay captured iterations here (CUDA graphs).
     graphs: bool,
+    optimizer_order: OptimizerOrder,
 }
 
 impl<B: Backend> Lane<B> {
     /// A lane whose ops may use `threads` host threads.
     pub fn new(backend: Arc<B>, id: usize, threads: usize) -> Result<Self> {
         let ctx = backend.new_ctx(threads)?;
+        let optimizer_order = OptimizerOrder::default_for(&*backend);
         Ok(Lane {
             backend,
             ctx,
@@ -37,6 +39,7 @@ impl<B: Backend> Lane<B> {
             threads,
             workspaces: HashMap::new(),
             graphs: false,
+            optimizer_order,
         })
     }
 
@@ -49,6 +52,17 @@ impl<B: Backend> Lane<B> {
     /// Whether trials replay captured iterations on this lane.
     pub fn graphs(&self) -> bool {
         self.graphs
+    }
+
+    /// When trials stepping here run their optimizer steps (by default
+    /// [`OptimizerOrder::default_for`] the backend). Both orders give the
+    /// same bits; `bench packing --optimizer-order` measures them.
+    pub fn set_optimizer_order(&mut self, order: OptimizerOrder) {
+        self.optimizer_order = order;
+    }
+
+    pub fn optimizer_order(&self) -> OptimizerOrder {
+        self.optimizer_order
     }
 
     pub fn id(&self) -> usize {

@@ -45,6 +45,7 @@ pub mod trial;
 pub use device_data::DeviceData;
 pub use error::{Result, WorkerError};
 pub use fused::{FusedControl, FusedTrials};
+pub use group::OptimizerOrder;
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
     DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,

@@ -19,8 +19,8 @@ use kernels::{Activation, Backend};
 use training::data::{digits, split};
 use training::group::ModelGroup;
 use training::{
-    FusedTrials, Job, Lane, LossKind, MemberOutcome, ModelSpec, Optimizer, Report, StepOutcome,
-    TrainTrial, TrialConfig,
+    FusedTrials, Job, Lane, LossKind, MemberOutcome, ModelSpec, Optimizer, OptimizerOrder, Report,
+    StepOutcome, TrainTrial, TrialConfig,
 };
 
 /// Two lanes of one device: op by op, and with graphs where it has them.
@@ -115,23 +115,64 @@ fn replay_equals_eager_over_50_iterations<B: Backend>(b: Arc<B>) {
         // Captured after the first iteration, then replayed: one graph.
         let one = graphs.graphs() as usize;
         assert_eq!(held, one, "sgd {sgd}: graphs held");
-        for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&g.params),
-                bits(&w.params),
-                "sgd {sgd} slot {s}: parameters"
-            );
-            for (a, b) in g.opt_state.iter().zip(&w.opt_state) {
-                assert_eq!(bits(a), bits(b), "sgd {sgd} slot {s}: optimizer state");
-            }
-            assert_eq!(
-                bits(&g.running),
-                bits(&w.running),
-                "cnn {cnn} slot {s}: batch norm's running statistics"
-            );
-        }
+        assert_same_states(&format!("sgd {sgd} cnn {cnn}"), &got, &want);
         assert_eq!(got_val, want_val, "sgd {sgd}: statistics");
+    }
+}
+
+/// Every slot's parameters, optimizer state and running statistics are
+/// the same bits.
+fn assert_same_states(
+    case: &str,
+    got: &[training::group::SlotState],
+    want: &[training::group::SlotState],
+) {
+    assert_eq!(got.len(), want.len(), "{case}: slots");
+    for (s, (g, w)) in got.iter().zip(want).enumerate() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&g.params),
+            bits(&w.params),
+            "{case} slot {s}: parameters"
+        );
+        for (a, b) in g.opt_state.iter().zip(&w.opt_state) {
+            assert_eq!(bits(a), bits(b), "{case} slot {s}: optimizer state");
+        }
+        assert_eq!(
+            bits(&g.running),
+            bits(&w.running),
+            "{case} slot {s}: batch norm's running statistics"
+        );
+    }
+}
+
+/// Each layer's optimizer step queued as soon as the backward pass is done
+/// with the layer (beside the next layers' backward GEMMs: a second stream
+/// on CUDA, captured into the graph where the lane replays graphs) gives
+/// the bits of one step over all parameters after the backward pass.
+fn per_layer_steps_equal_one_step_after_backward<B: Backend>(b: Arc<B>) {
+    let overlaps = b.beside_overlaps();
+    let (mut after, mut per_layer) = two_lanes(b);
+    // Lanes start in their backend's order: per layer where that overlaps.
+    let default = [OptimizerOrder::AfterBackward, OptimizerOrder::PerLayer][overlaps as usize];
+    assert_eq!(after.optimizer_order(), default);
+    after.set_optimizer_order(OptimizerOrder::AfterBackward);
+    per_layer.set_optimizer_order(OptimizerOrder::PerLayer);
+    for (sgd, cnn) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (want, want_val, _) = fifty_steps(&mut after, sgd, cnn);
+        let (got, got_val, _) = fifty_steps(&mut per_layer, sgd, cnn);
+        assert_same_states(&format!("sgd {sgd} cnn {cnn}"), &got, &want);
+        assert_eq!(got_val, want_val, "sgd {sgd} cnn {cnn}: statistics");
+    }
+}
+
+#[test]
+fn optimizer_steps_per_layer_equal_one_step_after_the_backward_pass() {
+    per_layer_steps_equal_one_step_after_backward(Arc::new(kernels::CpuBackend::new()));
+    if let Some(b) = kernels::cuda::device_for_test(
+        "optimizer_steps_per_layer_equal_one_step_after_the_backward_pass",
+    ) {
+        per_layer_steps_equal_one_step_after_backward(Arc::new(b));
     }
 }
 

@@ -12,12 +12,13 @@ use std::sync::Arc;
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, by_patches};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv,
-    check_conv_gemm, check_dropout, check_gemm, check_pool, check_range, shape_err,
+    check_conv_gemm, check_dropout, check_gemm, check_param_run, check_pool, check_range,
+    shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, Precision, STATS_LEN, SgdSlot, Slots,
-    round_bf16,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, ParamRun, Pool2d, Precision, STATS_LEN, SgdSlot,
+    Slots, round_bf16,
 };
 
 /// The CPU device.
@@ -470,29 +471,28 @@ impl Backend for CpuBackend {
     fn sgd_step(
         &self,
         ctx: &mut CpuCtx,
-        n: usize,
-        slots: &[SgdSlot],
+        run: ParamRun<'_, SgdSlot>,
         params: ViewMut<'_, CpuBuf>,
         grads: View<'_, CpuBuf>,
         velocity: Option<ViewMut<'_, CpuBuf>>,
     ) -> Result<()> {
         const OP: &str = "sgd_step";
-        let total = n * slots.len();
-        if velocity.is_none() && slots.iter().any(|s| s.momentum != 0.0) {
+        check_param_run(OP, &run)?;
+        let extent = run.extent();
+        if velocity.is_none() && run.settings.iter().any(|s| s.momentum != 0.0) {
             return Err(shape_err(
                 OP,
                 "a slot has momentum but no velocity buffer was given",
             ));
         }
         let velocity = velocity
-            .map(|v| dst(OP, "velocity", v, total))
+            .map(|v| dst(OP, "velocity", v, extent))
             .transpose()?;
         optim::sgd(
             ctx,
-            n,
-            slots,
-            dst(OP, "params", params, total)?,
-            src(OP, "grads", grads, total)?,
+            run,
+            dst(OP, "params", params, extent)?,
+            src(OP, "grads", grads, extent)?,
             velocity,
         );
         Ok(())
@@ -501,25 +501,26 @@ impl Backend for CpuBackend {
     fn adam_step(
         &self,
         ctx: &mut CpuCtx,
-        slots: Slots<'_, AdamSlot>,
+        run: ParamRun<'_, AdamSlot>,
         scalars: View<'_, CpuBuf>,
         params: ViewMut<'_, CpuBuf>,
         grads: View<'_, CpuBuf>,
         moments: Moments<'_, CpuBuf>,
     ) -> Result<()> {
         const OP: &str = "adam_step";
-        let total = slots.total();
-        let words = slots.settings.len() * ADAM_STEP_WORDS;
+        check_param_run(OP, &run)?;
+        let extent = run.extent();
+        let words = run.settings.len() * ADAM_STEP_WORDS;
         let scalars = src(OP, "scalars", scalars, words)?;
         let (p, g) = (
-            dst(OP, "params", params, total)?,
-            src(OP, "grads", grads, total)?,
+            dst(OP, "params", params, extent)?,
+            src(OP, "grads", grads, extent)?,
         );
         let (m, v) = (
-            dst(OP, "m", moments.m, total)?,
-            dst(OP, "v", moments.v, total)?,
+            dst(OP, "m", moments.m, extent)?,
+            dst(OP, "v", moments.v, extent)?,
         );
-        optim::adam(ctx, slots, scalars, p, g, m, v);
+        optim::adam(ctx, run, scalars, p, g, m, v);
         Ok(())
     }
 

@@ -2,18 +2,18 @@
 
 use super::CpuCtx;
 use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
-use crate::ops::{ADAM_STEP_WORDS, AdamSlot, SgdSlot, Slots};
+use crate::ops::{ADAM_STEP_WORDS, AdamSlot, ParamRun, SgdSlot};
 
 pub(crate) fn sgd(
     ctx: &CpuCtx,
-    n: usize,
-    slots: &[SgdSlot],
+    run: ParamRun<'_, SgdSlot>,
     params: &mut [f32],
     grads: &[f32],
     velocity: Option<&mut [f32]>,
 ) {
-    let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
-    let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
+    let (stride, slots) = (run.stride, run.settings);
+    let segs = par::segments(ctx, slots.len(), run.len, MIN_ELEMS_PER_TASK);
+    let at = |s: &par::Segment| s.slot * stride + s.start..s.slot * stride + s.end;
     let ps = split_ranges(params, segs.iter().map(at));
     // With no velocity, every task gets `None`.
     let mut vs = velocity.map(|v| split_ranges(v, segs.iter().map(at)));
@@ -50,16 +50,16 @@ pub(crate) fn sgd(
 
 pub(crate) fn adam(
     ctx: &CpuCtx,
-    slots: Slots<'_, AdamSlot>,
+    run: ParamRun<'_, AdamSlot>,
     scalars: &[f32],
     params: &mut [f32],
     grads: &[f32],
     m: &mut [f32],
     v: &mut [f32],
 ) {
-    let (n, slots) = (slots.n, slots.settings);
-    let segs = par::segments(ctx, slots.len(), n, MIN_ELEMS_PER_TASK);
-    let at = |s: &par::Segment| s.slot * n + s.start..s.slot * n + s.end;
+    let (stride, slots) = (run.stride, run.settings);
+    let segs = par::segments(ctx, slots.len(), run.len, MIN_ELEMS_PER_TASK);
+    let at = |s: &par::Segment| s.slot * stride + s.start..s.slot * stride + s.end;
     let (ps, ms, vs) = (
         split_ranges(params, segs.iter().map(at)),
         split_ranges(m, segs.iter().map(at)),

@@ -27,6 +27,12 @@
 //!   stream (thread-local mode) and replayed ([`Backend::begin_capture`]);
 //!   per-step values come from the step block, and cuBLAS uses the lane's
 //!   fixed workspace, so nothing inside an iteration allocates.
+//! * **A second stream for what may overlap.** Each context also owns a
+//!   side stream: [`Backend::beside`] forks it from the lane's stream with
+//!   an event and queues its closure there (the optimizer step of a layer
+//!   whose backward pass is done), and [`Backend::join_beside`], `sync`
+//!   and the end of a capture join it back. Inside a capture the fork and
+//!   join become graph edges.
 //! * **Nothing panics without CUDA.** With `dynamic-loading`, cudarc panics
 //!   when a library is missing, so [`probe`] checks for the driver, cuBLAS
 //!   and NVRTC before the first call and [`CudaBackend::new`] returns
@@ -50,12 +56,12 @@ use cudarc::driver::{
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
-    check_gemm, check_pool, check_range, shape_err,
+    check_gemm, check_param_run, check_pool, check_range, shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, Pool2d, PoolKind, Precision, STATS_LEN, SgdSlot,
-    Slots,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, ParamRun, Pool2d, PoolKind, Precision, STATS_LEN,
+    SgdSlot, Slots,
 };
 use module::KernelSet;
 pub use module::{MAX_SLOTS, OPS_CU, Target};
@@ -387,6 +393,12 @@ pub struct CudaCtx {
     step_copied: CudaEvent,
     /// Pinning failed once here: copies stay pageable.
     pinning_failed: bool,
+    /// [`Backend::beside`]'s stream, its fork from `stream` and its join
+    /// back, and whether work queued on it has not been joined yet.
+    side: Arc<CudaStream>,
+    fork: CudaEvent,
+    joined: CudaEvent,
+    side_pending: bool,
 }
 
 fn view_ptr(
@@ -507,7 +519,13 @@ impl Backend for CudaBackend {
                 .new_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
                 .map_err(dev("cuEventCreate"))
         };
+        // Events that only order streams: no timing, no blocking sync.
+        let order = || self.cu.new_event(None).map_err(dev("cuEventCreate"));
         Ok(CudaCtx {
+            side: self.cu.new_stream().map_err(dev("cuStreamCreate"))?,
+            fork: order()?,
+            joined: order()?,
+            side_pending: false,
             done: event()?,
             marks: [event()?, event()?],
             mark: 0,
@@ -531,6 +549,7 @@ impl Backend for CudaBackend {
 
     fn sync(&self, ctx: &mut CudaCtx) -> Result<()> {
         self.bind()?;
+        self.join_beside(ctx)?;
         ctx.done.record(&ctx.stream).map_err(dev("cuEventRecord"))?;
         ctx.done.synchronize().map_err(dev("cuEventSynchronize"))
     }
@@ -541,6 +560,7 @@ impl Backend for CudaBackend {
 
     fn sync_previous(&self, ctx: &mut CudaCtx) -> Result<()> {
         self.bind()?;
+        self.join_beside(ctx)?;
         let i = ctx.mark;
         ctx.marks[i]
             .record(&ctx.stream)
@@ -704,12 +724,50 @@ impl Backend for CudaBackend {
             .map_err(dev("cuStreamBeginCapture"))
     }
 
+    fn beside(
+        &self,
+        ctx: &mut CudaCtx,
+        f: impl FnOnce(&Self, &mut CudaCtx) -> Result<()>,
+    ) -> Result<()> {
+        self.bind()?;
+        ctx.fork.record(&ctx.stream).map_err(dev("cuEventRecord"))?;
+        ctx.side.wait(&ctx.fork).map_err(dev("cuStreamWaitEvent"))?;
+        ctx.side_pending = true;
+        // `f`'s kernels launch on `ctx.stream`: point it at the side stream
+        // meanwhile. cuBLAS stays bound to the lane's stream, so `f` should
+        // be element-wise kernels only (the optimizers are).
+        std::mem::swap(&mut ctx.stream, &mut ctx.side);
+        let r = f(self, ctx);
+        std::mem::swap(&mut ctx.stream, &mut ctx.side);
+        r
+    }
+
+    fn beside_overlaps(&self) -> bool {
+        true
+    }
+
+    fn join_beside(&self, ctx: &mut CudaCtx) -> Result<()> {
+        if !ctx.side_pending {
+            return Ok(());
+        }
+        self.bind()?;
+        ctx.joined.record(&ctx.side).map_err(dev("cuEventRecord"))?;
+        ctx.stream
+            .wait(&ctx.joined)
+            .map_err(dev("cuStreamWaitEvent"))?;
+        ctx.side_pending = false;
+        Ok(())
+    }
+
     fn end_capture(&self, ctx: &mut CudaCtx) -> Result<LaneGraph> {
-        match ctx
+        // A capture must end with every forked stream joined back.
+        let joined = self.join_beside(ctx);
+        let graph = ctx
             .stream
             .end_capture(sys::CUgraphInstantiate_flags(0))
-            .map_err(dev("cuStreamEndCapture"))?
-        {
+            .map_err(dev("cuStreamEndCapture"));
+        joined?;
+        match graph? {
             Some(graph) => Ok(LaneGraph {
                 graph,
                 stream: ctx.stream.cu_stream() as usize,
@@ -1186,33 +1244,33 @@ impl Backend for CudaBackend {
     fn sgd_step(
         &self,
         ctx: &mut CudaCtx,
-        n: usize,
-        slots: &[SgdSlot],
+        run: ParamRun<'_, SgdSlot>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
         velocity: Option<ViewMut<'_, CudaBuf>>,
     ) -> Result<()> {
         const OP: &str = "sgd_step";
-        let total = n * slots.len();
+        check_param_run(OP, &run)?;
+        let (n, stride, slots, extent) = (run.len, run.stride, run.settings, run.extent());
         if velocity.is_none() && slots.iter().any(|s| s.momentum != 0.0) {
             return Err(shape_err(
                 OP,
                 "a slot has momentum but no velocity buffer was given",
             ));
         }
-        if total == 0 {
+        if n == 0 || slots.is_empty() {
             return Ok(());
         }
         self.bind()?;
         let s = &ctx.stream;
-        let pp = view_mut_ptr(OP, "params", params, total, s)?;
-        let pg = view_ptr(OP, "grads", grads, total, s)?;
+        let pp = view_mut_ptr(OP, "params", params, extent, s)?;
+        let pg = view_ptr(OP, "grads", grads, extent, s)?;
         let pv = velocity
-            .map(|v| view_mut_ptr(OP, "velocity", v, total, s))
+            .map(|v| view_mut_ptr(OP, "velocity", v, extent, s))
             .transpose()?;
-        let n64 = n as u64;
+        let (n64, stride64) = (n as u64, stride as u64);
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
-            let off = (c * MAX_SLOTS * n * 4) as u64;
+            let off = (c * MAX_SLOTS * stride * 4) as u64;
             let ps = SlotParams::pack(chunk, params::sgd);
             let (p, g, v) = (pp + off, pg + off, pv.map_or(0, |v| v + off));
             launch!(
@@ -1220,6 +1278,7 @@ impl Backend for CudaBackend {
                 &self.kernels.sgd_step,
                 grid(n, chunk.len()),
                 &n64,
+                &stride64,
                 &ps,
                 &p,
                 &g,
@@ -1232,28 +1291,28 @@ impl Backend for CudaBackend {
     fn adam_step(
         &self,
         ctx: &mut CudaCtx,
-        slots: Slots<'_, AdamSlot>,
+        run: ParamRun<'_, AdamSlot>,
         scalars: View<'_, CudaBuf>,
         params: ViewMut<'_, CudaBuf>,
         grads: View<'_, CudaBuf>,
         moments: Moments<'_, CudaBuf>,
     ) -> Result<()> {
         const OP: &str = "adam_step";
-        let total = slots.total();
-        let (n, slots) = (slots.n, slots.settings);
-        if total == 0 {
+        check_param_run(OP, &run)?;
+        let (n, stride, slots, extent) = (run.len, run.stride, run.settings, run.extent());
+        if n == 0 || slots.is_empty() {
             return Ok(());
         }
         self.bind()?;
         let s = &ctx.stream;
         let psc = view_ptr(OP, "scalars", scalars, slots.len() * ADAM_STEP_WORDS, s)?;
-        let pp = view_mut_ptr(OP, "params", params, total, s)?;
-        let pg = view_ptr(OP, "grads", grads, total, s)?;
-        let pm = view_mut_ptr(OP, "m", moments.m, total, s)?;
-        let pv = view_mut_ptr(OP, "v", moments.v, total, s)?;
-        let n64 = n as u64;
+        let pp = view_mut_ptr(OP, "params", params, extent, s)?;
+        let pg = view_ptr(OP, "grads", grads, extent, s)?;
+        let pm = view_mut_ptr(OP, "m", moments.m, extent, s)?;
+        let pv = view_mut_ptr(OP, "v", moments.v, extent, s)?;
+        let (n64, stride64) = (n as u64, stride as u64);
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
-            let off = (c * MAX_SLOTS * n * 4) as u64;
+            let off = (c * MAX_SLOTS * stride * 4) as u64;
             let ps = SlotParams::pack(chunk, params::adam);
             let sc = psc + (c * MAX_SLOTS * ADAM_STEP_WORDS * 4) as u64;
             let (p, g, m, v) = (pp + off, pg + off, pm + off, pv + off);
@@ -1262,6 +1321,7 @@ impl Backend for CudaBackend {
                 &self.kernels.adam_step,
                 grid(n, chunk.len()),
                 &n64,
+                &stride64,
                 &ps,
                 &sc,
                 &p,

@@ -84,6 +84,9 @@ pub struct CoreConfig {
     /// Let trials replay captured iterations (CUDA graphs) on the lanes;
     /// ignored where the backend has none.
     pub graphs: bool,
+    /// When trials run their optimizer steps (the same bits either way);
+    /// `None`: the backend's default ([`training::OptimizerOrder::default_for`]).
+    pub optimizer_order: Option<training::OptimizerOrder>,
 }
 
 impl CoreConfig {
@@ -104,6 +107,7 @@ impl CoreConfig {
             checkpoints: false,
             keep_final: false,
             graphs: false,
+            optimizer_order: None,
         }
     }
 
@@ -135,6 +139,7 @@ impl CoreConfig {
             checkpoints: false,
             keep_final: false,
             graphs: false,
+            optimizer_order: None,
         }
     }
 }
@@ -528,6 +533,9 @@ impl<B: Backend> SalusCore<B> {
         for id in 0..config.lanes {
             let mut lane = Lane::new(backend.clone(), id, config.threads_per_lane)?;
             lane.set_graphs(config.graphs);
+            if let Some(order) = config.optimizer_order {
+                lane.set_optimizer_order(order);
+            }
             let shared = shared.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("salus-lane-{id}"))

@@ -42,6 +42,9 @@ pub struct Plan {
     pub modes: Vec<&'static str>,
     /// On CUDA, lanes replay captured iterations (graphs).
     pub graphs: bool,
+    /// When trials run their optimizer steps (`--optimizer-order`);
+    /// `None`: the backend's default.
+    pub optimizer_order: Option<training::OptimizerOrder>,
     /// Lanes for the `lanes` mode; `None`: one per core on the CPU, and
     /// [`CUDA_LANES`] streams on CUDA.
     pub lanes: Option<usize>,
@@ -212,23 +215,29 @@ pub struct Results {
     pub cores: usize,
     /// Whether lanes replayed captured iterations (CUDA graphs).
     pub graphs: bool,
+    pub optimizer_order: training::OptimizerOrder,
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
     super::trial_config(vec![h, h], BATCH, iterations, seed)
 }
 
-/// A lane for the bench; `graphs` is ignored on the CPU.
-fn lane<B: Backend>(backend: &Arc<B>, id: usize, threads: usize, graphs: bool) -> Result<Lane<B>> {
+/// A lane for the bench, set up as the plan says (graphs are ignored on
+/// the CPU).
+fn lane<B: Backend>(backend: &Arc<B>, id: usize, threads: usize, plan: &Plan) -> Result<Lane<B>> {
     let mut lane = Lane::new(backend.clone(), id, threads)?;
-    lane.set_graphs(graphs);
+    lane.set_graphs(plan.graphs);
+    if let Some(order) = plan.optimizer_order {
+        lane.set_optimizer_order(order);
+    }
     Ok(lane)
 }
 
 /// The core's configuration for the bench: no memory limit.
-fn core_config(kind: DeviceKind, policy: Policy, lanes: usize, graphs: bool) -> CoreConfig {
+fn core_config(kind: DeviceKind, policy: Policy, lanes: usize, plan: &Plan) -> CoreConfig {
     CoreConfig {
-        graphs,
+        graphs: plan.graphs,
+        optimizer_order: plan.optimizer_order,
         ..CoreConfig::for_device(kind, policy, lanes, u64::MAX / 4)
     }
 }
@@ -369,7 +378,7 @@ fn run_fused<B: Backend>(
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     place(backend, &mut groups)?;
-    let cfg = core_config(kind, Policy::Fifo, groups.len().min(lanes), plan.graphs);
+    let cfg = core_config(kind, Policy::Fifo, groups.len().min(lanes), plan);
     let jobs = groups
         .into_iter()
         .map(|g| Box::new(g) as Box<dyn Job<B>>)
@@ -414,8 +423,8 @@ pub fn run<B: Backend>(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results> {
     let (target_gflop, graphs) = (plan.target_gflop, plan.graphs);
-    let lane_of = |id, threads| lane(backend, id, threads, graphs);
-    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, graphs);
+    let lane_of = |id, threads| lane(backend, id, threads, plan);
+    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan);
     let cores = super::cores();
     let kind = backend.kind();
     if kind == DeviceKind::Cpu && plan.precision == kernels::Precision::Tf32 {
@@ -576,6 +585,9 @@ pub fn run<B: Backend>(
         lanes,
         cores,
         graphs: graphs && backend.graphs_supported(),
+        optimizer_order: plan
+            .optimizer_order
+            .unwrap_or(training::OptimizerOrder::default_for(&**backend)),
         precision: plan.precision,
     })
 }
@@ -613,7 +625,7 @@ fn switching<B: Backend>(
         run_core(
             backend,
             trials,
-            core_config(backend.kind(), policy, 1, plan.graphs),
+            core_config(backend.kind(), policy, 1, plan),
         )
     };
     let (mut round_robin, mut streaks) = (f64::INFINITY, f64::INFINITY);
@@ -650,8 +662,8 @@ fn overhead_pct<B: Backend>(
     progress: &mut dyn FnMut(&str),
 ) -> Result<f64> {
     let cores = super::cores();
-    let lane_of = |id, threads| lane(backend, id, threads, plan.graphs);
-    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan.graphs);
+    let lane_of = |id, threads| lane(backend, id, threads, plan);
+    let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan);
     let flops_iter = config(h, 1, 1).flops_per_iteration(dev)?;
     let iterations = ((plan.target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
@@ -697,6 +709,14 @@ fn overhead_pct<B: Backend>(
     Ok(overhead_pct)
 }
 
+/// `--optimizer-order`'s name of an order.
+fn order_name(order: training::OptimizerOrder) -> &'static str {
+    match order {
+        training::OptimizerOrder::PerLayer => "per-layer",
+        training::OptimizerOrder::AfterBackward => "after-backward",
+    }
+}
+
 impl Results {
     pub fn json(&self) -> serde_json::Value {
         let mut v: Vec<serde_json::Value> = self
@@ -710,7 +730,7 @@ impl Results {
             DeviceKind::Cpu => "cpu_gemm_gflops",
             DeviceKind::Cuda(_) => "device_gemm_gflops",
         };
-        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs }));
+        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs, "optimizer_order": order_name(self.optimizer_order) }));
         serde_json::Value::Array(v)
     }
 
@@ -727,10 +747,11 @@ impl Results {
             "conv nets".to_string()
         };
         let mut out = format!(
-            "bench packing: {what}; {}, {} host cores; GEMMs in {}\n",
+            "bench packing: {what}; {}, {} host cores; GEMMs in {}; optimizer steps {}\n",
             self.device,
             self.cores,
-            self.precision.name()
+            self.precision.name(),
+            order_name(self.optimizer_order)
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
