@@ -200,9 +200,9 @@ pub enum OptimizerOrder {
 
 impl OptimizerOrder {
     /// Per layer where that overlaps the GEMMs (CUDA). On the CPU the
-    /// steps would run in order anyway, and one step over all parameters
-    /// measured 0-5% faster than three smaller ones (fewer hand-offs to
-    /// the lane's threads; `bench packing`, 2026-12-04).
+    /// steps would run in order anyway: the two orders measured level
+    /// (0.90x-1.05x, within the machine's noise; `bench packing`,
+    /// 2026-12-04), so it keeps one step over all parameters.
     pub fn default_for<B: Backend>(backend: &B) -> Self {
         if backend.beside_overlaps() {
             OptimizerOrder::PerLayer
