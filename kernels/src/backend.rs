@@ -91,6 +91,11 @@ pub trait Backend: Send + Sync + 'static {
     /// A new execution context that may use `threads` host threads
     /// (intra-op parallelism on the CPU; ignored by CUDA).
     fn new_ctx(&self, threads: usize) -> Result<Self::Ctx>;
+    /// Lets `ctx` split work over `threads` of the host threads it was
+    /// made with (at least one, at most those): a lane alone on the CPU
+    /// borrows the cores of idle lanes. No result depends on it: every op
+    /// gives the same bits on any number of threads. Ignored by CUDA.
+    fn set_threads(&self, _ctx: &mut Self::Ctx, _threads: usize) {}
     /// The host threads of `ctx`, for [`Backend::enter`].
     fn host_threads(&self, ctx: &Self::Ctx) -> Self::HostThreads;
     /// Runs `f` on the context's own host thread, so that the ops it calls

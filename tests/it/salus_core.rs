@@ -1161,3 +1161,117 @@ fn a_group_whose_members_are_all_dropped_ends_and_frees_its_lane() {
         core.shutdown();
     }
 }
+
+/// A trial that notes how many threads its lane splits work over at each
+/// iteration.
+struct Watched {
+    trial: TrainTrial<CpuBackend>,
+    threads: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl Job<CpuBackend> for Watched {
+    fn footprint(&self) -> training::Footprint {
+        self.trial.footprint()
+    }
+    fn fusion_key(&self) -> training::FusionKey {
+        self.trial.fusion_key()
+    }
+    fn iterations_done(&self) -> u64 {
+        self.trial.iterations_done()
+    }
+    fn total_iterations(&self) -> u64 {
+        self.trial.total_iterations()
+    }
+    fn is_resident(&self) -> bool {
+        self.trial.is_resident()
+    }
+    fn step(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<StepOutcome> {
+        self.threads.lock().unwrap().push(lane.threads());
+        self.trial.step(lane)
+    }
+    fn report(&self) -> Option<&Report> {
+        self.trial.report()
+    }
+    fn export_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+    ) -> training::Result<training::TrialSnapshot> {
+        self.trial.export_state(lane)
+    }
+    fn import_state(
+        &mut self,
+        lane: &mut Lane<CpuBackend>,
+        state: &training::TrialSnapshot,
+    ) -> training::Result<()> {
+        self.trial.import_state(lane, state)
+    }
+    fn swap_out(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
+        self.trial.swap_out(lane)
+    }
+    fn swap_in(&mut self, lane: &mut Lane<CpuBackend>) -> training::Result<usize> {
+        self.trial.swap_in(lane)
+    }
+}
+
+/// The threads a busy lane may use: the cores of the lanes with work,
+/// shared out, between its own and its pool's.
+#[test]
+fn a_busy_lane_borrows_the_cores_of_idle_lanes() {
+    use salus_tune::salus::core::lane_threads;
+    // Two lanes of one thread on two cores.
+    assert_eq!(lane_threads(2, 0, 1, 2), 1);
+    assert_eq!(lane_threads(2, 1, 1, 2), 2);
+    // A lane about to run is not idle: all counted idle still means one busy.
+    assert_eq!(lane_threads(2, 2, 1, 2), 2);
+    // Four lanes of four threads on 16 cores.
+    assert_eq!(lane_threads(4, 0, 4, 16), 4);
+    assert_eq!(lane_threads(4, 1, 4, 16), 5, "15 of the 16 cores");
+    assert_eq!(lane_threads(4, 2, 4, 16), 8);
+    assert_eq!(lane_threads(4, 3, 4, 16), 16);
+    // Never past the pool (CUDA lanes have one host thread), never below its own.
+    assert_eq!(lane_threads(4, 3, 1, 1), 1);
+    assert_eq!(lane_threads(3, 2, 2, 4), 4);
+    assert_eq!(lane_threads(3, 0, 2, 1), 2);
+}
+
+/// Through the core: a trial left alone on two lanes runs on both cores,
+/// and still reports what it reports alone; with widening turned off it
+/// stays on one.
+#[test]
+fn a_trial_left_alone_widens_into_the_idle_lane() {
+    let data = data();
+    let (long, short) = (cfg(64, 1, 12), cfg(8, 2, 1));
+    for widen in [true, false] {
+        let mut config = CoreConfig::cpu(Policy::Fifo, 2, 2, 1 << 30);
+        assert_eq!(
+            (config.threads_per_lane, config.max_threads_per_lane),
+            (1, 2)
+        );
+        if !widen {
+            config.max_threads_per_lane = 1;
+        }
+        let (core, rx) = cpu_core(config);
+        let threads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let watched = Watched {
+            trial: TrainTrial::new_on_host(data.clone(), long.clone()).unwrap(),
+            threads: threads.clone(),
+        };
+        let ids = [
+            core.submit_paused(Box::new(watched), 0.0, "d"),
+            core.submit_paused(job(&data, &short), 0.0, "d"),
+        ];
+        core.resume_all(&ids);
+        let log = drain(&rx, 2, |_| {});
+        core.shutdown();
+        let threads = threads.lock().unwrap().clone();
+        assert_eq!(log.reports[&ids[0]], alone(&data, &long), "widen {widen}");
+        // Once the short trial is done, the long one has the machine.
+        let last = *threads.last().unwrap();
+        assert_eq!(
+            last,
+            if widen { 2 } else { 1 },
+            "widen {widen}: {threads:?}"
+        );
+        assert!(threads.iter().all(|&t| t <= 2));
+    }
+}

@@ -21,6 +21,8 @@ pub struct Lane<B: Backend> {
     ctx: B::Ctx,
     id: usize,
     threads: usize,
+    /// The host threads the lane was made with.
+    max_threads: usize,
     workspaces: HashMap<GroupShape, Workspace<B>>,
     /// Whether trials may replay captured iterations here (CUDA graphs).
     graphs: bool,
@@ -36,7 +38,8 @@ impl<B: Backend> Lane<B> {
             backend,
             ctx,
             id,
-            threads,
+            threads: threads.max(1),
+            max_threads: threads.max(1),
             workspaces: HashMap::new(),
             graphs: false,
             optimizer_order,
@@ -69,8 +72,20 @@ impl<B: Backend> Lane<B> {
         self.id
     }
 
+    /// Host threads the lane's ops split work over now.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Splits the lane's work over `threads` of the host threads it was
+    /// made with, from the next op on (see [`Backend::set_threads`]): the
+    /// Salus core widens a lane that runs alone into idle lanes' cores.
+    pub fn set_threads(&mut self, threads: usize) {
+        let threads = threads.clamp(1, self.max_threads);
+        if threads != self.threads {
+            self.backend.set_threads(&mut self.ctx, threads);
+            self.threads = threads;
+        }
     }
 
     pub fn backend(&self) -> &Arc<B> {

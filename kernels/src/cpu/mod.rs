@@ -64,6 +64,7 @@ impl CpuBuf {
 #[derive(Clone)]
 pub struct CpuCtx {
     pool: Option<Arc<rayon::ThreadPool>>,
+    /// Threads the ops split work over now: at most the pool's.
     threads: usize,
 }
 
@@ -82,8 +83,19 @@ impl CpuCtx {
         };
         Ok(CpuCtx { pool, threads })
     }
+
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// The threads the context was made with.
+    pub fn pool_threads(&self) -> usize {
+        self.pool.as_ref().map_or(1, |p| p.current_num_threads())
+    }
+
+    /// Splits work over `threads` of the pool's threads from now on.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.clamp(1, self.pool_threads());
     }
 }
 
@@ -165,6 +177,10 @@ impl Backend for CpuBackend {
 
     fn new_ctx(&self, threads: usize) -> Result<CpuCtx> {
         CpuCtx::new(threads)
+    }
+
+    fn set_threads(&self, ctx: &mut CpuCtx, threads: usize) {
+        ctx.set_threads(threads);
     }
 
     fn host_threads(&self, ctx: &CpuCtx) -> Self::HostThreads {

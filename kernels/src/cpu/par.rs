@@ -50,24 +50,43 @@ impl<'a, I: Iterator<Item = std::ops::Range<usize>>> Iterator for SplitRanges<'a
     }
 }
 
-/// Runs `f` on every task: on the pool when the context has one and there
-/// is more than one task, else in order on this thread (allocating nothing).
+/// Runs `f` on every task: on the pool when the context may use more than
+/// one of its threads and there is more than one task, else in order on
+/// this thread (allocating nothing). Where the context uses fewer threads
+/// than its pool has, the tasks are dealt into that many runs, each run in
+/// order, so that no more threads than that work at once.
 pub(crate) fn run<T: Send>(
     ctx: &CpuCtx,
     tasks: impl Iterator<Item = T>,
     f: impl Fn(T) + Sync + Send,
 ) {
     match &ctx.pool {
-        Some(pool) => {
+        Some(pool) if ctx.threads > 1 => {
             let tasks: Vec<T> = tasks.collect();
-            if tasks.len() > 1 {
+            if tasks.len() <= 1 {
+                tasks.into_iter().for_each(f)
+            } else if ctx.threads >= pool.current_num_threads() || tasks.len() <= ctx.threads {
                 pool.install(|| tasks.into_par_iter().for_each(&f))
             } else {
-                tasks.into_iter().for_each(f)
+                let runs = deal(tasks, ctx.threads);
+                pool.install(|| {
+                    runs.into_par_iter()
+                        .for_each(|run| run.into_iter().for_each(&f))
+                })
             }
         }
-        None => tasks.for_each(f),
+        _ => tasks.for_each(f),
     }
+}
+
+/// `tasks` dealt round-robin into `runs` runs, so that each run gets
+/// tasks from all along the list (neighbouring tasks are alike in size).
+fn deal<T>(tasks: Vec<T>, runs: usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = (0..runs).map(|_| Vec::new()).collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        out[i % runs].push(t);
+    }
+    out
 }
 
 /// A range `start..end` of elements inside slot `slot`.
@@ -119,6 +138,30 @@ mod tests {
                 }
             }
             assert!(covered.iter().all(|&c| c == 1), "{slots} {per} {min}");
+        }
+    }
+
+    #[test]
+    fn a_context_never_works_on_more_threads_than_it_was_set_to() {
+        use std::sync::Mutex;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let mut ctx = CpuCtx::new(4).unwrap();
+        for threads in [1, 2, 3, 4, 9] {
+            ctx.set_threads(threads);
+            assert_eq!(ctx.threads(), threads.min(4));
+            let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let seen = Mutex::new(Vec::new());
+            run(&ctx, 0..40, |t| {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                seen.lock().unwrap().push(t);
+                now.fetch_sub(1, Ordering::SeqCst);
+            });
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort();
+            assert_eq!(seen, (0..40).collect::<Vec<_>>(), "every task once");
+            assert!(most.into_inner() <= ctx.threads(), "{threads} threads");
         }
     }
 

@@ -69,6 +69,10 @@ pub struct CoreConfig {
     pub lanes: usize,
     /// Intra-op threads per lane (`lanes x threads <= cores` on the CPU).
     pub threads_per_lane: usize,
+    /// Threads a lane may widen to while other lanes sit idle (its pool's
+    /// size): a trial left alone at a study's end gets the idle lanes'
+    /// cores. `threads_per_lane` turns it off; ignored by CUDA.
+    pub max_threads_per_lane: usize,
     /// Device bytes the core may use.
     pub budget: u64,
     /// Hold a job after each report until [`SalusCore::release`] (or a
@@ -102,6 +106,7 @@ impl CoreConfig {
             policy,
             lanes: lanes.max(1),
             threads_per_lane: 1,
+            max_threads_per_lane: 1,
             budget,
             hold_at_reports: false,
             checkpoints: false,
@@ -134,6 +139,7 @@ impl CoreConfig {
             policy,
             lanes,
             threads_per_lane: (cores / lanes).max(1),
+            max_threads_per_lane: cores.max(1),
             budget,
             hold_at_reports: false,
             checkpoints: false,
@@ -379,6 +385,10 @@ struct State<B: Backend> {
     /// Lanes asleep with nothing to run: a lane that returns a job while
     /// it holds another wakes them, so that one can take it.
     idle: usize,
+    /// Each lane's threads, and what a lane may widen to (see
+    /// [`State::lane_threads`]).
+    threads_per_lane: usize,
+    max_threads_per_lane: usize,
 }
 
 enum Work<B: Backend> {
@@ -525,13 +535,17 @@ impl<B: Backend> SalusCore<B> {
                 drop_shapes: BTreeMap::new(),
                 idle: 0,
                 current: BTreeMap::new(),
+                threads_per_lane: config.threads_per_lane.max(1),
+                max_threads_per_lane: config.max_threads_per_lane.max(config.threads_per_lane),
             }),
             wake: Condvar::new(),
             epoch: Instant::now(),
         });
         let mut lanes = Vec::new();
         for id in 0..config.lanes {
-            let mut lane = Lane::new(backend.clone(), id, config.threads_per_lane)?;
+            let pool = config.max_threads_per_lane.max(config.threads_per_lane);
+            let mut lane = Lane::new(backend.clone(), id, pool)?;
+            lane.set_threads(config.threads_per_lane);
             lane.set_graphs(config.graphs);
             if let Some(order) = config.optimizer_order {
                 lane.set_optimizer_order(order);
@@ -802,7 +816,28 @@ enum Ending {
     Pruned,
 }
 
+/// Threads a running lane may split its work over when `idle` of `lanes`
+/// lanes have nothing to run: the lanes' cores shared out among the busy
+/// ones, never fewer than its own `per_lane`, never more than `max`. Ops
+/// give the same bits on any number of threads, so widening mid-trial
+/// changes no result.
+pub fn lane_threads(lanes: usize, idle: usize, per_lane: usize, max: usize) -> usize {
+    let busy = lanes.saturating_sub(idle).max(1);
+    let per_lane = per_lane.max(1);
+    (per_lane * lanes.max(1) / busy).clamp(per_lane, max.max(per_lane))
+}
+
 impl<B: Backend> State<B> {
+    /// [`lane_threads`] now.
+    fn lane_threads(&self) -> usize {
+        lane_threads(
+            self.max_lanes,
+            self.idle,
+            self.threads_per_lane,
+            self.max_threads_per_lane,
+        )
+    }
+
     fn emit(&self, e: CoreEvent) {
         let _ = self.events.send(e.with_lane_base(self.lane_base));
     }

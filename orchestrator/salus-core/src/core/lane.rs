@@ -167,7 +167,11 @@ impl<B: Backend> Running<B> {
     /// lane meanwhile, so nothing else touches its memory.
     fn streak(&mut self, lane: &mut Lane<B>, shared: &Shared<B>, segment: &mut Segment) {
         let lane_id = lane.id();
-        let mut keep = self.goes_on() && shared.lock().keeps(lane_id, self.id);
+        let mut keep = self.goes_on() && {
+            let st = shared.lock();
+            lane.set_threads(st.lane_threads());
+            st.keeps(lane_id, self.id)
+        };
         if keep {
             self.mark(lane);
             keep = self.goes_on();
@@ -182,6 +186,8 @@ impl<B: Backend> Running<B> {
             self.t0 = end;
             self.result = waited.and(next);
             keep = self.goes_on() && st.keeps(lane_id, self.id);
+            // Wider while other lanes sit idle (a trial alone at a study's end).
+            lane.set_threads(st.lane_threads());
         }
     }
 
