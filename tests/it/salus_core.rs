@@ -1232,6 +1232,18 @@ fn a_busy_lane_borrows_the_cores_of_idle_lanes() {
     assert_eq!(lane_threads(4, 3, 1, 1), 1);
     assert_eq!(lane_threads(3, 2, 2, 4), 4);
     assert_eq!(lane_threads(3, 0, 2, 1), 2);
+    // The pools: every core on a small machine, four lanes' worth on a large one.
+    let pool = |lanes, cores| CoreConfig::cpu(Policy::Fifo, lanes, cores, 1).max_threads_per_lane;
+    assert_eq!(
+        (
+            pool(2, 2),
+            pool(1, 2),
+            pool(4, 16),
+            pool(64, 64),
+            pool(3, 8)
+        ),
+        (2, 2, 16, 4, 8)
+    );
 }
 
 /// Through the core: a trial left alone on two lanes runs on both cores,

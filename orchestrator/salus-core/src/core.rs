@@ -139,7 +139,10 @@ impl CoreConfig {
             policy,
             lanes,
             threads_per_lane: (cores / lanes).max(1),
-            max_threads_per_lane: cores.max(1),
+            // A lane's pool holds a thread for each core it may borrow,
+            // but no more than four lanes' worth: 64 lanes of one thread
+            // would otherwise start 4,096 threads.
+            max_threads_per_lane: cores.clamp(1, (4 * cores / lanes).max(cores / lanes).max(1)),
             budget,
             hold_at_reports: false,
             checkpoints: false,
