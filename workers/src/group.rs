@@ -556,15 +556,10 @@ impl<B: Backend> ModelGroup<B> {
         offsets: StepOffsets,
         order: OptimizerOrder,
     ) -> Result<()> {
+        self.forward_backward(b, ctx, ws, data, offsets, Some(order))?;
         match order {
-            OptimizerOrder::PerLayer => {
-                self.forward_backward(b, ctx, ws, data, offsets, Some(order))?;
-                Ok(b.join_beside(ctx)?)
-            }
-            OptimizerOrder::AfterBackward => {
-                self.forward_backward(b, ctx, ws, data, offsets, Some(order))?;
-                self.update(b, ctx, ws, offsets, 0, self.n)
-            }
+            OptimizerOrder::PerLayer => Ok(b.join_beside(ctx)?),
+            OptimizerOrder::AfterBackward => self.update(b, ctx, ws, offsets, 0, self.n),
         }
     }
 
