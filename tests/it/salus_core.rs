@@ -1162,6 +1162,63 @@ fn a_group_whose_members_are_all_dropped_ends_and_frees_its_lane() {
     }
 }
 
+/// A fused group paused between iterations (as at a PBT exploit point)
+/// takes no step, so it never sees its members dropped: the runner prunes
+/// it once it has none, and the core ends it at once and frees its memory.
+#[test]
+fn a_paused_group_emptied_and_pruned_ends_at_once() {
+    let data = data();
+    let config = CoreConfig {
+        hold_at_reports: true,
+        ..CoreConfig::cpu(Policy::Fifo, 1, 1, 1 << 30)
+    };
+    let (core, rx) = cpu_core(config);
+    let members = (0..2)
+        .map(|i| {
+            (
+                i,
+                TrainTrial::new_on_host(data.clone(), cfg(16, i, 10_000)).unwrap(),
+            )
+        })
+        .collect();
+    let group = training::FusedTrials::new(members).unwrap();
+    let control = group.control();
+    let id = core.submit(Box::new(group), 0.0, "d");
+    let wait = std::time::Duration::from_secs(60);
+    // Held at its first report (as a runner holds a group whose members
+    // reached an exploit point), and paused there, still resident.
+    loop {
+        match rx.recv_timeout(wait).expect("the group reports") {
+            CoreEvent::Members { .. } => break,
+            CoreEvent::Failed { error, .. } => panic!("{error}"),
+            _ => {}
+        }
+    }
+    core.pause(id);
+    control.drop_member(0);
+    control.drop_member(1);
+    // Held and paused, it takes no step: the drops alone never end it.
+    let quiet = std::time::Duration::from_millis(300);
+    while let Ok(e) = rx.recv_timeout(quiet) {
+        assert!(
+            !matches!(e, CoreEvent::GroupEnded { .. } | CoreEvent::Pruned { .. }),
+            "the held group ended by itself"
+        );
+    }
+    assert!(core.ledger().used() > 0, "paused, resident");
+    core.prune(id);
+    let ended = loop {
+        match rx.recv_timeout(wait).expect("the group ends") {
+            CoreEvent::Pruned { job, .. } => break job,
+            CoreEvent::GroupEnded { job, .. } => break job,
+            _ => {}
+        }
+    };
+    assert_eq!(ended, id);
+    assert_eq!(core.ledger().used(), 0, "its memory is free");
+    core.shutdown();
+}
+
 /// A trial that notes how many threads its lane splits work over at each
 /// iteration.
 struct Watched {

@@ -218,6 +218,11 @@ impl Runner<'_> {
                 }
                 Ok(())
             }
+            CoreEvent::Pruned { job, .. } if st.fusion.groups.contains_key(&job) => {
+                // A group left without members (see `RunState::prune`).
+                st.end_group(job);
+                Ok(())
+            }
             CoreEvent::Pruned {
                 job,
                 iterations,

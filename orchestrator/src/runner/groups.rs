@@ -124,6 +124,12 @@ impl<B: Backend> RunState<B> {
                     if group.held.remove(&m) && group.held.is_empty() {
                         self.core.release(g);
                     }
+                    if group.members.is_empty() {
+                        // A group paused at a PBT point takes no step, so
+                        // it would never see the drop: end it (at once if
+                        // paused) and free its memory.
+                        self.core.prune(g);
+                    }
                 }
                 true
             }
