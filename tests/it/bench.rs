@@ -48,6 +48,34 @@ fn bench_packing_json_has_the_documented_keys() {
             .and_then(|v| v.as_f64())
             .is_some_and(|g| g > 1.0)
     }));
+    // The CPU's default order: one optimizer step after the backward pass.
+    let order = |rows: &[serde_json::Value]| {
+        rows.iter()
+            .find_map(|r| r.get("optimizer_order").cloned())
+            .unwrap()
+    };
+    assert_eq!(order(rows), "after-backward");
+    let per_layer = run_in(
+        dir.path(),
+        &[
+            "bench",
+            "packing",
+            "--quick",
+            "--json",
+            "--device",
+            "cpu",
+            "--modes",
+            "seq",
+            "--no-overhead",
+            "--k",
+            "1",
+            "--optimizer-order",
+            "per-layer",
+        ],
+    );
+    assert_eq!(per_layer.status.code(), Some(0), "{}", text(&per_layer));
+    let v: serde_json::Value = serde_json::from_slice(&per_layer.stdout).unwrap();
+    assert_eq!(order(v.as_array().unwrap()), "per-layer");
 }
 
 /// `--precision bf16` runs the cells with rounded GEMM inputs on the CPU and
