@@ -235,6 +235,7 @@ impl Runner<'_> {
         }
         let claim = f.pending.claim;
         let path = c.point_saving_path(claim.trial_id, g, claim.run_id);
+        pop.shared.mark_saving(run);
         st.core.save_state(TrialRef::alone(job), path);
     }
 

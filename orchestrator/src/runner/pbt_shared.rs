@@ -56,6 +56,20 @@ const POLL: Duration = Duration::from_millis(200);
 /// it is ranked, but cannot give its state to another process.
 const STATE_GRACE: Duration = Duration::from_secs(5);
 
+/// As [`STATE_GRACE`], for an external worker asked to save its state: the
+/// answer always comes back (saved, or failed), but a large model on a
+/// slow disk can take far longer than a built-in trial's checkpoint. The
+/// bound only guards against a worker that never answers.
+const SAVE_GRACE: Duration = Duration::from_secs(600);
+
+/// Whether a member's row still waits for its state at the point: it has
+/// none yet, none is known to be lost, and its grace has not run out (the
+/// longer one while its worker is saving).
+fn waits_for_state(has_state: bool, unkept: bool, saving: bool, waited: Duration) -> bool {
+    let grace = if saving { SAVE_GRACE } else { STATE_GRACE };
+    !has_state && !unkept && waited < grace
+}
+
 /// This run's side of the points it shares.
 #[derive(Default)]
 pub(super) struct SharedPoints {
@@ -65,6 +79,9 @@ pub(super) struct SharedPoints {
     /// none, and nobody waits for it.
     states: BTreeMap<TrialHandle, PointState>,
     unkept: BTreeSet<TrialHandle>,
+    /// External members asked to save their state at the point, whose
+    /// answer has not come yet.
+    saving: BTreeSet<TrialHandle>,
     /// The generation this run last synced for (who shares the study is
     /// read once a generation).
     synced: Option<u64>,
@@ -113,6 +130,7 @@ impl SharedPoints {
     /// `run`'s state at the point it waits at, kept only where the study
     /// is `shared` (a state is as large as the model and its optimizer's).
     pub(super) fn keep(&mut self, run: TrialHandle, state: PointState, shared: bool) {
+        self.saving.remove(&run);
         if shared {
             if let Some(old) = self.states.insert(run, state) {
                 old.discard();
@@ -126,7 +144,14 @@ impl SharedPoints {
     /// `run`'s state at its point could not be saved: its row goes
     /// without one, at once.
     pub(super) fn mark_unkept(&mut self, run: TrialHandle) {
+        self.saving.remove(&run);
         self.unkept.insert(run);
+    }
+
+    /// `run`'s worker was asked to save its state at the point: its row
+    /// waits for the answer ([`SAVE_GRACE`]).
+    pub(super) fn mark_saving(&mut self, run: TrialHandle) {
+        self.saving.insert(run);
     }
 
     /// Members left their point: their states there are spent.
@@ -135,6 +160,7 @@ impl SharedPoints {
             .into_values()
             .for_each(PointState::discard);
         self.unkept.clear();
+        self.saving.clear();
         self.waiting_state.clear();
     }
 }
@@ -261,7 +287,11 @@ impl Runner<'_> {
                 .waiting_state
                 .entry(h)
                 .or_insert_with(Instant::now);
-            if state.is_none() && !pop.shared.unkept.contains(&h) && since.elapsed() < STATE_GRACE {
+            let (unkept, saving) = (
+                pop.shared.unkept.contains(&h),
+                pop.shared.saving.contains(&h),
+            );
+            if waits_for_state(state.is_some(), unkept, saving, since.elapsed()) {
                 all = false;
                 continue;
             }
@@ -332,4 +362,37 @@ pub(super) fn read_point_state(
 ) -> std::result::Result<TrialSnapshot, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     TrialSnapshot::from_bytes(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_waits_for_a_saving_worker_longer_than_for_a_checkpoint() {
+        let s = Duration::from_secs;
+        // A built-in member's checkpoint: a few seconds.
+        assert!(waits_for_state(false, false, false, s(4)));
+        assert!(!waits_for_state(false, false, false, s(6)));
+        // An external worker still saving a large model: minutes.
+        assert!(waits_for_state(false, false, true, s(6)));
+        assert!(waits_for_state(false, false, true, s(590)));
+        assert!(!waits_for_state(false, false, true, s(601)));
+        // A state that came, or one known lost, is waited for no more.
+        assert!(!waits_for_state(true, false, true, s(0)));
+        assert!(!waits_for_state(false, true, true, s(0)));
+    }
+
+    #[test]
+    fn a_save_s_answer_ends_the_wait_for_it() {
+        let run = TrialHandle::Alone(crate::salus::JobId(7));
+        let mut points = SharedPoints::default();
+        points.mark_saving(run);
+        assert!(points.saving.contains(&run));
+        points.mark_unkept(run);
+        assert!(!points.saving.contains(&run) && points.unkept.contains(&run));
+        points.mark_saving(run);
+        points.clear();
+        assert!(points.saving.is_empty() && points.unkept.is_empty());
+    }
 }
