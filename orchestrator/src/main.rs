@@ -106,11 +106,8 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                     .filter(|m| modes.iter().any(|given| given == m))
                     .collect(),
                 graphs: graphs == "auto",
-                optimizer_order: match optimizer_order.as_str() {
-                    "after-backward" => Some(training::OptimizerOrder::AfterBackward),
-                    "per-layer" => Some(training::OptimizerOrder::PerLayer),
-                    _ => None,
-                },
+                // `auto` (no name): the backend's default.
+                optimizer_order: training::OptimizerOrder::from_name(&optimizer_order),
                 lanes: lanes.map(|l| l as usize),
                 fused_groups: fused_groups.map(|g| g as usize),
                 overhead: !no_overhead,

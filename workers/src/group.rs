@@ -199,6 +199,19 @@ pub enum OptimizerOrder {
 }
 
 impl OptimizerOrder {
+    /// `bench packing --optimizer-order`'s names.
+    pub const NAMES: [&'static str; 2] = ["per-layer", "after-backward"];
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        [OptimizerOrder::PerLayer, OptimizerOrder::AfterBackward]
+            .into_iter()
+            .find(|o| o.name() == name)
+    }
+
     /// Per layer where that overlaps the GEMMs (CUDA). On the CPU the
     /// steps would run in order anyway: the two orders measured level
     /// (0.90x-1.05x, within the machine's noise; `bench packing`,
@@ -559,7 +572,10 @@ impl<B: Backend> ModelGroup<B> {
         self.forward_backward(b, ctx, ws, data, offsets, Some(order))?;
         match order {
             OptimizerOrder::PerLayer => Ok(b.join_beside(ctx)?),
-            OptimizerOrder::AfterBackward => self.update(b, ctx, ws, offsets, 0, self.n),
+            OptimizerOrder::AfterBackward => {
+                let all = [&ws.grads, &ws.step];
+                Ok(self.optimizer_step(b, ctx, all, offsets, 0, self.n)?)
+            }
         }
     }
 
@@ -841,8 +857,8 @@ impl<B: Backend> ModelGroup<B> {
         Ok(())
     }
 
-    /// [`Self::update`] of one run of parameters, queued beside what the
-    /// backward pass queues next ([`Backend::beside`]).
+    /// [`Self::optimizer_step`] of one run of parameters, queued beside
+    /// what the backward pass queues next ([`Backend::beside`]).
     fn update_beside(
         &mut self,
         b: &B,
@@ -857,19 +873,7 @@ impl<B: Backend> ModelGroup<B> {
         Ok(b.beside(ctx, step_run)?)
     }
 
-    /// The optimizer step of every slot's parameters `start..start + len`.
-    fn update(
-        &mut self,
-        b: &B,
-        ctx: &mut B::Ctx,
-        ws: &Workspace<B>,
-        offsets: StepOffsets,
-        start: usize,
-        len: usize,
-    ) -> Result<()> {
-        Ok(self.optimizer_step(b, ctx, [&ws.grads, &ws.step], offsets, start, len)?)
-    }
-
+    /// The optimizer step of every slot's parameters `start..start + len`;
     /// `grads` and `step` are the workspace's gradients and step block.
     fn optimizer_step(
         &mut self,

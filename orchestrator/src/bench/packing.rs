@@ -709,14 +709,6 @@ fn overhead_pct<B: Backend>(
     Ok(overhead_pct)
 }
 
-/// `--optimizer-order`'s name of an order.
-fn order_name(order: training::OptimizerOrder) -> &'static str {
-    match order {
-        training::OptimizerOrder::PerLayer => "per-layer",
-        training::OptimizerOrder::AfterBackward => "after-backward",
-    }
-}
-
 impl Results {
     pub fn json(&self) -> serde_json::Value {
         let mut v: Vec<serde_json::Value> = self
@@ -730,7 +722,7 @@ impl Results {
             DeviceKind::Cpu => "cpu_gemm_gflops",
             DeviceKind::Cuda(_) => "device_gemm_gflops",
         };
-        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs, "optimizer_order": order_name(self.optimizer_order) }));
+        v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs, "optimizer_order": self.optimizer_order.name() }));
         serde_json::Value::Array(v)
     }
 
@@ -751,7 +743,7 @@ impl Results {
             self.device,
             self.cores,
             self.precision.name(),
-            order_name(self.optimizer_order)
+            self.optimizer_order.name()
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
