@@ -142,7 +142,7 @@ impl CoreConfig {
             // A lane's pool holds a thread for each core it may borrow,
             // but no more than four lanes' worth: 64 lanes of one thread
             // would otherwise start 4,096 threads.
-            max_threads_per_lane: cores.clamp(1, (4 * cores / lanes).max(cores / lanes).max(1)),
+            max_threads_per_lane: cores.min(4 * cores / lanes).max(1),
             budget,
             hold_at_reports: false,
             checkpoints: false,
@@ -521,6 +521,8 @@ impl<B: Backend> SalusCore<B> {
         events: Sender<CoreEvent>,
         numbering: Numbering,
     ) -> Result<Self, WorkerError> {
+        // Every lane's pool: the threads it may widen to.
+        let pool = config.max_threads_per_lane.max(config.threads_per_lane);
         let shared = Arc::new(Shared {
             checkpoints: config.checkpoints,
             keep_final: config.keep_final,
@@ -539,14 +541,13 @@ impl<B: Backend> SalusCore<B> {
                 idle: 0,
                 current: BTreeMap::new(),
                 threads_per_lane: config.threads_per_lane.max(1),
-                max_threads_per_lane: config.max_threads_per_lane.max(config.threads_per_lane),
+                max_threads_per_lane: pool,
             }),
             wake: Condvar::new(),
             epoch: Instant::now(),
         });
         let mut lanes = Vec::new();
         for id in 0..config.lanes {
-            let pool = config.max_threads_per_lane.max(config.threads_per_lane);
             let mut lane = Lane::new(backend.clone(), id, pool)?;
             lane.set_threads(config.threads_per_lane);
             lane.set_graphs(config.graphs);
