@@ -759,8 +759,10 @@ impl<B: Backend> ModelGroup<B> {
         let dropout = self.shape.dropout;
         let act = self.shape.spec.activation;
         let mut in_dz = false; // where dL/dz of the current layer lives: dlogits, then dz
-        let layers = self.layers.clone();
-        for (l, layer) in layers.iter().enumerate().rev() {
+        // By index: a layer's step below borrows the group mutably, and a
+        // copy of the list would be an allocation every iteration.
+        for l in (0..self.layers.len()).rev() {
+            let layer = self.layers[l];
             // A layer's parameters: its weights, then its bias.
             let run = (layer.w_off, layer.fan_in * layer.fan_out + layer.fan_out);
             let (fi, fo) = (layer.fan_in, layer.fan_out);
