@@ -4,12 +4,17 @@
 //! * **Memory.** A group lives on one lane, so its members must fit the
 //!   lane's share of the budget.
 //! * **Cache, on the CPU.** Each op of a fused iteration sweeps every
-//!   member's weights and optimizer state. Past the cache that stops paying:
-//!   measured on the 2-core development machine at h=256 (3.2 MB of state
-//!   per trial), groups of 2 ran at 95% of the large-GEMM rate, of 4 at 90%,
-//!   and of 8 at 66-77%. So a CPU group holds at most [`CPU_GROUP_BYTES`] of
-//!   persistent state (and at least two members). A GPU wants one large
-//!   batched launch per op, and has no such bound.
+//!   member's weights, optimizer state and activations before the next op
+//!   starts, where a trial alone runs its whole iteration on data still in
+//!   cache. On the 2-core development machine (2 MiB of L2 per core) fused
+//!   groups never ran faster than the same trials through lanes, and lost
+//!   once a group swept more than a few MiB per op (`bench packing`, K = 8,
+//!   2026-12-05): 784-32-32-10 MLPs (1.7 MB a member) level in pairs and
+//!   10-12% slower in fours, `cnn-32` (over 100 MB of buffers a member) 7%
+//!   slower as one group of eight than one at a time. So a CPU group sweeps
+//!   at most [`CPU_GROUP_BYTES`] (persistent state and one iteration's
+//!   buffers, per member), and a member larger than that runs alone. A GPU
+//!   wants one large batched launch per op, and has no such bound.
 //! * **Lanes, on the CPU.** A CPU lane is one core, and a group runs on
 //!   one lane: one group of eight leaves the other cores idle. So a CPU
 //!   group holds at most its lane's share of the trials in flight. (A GPU
@@ -25,8 +30,9 @@ use training::Footprint;
 
 use super::policy::Policy;
 
-/// Persistent state a CPU group may sweep per op.
-pub const CPU_GROUP_BYTES: usize = 8 << 20;
+/// What a CPU group may sweep per op: its members' persistent state and
+/// iteration buffers (see the module docs).
+pub const CPU_GROUP_BYTES: usize = 4 << 20;
 
 /// The most members a group of trials with footprint `member` may have,
 /// when `per_lane` trials would fall to each lane spread evenly.
@@ -40,9 +46,7 @@ pub fn group_cap(
     let per = (member.persistent_bytes + member.ephemeral_bytes).max(1) as u64;
     let by_memory = (lane_budget.saturating_sub(member.shared_bytes as u64) / per) as usize;
     let by_cache = match kind {
-        DeviceKind::Cpu => (CPU_GROUP_BYTES / member.persistent_bytes.max(1))
-            .max(2)
-            .min(per_lane.max(1)),
+        DeviceKind::Cpu => (CPU_GROUP_BYTES / per as usize).min(per_lane.max(1)),
         DeviceKind::Cuda(_) => usize::MAX,
     };
     fuse.min(by_memory).min(by_cache).max(1)
@@ -242,9 +246,15 @@ mod tests {
             1,
             "fuse = 1 is off"
         );
-        // 3.2 MB of state per trial: two per CPU group, all on a GPU.
+        // 4.2 MB swept per trial: alone on the CPU, all in one group on a GPU.
         let h256 = fp(3_200_000, 1_000_000);
-        assert_eq!(group_cap(DeviceKind::Cpu, 64, big, &h256, 64), 2);
+        assert_eq!(group_cap(DeviceKind::Cpu, 64, big, &h256, 64), 1);
+        // 784-32-32-10 at batch 128 (1.7 MB): in pairs on the CPU.
+        let h32 = fp(318_088, 1_387_080);
+        assert_eq!(group_cap(DeviceKind::Cpu, 8, big, &h32, 4), 2);
+        // A conv net's buffers count too: `cnn-32` runs alone.
+        let cnn32 = fp(1_074_952, 102_862_280);
+        assert_eq!(group_cap(DeviceKind::Cpu, 8, big, &cnn32, 4), 1);
         assert_eq!(group_cap(DeviceKind::Cuda(0), 64, big, &h256, 64), 64);
         // A lane with room for three members gets groups of three.
         assert_eq!(
