@@ -9,7 +9,7 @@
 use crate::error::Result;
 use crate::ops::{
     ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm, DropoutSlot, Gemm,
-    Loss, ParamRun, Pool2d, SgdSlot, Slots,
+    GroupedGemm, Loss, ParamRun, Pool2d, SgdSlot, Slots,
 };
 
 /// What kind of device a backend drives.
@@ -237,6 +237,30 @@ pub trait Backend: Send + Sync + 'static {
         b: View<'_, Self::Buf>,
         c: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
+
+    /// A grouped GEMM (see [`GroupedGemm`]): member `i`'s operands lie `i`
+    /// strides from the views. By default one [`Backend::gemm`] per member,
+    /// each exactly the product alone; the CPU deals all members' products
+    /// into one parallel call.
+    fn gemm_grouped(
+        &self,
+        ctx: &mut Self::Ctx,
+        g: &GroupedGemm<'_>,
+        a: View<'_, Self::Buf>,
+        b: View<'_, Self::Buf>,
+        c: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        let l = &g.base;
+        for i in 0..g.sizes.len() {
+            let (a, b) = (
+                at(a.buf, a.off + i * l.stride_a),
+                at(b.buf, b.off + i * l.stride_b),
+            );
+            let c = at_mut(&mut *c.buf, c.off + i * l.stride_c);
+            self.gemm(ctx, &g.member(i), a, b, c)?;
+        }
+        Ok(())
+    }
 
     /// `dst[i] = src[idx[i]]` for `i < rows`, rows of `cols` elements. The
     /// indices are step-block words (see [`crate::StepWords`]); a row whose

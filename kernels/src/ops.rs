@@ -74,8 +74,9 @@ pub fn round_bf16(x: f32) -> f32 {
 
 /// A row-major GEMM, optionally strided-batched:
 /// `C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b]` for `b < batch`,
-/// where `op(A)` is `m x k`, `op(B)` is `k x n` and `C` is `m x n`, all
-/// contiguous. A stride of 0 shares one operand across the batch.
+/// where `op(A)` is `m x k`, `op(B)` is `k x n` and `C` is `m x n`,
+/// contiguous unless [`Gemm::leading`] gives the rows a longer pitch. A
+/// stride of 0 shares one operand across the batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemm {
     pub m: usize,
@@ -89,6 +90,12 @@ pub struct Gemm {
     pub stride_a: usize,
     pub stride_b: usize,
     pub stride_c: usize,
+    /// Elements from one stored row of A, B and C to the next (the stored
+    /// matrix: `k x m` for a transposed A); 0, the default, for contiguous
+    /// rows. Read them through [`Gemm::lds`].
+    pub ld_a: usize,
+    pub ld_b: usize,
+    pub ld_c: usize,
     /// The arithmetic of its products ([`Precision`]).
     pub precision: Precision,
 }
@@ -108,8 +115,36 @@ impl Gemm {
             stride_a: m * k,
             stride_b: k * n,
             stride_c: m * n,
+            ld_a: 0,
+            ld_b: 0,
+            ld_c: 0,
             precision: Precision::Fp32,
         }
+    }
+    /// Rows of A, B and C stored `ld_a`, `ld_b` and `ld_c` apart (a
+    /// matrix inside a larger one).
+    pub fn leading(mut self, ld_a: usize, ld_b: usize, ld_c: usize) -> Self {
+        self.ld_a = ld_a;
+        self.ld_b = ld_b;
+        self.ld_c = ld_c;
+        self
+    }
+    /// The row length of each stored operand when contiguous.
+    fn rows_of(&self) -> (usize, usize) {
+        (
+            if self.trans_a { self.m } else { self.k },
+            if self.trans_b { self.k } else { self.n },
+        )
+    }
+    /// The leading dimensions of A, B and C in effect (see `ld_a`).
+    pub fn lds(&self) -> (usize, usize, usize) {
+        let (row_a, row_b) = self.rows_of();
+        let or = |ld: usize, row: usize| if ld == 0 { row } else { ld };
+        (
+            or(self.ld_a, row_a),
+            or(self.ld_b, row_b),
+            or(self.ld_c, self.n),
+        )
     }
     pub fn precision(mut self, precision: Precision) -> Self {
         self.precision = precision;
@@ -144,15 +179,67 @@ impl Gemm {
     /// Elements of A, B and C that the call touches, counted from each view's offset.
     pub fn extents(&self) -> (usize, usize, usize) {
         let last = self.batch.saturating_sub(1);
+        let (row_a, row_b) = self.rows_of();
+        let (ld_a, ld_b, ld_c) = self.lds();
+        // A stored matrix of `rows` rows of `len` elements, `ld` apart.
+        let span = |rows: usize, len: usize, ld: usize| match rows * len {
+            0 => 0,
+            _ => (rows - 1) * ld + len,
+        };
         (
-            last * self.stride_a + self.m * self.k,
-            last * self.stride_b + self.k * self.n,
-            last * self.stride_c + self.m * self.n,
+            last * self.stride_a + span(self.m * self.k / row_a.max(1), row_a, ld_a),
+            last * self.stride_b + span(self.k * self.n / row_b.max(1), row_b, ld_b),
+            last * self.stride_c + span(self.m, self.n, ld_c),
         )
     }
     /// Floating-point operations of the whole call.
     pub fn flops(&self) -> f64 {
         2.0 * (self.m * self.n * self.k * self.batch) as f64
+    }
+}
+
+/// A grouped GEMM: a strided batch (`base`, its `batch` ignored) whose
+/// members each have their own `(m, n, k)`, all inside the same pitches
+/// and strides (the layout of the largest member). Trials of different
+/// widths in one group multiply this way, each member exactly as alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupedGemm<'a> {
+    pub base: Gemm,
+    pub sizes: &'a [(usize, usize, usize)],
+}
+
+impl GroupedGemm<'_> {
+    /// Member `i` as a GEMM of its own, its operands at offsets
+    /// `i * stride` from the group's.
+    pub fn member(&self, i: usize) -> Gemm {
+        let (m, n, k) = self.sizes[i];
+        Gemm {
+            m,
+            n,
+            k,
+            batch: 1,
+            ..self.base
+        }
+    }
+    /// Elements of A, B and C that the call touches, counted from each
+    /// view's offset.
+    pub fn extents(&self) -> (usize, usize, usize) {
+        let b = &self.base;
+        (0..self.sizes.len()).fold((0, 0, 0), |(ea, eb, ec), i| {
+            let (a, bb, c) = self.member(i).extents();
+            (
+                ea.max(i * b.stride_a + a),
+                eb.max(i * b.stride_b + bb),
+                ec.max(i * b.stride_c + c),
+            )
+        })
+    }
+    /// Floating-point operations of the whole call.
+    pub fn flops(&self) -> f64 {
+        self.sizes
+            .iter()
+            .map(|&(m, n, k)| 2.0 * (m * n * k) as f64)
+            .sum()
     }
 }
 

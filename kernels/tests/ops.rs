@@ -205,6 +205,92 @@ fn gemm_batched_equals_single_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Members of different sizes inside one padded layout (the pitches of
+/// the largest), in the three forms an MLP layer multiplies: each member's
+/// block equals the float64 product, and the same product alone on packed
+/// operands (bit for bit on the CPU); nothing outside the blocks is written.
+fn gemm_grouped_members_equal_their_products_alone<B: Backend>(d: &mut D<B>) {
+    let sizes = [(16, 7, 5), (16, 30, 21), (16, 1, 9), (16, 12, 40)];
+    let (mm, nn, kk) = (16, 30, 40);
+    for (ta, tb) in [(false, false), (true, false), (false, true)] {
+        // Stored shapes and their pitches, for the largest member.
+        let (rows_a, ld_a) = if ta { (kk, mm) } else { (mm, kk) };
+        let (rows_b, ld_b) = if tb { (nn, kk) } else { (kk, nn) };
+        let (sa, sb, sc) = (rows_a * ld_a, rows_b * ld_b, mm * nn);
+        let count = sizes.len();
+        let a = rand_vec(sa * count, 21, 1.0);
+        let b = rand_vec(sb * count, 22, 1.0);
+        let (ab, bb) = (d.put(&a), d.put(&b));
+        let sentinel = vec![7.0f32; sc * count];
+        let mut cb = d.put(&sentinel);
+        let mut base = Gemm::new(mm, nn, kk);
+        base.trans_a = ta;
+        base.trans_b = tb;
+        let base = base.batched(count, sa, sb, sc).leading(ld_a, ld_b, nn);
+        let g = GroupedGemm {
+            base,
+            sizes: &sizes,
+        };
+        d.b.gemm_grouped(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+            .unwrap();
+        let got = d.get(&cb);
+        for (i, &(m, n, k)) in sizes.iter().enumerate() {
+            let what = format!("member {i} ({m}x{n}x{k}) ta={ta} tb={tb}");
+            // The member's operands, packed.
+            let pack = |src: &[f32], rows: usize, len: usize, ld: usize| -> Vec<f32> {
+                (0..rows)
+                    .flat_map(|r| src[r * ld..r * ld + len].to_vec())
+                    .collect()
+            };
+            let pa = match ta {
+                false => pack(&a[i * sa..], m, k, ld_a),
+                true => pack(&a[i * sa..], k, m, ld_a),
+            };
+            let pb = match tb {
+                false => pack(&b[i * sb..], k, n, ld_b),
+                true => pack(&b[i * sb..], n, k, ld_b),
+            };
+            let block = pack(&got[i * sc..], m, n, nn);
+            let want = gemm_ref(m, n, k, ta, tb, &to64(&pa), &to64(&pb));
+            assert_close(&what, &block, &want, 1e-5);
+            let mut alone = Gemm::new(m, n, k);
+            if ta {
+                alone = alone.trans_a();
+            }
+            if tb {
+                alone = alone.trans_b();
+            }
+            let (pab, pbb) = (d.put(&pa), d.put(&pb));
+            let mut c1 = d.zeros(m * n);
+            d.b.gemm(
+                &mut d.ctx,
+                &alone,
+                at(&pab, 0),
+                at(&pbb, 0),
+                at_mut(&mut c1, 0),
+            )
+            .unwrap();
+            let c1 = d.get(&c1);
+            if d.b.kind() == DeviceKind::Cpu {
+                assert_eq!(
+                    block, c1,
+                    "{what}: the CPU gives a member the bits of its product alone"
+                );
+            } else {
+                assert_rel_max(&what, &block, &c1, 1e-5);
+            }
+            // Outside the member's block, C is untouched.
+            for r in 0..mm {
+                for c in 0..nn {
+                    if r >= m || c >= n {
+                        assert_eq!(got[i * sc + r * nn + c], 7.0, "{what}: ({r}, {c}) written");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn bias_add_and_col_sum<B: Backend>(d: &mut D<B>) {
     let shape = Batched::new(3, 5, 4);
     let stride = 7;
@@ -1341,6 +1427,7 @@ kernels::device_tests!(
     gemm_precisions_within_their_formats,
     gemm_backward_finite_differences,
     gemm_batched_equals_single_calls,
+    gemm_grouped_members_equal_their_products_alone,
     bias_add_and_col_sum,
     col_sum_of_many_rows_and_columns,
     bias_activation_equals_bias_add_then_activation,

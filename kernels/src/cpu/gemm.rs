@@ -7,7 +7,7 @@
 
 use super::CpuCtx;
 use super::par;
-use crate::ops::Gemm;
+use crate::ops::{Gemm, GroupedGemm};
 
 /// `C`'s pointer, shared by tasks that write disjoint blocks of it. Kept
 /// here because a column block of a row-major `C` is strided, so no slice
@@ -30,34 +30,72 @@ pub(crate) const MIN_MACS_PER_TASK: usize = 1 << 18;
 
 #[derive(Clone, Copy)]
 struct Task {
-    batch: usize,
+    /// One product (`batch` 1) and its operands' offsets.
+    g: Gemm,
+    at: (usize, usize, usize),
     /// Split along rows of C (`true`) or columns (`false`).
     rows: bool,
     lo: usize,
     hi: usize,
 }
 
+/// A strided batch of products, each as its own [`Task`]s.
 pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let (rsa, csa) = if g.trans_a { (1, g.m) } else { (g.k, 1) };
-    let (rsb, csb) = if g.trans_b { (1, g.k) } else { (g.n, 1) };
-    let macs = g.m * g.n * g.k;
-    let split_rows = g.m >= g.n;
-    let extent = if split_rows { g.m } else { g.n };
-    let parts = if g.batch >= ctx.threads {
-        1
-    } else {
-        (ctx.threads / g.batch.max(1))
-            .min(macs / MIN_MACS_PER_TASK)
-            .clamp(1, extent.div_ceil(16).max(1))
-    };
-    let block = extent.div_ceil(parts).next_multiple_of(16).max(1);
-    let mut tasks = Vec::with_capacity(g.batch * parts);
-    for batch in 0..g.batch {
+    let one = Gemm { batch: 1, ..*g };
+    let members = (0..g.batch).map(|i| (one, i));
+    run(ctx, g, members, g.batch, (a, b, c));
+}
+
+/// A grouped GEMM: the members' products, of their own sizes, in one
+/// parallel call. Each member's bits are those of the same product alone:
+/// a split into row or column blocks leaves every dot product whole.
+pub(crate) fn gemm_grouped(
+    ctx: &CpuCtx,
+    gg: &GroupedGemm<'_>,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) {
+    let members = (0..gg.sizes.len()).map(|i| (gg.member(i), i));
+    run(ctx, &gg.base, members, gg.sizes.len(), (a, b, c));
+}
+
+/// Deals the products (member `i` at `i` strides of `layout`) into tasks,
+/// then runs them on the lane's threads.
+fn run(
+    ctx: &CpuCtx,
+    layout: &Gemm,
+    members: impl Iterator<Item = (Gemm, usize)>,
+    count: usize,
+    (a, b, c): (&[f32], &[f32], &mut [f32]),
+) {
+    let mut tasks = Vec::with_capacity(count);
+    for (g, i) in members {
+        if g.m == 0 || g.n == 0 {
+            continue;
+        }
+        let macs = g.m * g.n * g.k;
+        let split_rows = g.m >= g.n;
+        let extent = if split_rows { g.m } else { g.n };
+        let parts = if count >= ctx.threads {
+            1
+        } else {
+            (ctx.threads / count.max(1))
+                .min(macs / MIN_MACS_PER_TASK)
+                .clamp(1, extent.div_ceil(16).max(1))
+        };
+        let block = extent.div_ceil(parts).next_multiple_of(16).max(1);
+        let at = (
+            i * layout.stride_a,
+            i * layout.stride_b,
+            i * layout.stride_c,
+        );
         let mut lo = 0;
         while lo < extent {
             let hi = (lo + block).min(extent);
             tasks.push(Task {
-                batch,
+                g,
+                at,
                 rows: split_rows,
                 lo,
                 hi,
@@ -68,23 +106,23 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
     let out = OutPtr(c.as_mut_ptr());
     let (ap, bp) = (a.as_ptr() as usize, b.as_ptr() as usize);
     par::run(ctx, tasks.iter(), |t| {
+        let g = &t.g;
+        let (ld_a, ld_b, ld_c) = g.lds();
+        let (rsa, csa) = if g.trans_a { (1, ld_a) } else { (ld_a, 1) };
+        let (rsb, csb) = if g.trans_b { (1, ld_b) } else { (ld_b, 1) };
         let (a, b) = (ap as *const f32, bp as *const f32);
-        let (mut ao, mut bo, mut co) = (
-            t.batch * g.stride_a,
-            t.batch * g.stride_b,
-            t.batch * g.stride_c,
-        );
+        let (mut ao, mut bo, mut co) = t.at;
         let (mut m, mut n) = (g.m, g.n);
         if t.rows {
             ao += t.lo * rsa;
-            co += t.lo * g.n;
+            co += t.lo * ld_c;
             m = t.hi - t.lo;
         } else {
             bo += t.lo * csb;
             co += t.lo;
             n = t.hi - t.lo;
         }
-        // SAFETY: `Backend::gemm` checked every operand's extent; tasks
+        // SAFETY: the backend checked every operand's extent; tasks
         // write disjoint blocks of C.
         unsafe {
             matrixmultiply::sgemm(
@@ -100,7 +138,7 @@ pub(crate) fn gemm(ctx: &CpuCtx, g: &Gemm, a: &[f32], b: &[f32], c: &mut [f32]) 
                 csb as isize,
                 g.beta,
                 out.get().add(co),
-                g.n as isize,
+                ld_c as isize,
                 1,
             );
         }

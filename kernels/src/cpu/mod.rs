@@ -17,8 +17,8 @@ use crate::error::{
 };
 use crate::ops::{
     ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, ParamRun, Pool2d, Precision, STATS_LEN, SgdSlot,
-    Slots, round_bf16,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, GroupedGemm, Loss, ParamRun, Pool2d, Precision,
+    STATS_LEN, SgdSlot, Slots, round_bf16,
 };
 
 /// The CPU device.
@@ -288,6 +288,38 @@ impl Backend for CpuBackend {
                 return Err(KernelError::Precision {
                     op: "gemm",
                     precision: g.precision.name(),
+                    backend: "CPU",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn gemm_grouped(
+        &self,
+        ctx: &mut CpuCtx,
+        g: &GroupedGemm<'_>,
+        a: View<'_, CpuBuf>,
+        b: View<'_, CpuBuf>,
+        c: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        for i in 0..g.sizes.len() {
+            check_gemm(&g.member(i))?;
+        }
+        let (ea, eb, ec) = g.extents();
+        let a = src("gemm_grouped", "A", a, ea)?;
+        let b = src("gemm_grouped", "B", b, eb)?;
+        let c = dst("gemm_grouped", "C", c, ec)?;
+        match g.base.precision {
+            Precision::Fp32 => gemm::gemm_grouped(ctx, g, a, b, c),
+            Precision::Bf16 => {
+                let round = |x: &[f32]| x.iter().map(|&v| round_bf16(v)).collect::<Vec<f32>>();
+                gemm::gemm_grouped(ctx, g, &round(a), &round(b), c)
+            }
+            Precision::Tf32 => {
+                return Err(KernelError::Precision {
+                    op: "gemm_grouped",
+                    precision: g.base.precision.name(),
                     backend: "CPU",
                 });
             }

@@ -874,8 +874,8 @@ impl Backend for CudaBackend {
         };
         // cuBLAS wants every leading dimension >= 1, also when k == 0
         // (then C = beta * C, as on the CPU).
-        let lda = if g.trans_a { g.m } else { g.k }.max(1) as i32;
-        let ldb = if g.trans_b { g.k } else { g.n }.max(1) as i32;
+        let (lda, ldb, ldc) = g.lds();
+        let (lda, ldb, ldc) = (lda.max(1) as i32, ldb.max(1) as i32, ldc.max(1) as i32);
         let (m, n, k) = (g.n as i32, g.m as i32, g.k as i32);
         let h = *ctx.blas.handle();
         if g.precision != Precision::Fp32 {
@@ -915,7 +915,7 @@ impl Backend for CudaBackend {
                     beta,
                     pc as *mut std::ffi::c_void,
                     f32t,
-                    g.n as i32,
+                    ldc,
                     g.stride_c as i64,
                     g.batch as i32,
                     compute,
@@ -942,7 +942,7 @@ impl Backend for CudaBackend {
                     lda,
                     &g.beta,
                     pc,
-                    g.n as i32,
+                    ldc,
                 )
             } else {
                 blas::sgemm_strided_batched(
@@ -961,7 +961,7 @@ impl Backend for CudaBackend {
                     g.stride_a as i64,
                     &g.beta,
                     pc,
-                    g.n as i32,
+                    ldc,
                     g.stride_c as i64,
                     g.batch as i32,
                 )
