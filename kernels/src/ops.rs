@@ -199,8 +199,9 @@ impl Gemm {
 }
 
 /// A grouped GEMM: a strided batch (`base`, its `batch` ignored) whose
-/// members each have their own `(m, n, k)`, all inside the same pitches
-/// and strides (the layout of the largest member). Trials of different
+/// members each have their own `(m, n, k)`, all inside the pitches and
+/// strides of `base` (the layout of the largest member: `base`'s own sizes
+/// give its pitches unless [`Gemm::leading`] sets them). Trials of different
 /// widths in one group multiply this way, each member exactly as alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupedGemm<'a> {
@@ -213,11 +214,16 @@ impl GroupedGemm<'_> {
     /// `i * stride` from the group's.
     pub fn member(&self, i: usize) -> Gemm {
         let (m, n, k) = self.sizes[i];
+        // The pitches stay the layout's, whatever the member's own sizes.
+        let (ld_a, ld_b, ld_c) = self.base.lds();
         Gemm {
             m,
             n,
             k,
             batch: 1,
+            ld_a,
+            ld_b,
+            ld_c,
             ..self.base
         }
     }

@@ -130,6 +130,9 @@ pub struct FusedTrials<B: Backend> {
     /// Export finishing members' states (see [`Job::take_final_states`]).
     keep_final: bool,
     finals: Vec<(u64, TrialSnapshot)>,
+    /// The layout of a group of mixed widths ([`Self::mixed`]): members
+    /// are laid out in it, and a joiner must fit it.
+    layout: Option<crate::model::ModelSpec>,
 }
 
 impl<B: Backend> FusedTrials<B> {
@@ -154,12 +157,24 @@ impl<B: Backend> FusedTrials<B> {
             return Err(WorkerError::Config("a fused group needs a member".into()));
         };
         let key = first.fusion_key();
-        let data = first.data().clone();
         if let Some((tag, _)) = trials.iter().find(|(_, t)| t.fusion_key() != key) {
             return Err(WorkerError::Config(format!(
                 "trial {tag} has another fusion key than the group's"
             )));
         }
+        Self::with_capacity_unchecked(trials, capacity, key)
+    }
+
+    /// As [`Self::with_capacity`], the members' keys already checked.
+    fn with_capacity_unchecked(
+        trials: Vec<(u64, TrainTrial<B>)>,
+        capacity: usize,
+        key: FusionKey,
+    ) -> Result<Self> {
+        let Some((_, first)) = trials.first() else {
+            return Err(WorkerError::Config("a fused group needs a member".into()));
+        };
+        let data = first.data().clone();
         if let Some((tag, _)) = trials.iter().find(|(_, t)| t.is_resident()) {
             return Err(WorkerError::Config(format!(
                 "trial {tag} is resident; fuse trials whose state is on the host"
@@ -188,7 +203,60 @@ impl<B: Backend> FusedTrials<B> {
             last_report: None,
             keep_final: false,
             finals: Vec::new(),
+            layout: None,
         })
+    }
+
+    /// Trials that may differ in their hidden widths (not depth, nor
+    /// anything else a fusion key holds), trained as one group of mixed
+    /// widths (see [`ModelGroup::zeroed_mixed`]) with room for `capacity`:
+    /// each member exactly as alone. A later joiner must be no wider, layer
+    /// by layer, than the widest of `trials`; the others are handed back.
+    pub fn mixed(trials: Vec<(u64, TrainTrial<B>)>, capacity: usize) -> Result<Self> {
+        let specs: Vec<_> = trials.iter().map(|(_, t)| t.spec().clone()).collect();
+        let layout = ModelGroup::<B>::mixed_layout(&specs)?;
+        let Some(key) = trials.first().and_then(|(_, t)| t.fusion_key().mixable()) else {
+            return Err(WorkerError::Config("a fused group needs a member".into()));
+        };
+        if let Some((tag, _)) = trials
+            .iter()
+            .find(|(_, t)| t.config().hparams.dropout > 0.0)
+        {
+            return Err(WorkerError::Config(format!(
+                "trial {tag} uses dropout, which a group of mixed widths cannot"
+            )));
+        }
+        let first = trials[0].1.fusion_key();
+        // Checked by key, then the key set to the mixable one.
+        let trials = trials
+            .into_iter()
+            .map(|(tag, t)| {
+                if t.fusion_key().mixable().as_ref() == Some(&key) {
+                    Ok((tag, t))
+                } else {
+                    Err(WorkerError::Config(format!(
+                        "trial {tag} differs from the group in more than its widths"
+                    )))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut group = Self::with_capacity_unchecked(trials, capacity, first)?;
+        group.key = key;
+        group.layout = Some(layout);
+        Ok(group)
+    }
+
+    /// Whether `trial` may join this group.
+    fn admits(&self, trial: &TrainTrial<B>) -> bool {
+        match &self.layout {
+            None => trial.fusion_key() == self.key,
+            Some(layout) => {
+                let spec = trial.spec();
+                trial.fusion_key().mixable().as_ref() == Some(&self.key)
+                    && trial.config().hparams.dropout == 0.0
+                    && spec.hidden.iter().zip(&layout.hidden).all(|(w, l)| w <= l)
+            }
+        }
     }
 
     /// The handle through which members join, leave or are dropped.
@@ -295,10 +363,7 @@ impl<B: Backend> FusedTrials<B> {
             }
         }
         for (tag, trial) in joins {
-            if trial.fusion_key() == self.key
-                && !trial.is_resident()
-                && self.members.len() < self.capacity
-            {
+            if self.admits(&trial) && !trial.is_resident() && self.members.len() < self.capacity {
                 self.members.push(Member {
                     tag,
                     trial,
@@ -369,6 +434,9 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
     /// Reserves every seat: a joiner may bring dropout too.
     fn footprint(&self) -> Footprint {
         let mut key = self.key.shape.clone();
+        if let Some(layout) = &self.layout {
+            key.spec = layout.clone();
+        }
         key.slots = self.capacity.max(self.members.len()).max(1);
         key.dropout = self.capacity > self.members.len()
             || self
@@ -622,9 +690,22 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
             .iter()
             .map(|m| m.trial.config().hparams)
             .collect();
-        let spec = self.members[0].trial.spec().clone();
         let batch = self.members[0].trial.config().batch_size;
-        let mut group = ModelGroup::zeroed(lane, spec, batch, self.data.target_cols, hparams)?;
+        let cols = self.data.target_cols;
+        let mut group = match &self.layout {
+            None => {
+                let spec = self.members[0].trial.spec().clone();
+                ModelGroup::zeroed(lane, spec, batch, cols, hparams)?
+            }
+            Some(_) => {
+                let specs: Vec<_> = self
+                    .members
+                    .iter()
+                    .map(|m| m.trial.spec().clone())
+                    .collect();
+                ModelGroup::zeroed_mixed(lane, &specs, batch, cols, hparams)?
+            }
+        };
         let mut states: Vec<TrialSnapshot> = Vec::with_capacity(self.members.len());
         for m in &mut self.members {
             states.push(m.trial.take_host_state().ok_or(WorkerError::NotResident)?);

@@ -225,6 +225,17 @@ impl OptimizerOrder {
     }
 }
 
+/// The three products of a layer (see [`ModelGroup::layer_gemm`]).
+#[derive(Clone, Copy)]
+enum Product {
+    /// `z = x W`: rows by fan-out by fan-in.
+    Forward,
+    /// `dW = x^T dz`: fan-in by fan-out by rows.
+    WeightGrad,
+    /// `dx = dz W^T`: rows by fan-in by fan-out.
+    InputGrad,
+}
+
 /// Where the first layer reads its input from.
 #[derive(Clone, Copy)]
 enum Input {
@@ -304,6 +315,9 @@ pub struct ModelGroup<B: Backend> {
     eager_steps: u64,
     /// A capture failed once: this group runs eagerly from then on.
     graphs_failed: bool,
+    /// Each slot's hidden widths, when the slots' widths differ (see
+    /// [`ModelGroup::zeroed_mixed`]); `None` when they are `shape.spec`'s.
+    widths: Option<Vec<Vec<usize>>>,
 }
 
 /// Graphs a group keeps: one per lane it moves between, a few at most.
@@ -319,14 +333,34 @@ impl<B: Backend> ModelGroup<B> {
         slots: Vec<SlotHparams>,
     ) -> Result<Self> {
         let mut group = Self::zeroed(lane, spec, batch, target_cols, slots)?;
-        let (b, ctx) = lane.device();
-        let running = group.shape.spec.init_running();
-        for (s, h) in group.slots.iter().enumerate() {
-            let init = group.shape.spec.init_params(h.seed);
-            b.upload(ctx, &init, at_mut(&mut group.params, s * group.n))?;
-            b.upload(ctx, &running, at_mut(&mut group.running, s * running.len()))?;
-        }
+        group.init_slots(lane)?;
         Ok(group)
+    }
+
+    /// A group of mixed widths ([`Self::zeroed_mixed`]) with freshly
+    /// initialised slots, each as its own model alone.
+    pub fn new_mixed(
+        lane: &mut Lane<B>,
+        specs: &[ModelSpec],
+        batch: usize,
+        target_cols: usize,
+        slots: Vec<SlotHparams>,
+    ) -> Result<Self> {
+        let mut group = Self::zeroed_mixed(lane, specs, batch, target_cols, slots)?;
+        group.init_slots(lane)?;
+        Ok(group)
+    }
+
+    /// Every slot's initial parameters (from its seed) and running statistics.
+    fn init_slots(&mut self, lane: &mut Lane<B>) -> Result<()> {
+        let (b, ctx) = lane.device();
+        let running = self.shape.spec.init_running();
+        for (s, h) in self.slots.iter().enumerate() {
+            let init = self.pad(s, &self.slot_spec(s).init_params(h.seed));
+            b.upload(ctx, &init, at_mut(&mut self.params, s * self.n))?;
+            b.upload(ctx, &running, at_mut(&mut self.running, s * running.len()))?;
+        }
+        Ok(())
     }
 
     /// The shape a group of these slots has, without allocating it.
@@ -390,7 +424,167 @@ impl<B: Backend> ModelGroup<B> {
             graphs: Vec::new(),
             eager_steps: 0,
             graphs_failed: false,
+            widths: None,
         })
+    }
+
+    /// A group whose slots may differ in their hidden widths (not in depth,
+    /// or anything else), parameters and state all zero, to import into.
+    ///
+    /// Each slot lies in the layout of the widest (the largest width of
+    /// every layer), its own weights in the top-left corner of each layer's
+    /// matrices; every product is one grouped GEMM of the slots' own sizes
+    /// ([`kernels::GroupedGemm`]), so no slot multiplies its padding. The
+    /// element-wise ops and the optimizer run over the whole layout: what
+    /// they write into a padding is never read by a product, nor exported.
+    /// Slots with dropout, and conv nets, are refused.
+    pub fn zeroed_mixed(
+        lane: &mut Lane<B>,
+        specs: &[ModelSpec],
+        batch: usize,
+        target_cols: usize,
+        slots: Vec<SlotHparams>,
+    ) -> Result<Self> {
+        let layout = Self::mixed_layout(specs)?;
+        if specs.len() != slots.len() {
+            return Err(WorkerError::Config(format!(
+                "{} specs for {} slots",
+                specs.len(),
+                slots.len()
+            )));
+        }
+        if slots.iter().any(|h| h.dropout > 0.0) {
+            return Err(WorkerError::Config(
+                "trials of different widths cannot share a group with dropout".into(),
+            ));
+        }
+        let mut group = Self::zeroed(lane, layout.clone(), batch, target_cols, slots)?;
+        if specs.iter().any(|s| *s != layout) {
+            group.widths = Some(specs.iter().map(|s| s.hidden.clone()).collect());
+        }
+        Ok(group)
+    }
+
+    /// The layout of a group of `specs`: the largest width of every layer.
+    /// Errors unless the specs differ in hidden widths alone.
+    pub fn mixed_layout(specs: &[ModelSpec]) -> Result<ModelSpec> {
+        let first = specs
+            .first()
+            .ok_or_else(|| WorkerError::Config("a group needs at least one slot".into()))?;
+        let unwidened = |s: &ModelSpec| ModelSpec {
+            hidden: vec![0; s.hidden.len()],
+            ..s.clone()
+        };
+        if first.conv.is_some() {
+            return Err(WorkerError::Config(
+                "conv nets of different shapes cannot share a group".into(),
+            ));
+        }
+        if specs.iter().any(|s| unwidened(s) != unwidened(first)) {
+            return Err(WorkerError::Config(
+                "trials in one group may differ in their hidden widths only".into(),
+            ));
+        }
+        let hidden = (0..first.hidden.len())
+            .map(|l| specs.iter().map(|s| s.hidden[l]).max().unwrap_or(0))
+            .collect();
+        Ok(ModelSpec {
+            hidden,
+            ..first.clone()
+        })
+    }
+
+    /// Slot `s`'s own model.
+    pub fn slot_spec(&self, s: usize) -> ModelSpec {
+        match &self.widths {
+            Some(w) => ModelSpec {
+                hidden: w[s].clone(),
+                ..self.shape.spec.clone()
+            },
+            None => self.shape.spec.clone(),
+        }
+    }
+
+    /// Whether the slots' widths differ.
+    pub fn is_mixed(&self) -> bool {
+        self.widths.is_some()
+    }
+
+    /// Slot `s`'s vector of parameters (or of one optimizer state) laid
+    /// out as the group's layout, from its own packed layout.
+    fn pad(&self, s: usize, own: &[f32]) -> Vec<f32> {
+        if self.widths.is_none() {
+            return own.to_vec();
+        }
+        let mut out = vec![0.0; self.n];
+        for (o, l) in self.slot_spec(s).layers().iter().zip(&self.layers) {
+            for r in 0..o.fan_in {
+                let (from, to) = (o.w_off + r * o.fan_out, l.w_off + r * l.fan_out);
+                out[to..to + o.fan_out].copy_from_slice(&own[from..from + o.fan_out]);
+            }
+            out[l.b_off..l.b_off + o.fan_out].copy_from_slice(&own[o.b_off..o.b_off + o.fan_out]);
+        }
+        out
+    }
+
+    /// The inverse of [`Self::pad`]: slot `s`'s own packed vector, from
+    /// one laid out as the group's (its part of [`Self::gradients`], say).
+    pub fn unpad(&self, s: usize, laid: Vec<f32>) -> Vec<f32> {
+        if self.widths.is_none() {
+            return laid;
+        }
+        let own = self.slot_spec(s);
+        let mut out = vec![0.0; own.n_params()];
+        for (o, l) in own.layers().iter().zip(&self.layers) {
+            for r in 0..o.fan_in {
+                let (to, from) = (o.w_off + r * o.fan_out, l.w_off + r * l.fan_out);
+                out[to..to + o.fan_out].copy_from_slice(&laid[from..from + o.fan_out]);
+            }
+            out[o.b_off..o.b_off + o.fan_out].copy_from_slice(&laid[l.b_off..l.b_off + o.fan_out]);
+        }
+        out
+    }
+
+    /// One of layer `l`'s products for every slot: `g` in the group's
+    /// layout, or, when the slots' widths differ, a grouped GEMM of each
+    /// slot's own sizes inside that layout.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_gemm(
+        &self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        l: usize,
+        form: Product,
+        g: &Gemm,
+        x: View<'_, B::Buf>,
+        y: View<'_, B::Buf>,
+        out: ViewMut<'_, B::Buf>,
+    ) -> Result<()> {
+        let Some(widths) = &self.widths else {
+            return Ok(b.gemm(ctx, g, x, y, out)?);
+        };
+        let (input, output, last) = (
+            self.shape.spec.input,
+            self.shape.spec.output,
+            self.layers.len() - 1,
+        );
+        let sizes: Vec<_> = widths
+            .iter()
+            .map(|w| {
+                let fi = if l == 0 { input } else { w[l - 1] };
+                let fo = if l == last { output } else { w[l] };
+                match form {
+                    Product::Forward => (g.m, fo, fi),
+                    Product::WeightGrad => (fi, fo, g.k),
+                    Product::InputGrad => (g.m, fi, fo),
+                }
+            })
+            .collect();
+        let grouped = kernels::GroupedGemm {
+            base: *g,
+            sizes: &sizes,
+        };
+        Ok(b.gemm_grouped(ctx, &grouped, x, y, out)?)
     }
 
     pub fn shape(&self) -> &GroupShape {
@@ -697,7 +891,8 @@ impl<B: Backend> ModelGroup<B> {
             } else {
                 &mut ws.z[l]
             };
-            b.gemm(ctx, &g, a_in, at(&self.params, layer.w_off), at_mut(out, 0))?;
+            let w = at(&self.params, layer.w_off);
+            self.layer_gemm(b, ctx, l, Product::Forward, &g, a_in, w, at_mut(out, 0))?;
             let (shape, bias) = (
                 Batched::new(k, rows, layer.fan_out),
                 at(&self.params, layer.b_off),
@@ -781,7 +976,8 @@ impl<B: Backend> ModelGroup<B> {
                 .trans_a()
                 .batched(k, rows * fi, rows * fo, n)
                 .precision(self.shape.spec.precision);
-            b.gemm(ctx, &dw, h_in, dz, at_mut(&mut ws.grads, layer.w_off))?;
+            let grads = at_mut(&mut ws.grads, layer.w_off);
+            self.layer_gemm(b, ctx, l, Product::WeightGrad, &dw, h_in, dz, grads)?;
             b.col_sum(
                 ctx,
                 Batched::new(k, rows, fo),
@@ -819,13 +1015,8 @@ impl<B: Backend> ModelGroup<B> {
                 .trans_b()
                 .batched(k, rows * fo, n, rows * fi)
                 .precision(self.shape.spec.precision);
-            b.gemm(
-                ctx,
-                &dh,
-                dz,
-                at(&self.params, layer.w_off),
-                at_mut(&mut ws.dh, 0),
-            )?;
+            let (w, dh_out) = (at(&self.params, layer.w_off), at_mut(&mut ws.dh, 0));
+            self.layer_gemm(b, ctx, l, Product::InputGrad, &dh, dz, w, dh_out)?;
             if per_layer {
                 self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
             }
@@ -992,13 +1183,15 @@ impl<B: Backend> ModelGroup<B> {
             b.download(ctx, at(buf, off), &mut v)?;
             Ok(v)
         };
+        let params = read(&self.params, s * n, n)?;
+        let opt_state: Vec<_> = self
+            .state
+            .iter()
+            .map(|st| read(st, s * n, n))
+            .collect::<Result<_>>()?;
         Ok(SlotState {
-            params: read(&self.params, s * n, n)?,
-            opt_state: self
-                .state
-                .iter()
-                .map(|st| read(st, s * n, n))
-                .collect::<Result<_>>()?,
+            params: self.unpad(s, params),
+            opt_state: opt_state.into_iter().map(|v| self.unpad(s, v)).collect(),
             train_stats: read(&self.train_stats, s * STATS_LEN, STATS_LEN)?,
             running: read(&self.running, s * self.n_running, self.n_running)?,
         })
@@ -1015,7 +1208,10 @@ impl<B: Backend> ModelGroup<B> {
         from: &ModelGroup<B>,
         src: usize,
     ) -> Result<usize> {
-        if from.shape.spec != self.shape.spec || from.state.len() != self.state.len() {
+        if from.shape.spec != self.shape.spec
+            || from.state.len() != self.state.len()
+            || from.slot_spec(src) != self.slot_spec(dst)
+        {
             return Err(WorkerError::BadState(
                 "the donor's state was taken from a different model or optimizer".into(),
             ));
@@ -1057,6 +1253,11 @@ impl<B: Backend> ModelGroup<B> {
         dst: usize,
         src: usize,
     ) -> Result<usize> {
+        if self.slot_spec(src) != self.slot_spec(dst) {
+            return Err(WorkerError::BadState(
+                "slots of different widths cannot take each other's state".into(),
+            ));
+        }
         let (n, m) = (self.n, self.n_running);
         let (b, ctx) = lane.device();
         b.copy_within(ctx, n, &mut self.params, src * n, dst * n)?;
@@ -1092,7 +1293,7 @@ impl<B: Backend> ModelGroup<B> {
 
     /// Overwrites slot `s`'s persistent state from the host.
     pub fn import_slot(&mut self, lane: &mut Lane<B>, s: usize, st: &SlotState) -> Result<()> {
-        let n = self.n;
+        let n = self.slot_spec(s).n_params();
         if st.params.len() != n
             || st.opt_state.len() != self.state.len()
             || st.opt_state.iter().any(|v| v.len() != n)
@@ -1104,9 +1305,12 @@ impl<B: Backend> ModelGroup<B> {
                 self.state.len()
             )));
         }
+        let n = self.n;
+        let params = self.pad(s, &st.params);
+        let opt_state: Vec<_> = st.opt_state.iter().map(|v| self.pad(s, v)).collect();
         let (b, ctx) = lane.device();
-        b.upload(ctx, &st.params, at_mut(&mut self.params, s * n))?;
-        for (buf, v) in self.state.iter_mut().zip(&st.opt_state) {
+        b.upload(ctx, &params, at_mut(&mut self.params, s * n))?;
+        for (buf, v) in self.state.iter_mut().zip(&opt_state) {
             b.upload(ctx, v, at_mut(buf, s * n))?;
         }
         b.upload(

@@ -36,6 +36,20 @@ pub struct FusionKey {
     pub data: String,
 }
 
+impl FusionKey {
+    /// The key with the hidden widths left out (the depth stays): trials
+    /// whose keys agree here can share a group of mixed widths
+    /// ([`crate::ModelGroup::zeroed_mixed`]). `None` for conv nets.
+    pub fn mixable(&self) -> Option<FusionKey> {
+        if self.shape.spec.conv.is_some() {
+            return None;
+        }
+        let mut key = self.clone();
+        key.shape.spec.hidden = vec![0; key.shape.spec.hidden.len()];
+        Some(key)
+    }
+}
+
 /// Where a swapped-out job's state went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SwapMedium {

@@ -153,3 +153,79 @@ fn cpu_and_cuda_training_reach_the_same_accuracy() {
     );
     assert!(cuda > 0.9, "cuda accuracy {cuda}");
 }
+
+/// Each slot's gradients in a group of mixed widths, and the same slot's
+/// alone, on `lane`'s device.
+#[allow(clippy::type_complexity)]
+fn mixed_width_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<(Vec<f32>, Vec<f32>)> {
+    let data = small_classification();
+    let widths = [vec![32, 16], vec![8, 40], vec![17, 3]];
+    let spec = |hidden: &Vec<usize>| ModelSpec {
+        precision: Precision::Fp32,
+        input: data.features,
+        hidden: hidden.clone(),
+        output: data.task.outputs(),
+        activation: Activation::Tanh,
+        loss: training::LossKind::CrossEntropy,
+        conv: None,
+    };
+    let specs: Vec<_> = widths.iter().map(spec).collect();
+    let hps: Vec<_> = (0..3)
+        .map(|s| hparams(Optimizer::adam(), 1e-3, 0.0, 5 + s))
+        .collect();
+    let idx: Vec<u32> = (0..48).map(|i| (i * 7 % data.n_train) as u32).collect();
+    let dev = upload(lane, &data);
+    let cols = data.target_cols();
+    let mut group = ModelGroup::new_mixed(lane, &specs, 16, cols, hps.clone()).unwrap();
+    let laid = group.gradients(lane, &dev, &idx, &[3, 4, 5]).unwrap();
+    let n = laid.len() / 3;
+    specs
+        .iter()
+        .enumerate()
+        .map(|(s, spec)| {
+            let mine = group.unpad(s, laid[s * n..(s + 1) * n].to_vec());
+            let mut one = ModelGroup::new(lane, spec.clone(), 16, cols, vec![hps[s]]).unwrap();
+            let rows = &idx[s * 16..(s + 1) * 16];
+            let alone = one.gradients(lane, &dev, rows, &[3 + s as u64]).unwrap();
+            (mine, alone)
+        })
+        .collect()
+}
+
+/// On the CPU, a slot of a group of mixed widths has the bits of the same
+/// slot alone (each grouped product is the product alone).
+#[test]
+fn cpu_mixed_width_gradients_are_each_slot_s_alone() {
+    for (s, (mine, alone)) in mixed_width_gradients(&mut cpu_lane(2))
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(mine.len(), alone.len());
+        assert!(mine.iter().any(|&g| g != 0.0), "slot {s} has gradients");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&mine), bits(&alone), "slot {s}");
+    }
+}
+
+/// A group of mixed widths on CUDA: each slot's gradients against the same
+/// slot alone on CUDA (the same product, in a wider pitch) and on the CPU.
+#[test]
+fn cuda_mixed_width_gradients_equal_each_slot_alone() {
+    let Some(mut gpu) = cuda_lane("cuda_mixed_width_gradients_equal_each_slot_alone") else {
+        return;
+    };
+    let on_cpu = mixed_width_gradients(&mut cpu_lane(1));
+    for (s, ((mine, alone), (cpu, _))) in mixed_width_gradients(&mut gpu)
+        .iter()
+        .zip(&on_cpu)
+        .enumerate()
+    {
+        let scale = alone.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+        for (i, ((x, y), z)) in mine.iter().zip(alone).zip(cpu).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-5 * scale && (x - z).abs() <= 1e-4 * scale,
+                "slot {s} gradient {i}: grouped {x}, alone {y}, cpu {z} (max |g| {scale})"
+            );
+        }
+    }
+}

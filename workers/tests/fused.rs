@@ -10,6 +10,7 @@ use common::*;
 use kernels::{Activation, CpuBackend};
 use training::{
     FusedTrials, Job, Lane, MemberOutcome, Optimizer, Report, StepOutcome, TrainTrial, TrialConfig,
+    TrialSnapshot,
 };
 
 fn configs() -> Vec<TrialConfig> {
@@ -245,4 +246,155 @@ fn trials_join_a_running_group_and_members_leave_with_their_state() {
     }
     three_alone.extend(got.remove(&3).unwrap());
     assert_same(3, &three_alone, &alone(&mut lane, &cfgs[3]));
+}
+
+/// Trials of different widths as one group of mixed widths: each member's
+/// reports are the bits of the same trial alone, through a swap out and
+/// back, a member leaving and carrying on alone, a narrower trial joining,
+/// and a wider one handed back.
+#[test]
+fn mixed_width_members_equal_lone_trials_bit_for_bit() {
+    let mut lane = cpu_lane(2);
+    let widths = [
+        vec![16, 12],
+        vec![24, 5],
+        vec![7, 30],
+        vec![16, 12],
+        vec![9, 9],
+    ];
+    let cfgs: Vec<TrialConfig> = configs()
+        .into_iter()
+        .cycle()
+        .zip(&widths)
+        .map(|(mut c, w)| {
+            c.hidden = w.clone();
+            c.hparams.dropout = 0.0;
+            c
+        })
+        .collect();
+    let dev = upload(&mut lane, &small_classification());
+    let host = |i: usize| TrainTrial::new_on_host(dev.clone(), cfgs[i].clone()).unwrap();
+    let trials = (0..4).map(|i| (i as u64, host(i))).collect();
+    let mut group = FusedTrials::mixed(trials, 5)
+        .unwrap()
+        .keeping_final_states(true);
+    let control = group.control();
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut left = Vec::new();
+    for it in 0.. {
+        if group.live_members() == 0 {
+            break;
+        }
+        match it {
+            4 => {
+                assert!(group.swap_out(&mut lane).unwrap() > 0);
+            }
+            5 => control.leave(1),
+            // Narrower than the layout in both layers: joins. Wider (40 > 24): handed back.
+            6 => {
+                control.join(4, host(4));
+                let mut wide = cfgs[0].clone();
+                wide.hidden = vec![40, 12];
+                control.join(9, TrainTrial::new_on_host(dev.clone(), wide).unwrap());
+            }
+            _ => {}
+        }
+        let StepOutcome::Members(steps) = group.step(&mut lane).unwrap() else {
+            panic!("a fused group reports per member")
+        };
+        for s in steps {
+            match s.outcome {
+                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
+                    got.entry(s.tag).or_default().push(r)
+                }
+                MemberOutcome::Left => left.push((it, s.tag)),
+                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+            }
+        }
+    }
+    assert_eq!(
+        left,
+        vec![(5, 1), (6, 9)],
+        "the leaver, then the wide joiner"
+    );
+    let mut finals: BTreeMap<u64, TrialSnapshot> = group.take_final_states().into_iter().collect();
+    let mut handed: BTreeMap<u64, TrainTrial<CpuBackend>> =
+        control.take_left().into_iter().collect();
+    let mut one = handed.remove(&1).unwrap();
+    one.swap_in(&mut lane).unwrap();
+    let mut one_reports = got.remove(&1).unwrap_or_default();
+    one_reports.extend(run_to_end(&mut one, &mut lane));
+    got.insert(1, one_reports);
+    finals.insert(1, one.export_state(&mut lane).unwrap());
+    for i in [0usize, 1, 2, 3, 4] {
+        let what = format!("member {i} ({:?})", cfgs[i].hidden);
+        let mut t = TrainTrial::new(&mut lane, dev.clone(), cfgs[i].clone()).unwrap();
+        let lone = run_to_end(&mut t, &mut lane);
+        let fused = &got[&(i as u64)];
+        assert_eq!(fused.len(), lone.len(), "{what}: report count");
+        for (a, b) in fused.iter().zip(&lone) {
+            assert_eq!(a.iteration, b.iteration);
+            assert_eq!(
+                a.val_loss.to_bits(),
+                b.val_loss.to_bits(),
+                "{what}: val_loss"
+            );
+            assert_eq!(a.val_accuracy, b.val_accuracy, "{what}: val_accuracy");
+            // The training loss is summed on the device between downloads,
+            // which another member's report point splits: its sum is
+            // rounded differently, its terms are the same.
+            assert!(
+                (a.train_loss - b.train_loss).abs() <= 1e-6 * b.train_loss.abs(),
+                "{what}: train_loss {} against {}",
+                a.train_loss,
+                b.train_loss
+            );
+        }
+        let (mine, theirs) = (
+            &finals[&(i as u64)].slot,
+            &t.export_state(&mut lane).unwrap().slot,
+        );
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&mine.params),
+            bits(&theirs.params),
+            "{what}: final weights"
+        );
+        for (a, b) in mine.opt_state.iter().zip(&theirs.opt_state) {
+            assert_eq!(bits(a), bits(b), "{what}: final optimizer state");
+        }
+    }
+}
+
+#[test]
+fn a_group_of_mixed_widths_refuses_other_differences() {
+    let mut lane = cpu_lane(1);
+    let dev = upload(&mut lane, &small_classification());
+    let mut cfgs: Vec<TrialConfig> = configs().into_iter().take(2).collect();
+    for c in &mut cfgs {
+        c.hparams.dropout = 0.0;
+    }
+    let build = |cfgs: &[TrialConfig]| {
+        let trials = cfgs
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                (
+                    i as u64,
+                    TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
+                )
+            })
+            .collect();
+        FusedTrials::mixed(trials, 2).err().map(|e| e.to_string())
+    };
+    let mut deeper = cfgs.clone();
+    deeper[1].hidden = vec![16, 12, 8];
+    assert!(build(&deeper).unwrap().contains("widths"), "depth differs");
+    let mut batch = cfgs.clone();
+    batch[1].batch_size = 20;
+    assert!(build(&batch).unwrap().contains("widths"), "batch differs");
+    let mut dropout = cfgs.clone();
+    dropout[1].hparams.dropout = 0.2;
+    assert!(build(&dropout).unwrap().contains("dropout"));
+    assert_eq!(build(&cfgs), None, "widths alone may differ");
 }
