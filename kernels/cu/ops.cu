@@ -567,6 +567,17 @@ extern "C" __global__ void add(u64 n, const float* x, float* y) {
     }
 }
 
+// The device pointer arrays of a grouped GEMM: member i's A, B and C lie
+// i strides (in floats) from the bases. out: 3 * count pointers.
+extern "C" __global__ void grouped_pointers(u64 count, const float* a, u64 sa, const float* b,
+                                            u64 sb, float* c, u64 sc, u64* out) {
+    GRID_STRIDE(i, count) {
+        out[i] = (u64)(a + i * sa);
+        out[count + i] = (u64)(b + i * sb);
+        out[2 * count + i] = (u64)(c + i * sc);
+    }
+}
+
 // Random crop (a shift of up to pad pixels each way, zeros outside) and
 // horizontal flip of packed NHWC images, per slot; the draws are those of
 // AugmentSlot::draw in kernels/src/ops.rs. steps: two words per slot.

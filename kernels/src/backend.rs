@@ -63,6 +63,27 @@ pub fn at_mut<T>(buf: &mut T, off: usize) -> ViewMut<'_, T> {
     ViewMut { buf, off }
 }
 
+/// A grouped GEMM as one [`Backend::gemm`] per member.
+pub fn gemm_each<B: Backend + ?Sized>(
+    backend: &B,
+    ctx: &mut B::Ctx,
+    g: &GroupedGemm<'_>,
+    a: View<'_, B::Buf>,
+    b: View<'_, B::Buf>,
+    c: ViewMut<'_, B::Buf>,
+) -> Result<()> {
+    let l = &g.base;
+    for i in 0..g.sizes.len() {
+        let (a, b) = (
+            at(a.buf, a.off + i * l.stride_a),
+            at(b.buf, b.off + i * l.stride_b),
+        );
+        let c = at_mut(&mut *c.buf, c.off + i * l.stride_c);
+        backend.gemm(ctx, &g.member(i), a, b, c)?;
+    }
+    Ok(())
+}
+
 /// A compute device. See the module docs.
 pub trait Backend: Send + Sync + 'static {
     /// A device buffer of `f32`.
@@ -239,9 +260,10 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// A grouped GEMM (see [`GroupedGemm`]): member `i`'s operands lie `i`
-    /// strides from the views. By default one [`Backend::gemm`] per member,
-    /// each exactly the product alone; the CPU deals all members' products
-    /// into one parallel call.
+    /// strides from the views. By default one [`Backend::gemm`] per member
+    /// ([`gemm_each`]), each exactly the product alone; the CPU deals all
+    /// members' products into one parallel call, CUDA makes it one cuBLAS
+    /// grouped GEMM.
     fn gemm_grouped(
         &self,
         ctx: &mut Self::Ctx,
@@ -250,16 +272,7 @@ pub trait Backend: Send + Sync + 'static {
         b: View<'_, Self::Buf>,
         c: ViewMut<'_, Self::Buf>,
     ) -> Result<()> {
-        let l = &g.base;
-        for i in 0..g.sizes.len() {
-            let (a, b) = (
-                at(a.buf, a.off + i * l.stride_a),
-                at(b.buf, b.off + i * l.stride_b),
-            );
-            let c = at_mut(&mut *c.buf, c.off + i * l.stride_c);
-            self.gemm(ctx, &g.member(i), a, b, c)?;
-        }
-        Ok(())
+        gemm_each(self, ctx, g, a, b, c)
     }
 
     /// `dst[i] = src[idx[i]]` for `i < rows`, rows of `cols` elements. The

@@ -42,7 +42,7 @@ pub mod error;
 pub mod ops;
 pub mod rng;
 
-pub use backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut};
+pub use backend::{Backend, DeviceKind, Moments, View, ViewMut, at, at_mut, gemm_each};
 pub use cpu::{CpuBackend, CpuBuf, CpuCtx};
 pub use error::{KernelError, Result};
 pub use ops::{

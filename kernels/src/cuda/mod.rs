@@ -53,15 +53,15 @@ use cudarc::driver::{
     PushKernelArg,
 };
 
-use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut};
+use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, at_mut};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
     check_gemm, check_param_run, check_pool, check_range, shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, Loss, ParamRun, Pool2d, PoolKind, Precision, STATS_LEN,
-    SgdSlot, Slots,
+    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, GroupedGemm, Loss, ParamRun, Pool2d, PoolKind,
+    Precision, STATS_LEN, SgdSlot, Slots,
 };
 use module::KernelSet;
 pub use module::{MAX_SLOTS, OPS_CU, Target};
@@ -399,7 +399,17 @@ pub struct CudaCtx {
     fork: CudaEvent,
     joined: CudaEvent,
     side_pending: bool,
+    /// The device pointer arrays of grouped GEMMs ([`GROUPED_MAX`]
+    /// members' A, B and C), made on first use and never moved: a captured
+    /// graph writes and reads them in place.
+    grouped: Option<CudaBuf>,
+    /// cuBLAS's grouped GEMM is missing or failed here once: grouped GEMMs
+    /// run one product per member.
+    grouped_off: bool,
 }
+
+/// Members of one cuBLAS grouped GEMM; a larger group runs in chunks.
+const GROUPED_MAX: usize = 1024;
 
 fn view_ptr(
     op: &'static str,
@@ -535,6 +545,13 @@ impl Backend for CudaBackend {
             staging: None,
             step: None,
             pinning_failed: false,
+            grouped: None,
+            // SAFETY: only looks the symbol up (cuBLAS 12.5 and later).
+            grouped_off: !unsafe {
+                cudarc::cublas::sys::culib()
+                    .get::<unsafe extern "C" fn()>(b"cublasSgemmGroupedBatched")
+                    .is_ok()
+            },
             stream,
             blas,
             _blas_workspace: workspace,
@@ -968,6 +985,114 @@ impl Backend for CudaBackend {
             }
         }
         .map_err(blas_err("cublasSgemm"))
+    }
+
+    /// One `cublasSgemmGroupedBatched` per [`GROUPED_MAX`] members (a
+    /// group of one problem per member), its pointer arrays written on the
+    /// device by a small kernel so that a captured graph replays it; the
+    /// other precisions, or a cuBLAS without it, one product per member.
+    fn gemm_grouped(
+        &self,
+        ctx: &mut CudaCtx,
+        g: &GroupedGemm<'_>,
+        a: View<'_, CudaBuf>,
+        b: View<'_, CudaBuf>,
+        c: ViewMut<'_, CudaBuf>,
+    ) -> Result<()> {
+        for i in 0..g.sizes.len() {
+            check_gemm(&g.member(i))?;
+        }
+        if ctx.grouped_off || g.base.precision != Precision::Fp32 || g.sizes.len() < 2 {
+            return crate::backend::gemm_each(self, ctx, g, a, b, c);
+        }
+        self.bind()?;
+        let (ea, eb, ec) = g.extents();
+        let s = ctx.stream.clone();
+        let pa = view_ptr("gemm_grouped", "A", a, ea, &s)?;
+        let pb = view_ptr("gemm_grouped", "B", b, eb, &s)?;
+        let pc = view_mut_ptr("gemm_grouped", "C", at_mut(&mut *c.buf, c.off), ec, &s)?;
+        if ctx.grouped.is_none() {
+            // Two f32 words per pointer.
+            ctx.grouped = Some(self.alloc_zeroed(2 * 3 * GROUPED_MAX)?);
+        }
+        let arrays = ctx.grouped.as_ref().expect("made above").ptr(0);
+        let l = &g.base;
+        let (lda, ldb, ldc) = l.lds();
+        let op = |t: bool| {
+            if t {
+                cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        for first in (0..g.sizes.len()).step_by(GROUPED_MAX) {
+            let sizes = &g.sizes[first..(first + GROUPED_MAX).min(g.sizes.len())];
+            let count = sizes.len();
+            let at = |base: u64, stride: usize| base + 4 * (first * stride) as u64;
+            let (a0, b0, c0) = (at(pa, l.stride_a), at(pb, l.stride_b), at(pc, l.stride_c));
+            let (sa, sb, sc, n64) = (
+                l.stride_a as u64,
+                l.stride_b as u64,
+                l.stride_c as u64,
+                count as u64,
+            );
+            launch!(
+                s,
+                &self.kernels.grouped_pointers,
+                grid(count, 1),
+                &n64,
+                &a0,
+                &sa,
+                &b0,
+                &sb,
+                &c0,
+                &sc,
+                &arrays
+            )?;
+            // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T,
+            // as in `gemm`: B's pointers first.
+            let ints = |f: fn(&(usize, usize, usize)) -> usize| -> Vec<i32> {
+                sizes.iter().map(|x| f(x) as i32).collect()
+            };
+            let (m, n, k) = (ints(|x| x.1), ints(|x| x.0), ints(|x| x.2));
+            let same = |v: usize| vec![v.max(1) as i32; count];
+            let (ta, tb) = (vec![op(l.trans_b); count], vec![op(l.trans_a); count]);
+            let (alpha, beta) = (vec![l.alpha; count], vec![l.beta; count]);
+            let (la, lb, lc, ones) = (same(ldb), same(lda), same(ldc), same(1));
+            let word = 8 * count as u64;
+            // SAFETY: every member's extent was checked; the pointer arrays
+            // hold `count` pointers each, written above on this stream; the
+            // host arrays are read before the call returns.
+            let status = unsafe {
+                cudarc::cublas::sys::cublasSgemmGroupedBatched(
+                    *ctx.blas.handle(),
+                    ta.as_ptr(),
+                    tb.as_ptr(),
+                    m.as_ptr(),
+                    n.as_ptr(),
+                    k.as_ptr(),
+                    alpha.as_ptr(),
+                    (arrays + word) as *const *const f32,
+                    la.as_ptr(),
+                    arrays as *const *const f32,
+                    lb.as_ptr(),
+                    beta.as_ptr(),
+                    (arrays + 2 * word) as *const *mut f32,
+                    lc.as_ptr(),
+                    count as i32,
+                    ones.as_ptr(),
+                )
+            };
+            if let Err(e) = status.result() {
+                // Not again on this lane; this call's products one by one.
+                ctx.grouped_off = true;
+                eprintln!(
+                    "warning: cublasSgemmGroupedBatched failed ({e:?}); one GEMM per member from now on"
+                );
+                return crate::backend::gemm_each(self, ctx, g, a, b, c);
+            }
+        }
+        Ok(())
     }
 
     fn gather_rows(

@@ -54,6 +54,7 @@ pub struct KernelSet {
     pub bn_backward_dx: CudaFunction,
     pub add: CudaFunction,
     pub augment: CudaFunction,
+    pub grouped_pointers: CudaFunction,
     /// What was compiled for this device, and why (for `salus-tune devices`).
     pub target: Target,
 }
@@ -305,6 +306,7 @@ pub fn kernels(cu: &Arc<CudaContext>) -> Result<Arc<KernelSet>> {
         bn_backward_dx: f("bn_backward_dx")?,
         add: f("add")?,
         augment: f("augment")?,
+        grouped_pointers: f("grouped_pointers")?,
         target,
     });
     loaded.insert(cu.ordinal(), set.clone());
@@ -359,6 +361,7 @@ mod tests {
             "bn_backward_dx",
             "add",
             "augment",
+            "grouped_pointers",
         ] {
             assert!(
                 ptx.contains(&format!(".entry {name}(")),
