@@ -304,3 +304,57 @@ fn promoted_trials_preempt_members_and_every_curve_stays_its_own() {
     }
     assert!(preempted > 0, "no member was preempted in {RUNS} runs");
 }
+
+/// `mix_widths = "on"`: trials whose widths differ share groups, pause out
+/// of them at ASHA's rungs and join again, and each stores the values of
+/// the same trial run alone, exactly (on the CPU a member of a group of
+/// mixed widths computes its own product bits).
+#[test]
+fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
+    let dir = tempfile::tempdir().unwrap();
+    let asha = "[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n";
+    let study = |name: &str, fuse: usize, mix: &str| {
+        study_of(name, 12, 4, fuse, asha)
+            .replace("width = 32", "width = { int = [8, 48] }")
+            .replace("dropout = { float = [0.0, 0.3] }\n", "")
+            .replace(
+                "[scheduler]\n",
+                &format!("[scheduler]\nmix_widths = \"{mix}\"\n"),
+            )
+    };
+    write(dir.path(), "m.toml", &study("mixed", 4, "on"));
+    write(dir.path(), "a.toml", &study("alone", 1, "off"));
+    for f in ["m.toml", "a.toml"] {
+        let out = run_in(dir.path(), &[f, "--no-progress"]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out));
+    }
+    let (mdb, adb) = (dir.path().join("mixed.db"), dir.path().join("alone.db"));
+    let (mixed, alone) = (trials(&mdb, None), trials(&adb, None));
+    assert_eq!(mixed.len(), 12);
+    for (m, a) in mixed.iter().zip(&alone) {
+        assert!(matches!(m.state, TrialState::Complete | TrialState::Pruned));
+        assert_eq!(m.params, a.params, "same seed, same proposals");
+        for ((ms, mv), (as_, av)) in m.intermediate.iter().zip(&a.intermediate) {
+            assert_eq!(
+                (ms, mv.to_bits()),
+                (as_, av.to_bits()),
+                "trial {}",
+                m.number
+            );
+        }
+    }
+    // Some group held trials of different widths.
+    let width = |n: i64| {
+        mixed[n as usize]
+            .params
+            .iter()
+            .find(|p| p.name == "width")
+            .map(|p| p.internal)
+    };
+    let g = groups(&mdb);
+    assert!(
+        g.iter()
+            .any(|(n, with)| with.iter().any(|&o| width(o) != width(*n))),
+        "no group mixed widths: {g:?}"
+    );
+}

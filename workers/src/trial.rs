@@ -332,7 +332,7 @@ impl<B: Backend> TrainTrial<B> {
         &self.data
     }
 
-    pub(crate) fn spec(&self) -> &ModelSpec {
+    pub fn spec(&self) -> &ModelSpec {
         &self.shape.spec
     }
 

@@ -52,6 +52,92 @@ pub fn group_cap(
     fuse.min(by_memory).min(by_cache).max(1)
 }
 
+/// Whether trials of different widths share groups (`[scheduler]
+/// mix_widths`): `Auto` asks [`mixed_group_pays`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MixWidths {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// One trial's iteration, as the mixing cost model sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixMember {
+    /// Floating-point operations of one iteration.
+    pub flops: f64,
+    /// Kernel launches of one iteration alone.
+    pub launches: usize,
+    /// Bytes one iteration sweeps in a group's layout beyond its own: the
+    /// optimizer over the padding of its parameters and state, and the
+    /// element-wise ops over the padding of its activations.
+    pub padding_bytes: f64,
+}
+
+/// A device's rates for [`mixed_group_pays`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixRates {
+    /// Seconds per kernel launch the device cannot hide (0 on a CPU,
+    /// where a lane's op is a function call).
+    pub launch_s: f64,
+    pub flops_per_s: f64,
+    pub bytes_per_s: f64,
+}
+
+impl MixRates {
+    /// Measured rates: the H200 dispatches about 0.8 million kernels a
+    /// second whatever the lanes (`bench packing`, 2026-11-30), reaches
+    /// about 40 TFLOP/s in fp32 GEMMs and 4 TB/s; the 2-core development
+    /// CPU, about 300 GFLOP/s and 20 GB/s, and nothing to save per launch.
+    pub fn of(kind: DeviceKind) -> MixRates {
+        match kind {
+            DeviceKind::Cuda(_) => MixRates {
+                launch_s: 1.25e-6,
+                flops_per_s: 40e12,
+                bytes_per_s: 4e12,
+            },
+            DeviceKind::Cpu => MixRates {
+                launch_s: 0.0,
+                flops_per_s: 300e9,
+                bytes_per_s: 20e9,
+            },
+        }
+    }
+}
+
+/// Predicted seconds of one iteration of every member: through lanes (the
+/// device bound by its launches or its arithmetic, whichever is slower),
+/// and as one mixed group (one launch per op for all, plus the sweeps over
+/// the padding; `group_launches` is one iteration's launches as a group).
+pub fn mixed_group_times(
+    rates: MixRates,
+    members: &[MixMember],
+    group_launches: usize,
+) -> (f64, f64) {
+    let flops: f64 = members.iter().map(|m| m.flops).sum();
+    let launches: usize = members.iter().map(|m| m.launches).sum();
+    let padding: f64 = members.iter().map(|m| m.padding_bytes).sum();
+    let compute = flops / rates.flops_per_s;
+    let lanes = compute.max(launches as f64 * rates.launch_s);
+    let group = compute.max(group_launches as f64 * rates.launch_s) + padding / rates.bytes_per_s;
+    (lanes, group)
+}
+
+/// Whether `members` run faster as one group of mixed widths than through
+/// lanes, by at least a tenth (the model's margin): where launches bound
+/// the lanes and the padding costs less than the launches saved. Never on
+/// a CPU, where a launch costs nothing to save (and where fused groups
+/// never beat lanes: see the module docs).
+pub fn mixed_group_pays(rates: MixRates, members: &[MixMember], group_launches: usize) -> bool {
+    if members.len() < 2 {
+        return false;
+    }
+    let (lanes, group) = mixed_group_times(rates, members, group_launches);
+    group * 1.1 < lanes
+}
+
 /// Splits `k` trials into groups of at most `cap`, as even as can be.
 pub fn split(k: usize, cap: usize) -> Vec<usize> {
     let groups = k.div_ceil(cap.max(1)).max(1);
@@ -266,6 +352,38 @@ mod tests {
         assert_eq!(group_cap(DeviceKind::Cuda(0), 8, big, &small, 3), 8);
         // Even a member too large for the lane forms a "group" of one.
         assert_eq!(group_cap(DeviceKind::Cuda(0), 64, 10, &h256, 64), 1);
+    }
+
+    fn mlp(h: f64, rows: f64) -> MixMember {
+        // 784-h-h-10 at batch `rows`: 3 products a layer, Adam's sweep of a
+        // padding of about half its parameters.
+        let params = 784.0 * h + h * h + 10.0 * h;
+        MixMember {
+            flops: 6.0 * rows * params,
+            launches: 22,
+            padding_bytes: 0.5 * params * 4.0 * 6.0,
+        }
+    }
+
+    #[test]
+    fn mixed_groups_pay_where_launches_bound_the_lanes() {
+        let gpu = MixRates::of(DeviceKind::Cuda(0));
+        let cpu = MixRates::of(DeviceKind::Cpu);
+        // 64 small trials: 1,408 launches through lanes against 31 as a group.
+        let small: Vec<_> = (0..64).map(|i| mlp(64.0 + i as f64, 128.0)).collect();
+        assert!(mixed_group_pays(gpu, &small, 31));
+        let (lanes, group) = mixed_group_times(gpu, &small, 31);
+        assert!(lanes > 5.0 * group, "{lanes} against {group}");
+        // Never on the CPU, whatever the sizes.
+        assert!(!mixed_group_pays(cpu, &small, 31));
+        // Four wide trials: the arithmetic bounds both, and the padding costs.
+        let wide: Vec<_> = [2048.0, 3072.0, 4096.0, 4000.0]
+            .iter()
+            .map(|&h| mlp(h, 1024.0))
+            .collect();
+        assert!(!mixed_group_pays(gpu, &wide, 31));
+        // A group of one never pays.
+        assert!(!mixed_group_pays(gpu, &small[..1], 31));
     }
 
     #[test]

@@ -356,25 +356,36 @@ fn run_fused<B: Backend>(
     plan: &Plan,
 ) -> Result<f64> {
     let k = trials.len();
+    let mixed = trials
+        .iter()
+        .any(|t| t.fusion_key() != trials[0].fusion_key());
+    // Trials of mixed widths: each group takes neighbours in width, so that
+    // its layout (the widest member's) wastes little; the cap is the widest's.
+    let mut trials = trials;
+    trials.sort_by_key(|t| t.footprint().persistent_bytes);
     let cap = match plan.fused_groups {
         Some(g) => k.div_ceil(g.max(1)),
         None => fusion::group_cap(
             kind,
             k,
             u64::MAX / 4,
-            &trials[0].footprint(),
+            &trials[k - 1].footprint(),
             k.div_ceil(lanes),
         ),
     };
     let mut groups = fusion::groups_of(trials, cap)
         .into_iter()
         .map(|group| {
-            let tagged = group
+            let tagged: Vec<_> = group
                 .into_iter()
                 .enumerate()
                 .map(|(i, t)| (i as u64, t))
                 .collect();
-            FusedTrials::new(tagged)
+            let n = tagged.len();
+            match mixed {
+                true => FusedTrials::mixed(tagged, n),
+                false => FusedTrials::new(tagged),
+            }
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     place(backend, &mut groups)?;
@@ -468,7 +479,7 @@ pub fn run<B: Backend>(
                 })
             };
             let total_flops = flops_round * iterations as f64;
-            let fusable = k > 1 && matches!(h, Width::Fixed(_) | Width::Cnn(_));
+            let fusable = k > 1;
             let names: Vec<&'static str> = plan
                 .modes
                 .iter()
@@ -747,7 +758,7 @@ impl Results {
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
-             fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes); mixed: widths log-uniform in 64..1024\n\n",
+             fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes), of mixed widths for mixed; mixed: widths log-uniform in 64..1024\n\n",
             self.cores, self.lanes
         );
         let cnn = self.rows.iter().any(|r| matches!(r.h, Width::Cnn(_)));

@@ -18,7 +18,7 @@ use training::{FusedControl, FusedTrials, FusionKey, Job, TrainTrial};
 use super::{Flight, MemberId, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::salus::JobId;
-use crate::salus::fusion::{self, Seat};
+use crate::salus::fusion::{self, MixWidths, Seat};
 use crate::salus::ledger::MemoryLedger;
 use crate::storage::TrialNumber;
 use crate::storage::writer::{TrialResources, WriteOp};
@@ -40,6 +40,76 @@ pub(super) struct Group<B: Backend> {
     /// decided: no trial joins it meanwhile (a joiner would wait inside a
     /// group that waits for it).
     pub at_point: bool,
+    /// A group of mixed widths: the widest width of each layer, which a
+    /// joiner must not exceed (`key` is then [`FusionKey::mixable`]'s).
+    pub layout: Option<Vec<usize>>,
+}
+
+impl<B: Backend> Group<B> {
+    /// Whether `trial` may take a seat here.
+    fn admits(&self, trial: &TrainTrial<B>) -> bool {
+        let key = trial.fusion_key();
+        match &self.layout {
+            None => key == self.key,
+            Some(layout) => {
+                key.mixable().as_ref() == Some(&self.key)
+                    && mixable(trial)
+                    && trial.spec().hidden.iter().zip(layout).all(|(w, l)| w <= l)
+            }
+        }
+    }
+}
+
+/// Whether `trial` may be in a group of mixed widths: an MLP without
+/// dropout ([`training::group::ModelGroup::zeroed_mixed`]).
+fn mixable<B: Backend>(trial: &TrainTrial<B>) -> bool {
+    trial.fusion_key().mixable().is_some() && trial.config().hparams.dropout == 0.0
+}
+
+/// Launches of one iteration of an MLP of `layers` layers: the batch's
+/// gathers, the loss and the optimizer step, and per layer its three
+/// products, the bias and activation, the bias gradient and the
+/// activation's gradient; a group of mixed widths adds a launch per
+/// product (its pointer arrays).
+fn launches(layers: usize, mixed: bool) -> usize {
+    4 + layers * if mixed { 8 } else { 5 }
+}
+
+/// What the mixing cost model needs of `trial` in a group laid out as
+/// `layout` (the widest width of each layer).
+fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> fusion::MixMember {
+    let spec = trial.spec();
+    let own = spec.n_params();
+    let laid = training::ModelSpec {
+        hidden: layout.to_vec(),
+        ..spec.clone()
+    }
+    .n_params();
+    let state = trial.config().hparams.optimizer.family().state_vectors();
+    let rows = trial.config().batch_size as f64;
+    let unit_padding: usize = layout.iter().zip(&spec.hidden).map(|(l, w)| l - w).sum();
+    fusion::MixMember {
+        flops: trial.flops_per_iteration(),
+        launches: launches(spec.hidden.len() + 1, false),
+        // The optimizer reads and writes parameters, gradients and state;
+        // about eight element-wise passes touch each activation.
+        padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
+            + 4.0 * 8.0 * rows * unit_padding as f64,
+    }
+}
+
+/// The widest width of each layer of `trials` (of one depth).
+fn layout_of<B: Backend>(trials: &[(MemberId, TrainTrial<B>)]) -> Vec<usize> {
+    let depth = trials.first().map_or(0, |(_, t)| t.spec().hidden.len());
+    (0..depth)
+        .map(|l| {
+            trials
+                .iter()
+                .map(|(_, t)| t.spec().hidden[l])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 /// A fused member waiting off the device, its state on the host.
@@ -290,7 +360,7 @@ impl Runner<'_> {
             }
             let of_key: Vec<Seat> = waiting
                 .iter()
-                .filter(|(_, t)| t.fusion_key() == group.key)
+                .filter(|(_, t)| group.admits(t))
                 .map(|(id, _)| seat(st, *id))
                 .collect();
             if of_key.is_empty() {
@@ -341,6 +411,11 @@ impl Runner<'_> {
             self.record_group(st, g, &join)?;
             st.refresh_group_priority(g);
         }
+        // Trials of one key but their widths, in groups of mixed widths
+        // where that pays (or `mix_widths = "on"`).
+        if st.fusion.mix != MixWidths::Off {
+            waiting = self.place_mixed(st, waiting)?;
+        }
         // New groups for the rest, by key, best first under `priority`.
         while let Some((_, first)) = waiting.first() {
             let key = first.fusion_key();
@@ -363,23 +438,89 @@ impl Runner<'_> {
                 st.max_concurrent.div_ceil(st.fusion.lanes_n),
             );
             for members in fusion::groups_of(of_key, cap) {
-                self.submit_group(st, members, cap)?;
+                self.submit_group(st, members, cap, None)?;
             }
         }
         Ok(())
     }
 
-    /// Submits `members` as a new group with `capacity` seats.
+    /// Forms groups of mixed widths from `waiting` trials whose keys differ
+    /// in their widths alone, where [`fusion::mixed_group_pays`] (or
+    /// always, with `mix_widths = "on"`); returns the trials left to place
+    /// by their own keys. Each group takes neighbours in width, so that its
+    /// layout (the widest's) pads little.
+    fn place_mixed<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        waiting: Vec<(MemberId, TrainTrial<B>)>,
+    ) -> Result<Vec<(MemberId, TrainTrial<B>)>> {
+        let (mut candidates, mut rest): (Vec<_>, Vec<_>) =
+            waiting.into_iter().partition(|(_, t)| mixable(t));
+        while let Some((_, first)) = candidates.first() {
+            let class = first.fusion_key().mixable();
+            let (mut of_class, others): (Vec<_>, Vec<_>) = candidates
+                .into_iter()
+                .partition(|(_, t)| t.fusion_key().mixable() == class);
+            candidates = others;
+            let keys: BTreeSet<Vec<usize>> = of_class
+                .iter()
+                .map(|(_, t)| t.spec().hidden.clone())
+                .collect();
+            if keys.len() < 2 {
+                rest.extend(of_class);
+                continue;
+            }
+            of_class.sort_by_key(|(_, t)| t.footprint().persistent_bytes);
+            let widest = of_class.last().expect("two or more").1.footprint();
+            let cap = fusion::group_cap(
+                st.fusion.core_kind,
+                st.fusion.fuse,
+                st.fusion.lane_budget,
+                &widest,
+                st.max_concurrent.div_ceil(st.fusion.lanes_n),
+            );
+            for members in fusion::groups_of(of_class, cap) {
+                let layout = layout_of(&members);
+                let depth = layout.len() + 1;
+                let pays = match st.fusion.mix {
+                    MixWidths::On => true,
+                    _ => {
+                        let costs: Vec<_> = members
+                            .iter()
+                            .map(|(_, t)| mix_member(t, &layout))
+                            .collect();
+                        let rates = fusion::MixRates::of(st.fusion.core_kind);
+                        fusion::mixed_group_pays(rates, &costs, launches(depth, true))
+                    }
+                };
+                let widths: BTreeSet<&Vec<usize>> =
+                    members.iter().map(|(_, t)| &t.spec().hidden).collect();
+                if pays && widths.len() > 1 {
+                    self.submit_group(st, members, cap, Some(layout))?;
+                } else {
+                    rest.extend(members);
+                }
+            }
+        }
+        Ok(rest)
+    }
+
+    /// Submits `members` as a new group with `capacity` seats; of mixed
+    /// widths when `layout` (the widest width of each layer) is given.
     fn submit_group<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
         members: Vec<(MemberId, TrainTrial<B>)>,
         capacity: usize,
+        layout: Option<Vec<usize>>,
     ) -> Result<()> {
         let tags: Vec<MemberId> = members.iter().map(|(m, _)| *m).collect();
         let members = members.into_iter().map(|(m, t)| (m.0, t)).collect();
-        let fused = FusedTrials::with_capacity(members, capacity)?
-            .keeping_final_states(self.study.keep != crate::study::Keep::None);
+        let fused = match layout {
+            Some(_) => FusedTrials::mixed(members, capacity)?,
+            None => FusedTrials::with_capacity(members, capacity)?,
+        }
+        .keeping_final_states(self.study.keep != crate::study::Keep::None);
         let control = fused.control();
         let key = fused.fusion_key();
         let mut fused: Box<dyn Job<B>> = Box::new(fused);
@@ -406,6 +547,7 @@ impl Runner<'_> {
                 held: BTreeSet::new(),
                 lane: None,
                 at_point: false,
+                layout,
             },
         );
         self.record_group(st, id, &[])?;

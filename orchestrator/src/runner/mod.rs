@@ -713,6 +713,8 @@ impl<B: Backend> RunState<B> {
 struct Fusion<B: Backend> {
     /// Most members a fused group may have (1: no fusion).
     fuse: usize,
+    /// Whether trials of different widths share groups.
+    mix: crate::study::MixWidths,
     /// Device bytes one lane may fill, to bound a group's size.
     lane_budget: u64,
     /// The core's lanes.

@@ -207,6 +207,7 @@ impl Runner<'_> {
             worker_memory,
             fusion: Fusion {
                 fuse: study.scheduler.fuse.unwrap_or(DEFAULT_FUSE).max(1),
+                mix: study.scheduler.mix_widths.unwrap_or_default(),
                 policy: config.policy,
                 parked: BTreeMap::new(),
                 lane_budget: config.budget / config.lanes.max(1) as u64,

@@ -333,6 +333,7 @@ impl PrunerKind {
     }
 }
 
+pub use crate::salus::fusion::MixWidths;
 pub use crate::salus::policy::Policy;
 
 /// `[scheduler]`: parsed and checked; trials run one at a time until the
@@ -345,6 +346,9 @@ pub struct SchedulerConfig {
     pub memory_bytes: Option<u64>,
     /// Most trials per fused group; 1 turns fusion off.
     pub fuse: Option<usize>,
+    /// Whether trials of different widths share groups (`auto`: where the
+    /// cost model says it pays).
+    pub mix_widths: Option<MixWidths>,
     /// Whether iterations are captured and replayed as CUDA graphs.
     pub graphs: Option<GraphsMode>,
     /// `mps = true`: external workers share the GPU through an MPS daemon

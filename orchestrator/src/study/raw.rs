@@ -267,6 +267,7 @@ pub struct SchedulerSection {
     pub max_concurrent: Field<Int>,
     pub memory: Field<Scalar>,
     pub fuse: Field<Int>,
+    pub mix_widths: Field<Named<super::MixWidths>>,
     pub graphs: Field<Named<super::GraphsMode>>,
     pub mps: Field<Bool>,
     pub devices: Field<DeviceList>,

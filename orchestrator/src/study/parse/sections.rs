@@ -538,6 +538,7 @@ impl Checker<'_> {
                 "expected a positive byte count or a size such as \"512MiB\" or \"8GiB\"",
             )?,
             fuse: count(&s.fuse, "fuse")?,
+            mix_widths: s.mix_widths.map(|m| m.into_inner().0),
             graphs: s.graphs.map(|g| g.into_inner().0),
             mps,
         })
