@@ -39,7 +39,9 @@
 #                       trials run alone, bit for bit
 #   07-bench-graphs.json / .log   bench packing on cuda:0, graphs on:
 #                       h = 256 and mixed; K = 1, 8, 64; the core's
-#                       overhead and switch latency
+#                       overhead and switch latency; mixed's fused rows
+#                       are one group of mixed widths (grouped GEMMs), and
+#                       the JSON's mixed_group_pays is the runner's choice
 #   08-bench-1024.json / .log     h = 1024, K = 1, 8, 64
 #   08-bench-4096.json / .log     h = 4096, K = 64 (one run of each mode:
 #                       its 64 trials hold 15 GB of state to build)
@@ -50,6 +52,7 @@
 #   09-torch_anchor_graphs.txt   the strongest PyTorch anchor (and its JSON)
 #   22-precision-{tf32,bf16}.json / .log   [train] precision: h = 256,
 #                       1024, 4096 and mixed at K = 64, lanes and fused
+#                       (mixed: grouped GEMMs one per member outside fp32)
 #   23-torch_anchor_graphs-tf32.txt   the strongest anchor with TF32 on
 #                       (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1)
 #   24-torch-precision.txt  PyTorch's fused trials (vmap + CUDA graph) in

@@ -163,9 +163,10 @@ pub enum BenchCmd {
         #[arg(long)]
         quick: bool,
         /// Workloads to measure, comma-separated: an MLP's hidden width;
-        /// `mixed`, K widths drawn log-uniformly from 64..1024; `cnn-digits`,
-        /// a conv net on the digits as 1x8x8 images; `cnn-32`, the
-        /// cuda-convnet preset on 32x32x3 images [default: 256,1024,mixed].
+        /// `mixed`, K widths drawn log-uniformly from 64..1024 (fused: as
+        /// groups of mixed widths); `cnn-digits`, a conv net on the digits
+        /// as 1x8x8 images; `cnn-32`, the cuda-convnet preset on 32x32x3
+        /// images [default: 256,1024,mixed].
         #[arg(long = "h", value_delimiter = ',', value_parser = parse_width)]
         widths: Vec<Width>,
         /// Trial counts to measure, comma-separated [default: 1,4,16,64].

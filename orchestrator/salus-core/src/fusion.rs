@@ -25,8 +25,8 @@
 //! in arrival order; under `priority` the highest-priority trials hold the
 //! seats, and a member outranked by a waiting trial leaves to make way.
 
-use kernels::DeviceKind;
-use training::Footprint;
+use kernels::{Backend, DeviceKind};
+use training::{Footprint, TrainTrial};
 
 use super::policy::Policy;
 
@@ -136,6 +136,49 @@ pub fn mixed_group_pays(rates: MixRates, members: &[MixMember], group_launches: 
     }
     let (lanes, group) = mixed_group_times(rates, members, group_launches);
     group * 1.1 < lanes
+}
+
+/// Launches of one iteration of an MLP of `layers` layers: the batch's
+/// gathers, the loss and the optimizer step, and per layer its three
+/// products, the bias and activation, the bias gradient and the
+/// activation's gradient; a group of mixed widths adds a launch per
+/// product (its pointer arrays).
+pub fn launches(layers: usize, mixed: bool) -> usize {
+    4 + layers * if mixed { 8 } else { 5 }
+}
+
+/// What the mixing cost model needs of `trial` in a group laid out as
+/// `layout` (the widest width of each layer).
+pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMember {
+    let spec = trial.spec();
+    let own = spec.n_params();
+    let laid = training::ModelSpec {
+        hidden: layout.to_vec(),
+        ..spec.clone()
+    }
+    .n_params();
+    let state = trial.config().hparams.optimizer.family().state_vectors();
+    let rows = trial.config().batch_size as f64;
+    let unit_padding: usize = layout.iter().zip(&spec.hidden).map(|(l, w)| l - w).sum();
+    MixMember {
+        flops: trial.flops_per_iteration(),
+        launches: launches(spec.hidden.len() + 1, false),
+        // The optimizer reads and writes parameters, gradients and state;
+        // about eight element-wise passes touch each activation.
+        padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
+            + 4.0 * 8.0 * rows * unit_padding as f64,
+    }
+}
+
+/// [`mixed_group_pays`] for `trials` as one group laid out as `layout`
+/// (the widest width of each layer) on a device of `kind`.
+pub fn mixing_pays<B: Backend>(
+    kind: DeviceKind,
+    trials: &[&TrainTrial<B>],
+    layout: &[usize],
+) -> bool {
+    let costs: Vec<_> = trials.iter().map(|t| mix_member(t, layout)).collect();
+    mixed_group_pays(MixRates::of(kind), &costs, launches(layout.len() + 1, true))
 }
 
 /// Splits `k` trials into groups of at most `cap`, as even as can be.

@@ -216,6 +216,10 @@ pub struct Results {
     /// Whether lanes replayed captured iterations (CUDA graphs).
     pub graphs: bool,
     pub optimizer_order: training::OptimizerOrder,
+    /// For each `mixed` cell's K: whether the runner's cost model
+    /// ([`fusion::mixing_pays`]) would put the K trials in one group of
+    /// mixed widths here, against lanes.
+    pub mix_predictions: Vec<(usize, bool)>,
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
@@ -451,6 +455,7 @@ pub fn run<B: Backend>(
     });
     let (_, mlp_dev) = super::bench_data(backend, 784, 10, BATCH, 7)?;
     let mut rows = Vec::new();
+    let mut mix_predictions = Vec::new();
     let mut gemm_best: f64 = 0.0;
     for &h in hs {
         let dev = match h {
@@ -479,6 +484,12 @@ pub fn run<B: Backend>(
                 })
             };
             let total_flops = flops_round * iterations as f64;
+            if h == Width::Mixed && k > 1 {
+                let trials = make(&dev)?;
+                let layout = vec![*widths.iter().max().expect("k > 1"); 2];
+                let refs: Vec<_> = trials.iter().collect();
+                mix_predictions.push((k, fusion::mixing_pays(kind, &refs, &layout)));
+            }
             let fusable = k > 1;
             let names: Vec<&'static str> = plan
                 .modes
@@ -600,6 +611,7 @@ pub fn run<B: Backend>(
             .optimizer_order
             .unwrap_or(training::OptimizerOrder::default_for(&**backend)),
         precision: plan.precision,
+        mix_predictions,
     })
 }
 
@@ -734,6 +746,12 @@ impl Results {
             DeviceKind::Cuda(_) => "device_gemm_gflops",
         };
         v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs, "optimizer_order": self.optimizer_order.name() }));
+        let mixing: serde_json::Map<String, serde_json::Value> = self
+            .mix_predictions
+            .iter()
+            .map(|&(k, pays)| (k.to_string(), json!(pays)))
+            .collect();
+        v.push(json!({ "mixed_group_pays": mixing }));
         serde_json::Value::Array(v)
     }
 
@@ -802,6 +820,16 @@ impl Results {
         }
         if let Some(pct) = self.overhead_pct {
             out += &format!("core overhead vs a bare training loop: {pct:+.2}%\n");
+        }
+        for &(k, pays) in &self.mix_predictions {
+            out += &format!(
+                "mixed K={k}: the runner's cost model would {} (scheduler.mix_widths = \"auto\")\n",
+                if pays {
+                    "run them as one group of mixed widths"
+                } else {
+                    "run them through lanes"
+                }
+            );
         }
         out += &format!(
             "{} sgemm 2048^3 (same run): {:.1} GFLOP/s\n",

@@ -66,38 +66,6 @@ fn mixable<B: Backend>(trial: &TrainTrial<B>) -> bool {
     trial.fusion_key().mixable().is_some() && trial.config().hparams.dropout == 0.0
 }
 
-/// Launches of one iteration of an MLP of `layers` layers: the batch's
-/// gathers, the loss and the optimizer step, and per layer its three
-/// products, the bias and activation, the bias gradient and the
-/// activation's gradient; a group of mixed widths adds a launch per
-/// product (its pointer arrays).
-fn launches(layers: usize, mixed: bool) -> usize {
-    4 + layers * if mixed { 8 } else { 5 }
-}
-
-/// What the mixing cost model needs of `trial` in a group laid out as
-/// `layout` (the widest width of each layer).
-fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> fusion::MixMember {
-    let spec = trial.spec();
-    let own = spec.n_params();
-    let laid = training::ModelSpec {
-        hidden: layout.to_vec(),
-        ..spec.clone()
-    }
-    .n_params();
-    let state = trial.config().hparams.optimizer.family().state_vectors();
-    let rows = trial.config().batch_size as f64;
-    let unit_padding: usize = layout.iter().zip(&spec.hidden).map(|(l, w)| l - w).sum();
-    fusion::MixMember {
-        flops: trial.flops_per_iteration(),
-        launches: launches(spec.hidden.len() + 1, false),
-        // The optimizer reads and writes parameters, gradients and state;
-        // about eight element-wise passes touch each activation.
-        padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
-            + 4.0 * 8.0 * rows * unit_padding as f64,
-    }
-}
-
 /// The widest width of each layer of `trials` (of one depth).
 fn layout_of<B: Backend>(trials: &[(MemberId, TrainTrial<B>)]) -> Vec<usize> {
     let depth = trials.first().map_or(0, |(_, t)| t.spec().hidden.len());
@@ -481,16 +449,11 @@ impl Runner<'_> {
             );
             for members in fusion::groups_of(of_class, cap) {
                 let layout = layout_of(&members);
-                let depth = layout.len() + 1;
                 let pays = match st.fusion.mix {
                     MixWidths::On => true,
                     _ => {
-                        let costs: Vec<_> = members
-                            .iter()
-                            .map(|(_, t)| mix_member(t, &layout))
-                            .collect();
-                        let rates = fusion::MixRates::of(st.fusion.core_kind);
-                        fusion::mixed_group_pays(rates, &costs, launches(depth, true))
+                        let trials: Vec<_> = members.iter().map(|(_, t)| t).collect();
+                        fusion::mixing_pays(st.fusion.core_kind, &trials, &layout)
                     }
                 };
                 let widths: BTreeSet<&Vec<usize>> =
