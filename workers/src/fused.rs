@@ -15,6 +15,10 @@
 //! never asks the core for more. Each member's
 //! results equal the same trial run alone, within fp32 tolerance (the
 //! batched GEMM may block its sums differently).
+//!
+//! Trials that differ in their hidden widths alone can share a group too
+//! ([`FusedTrials::mixed`]): each in the layout of the widest, multiplied
+//! at its own sizes by grouped GEMMs (see [`ModelGroup::zeroed_mixed`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -118,6 +122,8 @@ impl<B: Backend> FusedControl<B> {
 
 /// Trials of one fusion key as one job. See the module docs.
 pub struct FusedTrials<B: Backend> {
+    /// The members' fusion key; of a group of mixed widths, the key
+    /// without widths ([`FusionKey::mixable`]).
     key: FusionKey,
     data: Arc<DeviceData<B>>,
     members: Vec<Member<B>>,
@@ -226,8 +232,6 @@ impl<B: Backend> FusedTrials<B> {
                 "trial {tag} uses dropout, which a group of mixed widths cannot"
             )));
         }
-        let first = trials[0].1.fusion_key();
-        // Checked by key, then the key set to the mixable one.
         let trials = trials
             .into_iter()
             .map(|(tag, t)| {
@@ -240,8 +244,7 @@ impl<B: Backend> FusedTrials<B> {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut group = Self::with_capacity_unchecked(trials, capacity, first)?;
-        group.key = key;
+        let mut group = Self::with_capacity_unchecked(trials, capacity, key)?;
         group.layout = Some(layout);
         Ok(group)
     }
