@@ -125,6 +125,14 @@ pub(crate) fn check_gemm(g: &crate::ops::Gemm) -> Result<bool> {
     Ok(true)
 }
 
+/// [`check_gemm`] of every member of a grouped GEMM.
+pub(crate) fn check_gemm_grouped(g: &crate::ops::GroupedGemm<'_>) -> Result<()> {
+    for i in 0..g.sizes.len() {
+        check_gemm(&g.member(i))?;
+    }
+    Ok(())
+}
+
 /// The checks every backend makes before `softmax_xent`: it needs classes.
 pub(crate) fn check_classes(shape: crate::ops::Batched) -> Result<()> {
     if shape.cols == 0 && shape.slots > 0 && shape.rows > 0 {

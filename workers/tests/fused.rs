@@ -97,6 +97,29 @@ fn run_fused(
     got
 }
 
+/// One step of `group`: each member's report into `got`, and `(it, tag)`
+/// of each member that left into `left`.
+fn step_once(
+    group: &mut FusedTrials<CpuBackend>,
+    lane: &mut Lane<CpuBackend>,
+    it: usize,
+    got: &mut BTreeMap<u64, Vec<Report>>,
+    left: &mut Vec<(usize, u64)>,
+) {
+    let StepOutcome::Members(steps) = group.step(lane).unwrap() else {
+        panic!("a fused group reports per member")
+    };
+    for s in steps {
+        match s.outcome {
+            MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
+                got.entry(s.tag).or_default().push(r)
+            }
+            MemberOutcome::Left => left.push((it, s.tag)),
+            MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
+        }
+    }
+}
+
 fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
     let dev = upload(lane, &small_classification());
     let trials = cfgs
@@ -210,18 +233,7 @@ fn trials_join_a_running_group_and_members_leave_with_their_state() {
         if it == 7 {
             control.join(3, three.take().unwrap());
         }
-        let StepOutcome::Members(steps) = group.step(&mut lane).unwrap() else {
-            panic!("a fused group reports per member")
-        };
-        for s in steps {
-            match s.outcome {
-                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
-                    got.entry(s.tag).or_default().push(r)
-                }
-                MemberOutcome::Left => left.push((it, s.tag)),
-                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
-            }
-        }
+        step_once(&mut group, &mut lane, it, &mut got, &mut left);
         assert!(group.len() <= 3, "capacity");
     }
     assert_eq!(
@@ -299,18 +311,7 @@ fn mixed_width_members_equal_lone_trials_bit_for_bit() {
             }
             _ => {}
         }
-        let StepOutcome::Members(steps) = group.step(&mut lane).unwrap() else {
-            panic!("a fused group reports per member")
-        };
-        for s in steps {
-            match s.outcome {
-                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
-                    got.entry(s.tag).or_default().push(r)
-                }
-                MemberOutcome::Left => left.push((it, s.tag)),
-                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
-            }
-        }
+        step_once(&mut group, &mut lane, it, &mut got, &mut left);
     }
     assert_eq!(
         left,

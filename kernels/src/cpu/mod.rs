@@ -12,8 +12,8 @@ use std::sync::Arc;
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, by_patches};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv,
-    check_conv_gemm, check_dropout, check_gemm, check_param_run, check_pool, check_range,
-    shape_err,
+    check_conv_gemm, check_dropout, check_gemm, check_gemm_grouped, check_param_run, check_pool,
+    check_range, shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
@@ -303,9 +303,7 @@ impl Backend for CpuBackend {
         b: View<'_, CpuBuf>,
         c: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
-        for i in 0..g.sizes.len() {
-            check_gemm(&g.member(i))?;
-        }
+        check_gemm_grouped(g)?;
         let (ea, eb, ec) = g.extents();
         let a = src("gemm_grouped", "A", a, ea)?;
         let b = src("gemm_grouped", "B", b, eb)?;

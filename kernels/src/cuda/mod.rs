@@ -56,7 +56,7 @@ use cudarc::driver::{
 use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, at_mut};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv, check_dropout,
-    check_gemm, check_param_run, check_pool, check_range, shape_err,
+    check_gemm, check_gemm_grouped, check_param_run, check_pool, check_range, shape_err,
 };
 use crate::ops::{
     ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
@@ -999,9 +999,7 @@ impl Backend for CudaBackend {
         b: View<'_, CudaBuf>,
         c: ViewMut<'_, CudaBuf>,
     ) -> Result<()> {
-        for i in 0..g.sizes.len() {
-            check_gemm(&g.member(i))?;
-        }
+        check_gemm_grouped(g)?;
         if ctx.grouped_off || g.base.precision != Precision::Fp32 || g.sizes.len() < 2 {
             return crate::backend::gemm_each(self, ctx, g, a, b, c);
         }

@@ -397,14 +397,7 @@ impl Runner<'_> {
                     .total_cmp(&a.priority)
                     .then(a.arrival.cmp(&b.arrival))
             });
-            let footprint = st.in_flight[&TrialHandle::Member(of_key[0].0)].footprint;
-            let cap = fusion::group_cap(
-                st.fusion.core_kind,
-                st.fusion.fuse,
-                st.fusion.lane_budget,
-                &footprint,
-                st.max_concurrent.div_ceil(st.fusion.lanes_n),
-            );
+            let cap = st.group_cap(&st.in_flight[&TrialHandle::Member(of_key[0].0)].footprint);
             for members in fusion::groups_of(of_key, cap) {
                 self.submit_group(st, members, cap, None)?;
             }
@@ -439,14 +432,7 @@ impl Runner<'_> {
                 continue;
             }
             of_class.sort_by_key(|(_, t)| t.footprint().persistent_bytes);
-            let widest = of_class.last().expect("two or more").1.footprint();
-            let cap = fusion::group_cap(
-                st.fusion.core_kind,
-                st.fusion.fuse,
-                st.fusion.lane_budget,
-                &widest,
-                st.max_concurrent.div_ceil(st.fusion.lanes_n),
-            );
+            let cap = st.group_cap(&of_class.last().expect("two or more").1.footprint());
             for members in fusion::groups_of(of_class, cap) {
                 let layout = layout_of(&members);
                 let pays = match st.fusion.mix {
@@ -564,6 +550,18 @@ impl Runner<'_> {
 }
 
 impl<B: Backend> RunState<B> {
+    /// The most members a new group of trials of `footprint` may have
+    /// ([`fusion::group_cap`] on this run's device, lanes and limits).
+    fn group_cap(&self, footprint: &training::Footprint) -> usize {
+        fusion::group_cap(
+            self.fusion.core_kind,
+            self.fusion.fuse,
+            self.fusion.lane_budget,
+            footprint,
+            self.max_concurrent.div_ceil(self.fusion.lanes_n),
+        )
+    }
+
     /// What `salus_trials` stores of a trial's resources on `lane` (as
     /// events number lanes: the device follows from it).
     pub(super) fn resources(&self, f: &Flight, lane: usize) -> TrialResources {
