@@ -181,6 +181,29 @@ pub fn mixing_pays<B: Backend>(
     mixed_group_pays(MixRates::of(kind), &costs, launches(layout.len() + 1, true))
 }
 
+/// Most a group of mixed widths may span: its largest member's
+/// parameters over its smallest's. Its layout then pads a member to at
+/// most this many times its own parameters.
+pub const MIX_SPAN: usize = 4;
+
+/// Cuts trials sorted by size (`sizes`, ascending: each one's parameters)
+/// into runs whose largest is at most [`MIX_SPAN`] times their smallest;
+/// returns the runs' lengths, in order.
+pub fn width_bands(sizes: &[usize]) -> Vec<usize> {
+    let mut bands = Vec::new();
+    let mut start = 0;
+    for (i, &s) in sizes.iter().enumerate() {
+        if s > MIX_SPAN * sizes[start].max(1) {
+            bands.push(i - start);
+            start = i;
+        }
+    }
+    if start < sizes.len() {
+        bands.push(sizes.len() - start);
+    }
+    bands
+}
+
 /// Splits `k` trials into groups of at most `cap`, as even as can be.
 pub fn split(k: usize, cap: usize) -> Vec<usize> {
     let groups = k.div_ceil(cap.max(1)).max(1);
@@ -427,6 +450,21 @@ mod tests {
         assert!(!mixed_group_pays(gpu, &wide, 31));
         // A group of one never pays.
         assert!(!mixed_group_pays(gpu, &small[..1], 31));
+    }
+
+    #[test]
+    fn width_bands_span_at_most_mix_span() {
+        assert_eq!(width_bands(&[]), Vec::<usize>::new());
+        assert_eq!(width_bands(&[10]), vec![1]);
+        assert_eq!(width_bands(&[10, 20, 40, 41, 160, 161, 700]), vec![3, 3, 1]);
+        let sizes: Vec<usize> = (0..64).map(|i| 100 + i * i * 10).collect();
+        let bands = width_bands(&sizes);
+        assert_eq!(bands.iter().sum::<usize>(), 64);
+        let mut at = 0;
+        for b in bands {
+            assert!(b > 0 && sizes[at + b - 1] <= MIX_SPAN * sizes[at]);
+            at += b;
+        }
     }
 
     #[test]

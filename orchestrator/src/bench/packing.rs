@@ -216,10 +216,11 @@ pub struct Results {
     /// Whether lanes replayed captured iterations (CUDA graphs).
     pub graphs: bool,
     pub optimizer_order: training::OptimizerOrder,
-    /// For each `mixed` cell's K: whether the runner's cost model
-    /// ([`fusion::mixing_pays`]) would put the K trials in one group of
-    /// mixed widths here, against lanes.
-    pub mix_predictions: Vec<(usize, bool)>,
+    /// For each `mixed` cell: K, the bands of similar sizes the runner
+    /// cuts the K trials into ([`fusion::width_bands`]), and how many of
+    /// them its cost model ([`fusion::mixing_pays`]) would run as a group
+    /// of mixed widths here rather than through lanes.
+    pub mix_predictions: Vec<(usize, usize, usize)>,
 }
 
 fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
@@ -366,18 +367,33 @@ fn run_fused<B: Backend>(
     // Trials of mixed widths: each group takes neighbours in width, so that
     // its layout (the widest member's) wastes little; the cap is the widest's.
     let mut trials = trials;
-    trials.sort_by_key(|t| t.footprint().persistent_bytes);
-    let cap = match plan.fused_groups {
-        Some(g) => k.div_ceil(g.max(1)),
-        None => fusion::group_cap(
-            kind,
-            k,
-            u64::MAX / 4,
-            &trials[k - 1].footprint(),
-            k.div_ceil(lanes),
-        ),
+    trials.sort_by_key(|t| t.spec().n_params());
+    // The runner's cut: bands of similar sizes (for mixed widths), then
+    // groups of the cap; `--fused-groups` cuts evenly instead.
+    let bands = match (mixed, plan.fused_groups) {
+        (true, None) => {
+            let sizes: Vec<usize> = trials.iter().map(|t| t.spec().n_params()).collect();
+            fusion::width_bands(&sizes)
+        }
+        _ => vec![k],
     };
-    let mut groups = fusion::groups_of(trials, cap)
+    let mut cut = Vec::new();
+    for n in bands {
+        let rest = trials.split_off(n);
+        let band = std::mem::replace(&mut trials, rest);
+        let cap = match plan.fused_groups {
+            Some(g) => k.div_ceil(g.max(1)),
+            None => fusion::group_cap(
+                kind,
+                k,
+                u64::MAX / 4,
+                &band[band.len() - 1].footprint(),
+                k.div_ceil(lanes),
+            ),
+        };
+        cut.extend(fusion::groups_of(band, cap));
+    }
+    let mut groups = cut
         .into_iter()
         .map(|group| {
             let tagged: Vec<_> = group
@@ -386,7 +402,11 @@ fn run_fused<B: Backend>(
                 .map(|(i, t)| (i as u64, t))
                 .collect();
             let n = tagged.len();
-            match mixed {
+            let widths: std::collections::BTreeSet<_> = tagged
+                .iter()
+                .map(|(_, t)| t.spec().hidden.clone())
+                .collect();
+            match widths.len() > 1 {
                 true => FusedTrials::mixed(tagged, n),
                 false => FusedTrials::new(tagged),
             }
@@ -485,10 +505,20 @@ pub fn run<B: Backend>(
             };
             let total_flops = flops_round * iterations as f64;
             if h == Width::Mixed && k > 1 {
-                let trials = make(&dev)?;
-                let layout = vec![*widths.iter().max().expect("k > 1"); 2];
-                let refs: Vec<_> = trials.iter().collect();
-                mix_predictions.push((k, fusion::mixing_pays(kind, &refs, &layout)));
+                // The runner's choice for each band of similar sizes (as
+                // `run_fused` cuts them; a GPU group takes a whole band).
+                let mut trials = make(&dev)?;
+                trials.sort_by_key(|t| t.spec().n_params());
+                let sizes: Vec<usize> = trials.iter().map(|t| t.spec().n_params()).collect();
+                let (mut at, mut paying) = (0, 0);
+                let bands = fusion::width_bands(&sizes);
+                for &n in &bands {
+                    let band: Vec<_> = trials[at..at + n].iter().collect();
+                    let widest = band[n - 1].spec().hidden.clone();
+                    paying += usize::from(fusion::mixing_pays(kind, &band, &widest));
+                    at += n;
+                }
+                mix_predictions.push((k, bands.len(), paying));
             }
             let fusable = k > 1;
             let names: Vec<&'static str> = plan
@@ -749,7 +779,7 @@ impl Results {
         let mixing: serde_json::Map<String, serde_json::Value> = self
             .mix_predictions
             .iter()
-            .map(|&(k, pays)| (k.to_string(), json!(pays)))
+            .map(|&(k, bands, paying)| (k.to_string(), json!({ "bands": bands, "mixed": paying })))
             .collect();
         v.push(json!({ "mixed_group_pays": mixing }));
         serde_json::Value::Array(v)
@@ -821,14 +851,9 @@ impl Results {
         if let Some(pct) = self.overhead_pct {
             out += &format!("core overhead vs a bare training loop: {pct:+.2}%\n");
         }
-        for &(k, pays) in &self.mix_predictions {
+        for &(k, bands, paying) in &self.mix_predictions {
             out += &format!(
-                "mixed K={k}: the runner's cost model would {} (scheduler.mix_widths = \"auto\")\n",
-                if pays {
-                    "run them as one group of mixed widths"
-                } else {
-                    "run them through lanes"
-                }
+                "mixed K={k}: the runner's cost model would run {paying} of its {bands} bands of similar widths as groups of mixed widths, the rest through lanes (scheduler.mix_widths = \"auto\")\n"
             );
         }
         out += &format!(

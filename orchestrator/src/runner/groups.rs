@@ -408,8 +408,9 @@ impl Runner<'_> {
     /// Forms groups of mixed widths from `waiting` trials whose keys differ
     /// in their widths alone, where [`fusion::mixed_group_pays`] (or
     /// always, with `mix_widths = "on"`); returns the trials left to place
-    /// by their own keys. Each group takes neighbours in width, so that its
-    /// layout (the widest's) pads little.
+    /// by their own keys. Each group takes neighbours in size, within
+    /// [`fusion::width_bands`], so that its layout (the widest's) pads
+    /// little.
     fn place_mixed<B: Backend>(
         &mut self,
         st: &mut RunState<B>,
@@ -431,27 +432,49 @@ impl Runner<'_> {
                 rest.extend(of_class);
                 continue;
             }
-            of_class.sort_by_key(|(_, t)| t.footprint().persistent_bytes);
-            let cap = st.group_cap(&of_class.last().expect("two or more").1.footprint());
-            for members in fusion::groups_of(of_class, cap) {
-                let layout = layout_of(&members);
-                let pays = match st.fusion.mix {
-                    MixWidths::On => true,
-                    _ => {
-                        let trials: Vec<_> = members.iter().map(|(_, t)| t).collect();
-                        fusion::mixing_pays(st.fusion.core_kind, &trials, &layout)
-                    }
-                };
-                let widths: BTreeSet<&Vec<usize>> =
-                    members.iter().map(|(_, t)| &t.spec().hidden).collect();
-                if pays && widths.len() > 1 {
-                    self.submit_group(st, members, cap, Some(layout))?;
-                } else {
-                    rest.extend(members);
-                }
+            of_class.sort_by_key(|(_, t)| t.spec().n_params());
+            let sizes: Vec<usize> = of_class.iter().map(|(_, t)| t.spec().n_params()).collect();
+            let mut bands = Vec::new();
+            for n in fusion::width_bands(&sizes) {
+                let rest = of_class.split_off(n);
+                bands.push(std::mem::replace(&mut of_class, rest));
+            }
+            for band in bands {
+                let cap = st.group_cap(&band.last().expect("a band").1.footprint());
+                self.submit_mixed(st, band, cap, &mut rest)?;
             }
         }
         Ok(rest)
+    }
+
+    /// Submits `band` (trials of one key but their widths, within
+    /// [`fusion::MIX_SPAN`]) as groups of mixed widths of at most `cap`
+    /// where that pays; the others go to `rest`.
+    fn submit_mixed<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        band: Vec<(MemberId, TrainTrial<B>)>,
+        cap: usize,
+        rest: &mut Vec<(MemberId, TrainTrial<B>)>,
+    ) -> Result<()> {
+        for members in fusion::groups_of(band, cap) {
+            let layout = layout_of(&members);
+            let pays = match st.fusion.mix {
+                MixWidths::On => true,
+                _ => {
+                    let trials: Vec<_> = members.iter().map(|(_, t)| t).collect();
+                    fusion::mixing_pays(st.fusion.core_kind, &trials, &layout)
+                }
+            };
+            let widths: BTreeSet<&Vec<usize>> =
+                members.iter().map(|(_, t)| &t.spec().hidden).collect();
+            if pays && widths.len() > 1 {
+                self.submit_group(st, members, cap, Some(layout))?;
+            } else {
+                rest.extend(members);
+            }
+        }
+        Ok(())
     }
 
     /// Submits `members` as a new group with `capacity` seats; of mixed
