@@ -151,8 +151,18 @@ fn bench_packing_measures_mixed_widths() {
         .filter(|r| r["h"] == "mixed")
         .map(|r| r["mode"].as_str().unwrap())
         .collect();
-    // Mixed widths do not fuse; they pack through lanes.
-    assert_eq!(modes, ["seq", "lanes"]);
+    // Mixed widths fuse as groups of mixed widths; on the CPU the cost
+    // model would keep them on lanes, which the JSON says per cell.
+    assert_eq!(modes, ["seq", "lanes", "fused"]);
+    let choice = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|r| r.get("mixed_group_pays"))
+        .expect("the cost model's choice");
+    let bands = choice["3"]["bands"].as_u64().unwrap();
+    assert!((1..=3).contains(&bands), "{choice}");
+    assert_eq!(choice["3"]["mixed"], 0, "never on the CPU: {choice}");
     let bad = run_in(dir.path(), &["bench", "packing", "--h", "wide"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(

@@ -125,6 +125,7 @@ const BAD: &[&str] = &[
     "[pruner]\nkind = \"median\"\nwarmup = 3\n",
     // [scheduler]
     "[scheduler]\ngraphs = \"on\"\n",
+    "[scheduler]\nmix_widths = \"always\"\n",
     "[scheduler]\npolicy = \"srtff\"\n",
     "[scheduler]\npolicy = 3\n",
     "[scheduler]\nmemory = \"lots\"\n",
