@@ -318,6 +318,25 @@ pub struct ModelGroup<B: Backend> {
     /// Each slot's hidden widths, when the slots' widths differ (see
     /// [`ModelGroup::zeroed_mixed`]); `None` when they are `shape.spec`'s.
     widths: Option<Vec<Vec<usize>>>,
+    /// Every slot's optimizer scalars, made when the slots' hyper-parameters
+    /// change rather than at each optimizer step (one per layer and step
+    /// with [`OptimizerOrder::PerLayer`]).
+    settings: OptimizerSettings,
+}
+
+/// The optimizer scalars of a group's slots.
+enum OptimizerSettings {
+    Sgd(Vec<kernels::SgdSlot>),
+    Adam(Vec<kernels::AdamSlot>),
+}
+
+impl OptimizerSettings {
+    fn of(family: OptimizerFamily, slots: &[SlotHparams]) -> Self {
+        match family {
+            OptimizerFamily::Sgd => Self::Sgd(slots.iter().map(|h| h.sgd_slot()).collect()),
+            OptimizerFamily::Adam => Self::Adam(slots.iter().map(|h| h.adam_slot()).collect()),
+        }
+    }
 }
 
 /// Graphs a group keeps: one per lane it moves between, a few at most.
@@ -418,6 +437,7 @@ impl<B: Backend> ModelGroup<B> {
             shape,
             n,
             family,
+            settings: OptimizerSettings::of(family, &slots),
             slots,
             state,
             words: StepWords::new(),
@@ -1078,23 +1098,21 @@ impl<B: Backend> ModelGroup<B> {
         len: usize,
     ) -> kernels::Result<()> {
         let stride = self.n;
-        match (self.family, self.state.as_mut_slice()) {
-            (OptimizerFamily::Sgd, [vel]) => {
-                let settings: Vec<_> = self.slots.iter().map(|h| h.sgd_slot()).collect();
+        match (&self.settings, self.state.as_mut_slice()) {
+            (OptimizerSettings::Sgd(settings), [vel]) => {
                 b.sgd_step(
                     ctx,
                     ParamRun {
                         len,
                         stride,
-                        settings: &settings,
+                        settings,
                     },
                     at_mut(&mut self.params, start),
                     at(grads, start),
                     Some(at_mut(vel, start)),
                 )?;
             }
-            (OptimizerFamily::Adam, [m, v]) => {
-                let settings: Vec<_> = self.slots.iter().map(|h| h.adam_slot()).collect();
+            (OptimizerSettings::Adam(settings), [m, v]) => {
                 let moments = Moments {
                     m: at_mut(m, start),
                     v: at_mut(v, start),
@@ -1104,7 +1122,7 @@ impl<B: Backend> ModelGroup<B> {
                     ParamRun {
                         len,
                         stride,
-                        settings: &settings,
+                        settings,
                     },
                     at(step, offsets.adam),
                     at_mut(&mut self.params, start),
@@ -1288,6 +1306,7 @@ impl<B: Backend> ModelGroup<B> {
             ));
         }
         self.slots[s] = h;
+        self.settings = OptimizerSettings::of(self.family, &self.slots);
         Ok(())
     }
 
