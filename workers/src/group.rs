@@ -525,24 +525,30 @@ impl<B: Backend> ModelGroup<B> {
         }
     }
 
-    /// Whether the slots' widths differ.
-    pub fn is_mixed(&self) -> bool {
-        self.widths.is_some()
+    /// Where slot `s`'s own packed vector lies in the group's layout: runs
+    /// of `(own offset, layout offset, length)`, a weight row or a bias
+    /// each. `None` when the slots' widths do not differ (the same layout).
+    fn runs(&self, s: usize) -> Option<Vec<(usize, usize, usize)>> {
+        self.widths.as_ref()?;
+        let mut runs = Vec::new();
+        for (o, l) in self.slot_spec(s).layers().iter().zip(&self.layers) {
+            for r in 0..o.fan_in {
+                runs.push((o.w_off + r * o.fan_out, l.w_off + r * l.fan_out, o.fan_out));
+            }
+            runs.push((o.b_off, l.b_off, o.fan_out));
+        }
+        Some(runs)
     }
 
     /// Slot `s`'s vector of parameters (or of one optimizer state) laid
     /// out as the group's layout, from its own packed layout.
     fn pad(&self, s: usize, own: &[f32]) -> Vec<f32> {
-        if self.widths.is_none() {
+        let Some(runs) = self.runs(s) else {
             return own.to_vec();
-        }
+        };
         let mut out = vec![0.0; self.n];
-        for (o, l) in self.slot_spec(s).layers().iter().zip(&self.layers) {
-            for r in 0..o.fan_in {
-                let (from, to) = (o.w_off + r * o.fan_out, l.w_off + r * l.fan_out);
-                out[to..to + o.fan_out].copy_from_slice(&own[from..from + o.fan_out]);
-            }
-            out[l.b_off..l.b_off + o.fan_out].copy_from_slice(&own[o.b_off..o.b_off + o.fan_out]);
+        for (o, l, n) in runs {
+            out[l..l + n].copy_from_slice(&own[o..o + n]);
         }
         out
     }
@@ -550,17 +556,12 @@ impl<B: Backend> ModelGroup<B> {
     /// The inverse of [`Self::pad`]: slot `s`'s own packed vector, from
     /// one laid out as the group's (its part of [`Self::gradients`], say).
     pub fn unpad(&self, s: usize, laid: Vec<f32>) -> Vec<f32> {
-        if self.widths.is_none() {
+        let Some(runs) = self.runs(s) else {
             return laid;
-        }
-        let own = self.slot_spec(s);
-        let mut out = vec![0.0; own.n_params()];
-        for (o, l) in own.layers().iter().zip(&self.layers) {
-            for r in 0..o.fan_in {
-                let (to, from) = (o.w_off + r * o.fan_out, l.w_off + r * l.fan_out);
-                out[to..to + o.fan_out].copy_from_slice(&laid[from..from + o.fan_out]);
-            }
-            out[o.b_off..o.b_off + o.fan_out].copy_from_slice(&laid[l.b_off..l.b_off + o.fan_out]);
+        };
+        let mut out = vec![0.0; self.slot_spec(s).n_params()];
+        for (o, l, n) in runs {
+            out[o..o + n].copy_from_slice(&laid[l..l + n]);
         }
         out
     }
