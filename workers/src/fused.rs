@@ -120,6 +120,31 @@ impl<B: Backend> FusedControl<B> {
     }
 }
 
+/// The key `trial` shares a group of mixed widths under
+/// ([`FusionKey::mixable`]), when it may be in one: an MLP without dropout.
+pub fn mixable_key<B: Backend>(trial: &TrainTrial<B>) -> Option<FusionKey> {
+    (trial.config().hparams.dropout == 0.0)
+        .then(|| trial.fusion_key().mixable())
+        .flatten()
+}
+
+/// Whether `trial` may take a seat in a group of fusion key `key`; of a
+/// group of mixed widths when `layout` (its widest width of each layer)
+/// is given, which the trial must not exceed.
+pub fn admits<B: Backend>(
+    key: &FusionKey,
+    layout: Option<&[usize]>,
+    trial: &TrainTrial<B>,
+) -> bool {
+    match layout {
+        None => trial.fusion_key() == *key,
+        Some(layout) => {
+            mixable_key(trial).as_ref() == Some(key)
+                && trial.spec().hidden.iter().zip(layout).all(|(w, l)| w <= l)
+        }
+    }
+}
+
 /// Trials of one fusion key as one job. See the module docs.
 pub struct FusedTrials<B: Backend> {
     /// The members' fusion key; of a group of mixed widths, the key
@@ -221,9 +246,6 @@ impl<B: Backend> FusedTrials<B> {
     pub fn mixed(trials: Vec<(u64, TrainTrial<B>)>, capacity: usize) -> Result<Self> {
         let specs: Vec<_> = trials.iter().map(|(_, t)| t.spec().clone()).collect();
         let layout = ModelGroup::<B>::mixed_layout(&specs)?;
-        let Some(key) = trials.first().and_then(|(_, t)| t.fusion_key().mixable()) else {
-            return Err(WorkerError::Config("a fused group needs a member".into()));
-        };
         if let Some((tag, _)) = trials
             .iter()
             .find(|(_, t)| t.config().hparams.dropout > 0.0)
@@ -232,10 +254,13 @@ impl<B: Backend> FusedTrials<B> {
                 "trial {tag} uses dropout, which a group of mixed widths cannot"
             )));
         }
+        let Some(key) = trials.first().and_then(|(_, t)| mixable_key(t)) else {
+            return Err(WorkerError::Config("a fused group needs a member".into()));
+        };
         let trials = trials
             .into_iter()
             .map(|(tag, t)| {
-                if t.fusion_key().mixable().as_ref() == Some(&key) {
+                if mixable_key(&t).as_ref() == Some(&key) {
                     Ok((tag, t))
                 } else {
                     Err(WorkerError::Config(format!(
@@ -251,15 +276,8 @@ impl<B: Backend> FusedTrials<B> {
 
     /// Whether `trial` may join this group.
     fn admits(&self, trial: &TrainTrial<B>) -> bool {
-        match &self.layout {
-            None => trial.fusion_key() == self.key,
-            Some(layout) => {
-                let spec = trial.spec();
-                trial.fusion_key().mixable().as_ref() == Some(&self.key)
-                    && trial.config().hparams.dropout == 0.0
-                    && spec.hidden.iter().zip(&layout.hidden).all(|(w, l)| w <= l)
-            }
-        }
+        let layout = self.layout.as_ref().map(|l| l.hidden.as_slice());
+        admits(&self.key, layout, trial)
     }
 
     /// The handle through which members join, leave or are dropped.

@@ -44,7 +44,7 @@ pub mod trial;
 
 pub use device_data::DeviceData;
 pub use error::{Result, WorkerError};
-pub use fused::{FusedControl, FusedTrials};
+pub use fused::{FusedControl, FusedTrials, admits, mixable_key};
 pub use group::OptimizerOrder;
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{

@@ -48,22 +48,8 @@ pub(super) struct Group<B: Backend> {
 impl<B: Backend> Group<B> {
     /// Whether `trial` may take a seat here.
     fn admits(&self, trial: &TrainTrial<B>) -> bool {
-        let key = trial.fusion_key();
-        match &self.layout {
-            None => key == self.key,
-            Some(layout) => {
-                key.mixable().as_ref() == Some(&self.key)
-                    && mixable(trial)
-                    && trial.spec().hidden.iter().zip(layout).all(|(w, l)| w <= l)
-            }
-        }
+        training::admits(&self.key, self.layout.as_deref(), trial)
     }
-}
-
-/// Whether `trial` may be in a group of mixed widths: an MLP without
-/// dropout ([`training::group::ModelGroup::zeroed_mixed`]).
-fn mixable<B: Backend>(trial: &TrainTrial<B>) -> bool {
-    trial.fusion_key().mixable().is_some() && trial.config().hparams.dropout == 0.0
 }
 
 /// The widest width of each layer of `trials` (of one depth).
@@ -416,13 +402,14 @@ impl Runner<'_> {
         st: &mut RunState<B>,
         waiting: Vec<(MemberId, TrainTrial<B>)>,
     ) -> Result<Vec<(MemberId, TrainTrial<B>)>> {
-        let (mut candidates, mut rest): (Vec<_>, Vec<_>) =
-            waiting.into_iter().partition(|(_, t)| mixable(t));
+        let (mut candidates, mut rest): (Vec<_>, Vec<_>) = waiting
+            .into_iter()
+            .partition(|(_, t)| training::mixable_key(t).is_some());
         while let Some((_, first)) = candidates.first() {
-            let class = first.fusion_key().mixable();
+            let class = training::mixable_key(first);
             let (mut of_class, others): (Vec<_>, Vec<_>) = candidates
                 .into_iter()
-                .partition(|(_, t)| t.fusion_key().mixable() == class);
+                .partition(|(_, t)| training::mixable_key(t) == class);
             candidates = others;
             let keys: BTreeSet<Vec<usize>> = of_class
                 .iter()
