@@ -120,10 +120,12 @@ fn step_once(
     }
 }
 
-fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
-    let dev = upload(lane, &small_classification());
-    let trials = cfgs
-        .iter()
+/// One host-side trial per config, tagged by its index.
+fn on_host(
+    dev: &std::sync::Arc<training::DeviceData<CpuBackend>>,
+    cfgs: &[TrialConfig],
+) -> Vec<(u64, TrainTrial<CpuBackend>)> {
+    cfgs.iter()
         .enumerate()
         .map(|(i, c)| {
             (
@@ -131,7 +133,12 @@ fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<Cp
                 TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
             )
         })
-        .collect();
+        .collect()
+}
+
+fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
+    let dev = upload(lane, &small_classification());
+    let trials = on_host(&dev, &cfgs);
     FusedTrials::new(trials).unwrap()
 }
 
@@ -184,16 +191,7 @@ fn only_trials_of_one_key_fuse() {
     let dev = upload(&mut lane, &small_classification());
     let mut cfgs = configs();
     cfgs[1].hidden = vec![16, 13];
-    let trials = cfgs
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            (
-                i as u64,
-                TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
-            )
-        })
-        .collect();
+    let trials = on_host(&dev, &cfgs);
     let err = FusedTrials::new(trials).err().expect("different shapes");
     assert!(err.to_string().contains("fusion key"), "{err}");
 }
@@ -376,16 +374,7 @@ fn a_group_of_mixed_widths_refuses_other_differences() {
         c.hparams.dropout = 0.0;
     }
     let build = |cfgs: &[TrialConfig]| {
-        let trials = cfgs
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                (
-                    i as u64,
-                    TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap(),
-                )
-            })
-            .collect();
+        let trials = on_host(&dev, cfgs);
         FusedTrials::mixed(trials, 2).err().map(|e| e.to_string())
     };
     let mut deeper = cfgs.clone();
