@@ -138,7 +138,7 @@ fn on_host(
 
 fn group_of(lane: &mut Lane<CpuBackend>, cfgs: &[TrialConfig]) -> FusedTrials<CpuBackend> {
     let dev = upload(lane, &small_classification());
-    let trials = on_host(&dev, &cfgs);
+    let trials = on_host(&dev, cfgs);
     FusedTrials::new(trials).unwrap()
 }
 
