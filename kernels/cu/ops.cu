@@ -18,7 +18,7 @@ struct SgdParams { SgdParam s[MAX_SLOTS]; };
 struct AdamParam { float decay; float l2; float beta1; float beta2; float eps; float pad; };
 struct AdamParams { AdamParam s[MAX_SLOTS]; };
 
-struct DropoutParam { u64 seed; float p; float scale; };
+struct DropoutParam { u64 seed; float p; float scale; unsigned int width; unsigned int stride; };
 struct DropoutParams { DropoutParam s[MAX_SLOTS]; };
 
 #define GRID_STRIDE(i, n) \
@@ -94,16 +94,27 @@ extern "C" __global__ void activation_backward(
 }
 
 // y = x * mask over slots of per_slot elements; serves forward and backward.
-// steps: two words per slot (the u64 step, low word first).
+// steps: two words per slot (the u64 step, low word first). A slot whose
+// rows are padded (stride > 0) draws each element's mask at its index in
+// its own contiguous rows, as it does alone; its padding is set to 0.
 extern "C" __global__ void dropout(
     u64 per_slot, DropoutParams ps, const unsigned int* steps, const float* x, float* y) {
     DropoutParam d = ps.s[blockIdx.y];
     u64 step = (u64)steps[2 * blockIdx.y] | ((u64)steps[2 * blockIdx.y + 1] << 32);
     u64 base = (u64)blockIdx.y * per_slot;
     GRID_STRIDE(i, per_slot) {
+        u64 own = i;
+        bool pad = false;
+        if (d.stride > 0) {
+            u64 row, col;
+            divmod(i, d.stride, &row, &col);
+            pad = col >= d.width;
+            own = row * d.width + col;
+        }
         float s = 1.0f;
-        if (d.p > 0.0f) s = uniform01(d.seed, step, i) < d.p ? 0.0f : d.scale;
-        y[base + i] = x[base + i] * s;
+        if (pad) s = 0.0f;
+        else if (d.p > 0.0f) s = uniform01(d.seed, step, own) < d.p ? 0.0f : d.scale;
+        y[base + i] = pad ? 0.0f : x[base + i] * s;
     }
 }
 

@@ -144,12 +144,32 @@ pub(crate) fn check_classes(shape: crate::ops::Batched) -> Result<()> {
     Ok(())
 }
 
-/// Every slot's dropout probability lies in `[0, 1)`.
-pub(crate) fn check_dropout(op: &'static str, slots: &[DropoutSlot]) -> Result<()> {
-    match slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {
-        Some(s) => Err(shape_err(
+/// Every slot's dropout probability lies in `[0, 1)`, and padded rows
+/// tile the `per_slot` elements of a slot.
+pub(crate) fn check_dropout(
+    op: &'static str,
+    per_slot: usize,
+    slots: &[DropoutSlot],
+) -> Result<()> {
+    if let Some(s) = slots.iter().find(|s| !(0.0..1.0).contains(&s.p)) {
+        return Err(shape_err(
             op,
             format!("dropout p must be in [0, 1), got {}", s.p),
+        ));
+    }
+    let bad_rows = |r: &crate::ops::RowsWithin| {
+        r.stride == 0
+            || r.width > r.stride
+            || !per_slot.is_multiple_of(r.stride)
+            || r.stride > u32::MAX as usize
+    };
+    match slots.iter().filter_map(|s| s.rows).find(bad_rows) {
+        Some(r) => Err(shape_err(
+            op,
+            format!(
+                "padded dropout rows of width {} and stride {} do not tile {per_slot} elements",
+                r.width, r.stride
+            ),
         )),
         None => Ok(()),
     }

@@ -48,5 +48,6 @@ pub use error::{KernelError, Result};
 pub use ops::{
     ADAM_STEP_WORDS, AUGMENT_STREAM, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm,
     Batched, Conv2d, ConvGemm, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, GroupedGemm, Images, Loss,
-    ParamRun, Pool2d, PoolKind, Precision, STATS_LEN, SgdSlot, Slots, StepWords, round_bf16,
+    ParamRun, Pool2d, PoolKind, Precision, RowsWithin, STATS_LEN, SgdSlot, Slots, StepWords,
+    round_bf16,
 };

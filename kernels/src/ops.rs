@@ -374,12 +374,56 @@ impl Activation {
 
 /// Inverted dropout of one slot: keep with probability `1 - p`, scale by `1 / (1 - p)`.
 /// The mask is a pure function of `(seed, step, index)`, so backward
-/// recomputes it. The `step` changes every iteration, so it is not here: the
+/// recomputes it; a padded slot's padding is set to 0. The `step` changes every iteration, so it is not here: the
 /// ops read it from the lane's step block (see [`StepWords`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DropoutSlot {
     pub p: f32,
     pub seed: u64,
+    /// Where the slot's rows lie when they are padded to a wider layout
+    /// (a group of mixed widths); `None` when they are contiguous.
+    pub rows: Option<RowsWithin>,
+}
+
+impl DropoutSlot {
+    /// A slot whose rows are contiguous.
+    pub fn new(p: f32, seed: u64) -> Self {
+        DropoutSlot {
+            p,
+            seed,
+            rows: None,
+        }
+    }
+
+    /// The same slot with rows of `width` elements laid `stride` apart.
+    pub fn within(self, width: usize, stride: usize) -> Self {
+        DropoutSlot {
+            rows: Some(RowsWithin { width, stride }),
+            ..self
+        }
+    }
+
+    /// The mask index of element `i` of the slot's buffer: its index in
+    /// the slot's own contiguous rows, so that a padded slot draws the
+    /// mask it draws alone; `None` for padding.
+    #[inline(always)]
+    pub fn mask_index(&self, i: usize) -> Option<usize> {
+        match self.rows {
+            None => Some(i),
+            Some(RowsWithin { width, stride }) => {
+                let (row, col) = (i / stride, i % stride);
+                (col < width).then_some(row * width + col)
+            }
+        }
+    }
+}
+
+/// Rows of `width` elements, `stride` elements apart (`width <= stride`):
+/// a slot's activations in the layout of its group's widest member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowsWithin {
+    pub width: usize,
+    pub stride: usize,
 }
 
 /// SGD scalars of one slot (PyTorch semantics, no dampening).

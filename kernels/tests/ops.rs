@@ -399,9 +399,9 @@ fn activation_large_input_splits_consistently<B: Backend>(d: &mut D<B>) {
 fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
     let per = 20_000;
     let slots = [
-        DropoutSlot { p: 0.5, seed: 1 },
-        DropoutSlot { p: 0.2, seed: 1 },
-        DropoutSlot { p: 0.0, seed: 2 },
+        DropoutSlot::new(0.5, 1),
+        DropoutSlot::new(0.2, 1),
+        DropoutSlot::new(0.0, 2),
     ];
     let steps = d.dropout_steps(&[0, 1, 0]);
     let x = vec![1.0f32; per * 3];
@@ -485,7 +485,7 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
 
     // Backward against finite differences of sum(w * dropout(x)).
     let small = 50;
-    let one = [DropoutSlot { p: 0.3, seed: 9 }];
+    let one = [DropoutSlot::new(0.3, 9)];
     let step4 = d.dropout_steps(&[4]);
     let (xs, w) = (rand_vec(small, 15, 1.0), rand_vec(small, 16, 1.0));
     let (xb, wb) = (d.put(&xs), d.put(&w));
@@ -526,6 +526,92 @@ fn dropout_mask_rate_reproducibility_and_backward<B: Backend>(d: &mut D<B>) {
         &numeric_grad(f, &to64(&xs)),
         1e-6,
     );
+}
+
+/// Slots of different widths padded to one layout draw, forward and
+/// backward, the masks they draw with their rows contiguous, and zero
+/// their padding.
+fn dropout_of_padded_rows_equals_the_rows_alone<B: Backend>(d: &mut D<B>) {
+    let (rows, stride) = (37, 24);
+    let widths = [24, 7, 13];
+    let slots: Vec<DropoutSlot> = widths
+        .iter()
+        .enumerate()
+        .map(|(s, &w)| DropoutSlot::new([0.3, 0.5, 0.0][s], 40 + s as u64).within(w, stride))
+        .collect();
+    let steps = d.dropout_steps(&[5, 2, 5]);
+    let per = rows * stride;
+    let x = rand_vec(widths.len() * per, 41, 1.0);
+    let xb = d.put(&x);
+    let padded = |d: &mut D<B>, backward: bool| {
+        let mut y = d.put(&vec![7.0; x.len()]);
+        let settings = Slots {
+            n: per,
+            settings: &slots,
+        };
+        let (src, dst) = (at(&xb, 0), at_mut(&mut y, 0));
+        if backward {
+            d.b.dropout_backward(&mut d.ctx, settings, at(&steps, 0), src, dst)
+        } else {
+            d.b.dropout(&mut d.ctx, settings, at(&steps, 0), src, dst)
+        }
+        .unwrap();
+        d.get(&y)
+    };
+    let (fwd, bwd) = (padded(d, false), padded(d, true));
+    assert_eq!(fwd, bwd, "backward recomputes the forward mask");
+    let mut dropped = 0;
+    for (s, &w) in widths.iter().enumerate() {
+        let own: Vec<f32> = (0..rows)
+            .flat_map(|r| x[s * per + r * stride..][..w].to_vec())
+            .collect();
+        let one = [DropoutSlot {
+            rows: None,
+            ..slots[s]
+        }];
+        let step = d.dropout_steps(&[[5, 2, 5][s]]);
+        let ob = d.put(&own);
+        let mut y = d.zeros(own.len());
+        d.b.dropout(
+            &mut d.ctx,
+            Slots {
+                n: own.len(),
+                settings: &one,
+            },
+            at(&step, 0),
+            at(&ob, 0),
+            at_mut(&mut y, 0),
+        )
+        .unwrap();
+        let alone = d.get(&y);
+        for r in 0..rows {
+            for c in 0..stride {
+                let got = fwd[s * per + r * stride + c];
+                if c < w {
+                    let want = alone[r * w + c];
+                    assert_eq!(got.to_bits(), want.to_bits(), "slot {s} at ({r}, {c})");
+                    dropped += usize::from(want == 0.0);
+                } else {
+                    assert_eq!(got, 0.0, "slot {s}'s padding at ({r}, {c})");
+                }
+            }
+        }
+    }
+    assert!(dropped > 0, "some elements were dropped");
+    // Rows that do not tile a slot are refused.
+    let bad = [DropoutSlot::new(0.5, 1).within(5, 7)];
+    let mut y = d.zeros(per);
+    let err = d.b.dropout(
+        &mut d.ctx,
+        Slots {
+            n: 20,
+            settings: &bad,
+        },
+        at(&steps, 0),
+        at(&xb, 0),
+        at_mut(&mut y, 0),
+    );
+    assert!(err.is_err());
 }
 
 fn softmax_xent_loss_accuracy_and_gradient<B: Backend>(d: &mut D<B>) {
@@ -875,10 +961,7 @@ fn batched_ops_equal_single_slot_calls<B: Backend>(d: &mut D<B>) {
     let (xb, gb) = (d.put(&x), d.put(&g));
 
     let drops: Vec<_> = (0..k)
-        .map(|s| DropoutSlot {
-            p: 0.1 * s as f32,
-            seed: s as u64,
-        })
+        .map(|s| DropoutSlot::new(0.1 * s as f32, s as u64))
         .collect();
     let steps = d.dropout_steps(&[3, 4, 3]);
     let mut y = d.zeros(k * n);
@@ -1434,6 +1517,7 @@ kernels::device_tests!(
     activations_forward_and_finite_differences,
     activation_large_input_splits_consistently,
     dropout_mask_rate_reproducibility_and_backward,
+    dropout_of_padded_rows_equals_the_rows_alone,
     softmax_xent_loss_accuracy_and_gradient,
     mse_loss_and_gradient,
     sgd_hand_computed,

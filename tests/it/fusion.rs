@@ -308,7 +308,8 @@ fn promoted_trials_preempt_members_and_every_curve_stays_its_own() {
 /// `mix_widths = "on"`: trials whose widths differ share groups, pause out
 /// of them at ASHA's rungs and join again, and each stores the values of
 /// the same trial run alone, exactly (on the CPU a member of a group of
-/// mixed widths computes its own product bits).
+/// mixed widths computes its own product bits and draws its own dropout
+/// masks).
 #[test]
 fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
     let dir = tempfile::tempdir().unwrap();
@@ -316,7 +317,6 @@ fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
     let study = |name: &str, fuse: usize, mix: &str| {
         study_of(name, 12, 4, fuse, asha)
             .replace("width = 32", "width = { int = [8, 48] }")
-            .replace("dropout = { float = [0.0, 0.3] }\n", "")
             .replace(
                 "[scheduler]\n",
                 &format!("[scheduler]\nmix_widths = \"{mix}\"\n"),
@@ -343,18 +343,25 @@ fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
             );
         }
     }
-    // Some group held trials of different widths.
-    let width = |n: i64| {
+    // Some group held trials of different widths, and one with dropout
+    // beside another of a different width.
+    let param = |n: i64, name: &str| {
         mixed[n as usize]
             .params
             .iter()
-            .find(|p| p.name == "width")
+            .find(|p| p.name == name)
             .map(|p| p.internal)
     };
+    let width = |n: i64| param(n, "width");
     let g = groups(&mdb);
     assert!(
         g.iter()
             .any(|(n, with)| with.iter().any(|&o| width(o) != width(*n))),
         "no group mixed widths: {g:?}"
+    );
+    assert!(
+        g.iter().any(|(n, with)| param(*n, "dropout") > Some(0.0)
+            && with.iter().any(|&o| width(o) != width(*n))),
+        "no member with dropout shared a group of mixed widths: {g:?}"
     );
 }

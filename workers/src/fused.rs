@@ -121,11 +121,9 @@ impl<B: Backend> FusedControl<B> {
 }
 
 /// The key `trial` shares a group of mixed widths under
-/// ([`FusionKey::mixable`]), when it may be in one: an MLP without dropout.
+/// ([`FusionKey::mixable`]), when it may be in one: an MLP.
 pub fn mixable_key<B: Backend>(trial: &TrainTrial<B>) -> Option<FusionKey> {
-    (trial.config().hparams.dropout == 0.0)
-        .then(|| trial.fusion_key().mixable())
-        .flatten()
+    trial.fusion_key().mixable()
 }
 
 /// Whether `trial` may take a seat in a group of fusion key `key`; of a
@@ -246,14 +244,6 @@ impl<B: Backend> FusedTrials<B> {
     pub fn mixed(trials: Vec<(u64, TrainTrial<B>)>, capacity: usize) -> Result<Self> {
         let specs: Vec<_> = trials.iter().map(|(_, t)| t.spec().clone()).collect();
         let layout = ModelGroup::<B>::mixed_layout(&specs)?;
-        if let Some((tag, _)) = trials
-            .iter()
-            .find(|(_, t)| t.config().hparams.dropout > 0.0)
-        {
-            return Err(WorkerError::Config(format!(
-                "trial {tag} uses dropout, which a group of mixed widths cannot"
-            )));
-        }
         let Some(key) = trials.first().and_then(|(_, t)| mixable_key(t)) else {
             return Err(WorkerError::Config("a fused group needs a member".into()));
         };

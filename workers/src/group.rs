@@ -457,7 +457,8 @@ impl<B: Backend> ModelGroup<B> {
     /// ([`kernels::GroupedGemm`]), so no slot multiplies its padding. The
     /// element-wise ops and the optimizer run over the whole layout: what
     /// they write into a padding is never read by a product, nor exported.
-    /// Slots with dropout, and conv nets, are refused.
+    /// Dropout draws each slot's own mask ([`kernels::RowsWithin`]). Conv
+    /// nets are refused.
     pub fn zeroed_mixed(
         lane: &mut Lane<B>,
         specs: &[ModelSpec],
@@ -472,11 +473,6 @@ impl<B: Backend> ModelGroup<B> {
                 specs.len(),
                 slots.len()
             )));
-        }
-        if slots.iter().any(|h| h.dropout > 0.0) {
-            return Err(WorkerError::Config(
-                "trials of different widths cannot share a group with dropout".into(),
-            ));
         }
         let mut group = Self::zeroed(lane, layout.clone(), batch, target_cols, slots)?;
         if specs.iter().any(|s| *s != layout) {
@@ -771,6 +767,11 @@ impl<B: Backend> ModelGroup<B> {
         for h in &self.slots {
             key.extend(h.key_bits());
         }
+        // A group of mixed widths bakes its slots' sizes into its products
+        // and dropout launches.
+        if let Some(widths) = &self.widths {
+            key.extend(widths.iter().flatten().map(|&w| w as u64));
+        }
         key
     }
 
@@ -873,8 +874,22 @@ impl<B: Backend> ModelGroup<B> {
         self.backward(b, ctx, ws, rows, offsets, per_layer)
     }
 
+    /// Dropout of hidden layer `layer` for every slot. In a group of mixed
+    /// widths each slot's rows are padded to the layout's, and its mask is
+    /// drawn as the slot alone draws it.
     fn dropout_slots(&self, layer: usize) -> Vec<DropoutSlot> {
-        self.slots.iter().map(|h| h.dropout_slot(layer)).collect()
+        let stride = self.layers[layer].fan_out;
+        self.slots
+            .iter()
+            .enumerate()
+            .map(|(s, h)| {
+                let d = h.dropout_slot(layer);
+                match &self.widths {
+                    Some(w) => d.within(w[s][layer], stride),
+                    None => d,
+                }
+            })
+            .collect()
     }
 
     fn forward(

@@ -106,10 +106,10 @@ impl SlotHparams {
     }
     /// Dropout for hidden layer `layer`; its step is the 0-based iteration.
     pub fn dropout_slot(&self, layer: usize) -> DropoutSlot {
-        DropoutSlot {
-            p: self.dropout,
-            seed: kernels::rng::mix64(self.seed ^ ((0xd0 + layer as u64) << 32)),
-        }
+        DropoutSlot::new(
+            self.dropout,
+            kernels::rng::mix64(self.seed ^ ((0xd0 + layer as u64) << 32)),
+        )
     }
 
     /// Every value a kernel takes by value from this slot, as bits: part of

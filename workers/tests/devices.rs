@@ -51,7 +51,7 @@ fn cnn_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<f32> {
         conv: Some(conv),
     };
     let hps: Vec<_> = (0..2)
-        .map(|s| hparams(Optimizer::adam(), 1e-3, 0.0, 5 + s))
+        .map(|s| hparams(Optimizer::adam(), 1e-3, [0.0, 0.3, 0.2][s as usize], 5 + s))
         .collect();
     let mut group = ModelGroup::new(lane, spec, 12, data.target_cols(), hps).unwrap();
     let idx: Vec<u32> = (0..24).map(|i| (i * 5 % data.n_train) as u32).collect();
@@ -171,7 +171,7 @@ fn mixed_width_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<(Vec<f32>, Vec<f
     };
     let specs: Vec<_> = widths.iter().map(spec).collect();
     let hps: Vec<_> = (0..3)
-        .map(|s| hparams(Optimizer::adam(), 1e-3, 0.0, 5 + s))
+        .map(|s| hparams(Optimizer::adam(), 1e-3, [0.0, 0.3, 0.2][s as usize], 5 + s))
         .collect();
     let idx: Vec<u32> = (0..48).map(|i| (i * 7 % data.n_train) as u32).collect();
     let dev = upload(lane, &data);
@@ -193,7 +193,8 @@ fn mixed_width_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<(Vec<f32>, Vec<f
 }
 
 /// On the CPU, a slot of a group of mixed widths has the bits of the same
-/// slot alone (each grouped product is the product alone).
+/// slot alone (each grouped product is the product alone, and two slots'
+/// dropout masks are drawn as alone).
 #[test]
 fn cpu_mixed_width_gradients_are_each_slot_s_alone() {
     for (s, (mine, alone)) in mixed_width_gradients(&mut cpu_lane(2))

@@ -106,12 +106,23 @@ pub(crate) fn dropout(
         let d = &slots[s.slot];
         let step = dropout_step(steps, s.slot);
         let x = &x[at(s)];
-        if d.p <= 0.0 {
-            y.copy_from_slice(x);
-            return;
-        }
-        for (j, (y, &x)) in y.iter_mut().zip(x).enumerate() {
-            *y = x * dropout_scale(d, step, s.start + j);
+        match (d.p <= 0.0, d.rows.is_some()) {
+            (true, false) => y.copy_from_slice(x),
+            (false, false) => {
+                for (j, (y, &x)) in y.iter_mut().zip(x).enumerate() {
+                    *y = x * dropout_scale(d, step, s.start + j);
+                }
+            }
+            // Padded rows: each element's mask is its own row's, and the
+            // padding is 0.
+            _ => {
+                for (j, (y, &x)) in y.iter_mut().zip(x).enumerate() {
+                    *y = match d.mask_index(s.start + j) {
+                        Some(i) => x * dropout_scale(d, step, i),
+                        None => 0.0,
+                    };
+                }
+            }
         }
     });
 }

@@ -854,7 +854,7 @@ impl CpuBackend {
         y: ViewMut<'_, CpuBuf>,
     ) -> Result<()> {
         let (per_slot, settings) = (slots.n, slots.settings);
-        check_dropout(op, settings)?;
+        check_dropout(op, per_slot, settings)?;
         let n = slots.total();
         let steps = src(op, "steps", steps, settings.len() * DROPOUT_STEP_WORDS)?;
         elementwise::dropout(

@@ -1825,7 +1825,7 @@ impl CudaBackend {
     ) -> Result<()> {
         let n = slots.total();
         let (per_slot, slots) = (slots.n, slots.settings);
-        check_dropout(op, slots)?;
+        check_dropout(op, per_slot, slots)?;
         if n == 0 {
             return Ok(());
         }

@@ -32,6 +32,9 @@ pub struct DropoutParam {
     seed: u64,
     p: f32,
     scale: f32,
+    /// Padded rows ([`crate::RowsWithin`]); a stride of 0 means contiguous.
+    width: u32,
+    stride: u32,
 }
 
 #[repr(C)]
@@ -98,6 +101,9 @@ pub fn dropout(d: &DropoutSlot) -> DropoutParam {
         seed: d.seed,
         p: d.p,
         scale: if d.p > 0.0 { 1.0 / (1.0 - d.p) } else { 1.0 },
+        // check_dropout bounds both by u32::MAX.
+        width: d.rows.map_or(0, |r| r.width as u32),
+        stride: d.rows.map_or(0, |r| r.stride as u32),
     }
 }
 
@@ -109,7 +115,7 @@ mod tests {
     fn layouts_match_the_cuda_structs() {
         assert_eq!(std::mem::size_of::<SgdParam>(), 16);
         assert_eq!(std::mem::size_of::<AdamParam>(), 24);
-        assert_eq!(std::mem::size_of::<DropoutParam>(), 16);
+        assert_eq!(std::mem::size_of::<DropoutParam>(), 24);
         assert_eq!(std::mem::align_of::<DropoutParam>(), 8);
         // Kernel parameters are limited to 4 KiB.
         assert!(std::mem::size_of::<SlotParams<AdamParam>>() <= 4096 - 64);

@@ -70,6 +70,9 @@ pub struct MixMember {
     pub flops: f64,
     /// Kernel launches of one iteration alone.
     pub launches: usize,
+    /// Whether it applies dropout (a group of it then runs dropout's
+    /// launches for every member).
+    pub dropout: bool,
     /// Bytes one iteration sweeps in a group's layout beyond its own: the
     /// optimizer over the padding of its parameters and state, and the
     /// element-wise ops over the padding of its activations.
@@ -141,10 +144,11 @@ pub fn mixed_group_pays(rates: MixRates, members: &[MixMember], group_launches: 
 /// Launches of one iteration of an MLP of `layers` layers: the batch's
 /// gathers, the loss and the optimizer step, and per layer its three
 /// products, the bias and activation, the bias gradient and the
-/// activation's gradient; a group of mixed widths adds a launch per
-/// product (its pointer arrays).
-pub fn launches(layers: usize, mixed: bool) -> usize {
-    4 + layers * if mixed { 8 } else { 5 }
+/// activation's gradient; dropout adds two per hidden layer (forward and
+/// backward); a group of mixed widths adds a launch per product (its
+/// pointer arrays).
+pub fn launches(layers: usize, dropout: bool, mixed: bool) -> usize {
+    4 + layers * if mixed { 8 } else { 5 } + if dropout { 2 * (layers - 1) } else { 0 }
 }
 
 /// What the mixing cost model needs of `trial` in a group laid out as
@@ -160,13 +164,17 @@ pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMem
     let state = trial.config().hparams.optimizer.family().state_vectors();
     let rows = trial.config().batch_size as f64;
     let unit_padding: usize = layout.iter().zip(&spec.hidden).map(|(l, w)| l - w).sum();
+    let dropout = trial.config().hparams.dropout > 0.0;
+    // About eight element-wise passes touch each activation; dropout's
+    // forward and backward two more.
+    let passes = if dropout { 10.0 } else { 8.0 };
     MixMember {
         flops: trial.flops_per_iteration(),
-        launches: launches(spec.hidden.len() + 1, false),
-        // The optimizer reads and writes parameters, gradients and state;
-        // about eight element-wise passes touch each activation.
+        launches: launches(spec.hidden.len() + 1, dropout, false),
+        dropout,
+        // The optimizer reads and writes parameters, gradients and state.
         padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
-            + 4.0 * 8.0 * rows * unit_padding as f64,
+            + 4.0 * passes * rows * unit_padding as f64,
     }
 }
 
@@ -178,7 +186,10 @@ pub fn mixing_pays<B: Backend>(
     layout: &[usize],
 ) -> bool {
     let costs: Vec<_> = trials.iter().map(|t| mix_member(t, layout)).collect();
-    mixed_group_pays(MixRates::of(kind), &costs, launches(layout.len() + 1, true))
+    // A group runs dropout's launches if any member drops.
+    let dropout = costs.iter().any(|c| c.dropout);
+    let group = launches(layout.len() + 1, dropout, true);
+    mixed_group_pays(MixRates::of(kind), &costs, group)
 }
 
 /// Most a group of mixed widths may span: its largest member's
@@ -427,8 +438,19 @@ mod tests {
         MixMember {
             flops: 6.0 * rows * params,
             launches: 22,
+            dropout: false,
             padding_bytes: 0.5 * params * 4.0 * 6.0,
         }
+    }
+
+    #[test]
+    fn dropout_adds_two_launches_per_hidden_layer() {
+        // A 3-layer MLP: 19 launches alone, 23 with dropout; a group of
+        // mixed widths adds one per product.
+        assert_eq!(launches(3, false, false), 19);
+        assert_eq!(launches(3, true, false), 23);
+        assert_eq!(launches(3, false, true), 28);
+        assert_eq!(launches(3, true, true), 32);
     }
 
     #[test]
