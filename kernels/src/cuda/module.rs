@@ -372,7 +372,7 @@ mod tests {
         for (param, bytes) in [
             ("sgd_step_param_2", 16 * MAX_SLOTS),
             ("adam_step_param_2", 24 * MAX_SLOTS),
-            ("dropout_param_1", 16 * MAX_SLOTS),
+            ("dropout_param_1", 24 * MAX_SLOTS),
         ] {
             assert!(
                 ptx.contains(&format!("{param}[{bytes}]")),
