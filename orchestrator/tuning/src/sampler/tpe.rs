@@ -33,6 +33,16 @@
 //! a density at the point would call a level dozens of times likelier than
 //! its mass does.
 //!
+//! On a space where every parameter is discrete (a grid), no proposal
+//! repeats a trial while the grid has room: the random start draws again
+//! (up to [`REDRAWS`] times), jointly sampled candidates that were tried
+//! are passed over, and parameters sampled one at a time (several
+//! objectives) give the best combination of their candidates not yet
+//! tried, by summed `log l - log g`. Optuna repeats them. On the digits
+//! MLP's 675-point grid, where late in a study most per-parameter draws
+//! land on tried configurations, this raised our multi-objective TPE's
+//! hypervolume on 74-79 of 100 seeds (`docs/benchmarks/fronts.md`).
+//!
 //! Trials still pending (running or paused) are judged before the split.
 //! Where the space has a continuous parameter, each takes the value a
 //! Gaussian process fitted on the finished trials predicts for it (the
@@ -720,6 +730,105 @@ impl TpeSampler {
     }
 }
 
+impl TpeSampler {
+    /// Samples `names` one at a time (each from its own estimators), then,
+    /// where every dimension is discrete, proposes the best combination of
+    /// the candidates not yet tried: the combinations in order of their
+    /// summed `log l - log g`, best first. Without a tried one it is
+    /// per-parameter sampling exactly.
+    fn sample_independent_untried(
+        &self,
+        dists: &[&Distribution],
+        names: &[&str],
+        history: &[TrialRecord],
+        rng: &mut StdRng,
+        ranked: &mut Ranked,
+    ) -> Option<Vec<ParamValue>> {
+        // Each dimension's distinct candidates, best first, with scores.
+        let mut levels: Vec<Vec<(f64, f64)>> = Vec::with_capacity(dists.len());
+        for (d, name) in dists.iter().zip(names) {
+            let Split { good, bad, .. } = self.split(&[name], history, ranked);
+            if good.is_empty() {
+                return None;
+            }
+            let l = self.estimator(&[d], &good, None);
+            let g = self.estimator(&[d], &bad, None);
+            let mut c: Vec<(f64, f64)> = (0..self.candidates)
+                .map(|_| {
+                    let x = l.sample(rng);
+                    (l.log_pdf(&x) - g.log_pdf(&x), x[0])
+                })
+                .collect();
+            c.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.total_cmp(&b.1)));
+            c.dedup_by(|a, b| a.1 == b.1);
+            levels.push(c);
+        }
+        let tried = self.tried_points(dists, names, history);
+        let point =
+            |idx: &[usize]| -> Vec<f64> { idx.iter().zip(&levels).map(|(&i, l)| l[i].1).collect() };
+        let score = |idx: &[usize]| -> f64 { idx.iter().zip(&levels).map(|(&i, l)| l[i].0).sum() };
+        // Best-first over index tuples (each dimension's list is sorted).
+        let start = vec![0; levels.len()];
+        let mut best = start.clone();
+        let mut heap = std::collections::BinaryHeap::new();
+        let mut seen = std::collections::HashSet::new();
+        heap.push((OrdF64(score(&start)), start.clone()));
+        seen.insert(start);
+        for _ in 0..UNTRIED_SEARCH {
+            let Some((_, idx)) = heap.pop() else { break };
+            if !tried.contains(&point(&idx)) {
+                best = idx;
+                break;
+            }
+            for j in 0..idx.len() {
+                if idx[j] + 1 < levels[j].len() {
+                    let mut next = idx.clone();
+                    next[j] += 1;
+                    if seen.insert(next.clone()) {
+                        heap.push((OrdF64(score(&next)), next));
+                    }
+                }
+            }
+        }
+        Some(
+            dists
+                .iter()
+                .zip(point(&best))
+                .map(|(d, x)| match d {
+                    Distribution::Categorical { .. } => ParamValue::Choice(x as usize),
+                    _ => value_on_grid(d, x),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// How many times the random start draws a configuration again that
+/// repeats a trial.
+const REDRAWS: usize = 32;
+
+/// Combinations [`TpeSampler::sample_independent_untried`] looks at
+/// before it settles for the best (tried) one.
+const UNTRIED_SEARCH: usize = 4096;
+
+/// An `f64` ordered by `total_cmp`, for the heap.
+#[derive(PartialEq)]
+struct OrdF64(f64);
+
+impl Eq for OrdF64 {}
+
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
 impl Sampler for TpeSampler {
     fn name(&self) -> &'static str {
         "tpe"
@@ -747,6 +856,40 @@ impl Sampler for TpeSampler {
         let history = believed.as_deref().unwrap_or(history);
         let mut params = Params::new();
         let mut ranked = Ranked::new();
+        let discrete =
+            |d: &Distribution| matches!(d, Distribution::Categorical { .. }) || grid(d).is_some();
+        let grid_space = space
+            .params()
+            .iter()
+            .all(|p| p.condition.is_none() && discrete(&p.dist));
+        if finished < self.startup_trials && grid_space {
+            // The random start, drawn again where it repeats a trial (a
+            // small grid's trial would learn nothing), up to a bound.
+            let draw_all = |rng: &mut StdRng| -> Params {
+                space
+                    .params()
+                    .iter()
+                    .map(|p| (p.name.clone(), draw(rng, &p.dist)))
+                    .collect()
+            };
+            let mut params = draw_all(&mut rng);
+            for _ in 0..REDRAWS {
+                if history.iter().all(|t| t.params != params) {
+                    break;
+                }
+                params = draw_all(&mut rng);
+            }
+            return Some(params);
+        }
+        if finished >= self.startup_trials && !self.multivariate && grid_space {
+            let dists: Vec<&Distribution> = space.params().iter().map(|p| &p.dist).collect();
+            let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
+            if let Some(values) =
+                self.sample_independent_untried(&dists, &names, history, &mut rng, &mut ranked)
+            {
+                params.extend(names.iter().map(|n| n.to_string()).zip(values));
+            }
+        }
         if finished >= self.startup_trials && self.multivariate {
             let joint: Vec<&crate::space::Param> = space
                 .params()

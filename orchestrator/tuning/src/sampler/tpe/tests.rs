@@ -360,6 +360,67 @@ fn several_objectives_beat_random_search_on_zdt1_and_are_deterministic() {
     assert_eq!(a, b);
 }
 
+/// On a small discrete space, parameters sampled one at a time would soon
+/// keep landing on tried configurations: TPE proposes the best untried
+/// combination of its candidates instead, until none is left untried.
+#[test]
+fn several_objectives_on_a_discrete_space_propose_no_tried_configuration() {
+    let sp = space(vec![
+        (
+            "a",
+            Distribution::Int {
+                low: 0,
+                high: 3,
+                step: 1,
+                log: false,
+            },
+        ),
+        (
+            "b",
+            Distribution::Int {
+                low: 1,
+                high: 16,
+                step: 1,
+                log: true,
+            },
+        ),
+        (
+            "c",
+            Distribution::Categorical {
+                choices: vec![
+                    Choice::Str("x".into()),
+                    Choice::Str("y".into()),
+                    Choice::Str("z".into()),
+                ],
+            },
+        ),
+    ]);
+    // 4 x 16 x 3 = 192 configurations; the best are small `a` with `c = x`.
+    let f = |p: &Params| {
+        let (a, b, c) = (p["a"].internal(), p["b"].internal(), p["c"].internal());
+        vec![a + 0.1 * c, (b - 4.0).abs() + c]
+    };
+    let dirs = vec![Direction::Minimize; 2];
+    for seed in 0..3 {
+        let mut s = TpeSampler::multi(seed, dirs.clone());
+        let mut h: Vec<TrialRecord> = Vec::new();
+        for i in 0..80 {
+            let p = s.propose(&sp, &h).unwrap();
+            assert!(
+                h.iter().all(|t| t.params != p),
+                "seed {seed}: trial {i} repeats {p:?}"
+            );
+            let v = f(&p);
+            h.push(TrialRecord {
+                params: p,
+                value: Some(v[0]),
+                values: v,
+                violation: 0.0,
+            });
+        }
+    }
+}
+
 /// A finished (`Some`) or pending (`None`) trial of one float `x`.
 fn at_x(x: f64, value: Option<f64>) -> TrialRecord {
     TrialRecord {
