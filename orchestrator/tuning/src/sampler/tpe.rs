@@ -460,6 +460,17 @@ fn from_space(d: &Distribution, x: f64) -> ParamValue {
     }
 }
 
+/// A parameter's value from an estimator's sample: a categorical's
+/// index, a discrete parameter's grid value, or a continuous one's
+/// coordinate.
+fn value_of(d: &Distribution, x: f64) -> ParamValue {
+    match d {
+        Distribution::Categorical { .. } => ParamValue::Choice(x as usize),
+        _ if grid(d).is_some() => value_on_grid(d, x),
+        _ => from_space(d, x),
+    }
+}
+
 /// A discrete parameter's value from its grid value.
 fn value_on_grid(d: &Distribution, v: f64) -> ParamValue {
     match d {
@@ -720,22 +731,19 @@ impl TpeSampler {
             dists
                 .iter()
                 .zip(best)
-                .map(|(d, x)| match d {
-                    Distribution::Categorical { .. } => ParamValue::Choice(x as usize),
-                    _ if grid(d).is_some() => value_on_grid(d, x),
-                    _ => from_space(d, x),
-                })
+                .map(|(d, x)| value_of(d, x))
                 .collect(),
         )
     }
 }
 
 impl TpeSampler {
-    /// Samples `names` one at a time (each from its own estimators), then,
-    /// where every dimension is discrete, proposes the best combination of
-    /// the candidates not yet tried: the combinations in order of their
-    /// summed `log l - log g`, best first. Without a tried one it is
-    /// per-parameter sampling exactly.
+    /// Samples the discrete dimensions `names` one at a time (each from its
+    /// own estimators), and proposes the best combination of their
+    /// candidates that no trial has: combinations in order of their summed
+    /// `log l - log g`, best first, the best of all when every one was
+    /// tried. Where the best is untried, that is each dimension's best
+    /// candidate, as sampling one at a time gives.
     fn sample_independent_untried(
         &self,
         dists: &[&Distribution],
@@ -794,10 +802,7 @@ impl TpeSampler {
             dists
                 .iter()
                 .zip(point(&best))
-                .map(|(d, x)| match d {
-                    Distribution::Categorical { .. } => ParamValue::Choice(x as usize),
-                    _ => value_on_grid(d, x),
-                })
+                .map(|(d, x)| value_of(d, x))
                 .collect(),
         )
     }
