@@ -374,8 +374,9 @@ impl Activation {
 
 /// Inverted dropout of one slot: keep with probability `1 - p`, scale by `1 / (1 - p)`.
 /// The mask is a pure function of `(seed, step, index)`, so backward
-/// recomputes it; a padded slot's padding is set to 0. The `step` changes every iteration, so it is not here: the
-/// ops read it from the lane's step block (see [`StepWords`]).
+/// recomputes it; a padded slot's padding is set to 0. The `step` changes
+/// every iteration, so it is not here: the ops read it from the lane's
+/// step block (see [`StepWords`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DropoutSlot {
     pub p: f32,
