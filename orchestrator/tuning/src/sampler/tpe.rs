@@ -460,6 +460,12 @@ fn from_space(d: &Distribution, x: f64) -> ParamValue {
     }
 }
 
+/// Whether `d` takes finitely many values: a categorical, an integer or a
+/// stepped float.
+fn discrete(d: &Distribution) -> bool {
+    matches!(d, Distribution::Categorical { .. }) || grid(d).is_some()
+}
+
 /// A parameter's value from an estimator's sample: a categorical's
 /// index, a discrete parameter's grid value, or a continuous one's
 /// coordinate.
@@ -613,10 +619,7 @@ impl TpeSampler {
         names: &[&str],
         history: &[TrialRecord],
     ) -> Vec<Vec<f64>> {
-        let discrete = dists
-            .iter()
-            .all(|d| matches!(d, Distribution::Categorical { .. }) || grid(d).is_some());
-        if !discrete {
+        if !dists.iter().all(|d| discrete(d)) {
             return Vec::new();
         }
         history
@@ -735,9 +738,7 @@ impl TpeSampler {
                 .collect(),
         )
     }
-}
 
-impl TpeSampler {
     /// Samples the discrete dimensions `names` one at a time (each from its
     /// own estimators), and proposes the best combination of their
     /// candidates that no trial has: combinations in order of their summed
@@ -861,8 +862,6 @@ impl Sampler for TpeSampler {
         let history = believed.as_deref().unwrap_or(history);
         let mut params = Params::new();
         let mut ranked = Ranked::new();
-        let discrete =
-            |d: &Distribution| matches!(d, Distribution::Categorical { .. }) || grid(d).is_some();
         let grid_space = space
             .params()
             .iter()
