@@ -79,18 +79,7 @@ fn run_fused(
     let mut it = 0;
     while group.live_members() > 0 {
         at(it, &mut group, lane);
-        let StepOutcome::Members(steps) = group.step(lane).unwrap() else {
-            panic!("a fused group reports per member")
-        };
-        for s in steps {
-            match s.outcome {
-                MemberOutcome::Report(r) | MemberOutcome::Finished(r) => {
-                    got.entry(s.tag).or_default().push(r)
-                }
-                MemberOutcome::Failed(e) => panic!("member {} failed: {e}", s.tag),
-                MemberOutcome::Left => left.push(s.tag),
-            }
-        }
+        step_once(&mut group, lane, it as usize, &mut got, &mut left);
         it += 1;
     }
     assert!(left.is_empty(), "members left unasked: {left:?}");
