@@ -16,9 +16,10 @@
 //! results equal the same trial run alone, within fp32 tolerance (the
 //! batched GEMM may block its sums differently).
 //!
-//! Trials that differ in their hidden widths alone can share a group too
-//! ([`FusedTrials::mixed`]): each in the layout of the widest, multiplied
-//! at its own sizes by grouped GEMMs (see [`ModelGroup::zeroed_mixed`]).
+//! Trials that differ in their hidden widths and depths alone can share a
+//! group too ([`FusedTrials::mixed`]): each in a layout as deep and wide as
+//! the largest, multiplied at its own sizes by grouped GEMMs (see
+//! [`ModelGroup::zeroed_mixed`]).
 
 use std::sync::{Arc, Mutex};
 
@@ -120,15 +121,16 @@ impl<B: Backend> FusedControl<B> {
     }
 }
 
-/// The key `trial` shares a group of mixed widths under
+/// The key `trial` shares a group of mixed shapes under
 /// ([`FusionKey::mixable`]), when it may be in one: an MLP.
 pub fn mixable_key<B: Backend>(trial: &TrainTrial<B>) -> Option<FusionKey> {
     trial.fusion_key().mixable()
 }
 
 /// Whether `trial` may take a seat in a group of fusion key `key`; of a
-/// group of mixed widths when `layout` (its widest width of each layer)
-/// is given, which the trial must not exceed.
+/// group of mixed shapes when `layout` (its hidden widths,
+/// [`crate::mixed_hidden`]) is given, which the trial must fit
+/// ([`crate::fits_layout`]).
 pub fn admits<B: Backend>(
     key: &FusionKey,
     layout: Option<&[usize]>,
@@ -138,7 +140,7 @@ pub fn admits<B: Backend>(
         None => trial.fusion_key() == *key,
         Some(layout) => {
             mixable_key(trial).as_ref() == Some(key)
-                && trial.spec().hidden.iter().zip(layout).all(|(w, l)| w <= l)
+                && crate::group::fits_layout(&trial.spec().hidden, layout)
         }
     }
 }
@@ -159,7 +161,7 @@ pub struct FusedTrials<B: Backend> {
     /// Export finishing members' states (see [`Job::take_final_states`]).
     keep_final: bool,
     finals: Vec<(u64, TrialSnapshot)>,
-    /// The layout of a group of mixed widths ([`Self::mixed`]): members
+    /// The layout of a group of mixed shapes ([`Self::mixed`]): members
     /// are laid out in it, and a joiner must fit it.
     layout: Option<crate::model::ModelSpec>,
 }
@@ -236,11 +238,11 @@ impl<B: Backend> FusedTrials<B> {
         })
     }
 
-    /// Trials that may differ in their hidden widths (not depth, nor
+    /// Trials that may differ in their hidden widths and depths (not in
     /// anything else a fusion key holds), trained as one group of mixed
-    /// widths (see [`ModelGroup::zeroed_mixed`]) with room for `capacity`:
-    /// each member exactly as alone. A later joiner must be no wider, layer
-    /// by layer, than the widest of `trials`; the others are handed back.
+    /// shapes (see [`ModelGroup::zeroed_mixed`]) with room for `capacity`:
+    /// each member exactly as alone. A later joiner must fit the layout of
+    /// `trials` ([`crate::fits_layout`]); the others are handed back.
     pub fn mixed(trials: Vec<(u64, TrainTrial<B>)>, capacity: usize) -> Result<Self> {
         let specs: Vec<_> = trials.iter().map(|(_, t)| t.spec().clone()).collect();
         let layout = ModelGroup::<B>::mixed_layout(&specs)?;
@@ -254,7 +256,7 @@ impl<B: Backend> FusedTrials<B> {
                     Ok((tag, t))
                 } else {
                     Err(WorkerError::Config(format!(
-                        "trial {tag} differs from the group in more than its widths"
+                        "trial {tag} differs from the group in more than its hidden layers"
                     )))
                 }
             })
@@ -708,13 +710,20 @@ impl<B: Backend> Job<B> for FusedTrials<B> {
                 let spec = self.members[0].trial.spec().clone();
                 ModelGroup::zeroed(lane, spec, batch, cols, hparams)?
             }
-            Some(_) => {
+            Some(reserved) => {
                 let specs: Vec<_> = self
                     .members
                     .iter()
                     .map(|m| m.trial.spec().clone())
                     .collect();
-                ModelGroup::zeroed_mixed(lane, &specs, batch, cols, hparams)?
+                // The members' own layout, unless it outgrows the one the
+                // footprint reserved (a shallower group's last layer can).
+                let own = ModelGroup::<B>::mixed_layout(&specs)?;
+                let layout = match crate::group::fits_layout(&own.hidden, &reserved.hidden) {
+                    true => own,
+                    false => reserved.clone(),
+                };
+                ModelGroup::zeroed_laid_out(lane, &specs, layout, batch, cols, hparams)?
             }
         };
         let mut states: Vec<TrialSnapshot> = Vec::with_capacity(self.members.len());

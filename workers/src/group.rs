@@ -339,6 +339,50 @@ impl OptimizerSettings {
     }
 }
 
+/// The hidden widths of a group of mixed shapes laid out for members of
+/// `hidden` widths ([`ModelGroup::mixed_layout`]): as deep as the deepest,
+/// each layer as wide as the widest member that has it, and the last also
+/// as wide as every member's last (the output layer reads it there).
+/// Errors when some members have no hidden layer and others do.
+pub fn mixed_hidden(hidden: &[&[usize]]) -> Result<Vec<usize>> {
+    let depth = hidden.iter().map(|h| h.len()).max().unwrap_or(0);
+    if depth > 0 && hidden.iter().any(|h| h.is_empty()) {
+        return Err(WorkerError::Config(
+            "a trial without hidden layers cannot share a group with deeper ones".into(),
+        ));
+    }
+    let mut layout: Vec<usize> = (0..depth)
+        .map(|l| {
+            hidden
+                .iter()
+                .filter_map(|h| h.get(l))
+                .max()
+                .copied()
+                .unwrap_or(0)
+        })
+        .collect();
+    if let Some(last) = layout.last_mut() {
+        *last = hidden
+            .iter()
+            .filter_map(|h| h.last())
+            .fold(*last, |a, &w| a.max(w));
+    }
+    Ok(layout)
+}
+
+/// Whether a member of `hidden` widths fits a group laid out as `layout`
+/// ([`mixed_hidden`]): no deeper, no layer wider, and its last hidden
+/// layer no wider than the layout's last.
+pub fn fits_layout(hidden: &[usize], layout: &[usize]) -> bool {
+    hidden.len() <= layout.len()
+        && hidden.iter().zip(layout).all(|(w, l)| w <= l)
+        && (hidden.is_empty() == layout.is_empty())
+        && match (hidden.last(), layout.last()) {
+            (Some(w), Some(l)) => w <= l,
+            _ => true,
+        }
+}
+
 /// Graphs a group keeps: one per lane it moves between, a few at most.
 const MAX_GRAPHS: usize = 4;
 
@@ -448,13 +492,18 @@ impl<B: Backend> ModelGroup<B> {
         })
     }
 
-    /// A group whose slots may differ in their hidden widths (not in depth,
-    /// or anything else), parameters and state all zero, to import into.
+    /// A group whose slots may differ in their hidden widths and depths
+    /// (not in anything else), parameters and state all zero, to import
+    /// into.
     ///
-    /// Each slot lies in the layout of the widest (the largest width of
-    /// every layer), its own weights in the top-left corner of each layer's
-    /// matrices; every product is one grouped GEMM of the slots' own sizes
-    /// ([`kernels::GroupedGemm`]), so no slot multiplies its padding. The
+    /// Each slot lies in the group's layout ([`Self::mixed_layout`]): its
+    /// hidden layer `l` in the layout's layer `l`, its output layer in the
+    /// layout's output layer, its own weights in the top-left corner of
+    /// each layer's matrices. Every product is one grouped GEMM of the
+    /// slots' own sizes ([`kernels::GroupedGemm`]), so no slot multiplies
+    /// its padding; a layer a slot does not have is a product of size 0.
+    /// The output layer's products run once per depth ("exit"), each over
+    /// the slots of that depth, reading their last hidden layer. The
     /// element-wise ops and the optimizer run over the whole layout: what
     /// they write into a padding is never read by a product, nor exported.
     /// Dropout draws each slot's own mask ([`kernels::RowsWithin`]). Conv
@@ -467,6 +516,36 @@ impl<B: Backend> ModelGroup<B> {
         slots: Vec<SlotHparams>,
     ) -> Result<Self> {
         let layout = Self::mixed_layout(specs)?;
+        Self::zeroed_laid_out(lane, specs, layout, batch, target_cols, slots)
+    }
+
+    /// As [`Self::zeroed_mixed`], in `layout`, which every spec must fit
+    /// ([`fits_layout`]): a group whose members left keeps the layout its
+    /// memory was reserved for when theirs would outgrow it.
+    pub fn zeroed_laid_out(
+        lane: &mut Lane<B>,
+        specs: &[ModelSpec],
+        layout: ModelSpec,
+        batch: usize,
+        target_cols: usize,
+        slots: Vec<SlotHparams>,
+    ) -> Result<Self> {
+        let own = Self::mixed_layout(specs)?;
+        let unwidened = |s: &ModelSpec| ModelSpec {
+            hidden: Vec::new(),
+            ..s.clone()
+        };
+        if unwidened(&own) != unwidened(&layout)
+            || specs
+                .iter()
+                .any(|s| !fits_layout(&s.hidden, &layout.hidden))
+        {
+            return Err(WorkerError::Config(format!(
+                "trials of hidden layers {:?} do not fit a layout of {:?}",
+                specs.iter().map(|s| &s.hidden).collect::<Vec<_>>(),
+                layout.hidden
+            )));
+        }
         if specs.len() != slots.len() {
             return Err(WorkerError::Config(format!(
                 "{} specs for {} slots",
@@ -481,14 +560,17 @@ impl<B: Backend> ModelGroup<B> {
         Ok(group)
     }
 
-    /// The layout of a group of `specs`: the largest width of every layer.
-    /// Errors unless the specs differ in hidden widths alone.
+    /// The layout of a group of `specs`: as deep as the deepest, each
+    /// hidden layer as wide as the widest slot that has it, and the last
+    /// also as wide as every slot's last hidden layer (the output layer
+    /// reads it). Errors unless the specs differ in their hidden layers
+    /// alone, or when some but not all have none.
     pub fn mixed_layout(specs: &[ModelSpec]) -> Result<ModelSpec> {
         let first = specs
             .first()
             .ok_or_else(|| WorkerError::Config("a group needs at least one slot".into()))?;
         let unwidened = |s: &ModelSpec| ModelSpec {
-            hidden: vec![0; s.hidden.len()],
+            hidden: Vec::new(),
             ..s.clone()
         };
         if first.conv.is_some() {
@@ -498,12 +580,11 @@ impl<B: Backend> ModelGroup<B> {
         }
         if specs.iter().any(|s| unwidened(s) != unwidened(first)) {
             return Err(WorkerError::Config(
-                "trials in one group may differ in their hidden widths only".into(),
+                "trials in one group may differ in their hidden layers only".into(),
             ));
         }
-        let hidden = (0..first.hidden.len())
-            .map(|l| specs.iter().map(|s| s.hidden[l]).max().unwrap_or(0))
-            .collect();
+        let hidden: Vec<&[usize]> = specs.iter().map(|s| s.hidden.as_slice()).collect();
+        let hidden = mixed_hidden(&hidden)?;
         Ok(ModelSpec {
             hidden,
             ..first.clone()
@@ -527,7 +608,11 @@ impl<B: Backend> ModelGroup<B> {
     fn runs(&self, s: usize) -> Option<Vec<(usize, usize, usize)>> {
         self.widths.as_ref()?;
         let mut runs = Vec::new();
-        for (o, l) in self.slot_spec(s).layers().iter().zip(&self.layers) {
+        let own = self.slot_spec(s).layers();
+        // Hidden layers in order; the output layer to the layout's.
+        let (own_out, layout_out) = (own.len() - 1, self.layers.len() - 1);
+        let laid = (0..own.len()).map(|i| if i == own_out { layout_out } else { i });
+        for (o, l) in own.iter().zip(laid.map(|i| &self.layers[i])) {
             for r in 0..o.fan_in {
                 runs.push((o.w_off + r * o.fan_out, l.w_off + r * l.fan_out, o.fan_out));
             }
@@ -562,15 +647,31 @@ impl<B: Backend> ModelGroup<B> {
         out
     }
 
-    /// One of layer `l`'s products for every slot: `g` in the group's
-    /// layout, or, when the slots' widths differ, a grouped GEMM of each
-    /// slot's own sizes inside that layout.
+    /// The depths at which slots' output layers read their input
+    /// ("exits"), deepest first: the layout's depth alone unless the
+    /// slots' depths differ.
+    fn exits(&self) -> Vec<usize> {
+        let last = self.layers.len() - 1;
+        let Some(widths) = &self.widths else {
+            return vec![last];
+        };
+        let mut exits: Vec<usize> = widths.iter().map(|w| w.len()).collect();
+        exits.sort_unstable_by(|a, b| b.cmp(a));
+        exits.dedup();
+        exits
+    }
+
+    /// One of layer `l`'s products for every slot that has it: `g` in the
+    /// group's layout, or, when the slots' shapes differ, a grouped GEMM
+    /// of each slot's own sizes inside that layout. Of the output layer,
+    /// for the slots of depth `exit` only (its input their last hidden
+    /// layer); of a hidden layer, `exit` is `l`.
     #[allow(clippy::too_many_arguments)]
     fn layer_gemm(
         &self,
         b: &B,
         ctx: &mut B::Ctx,
-        l: usize,
+        (l, exit): (usize, usize),
         form: Product,
         g: &Gemm,
         x: View<'_, B::Buf>,
@@ -585,11 +686,16 @@ impl<B: Backend> ModelGroup<B> {
             self.shape.spec.output,
             self.layers.len() - 1,
         );
+        let width = |w: &[usize], i: usize| if i == 0 { input } else { w[i - 1] };
         let sizes: Vec<_> = widths
             .iter()
             .map(|w| {
-                let fi = if l == 0 { input } else { w[l - 1] };
-                let fo = if l == last { output } else { w[l] };
+                let (fi, fo) = match l == last {
+                    true if w.len() == exit => (width(w, exit), output),
+                    false if l < w.len() => (width(w, l), w[l]),
+                    // Not this slot's layer: no product.
+                    _ => return (0, 0, 0),
+                };
                 match form {
                     Product::Forward => (g.m, fo, fi),
                     Product::WeightGrad => (fi, fo, g.k),
@@ -767,10 +873,13 @@ impl<B: Backend> ModelGroup<B> {
         for h in &self.slots {
             key.extend(h.key_bits());
         }
-        // A group of mixed widths bakes its slots' sizes into its products
+        // A group of mixed shapes bakes its slots' sizes into its products
         // and dropout launches.
         if let Some(widths) = &self.widths {
-            key.extend(widths.iter().flatten().map(|&w| w as u64));
+            for w in widths {
+                key.push(w.len() as u64);
+                key.extend(w.iter().map(|&w| w as u64));
+            }
         }
         key
     }
@@ -885,11 +994,45 @@ impl<B: Backend> ModelGroup<B> {
             .map(|(s, h)| {
                 let d = h.dropout_slot(layer);
                 match &self.widths {
-                    Some(w) => d.within(w[s][layer], stride),
+                    // A layer the slot does not have is all padding.
+                    Some(w) => d.within(w[s].get(layer).copied().unwrap_or(0), stride),
                     None => d,
                 }
             })
             .collect()
+    }
+
+    /// Where layer input `e` lies, and its slots' stride: `first` (the
+    /// data, or the conv net's features) for `e = 0`, else hidden layer
+    /// `e - 1`'s output in `acts` (its activations, or their dropout).
+    fn layer_input<'w>(
+        &self,
+        e: usize,
+        rows: usize,
+        first: (View<'w, B::Buf>, usize),
+        acts: &'w [B::Buf],
+    ) -> (View<'w, B::Buf>, usize) {
+        match e {
+            0 => first,
+            _ => (at(&acts[e - 1], 0), rows * self.layers[e].fan_in),
+        }
+    }
+
+    /// The first layer's input in training (`val: None`) or evaluation,
+    /// and its slots' stride.
+    fn first_input<'w>(
+        &self,
+        rows: usize,
+        x: &'w B::Buf,
+        conv: Option<&'w ConvWorkspace<B>>,
+        val: Option<(&'w DeviceData<B>, usize)>,
+    ) -> (View<'w, B::Buf>, usize) {
+        let fan_in = self.layers[0].fan_in;
+        match (conv, val) {
+            (Some(cw), _) => (cw.head_input(), rows * fan_in),
+            (None, None) => (at(x, 0), rows * fan_in),
+            (None, Some((data, row))) => (at(&data.val_x, row * data.features), 0),
+        }
     }
 
     fn forward(
@@ -907,54 +1050,63 @@ impl<B: Backend> ModelGroup<B> {
             Input::Batch => self.shape.batch,
             Input::Val { rows, .. } => rows,
         };
-        let batch_stride = rows * data.features;
-        for (l, layer) in self.layers.iter().enumerate() {
-            let (a_in, a_stride) = match (l, input) {
-                (0, _) if ws.conv.is_some() => {
-                    let cw = ws.conv.as_ref().expect("conv workspace");
-                    (cw.head_input(), rows * layer.fan_in)
-                }
-                (0, Input::Batch) => (at(&ws.x, 0), batch_stride),
-                (0, Input::Val { row, .. }) => (at(&data.val_x, row * data.features), 0),
-                _ if dropout => (at(&ws.d[l - 1], 0), rows * layer.fan_in),
-                _ => (at(&ws.a[l - 1], 0), rows * layer.fan_in),
-            };
+        let precision = self.shape.spec.precision;
+        let val = match input {
+            Input::Batch => None,
+            Input::Val { row, .. } => Some((data, row)),
+        };
+        for (l, layer) in self.layers[..last].iter().enumerate() {
+            let acts = if dropout { &ws.d } else { &ws.a };
+            let first = self.first_input(rows, &ws.x, ws.conv.as_ref(), val);
+            let (a_in, a_stride) = self.layer_input(l, rows, first, acts);
             let g = Gemm::new(rows, layer.fan_out, layer.fan_in)
                 .batched(k, a_stride, n, rows * layer.fan_out)
-                .precision(self.shape.spec.precision);
-            let out = if l == last {
-                &mut ws.logits
-            } else {
-                &mut ws.z[l]
-            };
+                .precision(precision);
             let w = at(&self.params, layer.w_off);
-            self.layer_gemm(b, ctx, l, Product::Forward, &g, a_in, w, at_mut(out, 0))?;
+            let z = at_mut(&mut ws.z[l], 0);
+            self.layer_gemm(b, ctx, (l, l), Product::Forward, &g, a_in, w, z)?;
             let (shape, bias) = (
                 Batched::new(k, rows, layer.fan_out),
                 at(&self.params, layer.b_off),
             );
-            if l == last {
-                b.bias_add(ctx, shape, n, at_mut(&mut ws.logits, 0), bias)?;
-            } else {
-                let act = self.shape.spec.activation;
-                let (z, a) = (at_mut(&mut ws.z[l], 0), at_mut(&mut ws.a[l], 0));
-                b.bias_activation(ctx, shape, n, act, z, bias, a)?;
-                if let (true, Some(offsets)) = (dropout, train) {
-                    let settings = self.dropout_slots(l);
-                    let slots = Slots {
-                        n: rows * layer.fan_out,
-                        settings: &settings,
-                    };
-                    b.dropout(
-                        ctx,
-                        slots,
-                        at(&ws.step, offsets.dropout),
-                        at(&ws.a[l], 0),
-                        at_mut(&mut ws.d[l], 0),
-                    )?;
-                }
+            let act = self.shape.spec.activation;
+            let (z, a) = (at_mut(&mut ws.z[l], 0), at_mut(&mut ws.a[l], 0));
+            b.bias_activation(ctx, shape, n, act, z, bias, a)?;
+            if let (true, Some(offsets)) = (dropout, train) {
+                let settings = self.dropout_slots(l);
+                let slots = Slots {
+                    n: rows * layer.fan_out,
+                    settings: &settings,
+                };
+                b.dropout(
+                    ctx,
+                    slots,
+                    at(&ws.step, offsets.dropout),
+                    at(&ws.a[l], 0),
+                    at_mut(&mut ws.d[l], 0),
+                )?;
             }
         }
+        // The output layer, once per exit: each slot reads its own last
+        // hidden layer.
+        let layer = self.layers[last];
+        let w = at(&self.params, layer.w_off);
+        for e in self.exits() {
+            let acts = if dropout { &ws.d } else { &ws.a };
+            let first = self.first_input(rows, &ws.x, ws.conv.as_ref(), val);
+            let (a_in, a_stride) = self.layer_input(e, rows, first, acts);
+            let fan_in = self.layers[e].fan_in;
+            let g = Gemm::new(rows, layer.fan_out, fan_in)
+                .batched(k, a_stride, n, rows * layer.fan_out)
+                .precision(precision);
+            let logits = at_mut(&mut ws.logits, 0);
+            self.layer_gemm(b, ctx, (last, e), Product::Forward, &g, a_in, w, logits)?;
+        }
+        let (shape, bias) = (
+            Batched::new(k, rows, layer.fan_out),
+            at(&self.params, layer.b_off),
+        );
+        b.bias_add(ctx, shape, n, at_mut(&mut ws.logits, 0), bias)?;
         Ok(())
     }
 
@@ -977,6 +1129,12 @@ impl<B: Backend> ModelGroup<B> {
 
     /// The backward pass; with `per_layer`, each layer's optimizer step
     /// right after the last op that reads its weights.
+    ///
+    /// Step `l` (from the output layer down) takes the gradient of layer
+    /// `l`'s input, hidden layer `l - 1`'s output, into `dh`: from layer
+    /// `l` for the slots that have it, and from the output layer for the
+    /// slots of depth `l` (their exit). So every slot's gradient of a
+    /// layer's output is complete before that layer's own step.
     fn backward(
         &mut self,
         b: &B,
@@ -989,72 +1147,76 @@ impl<B: Backend> ModelGroup<B> {
         let (k, n) = (self.slots.len(), self.n);
         let dropout = self.shape.dropout;
         let act = self.shape.spec.activation;
-        let mut in_dz = false; // where dL/dz of the current layer lives: dlogits, then dz
+        let precision = self.shape.spec.precision;
+        let last = self.layers.len() - 1;
+        let exits = self.exits();
+        let last_exit = *exits.last().expect("a group has a depth");
+        let out = self.layers[last];
+        // The output layer's parameters: its weights, then its bias.
+        let out_run = (out.w_off, out.fan_in * out.fan_out + out.fan_out);
+        b.col_sum(
+            ctx,
+            Batched::new(k, rows, out.fan_out),
+            n,
+            at(&ws.dlogits, 0),
+            at_mut(&mut ws.grads, out.b_off),
+        )?;
         // By index: a layer's step below borrows the group mutably, and a
         // copy of the list would be an allocation every iteration.
-        for l in (0..self.layers.len()).rev() {
+        for l in (0..=last).rev() {
             let layer = self.layers[l];
-            // A layer's parameters: its weights, then its bias.
-            let run = (layer.w_off, layer.fan_in * layer.fan_out + layer.fan_out);
-            let (fi, fo) = (layer.fan_in, layer.fan_out);
-            let h_in = match (l, &ws.conv) {
-                (0, Some(cw)) => cw.head_input(),
-                (0, None) => at(&ws.x, 0),
-                _ if dropout => at(&ws.d[l - 1], 0),
-                _ => at(&ws.a[l - 1], 0),
-            };
-            let dz = if in_dz {
-                at(&ws.dz, 0)
-            } else {
-                at(&ws.dlogits, 0)
-            };
-            let dw = Gemm::new(fi, fo, rows)
-                .trans_a()
-                .batched(k, rows * fi, rows * fo, n)
-                .precision(self.shape.spec.precision);
-            let grads = at_mut(&mut ws.grads, layer.w_off);
-            self.layer_gemm(b, ctx, l, Product::WeightGrad, &dw, h_in, dz, grads)?;
-            b.col_sum(
-                ctx,
-                Batched::new(k, rows, fo),
-                n,
-                dz,
-                at_mut(&mut ws.grads, layer.b_off),
-            )?;
-            if l == 0 {
-                if let Some(cw) = ws.conv.as_mut() {
-                    // The head's input gradient, then the conv net's backward pass.
-                    let dh = Gemm::new(rows, fi, fo)
-                        .trans_b()
-                        .batched(k, rows * fo, n, rows * fi)
-                        .precision(self.shape.spec.precision);
-                    let w = at(&self.params, layer.w_off);
-                    b.gemm(ctx, &dh, dz, w, cw.head_input_grad())?;
-                    if per_layer {
-                        self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
-                    }
-                    let x = at(&ws.x, 0);
-                    let params = (&self.params, n);
-                    let stride = rows * self.shape.spec.data_features();
-                    cw.backward(b, ctx, (k, rows), x, stride, params, &mut ws.grads)?;
-                    if per_layer {
-                        // The conv units' parameters lie before the head's.
-                        let conv = (0, layer.w_off);
-                        self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, conv)?;
-                    }
-                } else if per_layer {
-                    self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
+            let fi = layer.fan_in;
+            // (layer, exit, dL/dz of its output): layer `l` itself, whose
+            // dL/dz is in `dz`, and the output layer for the slots of depth
+            // `l`, whose dL/dz is in `dlogits`.
+            let hidden = (l < last).then_some((l, l, at(&ws.dz, 0)));
+            let exit = exits.contains(&l).then_some((last, l, at(&ws.dlogits, 0)));
+            for (p, e, dz) in hidden.into_iter().chain(exit) {
+                let fo = self.layers[p].fan_out;
+                let acts = if dropout { &ws.d } else { &ws.a };
+                let first = self.first_input(rows, &ws.x, ws.conv.as_ref(), None);
+                let (h_in, _) = self.layer_input(e, rows, first, acts);
+                let dw = Gemm::new(fi, fo, rows)
+                    .trans_a()
+                    .batched(k, rows * fi, rows * fo, n)
+                    .precision(precision);
+                let grads = at_mut(&mut ws.grads, self.layers[p].w_off);
+                self.layer_gemm(b, ctx, (p, e), Product::WeightGrad, &dw, h_in, dz, grads)?;
+                if p < last {
+                    b.col_sum(
+                        ctx,
+                        Batched::new(k, rows, fo),
+                        n,
+                        dz,
+                        at_mut(&mut ws.grads, layer.b_off),
+                    )?;
                 }
+                if l == 0 {
+                    // The first layer's input gradient: the conv net's, if any.
+                    continue;
+                }
+                let dh = Gemm::new(rows, fi, fo)
+                    .trans_b()
+                    .batched(k, rows * fo, n, rows * fi)
+                    .precision(precision);
+                let w = at(&self.params, self.layers[p].w_off);
+                let dh_out = at_mut(&mut ws.dh, 0);
+                self.layer_gemm(b, ctx, (p, e), Product::InputGrad, &dh, dz, w, dh_out)?;
+            }
+            if l == 0 {
+                let from_logits = last == 0;
+                self.backward_first(b, ctx, ws, rows, offsets, per_layer, from_logits)?;
                 break;
             }
-            let dh = Gemm::new(rows, fi, fo)
-                .trans_b()
-                .batched(k, rows * fo, n, rows * fi)
-                .precision(self.shape.spec.precision);
-            let (w, dh_out) = (at(&self.params, layer.w_off), at_mut(&mut ws.dh, 0));
-            self.layer_gemm(b, ctx, l, Product::InputGrad, &dh, dz, w, dh_out)?;
             if per_layer {
-                self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
+                let run = (layer.w_off, fi * layer.fan_out + layer.fan_out);
+                let step = [&ws.grads, &ws.step];
+                if l < last {
+                    self.update_beside(b, ctx, step, offsets, run)?;
+                }
+                if l == last_exit {
+                    self.update_beside(b, ctx, step, offsets, out_run)?;
+                }
             }
             let len = k * rows * fi;
             let da = match ws.dtmp.as_mut() {
@@ -1081,7 +1243,58 @@ impl<B: Backend> ModelGroup<B> {
                 da,
                 at_mut(&mut ws.dz, 0),
             )?;
-            in_dz = true;
+        }
+        Ok(())
+    }
+
+    /// The end of the backward pass at the first layer, whose products
+    /// are done: the conv net's backward pass, if any, and the first
+    /// layer's optimizer step (and the conv net's) with `per_layer`. Its
+    /// dL/dz is in `dlogits` when it is the output layer.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_first(
+        &mut self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        ws: &mut Workspace<B>,
+        rows: usize,
+        offsets: StepOffsets,
+        per_layer: bool,
+        from_logits: bool,
+    ) -> Result<()> {
+        let (k, n) = (self.slots.len(), self.n);
+        let layer = self.layers[0];
+        let (fi, fo) = (layer.fan_in, layer.fan_out);
+        let run = (layer.w_off, fi * fo + fo);
+        let Some(cw) = ws.conv.as_mut() else {
+            if per_layer {
+                self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
+            }
+            return Ok(());
+        };
+        // The head's input gradient, then the conv net's backward pass.
+        let dz = if from_logits {
+            at(&ws.dlogits, 0)
+        } else {
+            at(&ws.dz, 0)
+        };
+        let dh = Gemm::new(rows, fi, fo)
+            .trans_b()
+            .batched(k, rows * fo, n, rows * fi)
+            .precision(self.shape.spec.precision);
+        let w = at(&self.params, layer.w_off);
+        b.gemm(ctx, &dh, dz, w, cw.head_input_grad())?;
+        if per_layer {
+            self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
+        }
+        let x = at(&ws.x, 0);
+        let params = (&self.params, n);
+        let stride = rows * self.shape.spec.data_features();
+        cw.backward(b, ctx, (k, rows), x, stride, params, &mut ws.grads)?;
+        if per_layer {
+            // The conv units' parameters lie before the head's.
+            let conv = (0, layer.w_off);
+            self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, conv)?;
         }
         Ok(())
     }

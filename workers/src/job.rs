@@ -37,15 +37,15 @@ pub struct FusionKey {
 }
 
 impl FusionKey {
-    /// The key with the hidden widths left out (the depth stays): trials
-    /// whose keys agree here can share a group of mixed widths
-    /// ([`crate::ModelGroup::zeroed_mixed`]). `None` for conv nets.
+    /// The key with the hidden layers left out (their widths and their
+    /// number): trials whose keys agree here can share a group of mixed
+    /// shapes ([`crate::ModelGroup::zeroed_mixed`]). `None` for conv nets.
     pub fn mixable(&self) -> Option<FusionKey> {
         if self.shape.spec.conv.is_some() {
             return None;
         }
         let mut key = self.clone();
-        key.shape.spec.hidden = vec![0; key.shape.spec.hidden.len()];
+        key.shape.spec.hidden = Vec::new();
         Some(key)
     }
 }

@@ -45,7 +45,7 @@ pub mod trial;
 pub use device_data::DeviceData;
 pub use error::{Result, WorkerError};
 pub use fused::{FusedControl, FusedTrials, admits, mixable_key};
-pub use group::OptimizerOrder;
+pub use group::{OptimizerOrder, fits_layout, mixed_hidden};
 pub use hparams::{Optimizer, OptimizerFamily, SlotHparams};
 pub use job::{
     DeviceSlot, Footprint, FusionKey, Job, MemberOutcome, MemberStep, NewValues, Report,

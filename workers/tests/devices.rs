@@ -154,12 +154,12 @@ fn cpu_and_cuda_training_reach_the_same_accuracy() {
     assert!(cuda > 0.9, "cuda accuracy {cuda}");
 }
 
-/// Each slot's gradients in a group of mixed widths, and the same slot's
-/// alone, on `lane`'s device.
+/// Each slot's gradients in a group of mixed widths and depths (two, three
+/// and one hidden layers), and the same slot's alone, on `lane`'s device.
 #[allow(clippy::type_complexity)]
 fn mixed_width_gradients<B: Backend>(lane: &mut Lane<B>) -> Vec<(Vec<f32>, Vec<f32>)> {
     let data = small_classification();
-    let widths = [vec![32, 16], vec![8, 40], vec![17, 3]];
+    let widths = [vec![32, 16], vec![8, 40, 6], vec![17]];
     let spec = |hidden: &Vec<usize>| ModelSpec {
         precision: Precision::Fp32,
         input: data.features,

@@ -253,25 +253,45 @@ fn trials_join_a_running_group_and_members_leave_with_their_state() {
 /// and a wider one handed back.
 #[test]
 fn mixed_width_members_equal_lone_trials_bit_for_bit() {
-    mixed_widths_equal_lone_trials(false);
+    mixed_shapes_equal_lone_trials(false, false);
 }
 
 /// The same with dropout in two of the five members (p of 0.25 and 0.1):
 /// each draws its own masks in the padded layout.
 #[test]
 fn mixed_width_members_with_dropout_equal_lone_trials_bit_for_bit() {
-    mixed_widths_equal_lone_trials(true);
+    mixed_shapes_equal_lone_trials(true, false);
 }
 
-fn mixed_widths_equal_lone_trials(dropout: bool) {
+/// The same with members of one, two and three hidden layers, with and
+/// without dropout: each member's output layer reads its own last hidden
+/// layer, and the layers it lacks are products of size 0.
+#[test]
+fn mixed_depth_members_equal_lone_trials_bit_for_bit() {
+    mixed_shapes_equal_lone_trials(false, true);
+    mixed_shapes_equal_lone_trials(true, true);
+}
+
+fn mixed_shapes_equal_lone_trials(dropout: bool, depths: bool) {
     let mut lane = cpu_lane(2);
-    let widths = [
-        vec![16, 12],
-        vec![24, 5],
-        vec![7, 30],
-        vec![16, 12],
-        vec![9, 9],
-    ];
+    let widths = if depths {
+        // Layout [24, 12, 12]: the last layer is as wide as member 0's last.
+        [
+            vec![16, 12],
+            vec![24, 5, 8],
+            vec![7],
+            vec![16, 12],
+            vec![9, 9],
+        ]
+    } else {
+        [
+            vec![16, 12],
+            vec![24, 5],
+            vec![7, 30],
+            vec![16, 12],
+            vec![9, 9],
+        ]
+    };
     let cfgs: Vec<TrialConfig> = configs()
         .into_iter()
         .cycle()
@@ -372,7 +392,7 @@ fn mixed_widths_equal_lone_trials(dropout: bool) {
 }
 
 #[test]
-fn a_group_of_mixed_widths_refuses_other_differences_than_widths_and_dropout() {
+fn a_group_of_mixed_shapes_refuses_other_differences_than_hidden_layers_and_dropout() {
     let mut lane = cpu_lane(1);
     let dev = upload(&mut lane, &small_classification());
     let mut cfgs: Vec<TrialConfig> = configs().into_iter().take(2).collect();
@@ -385,10 +405,19 @@ fn a_group_of_mixed_widths_refuses_other_differences_than_widths_and_dropout() {
     };
     let mut deeper = cfgs.clone();
     deeper[1].hidden = vec![16, 12, 8];
-    assert!(build(&deeper).unwrap().contains("widths"), "depth differs");
+    assert_eq!(build(&deeper), None, "depths may differ");
+    let mut bare = cfgs.clone();
+    bare[1].hidden = vec![];
+    assert!(
+        build(&bare).unwrap().contains("without hidden layers"),
+        "no hidden layer beside some"
+    );
     let mut batch = cfgs.clone();
     batch[1].batch_size = 20;
-    assert!(build(&batch).unwrap().contains("widths"), "batch differs");
+    assert!(
+        build(&batch).unwrap().contains("hidden layers"),
+        "batch differs"
+    );
     let mut dropout = cfgs.clone();
     dropout[1].hparams.dropout = 0.2;
     dropout[1].hidden = vec![8, 30];

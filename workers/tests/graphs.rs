@@ -33,11 +33,13 @@ fn two_lanes<B: Backend>(b: Arc<B>) -> (Lane<B>, Lane<B>) {
 }
 
 /// 50 iterations of a 3-slot group (dropout, Adam and AdamW or SGD with
-/// momentum): every slot's final state and the validation statistics.
+/// momentum), with `mixed` a group of three depths and widths: every
+/// slot's final state and the validation statistics.
 fn fifty_steps<B: Backend>(
     lane: &mut Lane<B>,
     sgd: bool,
     cnn: bool,
+    mixed: bool,
 ) -> (Vec<training::group::SlotState>, Vec<f64>, usize) {
     let data = if cnn {
         split(&training::data::digit_images(), 0.2, 0).unwrap()
@@ -78,7 +80,19 @@ fn fifty_steps<B: Backend>(
         .map(|(s, &o)| hparams(o, 2e-3 * (s + 1) as f32, 0.1 * s as f32, 40 + s as u64))
         .collect();
     let (k, batch) = (hps.len(), 32);
-    let mut group = ModelGroup::new(lane, spec, batch, data.target_cols(), hps).unwrap();
+    let cols = data.target_cols();
+    let mut group = if mixed {
+        let specs: Vec<ModelSpec> = [vec![48, 24], vec![20], vec![30, 24, 16]]
+            .into_iter()
+            .map(|hidden| ModelSpec {
+                hidden,
+                ..spec.clone()
+            })
+            .collect();
+        ModelGroup::new_mixed(lane, &specs, batch, cols, hps).unwrap()
+    } else {
+        ModelGroup::new(lane, spec, batch, cols, hps).unwrap()
+    };
     for it in 0..50u64 {
         let idx: Vec<u32> = (0..k * batch)
             .map(|i| ((i as u64 * 131 + it * 977) % data.n_train as u64) as u32)
@@ -108,15 +122,20 @@ fn fifty_steps<B: Backend>(
 
 fn replay_equals_eager_over_50_iterations<B: Backend>(b: Arc<B>) {
     let (mut eager, mut graphs) = two_lanes(b);
-    for (sgd, cnn) in [(false, false), (true, false), (false, true)] {
-        let (want, want_val, none) = fifty_steps(&mut eager, sgd, cnn);
-        let (got, got_val, held) = fifty_steps(&mut graphs, sgd, cnn);
+    for (sgd, cnn, mixed) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (false, false, true),
+    ] {
+        let (want, want_val, none) = fifty_steps(&mut eager, sgd, cnn, mixed);
+        let (got, got_val, held) = fifty_steps(&mut graphs, sgd, cnn, mixed);
         assert_eq!(none, 0, "the eager lane captured a graph");
         // Captured after the first iteration, then replayed: one graph.
         let one = graphs.graphs() as usize;
         assert_eq!(held, one, "sgd {sgd}: graphs held");
-        assert_same_states(&format!("sgd {sgd} cnn {cnn}"), &got, &want);
-        assert_eq!(got_val, want_val, "sgd {sgd}: statistics");
+        assert_same_states(&format!("sgd {sgd} cnn {cnn} mixed {mixed}"), &got, &want);
+        assert_eq!(got_val, want_val, "sgd {sgd} mixed {mixed}: statistics");
     }
 }
 
@@ -158,11 +177,19 @@ fn per_layer_steps_equal_one_step_after_backward<B: Backend>(b: Arc<B>) {
     assert_eq!(after.optimizer_order(), default);
     after.set_optimizer_order(OptimizerOrder::AfterBackward);
     per_layer.set_optimizer_order(OptimizerOrder::PerLayer);
-    for (sgd, cnn) in [(false, false), (true, false), (false, true), (true, true)] {
-        let (want, want_val, _) = fifty_steps(&mut after, sgd, cnn);
-        let (got, got_val, _) = fifty_steps(&mut per_layer, sgd, cnn);
-        assert_same_states(&format!("sgd {sgd} cnn {cnn}"), &got, &want);
-        assert_eq!(got_val, want_val, "sgd {sgd} cnn {cnn}: statistics");
+    for (sgd, cnn, mixed) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, false),
+        (true, true, false),
+        (false, false, true),
+        (true, false, true),
+    ] {
+        let (want, want_val, _) = fifty_steps(&mut after, sgd, cnn, mixed);
+        let (got, got_val, _) = fifty_steps(&mut per_layer, sgd, cnn, mixed);
+        let case = format!("sgd {sgd} cnn {cnn} mixed {mixed}");
+        assert_same_states(&case, &got, &want);
+        assert_eq!(got_val, want_val, "{case}: statistics");
     }
 }
 
