@@ -305,18 +305,19 @@ fn promoted_trials_preempt_members_and_every_curve_stays_its_own() {
     assert!(preempted > 0, "no member was preempted in {RUNS} runs");
 }
 
-/// `mix_widths = "on"`: trials whose widths differ share groups, pause out
-/// of them at ASHA's rungs and join again, and each stores the values of
-/// the same trial run alone, exactly (on the CPU a member of a group of
-/// mixed widths computes its own product bits and draws its own dropout
-/// masks).
+/// `mix_widths = "on"`: trials whose widths and depths differ share
+/// groups, pause out of them at ASHA's rungs and join again, and each
+/// stores the values of the same trial run alone, exactly (on the CPU a
+/// member of a group of mixed shapes computes its own product bits and
+/// draws its own dropout masks).
 #[test]
-fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
+fn trials_of_different_widths_and_depths_share_groups_and_keep_their_own_curves() {
     let dir = tempfile::tempdir().unwrap();
     let asha = "[pruner]\nkind = \"asha\"\nmin_resource = 1\nreduction_factor = 2\n\n";
     let study = |name: &str, fuse: usize, mix: &str| {
         study_of(name, 12, 4, fuse, asha)
             .replace("width = 32", "width = { int = [8, 48] }")
+            .replace("depth = 1", "depth = { int = [1, 3] }")
             .replace(
                 "[scheduler]\n",
                 &format!("[scheduler]\nmix_widths = \"{mix}\"\n"),
@@ -353,11 +354,17 @@ fn trials_of_different_widths_share_groups_and_keep_their_own_curves() {
             .map(|p| p.internal)
     };
     let width = |n: i64| param(n, "width");
+    let depth = |n: i64| param(n, "depth");
     let g = groups(&mdb);
     assert!(
         g.iter()
             .any(|(n, with)| with.iter().any(|&o| width(o) != width(*n))),
         "no group mixed widths: {g:?}"
+    );
+    assert!(
+        g.iter()
+            .any(|(n, with)| with.iter().any(|&o| depth(o) != depth(*n))),
+        "no group mixed depths: {g:?}"
     );
     assert!(
         g.iter().any(|(n, with)| param(*n, "dropout") > Some(0.0)

@@ -151,8 +151,26 @@ pub fn launches(layers: usize, dropout: bool, mixed: bool) -> usize {
     4 + layers * if mixed { 8 } else { 5 } + if dropout { 2 * (layers - 1) } else { 0 }
 }
 
+/// Launches of one iteration of a group of mixed shapes `layers` deep
+/// whose members have `depths` distinct depths: each depth past the first
+/// adds the output layer's three products and their pointer arrays.
+pub fn mixed_launches(layers: usize, dropout: bool, depths: usize) -> usize {
+    launches(layers, dropout, true) + 6 * depths.saturating_sub(1)
+}
+
+/// Units of a member's activations (per row) that a group laid out as
+/// `layout` sweeps beyond its own: the padding of each layer it has, and
+/// the whole of each layer it lacks.
+pub fn padding_units(hidden: &[usize], layout: &[usize]) -> usize {
+    layout
+        .iter()
+        .enumerate()
+        .map(|(l, &w)| w.saturating_sub(hidden.get(l).copied().unwrap_or(0)))
+        .sum()
+}
+
 /// What the mixing cost model needs of `trial` in a group laid out as
-/// `layout` (the widest width of each layer).
+/// `layout` (its hidden widths, [`training::mixed_hidden`]).
 pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMember {
     let spec = trial.spec();
     let own = spec.n_params();
@@ -163,7 +181,7 @@ pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMem
     .n_params();
     let state = trial.config().hparams.optimizer.family().state_vectors();
     let rows = trial.config().batch_size as f64;
-    let unit_padding: usize = layout.iter().zip(&spec.hidden).map(|(l, w)| l - w).sum();
+    let unit_padding = padding_units(&spec.hidden, layout);
     let dropout = trial.config().hparams.dropout > 0.0;
     // About eight element-wise passes touch each activation; dropout's
     // forward and backward two more.
@@ -179,7 +197,7 @@ pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMem
 }
 
 /// [`mixed_group_pays`] for `trials` as one group laid out as `layout`
-/// (the widest width of each layer) on a device of `kind`.
+/// (its hidden widths) on a device of `kind`.
 pub fn mixing_pays<B: Backend>(
     kind: DeviceKind,
     trials: &[&TrainTrial<B>],
@@ -188,7 +206,9 @@ pub fn mixing_pays<B: Backend>(
     let costs: Vec<_> = trials.iter().map(|t| mix_member(t, layout)).collect();
     // A group runs dropout's launches if any member drops.
     let dropout = costs.iter().any(|c| c.dropout);
-    let group = launches(layout.len() + 1, dropout, true);
+    let depths: std::collections::BTreeSet<usize> =
+        trials.iter().map(|t| t.spec().hidden.len()).collect();
+    let group = mixed_launches(layout.len() + 1, dropout, depths.len());
     mixed_group_pays(MixRates::of(kind), &costs, group)
 }
 
@@ -451,6 +471,22 @@ mod tests {
         assert_eq!(launches(3, true, false), 23);
         assert_eq!(launches(3, false, true), 28);
         assert_eq!(launches(3, true, true), 32);
+    }
+
+    #[test]
+    fn each_further_depth_adds_the_output_layer_s_products() {
+        // Three layers, one depth: as `launches`; two more depths, 12 more.
+        assert_eq!(mixed_launches(3, false, 1), launches(3, false, true));
+        assert_eq!(mixed_launches(3, false, 3), 28 + 12);
+        assert_eq!(mixed_launches(3, true, 2), 32 + 6);
+    }
+
+    #[test]
+    fn a_shallower_member_sweeps_the_layers_it_lacks_as_padding() {
+        assert_eq!(padding_units(&[16, 12], &[24, 12]), 8);
+        // One layer of a layout of three: the padding of its own, the rest whole.
+        assert_eq!(padding_units(&[7], &[24, 12, 12]), 17 + 12 + 12);
+        assert_eq!(padding_units(&[24, 12, 12], &[24, 12, 12]), 0);
     }
 
     #[test]

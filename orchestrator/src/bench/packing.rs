@@ -514,8 +514,10 @@ pub fn run<B: Backend>(
                 let bands = fusion::width_bands(&sizes);
                 for &n in &bands {
                     let band: Vec<_> = trials[at..at + n].iter().collect();
-                    let widest = band[n - 1].spec().hidden.clone();
-                    paying += usize::from(fusion::mixing_pays(kind, &band, &widest));
+                    let hidden: Vec<&[usize]> =
+                        band.iter().map(|t| t.spec().hidden.as_slice()).collect();
+                    let layout = training::mixed_hidden(&hidden)?;
+                    paying += usize::from(fusion::mixing_pays(kind, &band, &layout));
                     at += n;
                 }
                 mix_predictions.push((k, bands.len(), paying));

@@ -40,8 +40,9 @@ pub(super) struct Group<B: Backend> {
     /// decided: no trial joins it meanwhile (a joiner would wait inside a
     /// group that waits for it).
     pub at_point: bool,
-    /// A group of mixed widths: the widest width of each layer, which a
-    /// joiner must not exceed (`key` is then [`FusionKey::mixable`]'s).
+    /// A group of mixed shapes: its layout's hidden widths
+    /// ([`training::mixed_hidden`]), which a joiner must fit (`key` is
+    /// then [`FusionKey::mixable`]'s).
     pub layout: Option<Vec<usize>>,
 }
 
@@ -52,18 +53,15 @@ impl<B: Backend> Group<B> {
     }
 }
 
-/// The widest width of each layer of `trials` (of one depth).
+/// The hidden widths of a group of mixed shapes of `trials`
+/// ([`training::mixed_hidden`]); they are mixable MLPs, so have hidden
+/// layers.
 fn layout_of<B: Backend>(trials: &[(MemberId, TrainTrial<B>)]) -> Vec<usize> {
-    let depth = trials.first().map_or(0, |(_, t)| t.spec().hidden.len());
-    (0..depth)
-        .map(|l| {
-            trials
-                .iter()
-                .map(|(_, t)| t.spec().hidden[l])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect()
+    let hidden: Vec<&[usize]> = trials
+        .iter()
+        .map(|(_, t)| t.spec().hidden.as_slice())
+        .collect();
+    training::mixed_hidden(&hidden).expect("mixable trials have hidden layers")
 }
 
 /// A fused member waiting off the device, its state on the host.
