@@ -164,7 +164,8 @@ pub enum BenchCmd {
         quick: bool,
         /// Workloads to measure, comma-separated: an MLP's hidden width;
         /// `mixed`, K widths drawn log-uniformly from 64..1024 (fused: as
-        /// groups of mixed widths); `cnn-digits`, a conv net on the digits
+        /// groups of mixed widths); `mixed-depths`, the same widths with
+        /// 1-3 hidden layers each; `cnn-digits`, a conv net on the digits
         /// as 1x8x8 images; `cnn-32`, the cuda-convnet preset on 32x32x3
         /// images [default: 256,1024,mixed].
         #[arg(long = "h", value_delimiter = ',', value_parser = parse_width)]
@@ -438,7 +439,9 @@ pub const COMMANDS: &[&str] = &[
 
 fn parse_width(s: &str) -> std::result::Result<Width, String> {
     Width::parse(s).ok_or_else(|| {
-        format!("expected a positive width, `mixed`, `cnn-digits` or `cnn-32`, got `{s}`")
+        format!(
+            "expected a positive width, `mixed`, `mixed-depths`, `cnn-digits` or `cnn-32`, got `{s}`"
+        )
     })
 }
 

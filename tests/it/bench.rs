@@ -133,40 +133,51 @@ fn bench_packing_runs_bf16_cells_and_refuses_tf32_on_the_cpu() {
 }
 
 #[test]
-fn bench_packing_measures_mixed_widths() {
+fn bench_packing_measures_mixed_widths_and_depths() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_in(
         dir.path(),
         &[
-            "bench", "packing", "--json", "--device", "cpu", "--h", "mixed", "--k", "3", "--gflop",
+            "bench",
+            "packing",
+            "--json",
+            "--device",
+            "cpu",
+            "--h",
+            "mixed,mixed-depths",
+            "--k",
+            "3",
+            "--gflop",
             "1",
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let modes: Vec<&str> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["h"] == "mixed")
-        .map(|r| r["mode"].as_str().unwrap())
-        .collect();
-    // Mixed widths fuse as groups of mixed widths; on the CPU the cost
-    // model would keep them on lanes, which the JSON says per cell.
-    assert_eq!(modes, ["seq", "lanes", "fused"]);
     let choice = v
         .as_array()
         .unwrap()
         .iter()
         .find_map(|r| r.get("mixed_group_pays"))
         .expect("the cost model's choice");
-    let bands = choice["3"]["bands"].as_u64().unwrap();
-    assert!((1..=3).contains(&bands), "{choice}");
-    assert_eq!(choice["3"]["mixed"], 0, "never on the CPU: {choice}");
+    for h in ["mixed", "mixed-depths"] {
+        let modes: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["h"] == h)
+            .map(|r| r["mode"].as_str().unwrap())
+            .collect();
+        // Mixed shapes fuse as groups of mixed shapes; on the CPU the cost
+        // model would keep them on lanes, which the JSON says per cell.
+        assert_eq!(modes, ["seq", "lanes", "fused"], "{h}");
+        let bands = choice[h]["3"]["bands"].as_u64().unwrap();
+        assert!((1..=3).contains(&bands), "{h}: {choice}");
+        assert_eq!(choice[h]["3"]["mixed"], 0, "never on the CPU: {choice}");
+    }
     let bad = run_in(dir.path(), &["bench", "packing", "--h", "wide"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
-        text(&bad).contains("expected a positive width, `mixed`, `cnn-digits` or `cnn-32`"),
+        text(&bad).contains("expected a positive width, `mixed`, `mixed-depths`, `cnn-digits`"),
         "{}",
         text(&bad)
     );

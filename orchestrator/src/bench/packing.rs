@@ -64,11 +64,13 @@ pub struct Plan {
 
 /// A cell's workload: 784-h-h-10 MLPs of one hidden width for all K
 /// trials, or of widths drawn log-uniformly from 64..1024 (seeded), one per
-/// trial; or a conv net ([`ImageWorkload`]).
+/// trial, and with `MixedDepths` of 1-3 hidden layers each; or a conv net
+/// ([`ImageWorkload`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Width {
     Fixed(usize),
     Mixed,
+    MixedDepths,
     Cnn(ImageWorkload),
 }
 
@@ -137,34 +139,47 @@ impl ImageWorkload {
 }
 
 impl Width {
-    /// `256`, `mixed`, `cnn-digits` or `cnn-32`.
+    /// `256`, `mixed`, `mixed-depths`, `cnn-digits` or `cnn-32`.
     pub fn parse(s: &str) -> Option<Width> {
         match s {
             "mixed" => Some(Width::Mixed),
+            "mixed-depths" => Some(Width::MixedDepths),
             "cnn-digits" => Some(Width::Cnn(ImageWorkload::Digits)),
             "cnn-32" => Some(Width::Cnn(ImageWorkload::Synthetic32)),
             n => n.parse().ok().filter(|&n| n > 0).map(Width::Fixed),
         }
     }
 
-    /// The K trials' widths: seeded, so every mode trains the same ones.
-    pub fn widths(self, k: usize) -> Vec<usize> {
+    /// The K MLP trials' hidden layers: seeded, so every mode trains the
+    /// same ones.
+    pub fn hidden(self, k: usize) -> Vec<Vec<usize>> {
+        let width = |i: u64| {
+            let u = kernels::rng::uniform(0x006d_6978_6564, 0, i) as f64;
+            (64.0 * 16f64.powf(u)).round() as usize
+        };
         match self {
-            Width::Fixed(h) => vec![h; k],
-            Width::Cnn(_) => vec![0; k],
-            Width::Mixed => (0..k as u64)
+            Width::Fixed(h) => vec![vec![h, h]; k],
+            Width::Cnn(_) => vec![Vec::new(); k],
+            Width::Mixed => (0..k as u64).map(|i| vec![width(i); 2]).collect(),
+            Width::MixedDepths => (0..k as u64)
                 .map(|i| {
-                    let u = kernels::rng::uniform(0x006d_6978_6564, 0, i) as f64;
-                    (64.0 * 16f64.powf(u)).round() as usize
+                    let u = kernels::rng::uniform(0x0064_6570_7468, 0, i);
+                    vec![width(i); 1 + ((3.0 * u) as usize).min(2)]
                 })
                 .collect(),
         }
+    }
+
+    /// Whether the K trials' shapes differ.
+    fn is_mixed(self) -> bool {
+        matches!(self, Width::Mixed | Width::MixedDepths)
     }
 
     fn json(self) -> serde_json::Value {
         match self {
             Width::Fixed(h) => json!(h),
             Width::Mixed => json!("mixed"),
+            Width::MixedDepths => json!("mixed-depths"),
             Width::Cnn(w) => json!(w.name()),
         }
     }
@@ -175,6 +190,7 @@ impl std::fmt::Display for Width {
         match self {
             Width::Fixed(h) => write!(f, "{h}"),
             Width::Mixed => write!(f, "mixed"),
+            Width::MixedDepths => write!(f, "mixed-depths"),
             Width::Cnn(w) => write!(f, "{}", w.name()),
         }
     }
@@ -220,11 +236,11 @@ pub struct Results {
     /// cuts the K trials into ([`fusion::width_bands`]), and how many of
     /// them its cost model ([`fusion::mixing_pays`]) would run as a group
     /// of mixed widths here rather than through lanes.
-    pub mix_predictions: Vec<(usize, usize, usize)>,
+    pub mix_predictions: Vec<(Width, usize, usize, usize)>,
 }
 
-fn config(h: usize, iterations: u64, seed: u64) -> TrialConfig {
-    super::trial_config(vec![h, h], BATCH, iterations, seed)
+fn config(hidden: Vec<usize>, iterations: u64, seed: u64) -> TrialConfig {
+    super::trial_config(hidden, BATCH, iterations, seed)
 }
 
 /// A lane for the bench, set up as the plan says (graphs are ignored on
@@ -483,12 +499,12 @@ pub fn run<B: Backend>(
             _ => mlp_dev.clone(),
         };
         for &k in ks {
-            let widths = h.widths(k);
+            let widths = h.hidden(k);
             let trial_config = |s: usize, iterations| TrialConfig {
                 precision: plan.precision,
                 ..match h {
                     Width::Cnn(w) => w.config(iterations, s as u64),
-                    _ => config(widths[s], iterations, s as u64),
+                    _ => config(widths[s].clone(), iterations, s as u64),
                 }
             };
             let flops_round: f64 = (0..k)
@@ -504,7 +520,7 @@ pub fn run<B: Backend>(
                 })
             };
             let total_flops = flops_round * iterations as f64;
-            if h == Width::Mixed && k > 1 {
+            if h.is_mixed() && k > 1 {
                 // The runner's choice for each band of similar sizes (as
                 // `run_fused` cuts them; a GPU group takes a whole band).
                 let mut trials = make(&dev)?;
@@ -520,7 +536,7 @@ pub fn run<B: Backend>(
                     paying += usize::from(fusion::mixing_pays(kind, &band, &layout));
                     at += n;
                 }
-                mix_predictions.push((k, bands.len(), paying));
+                mix_predictions.push((h, k, bands.len(), paying));
             }
             let fusable = k > 1;
             let names: Vec<&'static str> = plan
@@ -675,7 +691,7 @@ fn switching<B: Backend>(
     let iterations = 100;
     let run = |policy| -> Result<(f64, Vec<f64>)> {
         let trials = (0..SWITCH_TRIALS)
-            .map(|s| TrainTrial::new_on_host(dev.clone(), config(h, iterations, s as u64)))
+            .map(|s| TrainTrial::new_on_host(dev.clone(), config(vec![h, h], iterations, s as u64)))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         run_core(
             backend,
@@ -719,7 +735,7 @@ fn overhead_pct<B: Backend>(
     let cores = super::cores();
     let lane_of = |id, threads| lane(backend, id, threads, plan);
     let core_cfg = |policy, lanes| core_config(backend.kind(), policy, lanes, plan);
-    let flops_iter = config(h, 1, 1).flops_per_iteration(dev)?;
+    let flops_iter = config(vec![h, h], 1, 1).flops_per_iteration(dev)?;
     let iterations = ((plan.target_gflop * 1e9 / flops_iter).ceil() as u64).max(20);
     // Paired runs close in time, in alternating order, so that a shared
     // machine's drift cancels; the overhead is the median of the pairs.
@@ -729,7 +745,7 @@ fn overhead_pct<B: Backend>(
             &mut lane_of(0, cores)?,
             vec![TrainTrial::new_on_host(
                 dev.clone(),
-                config(h, iterations, 1),
+                config(vec![h, h], iterations, 1),
             )?],
         )
     };
@@ -739,7 +755,7 @@ fn overhead_pct<B: Backend>(
             backend,
             vec![TrainTrial::new_on_host(
                 dev.clone(),
-                config(h, iterations, 1),
+                config(vec![h, h], iterations, 1),
             )?],
             cfg,
         )?
@@ -778,11 +794,16 @@ impl Results {
             DeviceKind::Cuda(_) => "device_gemm_gflops",
         };
         v.push(json!({ gemm_key: self.gemm_gflops, "device": self.device, "cores": self.cores, "lanes": self.lanes, "graphs": self.graphs, "optimizer_order": self.optimizer_order.name() }));
-        let mixing: serde_json::Map<String, serde_json::Value> = self
-            .mix_predictions
-            .iter()
-            .map(|&(k, bands, paying)| (k.to_string(), json!({ "bands": bands, "mixed": paying })))
-            .collect();
+        // By workload, then K.
+        let mut mixing = serde_json::Map::new();
+        for &(h, k, bands, paying) in &self.mix_predictions {
+            let cells = mixing
+                .entry(h.to_string())
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+                .expect("an object");
+            cells.insert(k.to_string(), json!({ "bands": bands, "mixed": paying }));
+        }
         v.push(json!({ "mixed_group_pays": mixing }));
         serde_json::Value::Array(v)
     }
@@ -808,7 +829,7 @@ impl Results {
         );
         out += &format!(
             "seq: one trial at a time, {} threads; lanes: through the core, min(K, {}) lanes, fifo within a lane; \
-             fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes), of mixed widths for mixed; mixed: widths log-uniform in 64..1024\n\n",
+             fused: the K trials as fused groups (one on a GPU; cache-sized on the CPU, over the lanes), of mixed shapes for mixed and mixed-depths; mixed: widths log-uniform in 64..1024; mixed-depths: the same widths, 1-3 hidden layers\n\n",
             self.cores, self.lanes
         );
         let cnn = self.rows.iter().any(|r| matches!(r.h, Width::Cnn(_)));
@@ -853,9 +874,9 @@ impl Results {
         if let Some(pct) = self.overhead_pct {
             out += &format!("core overhead vs a bare training loop: {pct:+.2}%\n");
         }
-        for &(k, bands, paying) in &self.mix_predictions {
+        for &(h, k, bands, paying) in &self.mix_predictions {
             out += &format!(
-                "mixed K={k}: the runner's cost model would run {paying} of its {bands} bands of similar widths as groups of mixed widths, the rest through lanes (scheduler.mix_widths = \"auto\")\n"
+                "{h} K={k}: the runner's cost model would run {paying} of its {bands} bands of similar sizes as groups of mixed shapes, the rest through lanes (scheduler.mix_widths = \"auto\")\n"
             );
         }
         out += &format!(
