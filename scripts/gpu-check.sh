@@ -14,7 +14,7 @@
 # in two calls with SKIP, for example SKIP='^1[4-9]-|^10-' and then
 # SKIP='^0[2-9]-|^1[1-3]-' (run 5 to run 9 skipped the MLP phases measured
 # before). The call that measures precision and the K=64 cells (mixed
-# widths, h = 256, 1024 and 4096 in each precision, cnn-32, and PyTorch in
+# widths and depths, h = 256, 1024 and 4096 in each precision, cnn-32, and PyTorch in
 # each precision), with the device tests, estimated at about 5 minutes
 # from the phases' earlier times:
 #   SKIP='^08-fused|^1[0-68-9]-|^2[01]-' DEADLINE=420 bash scripts/gpu-check.sh SKIP, a regex, leaves out the
@@ -42,6 +42,8 @@
 #                       overhead and switch latency; mixed's fused rows
 #                       are one group of mixed widths (grouped GEMMs), and
 #                       the JSON's mixed_group_pays is the runner's choice
+#   07-bench-mixed-depths.json / .log   K = 64 widths of 64-1024 with 1-3
+#                       hidden layers: lanes against groups of mixed shapes
 #   08-bench-1024.json / .log     h = 1024, K = 1, 8, 64
 #   08-bench-4096.json / .log     h = 4096, K = 64 (one run of each mode:
 #                       its 64 trials hold 15 GB of state to build)
@@ -229,6 +231,9 @@ phase 06-core.txt 45 gpu-build/test-it salus_core:: "${T[@]}"
 # Each cell's work is sized for at least ~20 iterations per trial at K=64
 # (the first iteration of a trial runs eagerly and the second captures it).
 bench 07-bench-graphs 100 --h 256,mixed --k 1,8,64 --gflop "${GFLOP:-1500}" --repeats 2
+# Groups of mixed widths and depths (1-3 hidden layers): one output
+# product per depth; the JSON's mixed_group_pays is the runner's choice.
+bench 07-bench-mixed-depths 40 --h mixed-depths --k 64 --gflop "${GFLOP:-1500}" --repeats 2 --no-overhead
 bench 08-bench-1024 50 --h 1024 --k 1,8,64 --gflop "${GFLOP_1024:-6000}" --repeats 2 --no-overhead
 bench 08-bench-4096 70 --h 4096 --k 64 --gflop "${GFLOP_4096:-40000}" --repeats 1 --no-overhead
 # The K trials as two fused groups on two lanes instead of one.

@@ -243,6 +243,15 @@ fn config(hidden: Vec<usize>, iterations: u64, seed: u64) -> TrialConfig {
     super::trial_config(hidden, BATCH, iterations, seed)
 }
 
+/// A ratio to two places, or `-` where its reference was not run.
+fn ratio(x: f64) -> String {
+    if x.is_nan() {
+        "-".to_string()
+    } else {
+        format!("{x:.2}")
+    }
+}
+
 /// A lane for the bench, set up as the plan says (graphs are ignored on
 /// the CPU).
 fn lane<B: Backend>(backend: &Arc<B>, id: usize, threads: usize, plan: &Plan) -> Result<Lane<B>> {
@@ -615,9 +624,9 @@ pub fn run<B: Backend>(
                     format!("  x{:.2} vs torch", row.vs_torch)
                 };
                 progress(&format!(
-                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{:.2} vs seq{torch}  ({:.2} s, {})",
+                    "h={h:<6} K={k:<3} {mode:<6} {:.4} TFLOP/s  x{} vs seq{torch}  ({:.2} s, {})",
                     row.tflops,
-                    row.ratio_vs_seq,
+                    ratio(row.ratio_vs_seq),
                     s,
                     plan.precision.name()
                 ));
@@ -842,23 +851,19 @@ impl Results {
             );
         }
         out +=
-            "h          K    mode    TFLOP/s   vs seq   % gemm   seconds   images/s   vs torch\n";
+            "h            K    mode    TFLOP/s   vs seq   % gemm   seconds   images/s   vs torch\n";
         for r in &self.rows {
             out += &format!(
-                "{:<10} {:<4} {:<7} {:<9.4} {:<8.2} {:<8.1} {:<9.2} {:<10.0} {}\n",
+                "{:<12} {:<4} {:<7} {:<9.4} {:<8} {:<8.1} {:<9.2} {:<10.0} {}\n",
                 r.h.to_string(),
                 r.k,
                 r.mode,
                 r.tflops,
-                r.ratio_vs_seq,
+                ratio(r.ratio_vs_seq),
                 self.pct_of_gemm(r),
                 r.seconds,
                 r.images_per_s,
-                if r.vs_torch.is_nan() {
-                    "-".to_string()
-                } else {
-                    format!("{:.2}", r.vs_torch)
-                }
+                ratio(r.vs_torch)
             );
         }
         if let (Some(mean), Some(median), Some(cost)) = (
