@@ -482,6 +482,27 @@ mod tests {
     }
 
     #[test]
+    fn groups_of_three_depths_still_pay_where_launches_bound_the_lanes() {
+        let gpu = MixRates::of(DeviceKind::Cuda(0));
+        // 64 small trials of 1-3 hidden layers: about 22 launches each
+        // through lanes, against one group 4 layers deep with 3 exits.
+        let small: Vec<_> = (0..64)
+            .map(|i| MixMember {
+                launches: launches(2 + i % 3, false, false),
+                ..mlp(64.0 + i as f64, 128.0)
+            })
+            .collect();
+        let group = mixed_launches(4, false, 3);
+        assert!(mixed_group_pays(gpu, &small, group));
+        // Never on the CPU.
+        assert!(!mixed_group_pays(
+            MixRates::of(DeviceKind::Cpu),
+            &small,
+            group
+        ));
+    }
+
+    #[test]
     fn a_shallower_member_sweeps_the_layers_it_lacks_as_padding() {
         assert_eq!(padding_units(&[16, 12], &[24, 12]), 8);
         // One layer of a layout of three: the padding of its own, the rest whole.
