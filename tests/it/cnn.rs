@@ -174,6 +174,56 @@ fn fused_cnn_trials_store_what_they_store_alone() {
     }
 }
 
+/// `mix_widths = "on"`: conv nets of one conv net whose heads differ in
+/// width and depth share groups (the conv net batched, the heads as
+/// grouped products), and each stores what it stores alone, bit for bit.
+#[test]
+fn conv_nets_whose_heads_differ_share_groups_and_store_what_they_store_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = |name: &str, fuse: u64, mix: &str| {
+        cnn_study(name, 6, "[data]\nsource = \"digits\"\n", fuse)
+            .replace("width = 16", "width = { int = [8, 24] }")
+            .replace("depth = 1", "depth = { int = [1, 2] }")
+            .replace(
+                "[scheduler]\n",
+                &format!("[scheduler]\nmix_widths = \"{mix}\"\nmax_concurrent = 6\nlanes = 1\n"),
+            )
+    };
+    write(dir.path(), "m.toml", &study("mixed", 6, "on"));
+    write(dir.path(), "a.toml", &study("alone", 1, "off"));
+    for f in ["m.toml", "a.toml"] {
+        let out = run_in(dir.path(), &[f, "--no-progress"]);
+        assert_eq!(out.status.code(), Some(0), "{f}: {}", text(&out));
+    }
+    let (mdb, adb) = (dir.path().join("mixed.db"), dir.path().join("alone.db"));
+    let (mixed, alone) = (trials(&mdb, None), trials(&adb, None));
+    assert_eq!(mixed.len(), 6);
+    for (m, a) in mixed.iter().zip(&alone) {
+        assert_eq!(m.params, a.params, "same seed, same proposals");
+        assert_eq!(
+            m.intermediate, a.intermediate,
+            "trial {}: bit for bit",
+            m.number
+        );
+    }
+    let head = |n: i64| {
+        let p = |name: &str| {
+            mixed[n as usize]
+                .params
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.internal)
+        };
+        (p("width"), p("depth"))
+    };
+    let g = crate::fusion::groups(&mdb);
+    assert!(
+        g.iter()
+            .any(|(n, with)| with.iter().any(|&o| head(o) != head(*n))),
+        "no group mixed heads: {g:?}"
+    );
+}
+
 /// ASHA on conv nets: trials pause at their rungs (swapped out when memory
 /// is wanted), are promoted or end PRUNED, and the study completes.
 #[test]

@@ -110,7 +110,7 @@ fn the_median_rule_prunes_members_out_of_their_groups() {
 }
 
 /// Each trial's `salus:fused_with`: the trial numbers of its last group.
-fn groups(db: &std::path::Path) -> Vec<(i64, Vec<i64>)> {
+pub(crate) fn groups(db: &std::path::Path) -> Vec<(i64, Vec<i64>)> {
     let n = scalar(db, "SELECT COUNT(*) FROM trials");
     (0..n)
         .filter_map(|number| {

@@ -122,7 +122,8 @@ impl<B: Backend> FusedControl<B> {
 }
 
 /// The key `trial` shares a group of mixed shapes under
-/// ([`FusionKey::mixable`]), when it may be in one: an MLP.
+/// ([`FusionKey::mixable`]), when it may be in one: a net with hidden
+/// layers.
 pub fn mixable_key<B: Backend>(trial: &TrainTrial<B>) -> Option<FusionKey> {
     trial.fusion_key().mixable()
 }

@@ -507,7 +507,8 @@ impl<B: Backend> ModelGroup<B> {
     /// element-wise ops and the optimizer run over the whole layout: what
     /// they write into a padding is never read by a product, nor exported.
     /// Dropout draws each slot's own mask ([`kernels::RowsWithin`]). Conv
-    /// nets are refused.
+    /// nets share a group when their conv nets are the same (only their
+    /// heads differ): the conv net is the group's usual batched launches.
     pub fn zeroed_mixed(
         lane: &mut Lane<B>,
         specs: &[ModelSpec],
@@ -573,11 +574,6 @@ impl<B: Backend> ModelGroup<B> {
             hidden: Vec::new(),
             ..s.clone()
         };
-        if first.conv.is_some() {
-            return Err(WorkerError::Config(
-                "conv nets of different shapes cannot share a group".into(),
-            ));
-        }
         if specs.iter().any(|s| unwidened(s) != unwidened(first)) {
             return Err(WorkerError::Config(
                 "trials in one group may differ in their hidden layers only".into(),
@@ -607,8 +603,9 @@ impl<B: Backend> ModelGroup<B> {
     /// each. `None` when the slots' widths do not differ (the same layout).
     fn runs(&self, s: usize) -> Option<Vec<(usize, usize, usize)>> {
         self.widths.as_ref()?;
-        let mut runs = Vec::new();
         let own = self.slot_spec(s).layers();
+        // A conv net's parameters (the same net for every slot) lie first.
+        let mut runs = vec![(0, 0, own[0].w_off)];
         // Hidden layers in order; the output layer to the layout's.
         let (own_out, layout_out) = (own.len() - 1, self.layers.len() - 1);
         let laid = (0..own.len()).map(|i| if i == own_out { layout_out } else { i });
@@ -1283,7 +1280,17 @@ impl<B: Backend> ModelGroup<B> {
             .batched(k, rows * fo, n, rows * fi)
             .precision(self.shape.spec.precision);
         let w = at(&self.params, layer.w_off);
-        b.gemm(ctx, &dh, dz, w, cw.head_input_grad())?;
+        // Of a group of mixed heads, each slot's own first layer.
+        self.layer_gemm(
+            b,
+            ctx,
+            (0, 0),
+            Product::InputGrad,
+            &dh,
+            dz,
+            w,
+            cw.head_input_grad(),
+        )?;
         if per_layer {
             self.update_beside(b, ctx, [&ws.grads, &ws.step], offsets, run)?;
         }

@@ -39,10 +39,11 @@ pub struct FusionKey {
 impl FusionKey {
     /// The key with the hidden layers left out (their widths and their
     /// number): trials whose keys agree here can share a group of mixed
-    /// shapes ([`crate::ModelGroup::zeroed_mixed`]). `None` for conv nets,
-    /// and for a net without hidden layers (nothing to mix).
+    /// shapes ([`crate::ModelGroup::zeroed_mixed`]); conv nets' keys keep
+    /// their conv net, so only their heads may differ. `None` for a net
+    /// without hidden layers (nothing to mix).
     pub fn mixable(&self) -> Option<FusionKey> {
-        if self.shape.spec.conv.is_some() || self.shape.spec.hidden.is_empty() {
+        if self.shape.spec.hidden.is_empty() {
             return None;
         }
         let mut key = self.clone();

@@ -391,6 +391,76 @@ fn mixed_shapes_equal_lone_trials(dropout: bool, depths: bool) {
     }
 }
 
+/// Conv nets share a group of mixed shapes when only their heads differ;
+/// each member's reports are the bits of the trial alone.
+#[test]
+fn conv_nets_of_one_conv_net_mix_their_heads() {
+    let mut lane = cpu_lane(2);
+    let shape = training::data::ImageShape { h: 8, w: 8, c: 3 };
+    let data =
+        training::data::split(&training::data::synthetic_images(90, shape, 4, 3), 0.25, 0).unwrap();
+    let dev = upload(&mut lane, &data);
+    let cfgs: Vec<TrialConfig> = [vec![16], vec![8, 12], vec![24, 6]]
+        .into_iter()
+        .zip(configs())
+        .map(|(hidden, mut c)| {
+            c.hidden = hidden;
+            c.batch_size = 12;
+            c.conv = Some(residual_net(shape, vec![6, 8]));
+            c
+        })
+        .collect();
+    let trials: Vec<_> = cfgs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let t = TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap();
+            (i as u64, t)
+        })
+        .collect();
+    let mut other = cfgs[0].clone();
+    other.conv = Some(residual_net(shape, vec![6, 10]));
+    let odd = TrainTrial::new_on_host(dev.clone(), other).unwrap();
+    let mut with_odd: Vec<_> = cfgs[1..]
+        .iter()
+        .map(|c| TrainTrial::new_on_host(dev.clone(), c.clone()).unwrap())
+        .chain([odd])
+        .enumerate()
+        .map(|(i, t)| (i as u64, t))
+        .collect();
+    let refused = FusedTrials::mixed(std::mem::take(&mut with_odd), 3).err();
+    assert!(
+        refused.is_some_and(|e| e.to_string().contains("hidden layers")),
+        "another conv net must not join"
+    );
+    let mut group = FusedTrials::mixed(trials, 3).unwrap();
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut left = Vec::new();
+    for it in 0.. {
+        if group.live_members() == 0 {
+            break;
+        }
+        if it == 3 {
+            assert!(group.swap_out(&mut lane).unwrap() > 0);
+        }
+        step_once(&mut group, &mut lane, it, &mut got, &mut left);
+    }
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let mut t = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
+        let lone = run_to_end(&mut t, &mut lane);
+        let fused = &got[&(i as u64)];
+        assert_eq!(fused.len(), lone.len(), "member {i}: report count");
+        for (a, b) in fused.iter().zip(&lone) {
+            assert_eq!(
+                a.val_loss.to_bits(),
+                b.val_loss.to_bits(),
+                "member {i} ({:?}): val_loss",
+                cfg.hidden
+            );
+        }
+    }
+}
+
 #[test]
 fn a_group_of_mixed_shapes_refuses_other_differences_than_hidden_layers_and_dropout() {
     let mut lane = cpu_lane(1);

@@ -33,8 +33,9 @@ fn two_lanes<B: Backend>(b: Arc<B>) -> (Lane<B>, Lane<B>) {
 }
 
 /// 50 iterations of a 3-slot group (dropout, Adam and AdamW or SGD with
-/// momentum), with `mixed` a group of three depths and widths: every
-/// slot's final state and the validation statistics.
+/// momentum), with `mixed` a group of three depths and widths (of one conv
+/// net's heads with `cnn`): every slot's final state and the validation
+/// statistics.
 fn fifty_steps<B: Backend>(
     lane: &mut Lane<B>,
     sgd: bool,
@@ -127,6 +128,7 @@ fn replay_equals_eager_over_50_iterations<B: Backend>(b: Arc<B>) {
         (true, false, false),
         (false, true, false),
         (false, false, true),
+        (false, true, true),
     ] {
         let (want, want_val, none) = fifty_steps(&mut eager, sgd, cnn, mixed);
         let (got, got_val, held) = fifty_steps(&mut graphs, sgd, cnn, mixed);
@@ -184,6 +186,7 @@ fn per_layer_steps_equal_one_step_after_backward<B: Backend>(b: Arc<B>) {
         (true, true, false),
         (false, false, true),
         (true, false, true),
+        (true, true, true),
     ] {
         let (want, want_val, _) = fifty_steps(&mut after, sgd, cnn, mixed);
         let (got, got_val, _) = fifty_steps(&mut per_layer, sgd, cnn, mixed);

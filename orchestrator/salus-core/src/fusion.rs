@@ -169,6 +169,20 @@ pub fn padding_units(hidden: &[usize], layout: &[usize]) -> usize {
         .sum()
 }
 
+/// Backend ops of one conv unit in an iteration, counted from the conv
+/// net's passes: forward its convolution, batch norm (or bias),
+/// activation and pooling; backward their four gradients and the
+/// convolution's data gradient.
+pub const CONV_UNIT_OPS: usize = 9;
+
+/// Ops of one iteration of `spec`'s conv net, if any: a group of mixed
+/// heads runs them once for all its members.
+pub fn conv_ops(spec: &training::ModelSpec) -> usize {
+    spec.conv
+        .as_ref()
+        .map_or(0, |c| CONV_UNIT_OPS * c.plan().units.len())
+}
+
 /// What the mixing cost model needs of `trial` in a group laid out as
 /// `layout` (its hidden widths, [`training::mixed_hidden`]).
 pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMember {
@@ -188,7 +202,7 @@ pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMem
     let passes = if dropout { 10.0 } else { 8.0 };
     MixMember {
         flops: trial.flops_per_iteration(),
-        launches: launches(spec.hidden.len() + 1, dropout, false),
+        launches: launches(spec.hidden.len() + 1, dropout, false) + conv_ops(spec),
         dropout,
         // The optimizer reads and writes parameters, gradients and state.
         padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
@@ -208,7 +222,9 @@ pub fn mixing_pays<B: Backend>(
     let dropout = costs.iter().any(|c| c.dropout);
     let depths: std::collections::BTreeSet<usize> =
         trials.iter().map(|t| t.spec().hidden.len()).collect();
-    let group = mixed_launches(layout.len() + 1, dropout, depths.len());
+    // Members of one key share their conv net, which the group runs once.
+    let trunk = trials.first().map_or(0, |t| conv_ops(t.spec()));
+    let group = mixed_launches(layout.len() + 1, dropout, depths.len()) + trunk;
     mixed_group_pays(MixRates::of(kind), &costs, group)
 }
 
@@ -500,6 +516,38 @@ mod tests {
             &small,
             group
         ));
+    }
+
+    #[test]
+    fn a_conv_net_counts_its_units_ops_and_an_mlp_none() {
+        let net = training::model::ConvNetSpec {
+            image: training::model::ImageShape { h: 8, w: 8, c: 1 },
+            stages: vec![4, 8],
+            blocks_per_stage: 2,
+            kernel: 3,
+            residual: false,
+            batch_norm: true,
+            pool: kernels::PoolKind::Max,
+            global_pool: false,
+            augment: None,
+        };
+        let units = net.plan().units.len();
+        assert_eq!(units, 4, "two stages of two units");
+        let mlp = training::ModelSpec {
+            input: 64,
+            hidden: vec![16],
+            output: 10,
+            activation: kernels::Activation::Relu,
+            loss: training::LossKind::CrossEntropy,
+            conv: None,
+            precision: Default::default(),
+        };
+        assert_eq!(conv_ops(&mlp), 0);
+        let cnn = training::ModelSpec {
+            conv: Some(net),
+            ..mlp
+        };
+        assert_eq!(conv_ops(&cnn), 4 * CONV_UNIT_OPS);
     }
 
     #[test]
