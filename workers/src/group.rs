@@ -1201,8 +1201,7 @@ impl<B: Backend> ModelGroup<B> {
                 self.layer_gemm(b, ctx, (p, e), Product::InputGrad, &dh, dz, w, dh_out)?;
             }
             if l == 0 {
-                let from_logits = last == 0;
-                self.backward_first(b, ctx, ws, rows, offsets, per_layer, from_logits)?;
+                self.backward_first(b, ctx, ws, rows, offsets, per_layer)?;
                 break;
             }
             if per_layer {
@@ -1246,9 +1245,7 @@ impl<B: Backend> ModelGroup<B> {
 
     /// The end of the backward pass at the first layer, whose products
     /// are done: the conv net's backward pass, if any, and the first
-    /// layer's optimizer step (and the conv net's) with `per_layer`. Its
-    /// dL/dz is in `dlogits` when it is the output layer.
-    #[allow(clippy::too_many_arguments)]
+    /// layer's optimizer step (and the conv net's) with `per_layer`.
     fn backward_first(
         &mut self,
         b: &B,
@@ -1257,7 +1254,6 @@ impl<B: Backend> ModelGroup<B> {
         rows: usize,
         offsets: StepOffsets,
         per_layer: bool,
-        from_logits: bool,
     ) -> Result<()> {
         let (k, n) = (self.slots.len(), self.n);
         let layer = self.layers[0];
@@ -1270,7 +1266,8 @@ impl<B: Backend> ModelGroup<B> {
             return Ok(());
         };
         // The head's input gradient, then the conv net's backward pass.
-        let dz = if from_logits {
+        // Its dL/dz is in `dlogits` when it is the output layer.
+        let dz = if self.layers.len() == 1 {
             at(&ws.dlogits, 0)
         } else {
             at(&ws.dz, 0)
