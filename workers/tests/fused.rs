@@ -391,6 +391,86 @@ fn mixed_shapes_equal_lone_trials(dropout: bool, depths: bool) {
     }
 }
 
+/// The layout rule: as deep as the deepest, each layer as wide as the
+/// widest that has it, the last as wide as every member's last; a member
+/// fits a layout it is no deeper and no wider than.
+#[test]
+fn a_mixed_layout_covers_every_member_and_a_joiner_must_fit_it() {
+    let layout = |h: &[&[usize]]| training::mixed_hidden(h).unwrap();
+    assert_eq!(layout(&[&[16, 12], &[24, 5]]), vec![24, 12]);
+    assert_eq!(layout(&[&[8, 8, 24], &[24], &[8, 8]]), vec![24, 8, 24]);
+    assert_eq!(layout(&[&[24], &[8, 8]]), vec![24, 24]);
+    assert!(training::mixed_hidden(&[&[8], &[]]).is_err());
+    assert!(training::fits_layout(&[8, 8], &[24, 8, 24]));
+    assert!(training::fits_layout(&[24], &[24, 8, 24]));
+    assert!(
+        !training::fits_layout(&[8, 9], &[24, 8, 24]),
+        "a layer too wide"
+    );
+    assert!(
+        !training::fits_layout(&[8, 8, 8, 8], &[24, 8, 24]),
+        "too deep"
+    );
+    assert!(
+        !training::fits_layout(&[30], &[30, 8, 24]),
+        "its last too wide"
+    );
+    // Without the deepest member, the others' own layout would be larger
+    // than the one their group reserved: `[24, 24]` does not fit
+    // `[24, 8, 24]`, so such a group keeps the reserved layout.
+    assert!(!training::fits_layout(&[24, 24], &[24, 8, 24]));
+}
+
+/// The deepest member of a group of mixed depths leaves: the others' own
+/// layout would outgrow the reserved one, so the group keeps it, and each
+/// member still reports the bits of the trial alone.
+#[test]
+fn a_group_whose_deepest_member_leaves_keeps_its_reserved_layout() {
+    let mut lane = cpu_lane(2);
+    let dev = upload(&mut lane, &small_classification());
+    let cfgs: Vec<TrialConfig> = [vec![8, 8, 24], vec![24], vec![8, 8]]
+        .into_iter()
+        .zip(configs())
+        .map(|(hidden, mut c)| {
+            c.hidden = hidden;
+            c
+        })
+        .collect();
+    let mut group = FusedTrials::mixed(on_host(&dev, &cfgs), 3).unwrap();
+    let control = group.control();
+    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
+    let mut left = Vec::new();
+    for it in 0.. {
+        if group.live_members() == 0 {
+            break;
+        }
+        if it == 2 {
+            control.leave(0);
+        }
+        step_once(&mut group, &mut lane, it, &mut got, &mut left);
+    }
+    assert_eq!(left, vec![(2, 0)]);
+    let mut zero = control.take_left().pop().unwrap().1;
+    zero.swap_in(&mut lane).unwrap();
+    got.entry(0)
+        .or_default()
+        .extend(run_to_end(&mut zero, &mut lane));
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let mut t = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
+        let lone = run_to_end(&mut t, &mut lane);
+        let fused = &got[&(i as u64)];
+        assert_eq!(fused.len(), lone.len(), "member {i}: report count");
+        for (a, b) in fused.iter().zip(&lone) {
+            assert_eq!(
+                a.val_loss.to_bits(),
+                b.val_loss.to_bits(),
+                "member {i} ({:?})",
+                cfg.hidden
+            );
+        }
+    }
+}
+
 /// Conv nets share a group of mixed shapes when only their heads differ;
 /// each member's reports are the bits of the trial alone.
 #[test]
