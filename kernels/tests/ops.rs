@@ -205,6 +205,52 @@ fn gemm_batched_equals_single_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// A member of size 0 (a layer its trial does not have, in a group of
+/// mixed depths) writes nothing; the members beside it are their products.
+fn gemm_grouped_members_of_size_0_write_nothing<B: Backend>(d: &mut D<B>) {
+    let sizes = [(8, 6, 5), (0, 0, 0), (8, 10, 12)];
+    let (mm, nn, kk) = (8, 10, 12);
+    let (sa, sb, sc) = (mm * kk, kk * nn, mm * nn);
+    let count = sizes.len();
+    let a = rand_vec(sa * count, 31, 1.0);
+    let b = rand_vec(sb * count, 32, 1.0);
+    let (ab, bb) = (d.put(&a), d.put(&b));
+    let mut cb = d.put(&vec![7.0f32; sc * count]);
+    let base = Gemm::new(mm, nn, kk).batched(count, sa, sb, sc);
+    let g = GroupedGemm {
+        base,
+        sizes: &sizes,
+    };
+    d.b.gemm_grouped(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+        .unwrap();
+    let got = d.get(&cb);
+    assert!(
+        got[sc..2 * sc].iter().all(|&x| x == 7.0),
+        "the member of size 0 wrote"
+    );
+    for i in [0, 2] {
+        let (m, n, k) = sizes[i];
+        let pack = |src: &[f32], rows: usize, len: usize, ld: usize| -> Vec<f64> {
+            (0..rows)
+                .flat_map(|r| src[r * ld..r * ld + len].iter().map(|&x| x as f64))
+                .collect()
+        };
+        let want = gemm_ref(
+            m,
+            n,
+            k,
+            false,
+            false,
+            &pack(&a[i * sa..], m, k, kk),
+            &pack(&b[i * sb..], k, n, nn),
+        );
+        let block: Vec<f32> = (0..m)
+            .flat_map(|r| got[i * sc + r * nn..i * sc + r * nn + n].to_vec())
+            .collect();
+        assert_close(&format!("member {i}"), &block, &want, 1e-5);
+    }
+}
+
 /// Members of different sizes inside one padded layout (the pitches of
 /// the largest), in the three forms an MLP layer multiplies: each member's
 /// block equals the float64 product, and the same product alone on packed
@@ -1511,6 +1557,7 @@ kernels::device_tests!(
     gemm_backward_finite_differences,
     gemm_batched_equals_single_calls,
     gemm_grouped_members_equal_their_products_alone,
+    gemm_grouped_members_of_size_0_write_nothing,
     bias_add_and_col_sum,
     col_sum_of_many_rows_and_columns,
     bias_activation_equals_bias_add_then_activation,
