@@ -1506,7 +1506,7 @@ impl<B: Backend> ModelGroup<B> {
     ) -> Result<usize> {
         if self.slot_spec(src) != self.slot_spec(dst) {
             return Err(WorkerError::BadState(
-                "slots of different widths cannot take each other's state".into(),
+                "slots of different shapes cannot take each other's state".into(),
             ));
         }
         let (n, m) = (self.n, self.n_running);
