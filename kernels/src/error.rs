@@ -127,6 +127,12 @@ pub(crate) fn check_gemm(g: &crate::ops::Gemm) -> Result<bool> {
 
 /// [`check_gemm`] of every member of a grouped GEMM.
 pub(crate) fn check_gemm_grouped(g: &crate::ops::GroupedGemm<'_>) -> Result<()> {
+    if g.pitches.is_some_and(|p| p.len() != g.sizes.len()) {
+        return Err(shape_err(
+            "gemm_grouped",
+            "every member needs its pitches, or none does",
+        ));
+    }
     for i in 0..g.sizes.len() {
         check_gemm(&g.member(i))?;
     }

@@ -201,12 +201,15 @@ impl Gemm {
 /// A grouped GEMM: a strided batch (`base`, its `batch` ignored) whose
 /// members each have their own `(m, n, k)`, all inside the pitches and
 /// strides of `base` (the layout of the largest member: `base`'s own sizes
-/// give its pitches unless [`Gemm::leading`] sets them). Trials of different
-/// widths in one group multiply this way, each member exactly as alone.
+/// give its pitches unless [`Gemm::leading`] sets them), or inside pitches
+/// of their own (`pitches`: each member's `(ld_a, ld_b, ld_c)`). Trials of
+/// different widths in one group multiply this way, each member exactly as
+/// alone.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupedGemm<'a> {
     pub base: Gemm,
     pub sizes: &'a [(usize, usize, usize)],
+    pub pitches: Option<&'a [(usize, usize, usize)]>,
 }
 
 impl GroupedGemm<'_> {
@@ -214,8 +217,12 @@ impl GroupedGemm<'_> {
     /// `i * stride` from the group's.
     pub fn member(&self, i: usize) -> Gemm {
         let (m, n, k) = self.sizes[i];
-        // The pitches stay the layout's, whatever the member's own sizes.
-        let (ld_a, ld_b, ld_c) = self.base.lds();
+        // The layout's pitches, whatever the member's own sizes, unless
+        // the member has its own.
+        let (ld_a, ld_b, ld_c) = match self.pitches {
+            Some(p) => p[i],
+            None => self.base.lds(),
+        };
         Gemm {
             m,
             n,

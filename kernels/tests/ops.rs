@@ -205,6 +205,58 @@ fn gemm_batched_equals_single_calls<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Members whose operands are packed in pitches of their own (a group's
+/// weights, each slot's at the start of its block): each is its product,
+/// and C is written only inside each member's own rows.
+fn gemm_grouped_members_in_pitches_of_their_own<B: Backend>(d: &mut D<B>) {
+    let sizes = [(6, 7, 5), (6, 3, 9), (6, 12, 2)];
+    let pitches: Vec<_> = sizes.iter().map(|&(_, n, k)| (k, n, n)).collect();
+    let (mm, nn, kk) = (6, 12, 9);
+    let (sa, sb, sc) = (mm * kk, kk * nn, mm * nn);
+    let count = sizes.len();
+    let a = rand_vec(sa * count, 41, 1.0);
+    let b = rand_vec(sb * count, 42, 1.0);
+    let (ab, bb) = (d.put(&a), d.put(&b));
+    let mut cb = d.put(&vec![7.0f32; sc * count]);
+    let g = GroupedGemm {
+        base: Gemm::new(mm, nn, kk).batched(count, sa, sb, sc),
+        sizes: &sizes,
+        pitches: Some(&pitches),
+    };
+    d.b.gemm_grouped(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+        .unwrap();
+    let got = d.get(&cb);
+    for (i, &(m, n, k)) in sizes.iter().enumerate() {
+        let packed = |src: &[f32], len: usize| -> Vec<f64> {
+            src[..len].iter().map(|&x| x as f64).collect()
+        };
+        let want = gemm_ref(
+            m,
+            n,
+            k,
+            false,
+            false,
+            &packed(&a[i * sa..], m * k),
+            &packed(&b[i * sb..], k * n),
+        );
+        let c = &got[i * sc..(i + 1) * sc];
+        assert_close(&format!("member {i}"), &c[..m * n], &want, 1e-5);
+        assert!(
+            c[m * n..].iter().all(|&x| x == 7.0),
+            "member {i} wrote past its rows"
+        );
+    }
+    let bad = GroupedGemm {
+        pitches: Some(&pitches[..2]),
+        ..g
+    };
+    assert!(
+        d.b.gemm_grouped(&mut d.ctx, &bad, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
+            .is_err(),
+        "pitches for some members only"
+    );
+}
+
 /// A member of size 0 (a layer its trial does not have, in a group of
 /// mixed depths) writes nothing; the members beside it are their products.
 fn gemm_grouped_members_of_size_0_write_nothing<B: Backend>(d: &mut D<B>) {
@@ -220,6 +272,7 @@ fn gemm_grouped_members_of_size_0_write_nothing<B: Backend>(d: &mut D<B>) {
     let g = GroupedGemm {
         base,
         sizes: &sizes,
+        pitches: None,
     };
     d.b.gemm_grouped(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
         .unwrap();
@@ -276,6 +329,7 @@ fn gemm_grouped_members_equal_their_products_alone<B: Backend>(d: &mut D<B>) {
         let g = GroupedGemm {
             base,
             sizes: &sizes,
+            pitches: None,
         };
         d.b.gemm_grouped(&mut d.ctx, &g, at(&ab, 0), at(&bb, 0), at_mut(&mut cb, 0))
             .unwrap();
@@ -1558,6 +1612,7 @@ kernels::device_tests!(
     gemm_batched_equals_single_calls,
     gemm_grouped_members_equal_their_products_alone,
     gemm_grouped_members_of_size_0_write_nothing,
+    gemm_grouped_members_in_pitches_of_their_own,
     bias_add_and_col_sum,
     col_sum_of_many_rows_and_columns,
     bias_activation_equals_bias_add_then_activation,

@@ -599,8 +599,9 @@ impl<B: Backend> ModelGroup<B> {
     }
 
     /// Where slot `s`'s own packed vector lies in the group's layout: runs
-    /// of `(own offset, layout offset, length)`, a weight row or a bias
-    /// each. `None` when the slots' widths do not differ (the same layout).
+    /// of `(own offset, layout offset, length)`, a layer's weights or bias
+    /// each (and the conv net's parameters first). `None` when the slots'
+    /// widths do not differ (the same layout).
     fn runs(&self, s: usize) -> Option<Vec<(usize, usize, usize)>> {
         self.widths.as_ref()?;
         let own = self.slot_spec(s).layers();
@@ -609,10 +610,10 @@ impl<B: Backend> ModelGroup<B> {
         // Hidden layers in order; the output layer to the layout's.
         let (own_out, layout_out) = (own.len() - 1, self.layers.len() - 1);
         let laid = (0..own.len()).map(|i| if i == own_out { layout_out } else { i });
+        // A slot's weights lie packed at the start of the layout's (its
+        // products use its own pitches), its bias at the start of the bias.
         for (o, l) in own.iter().zip(laid.map(|i| &self.layers[i])) {
-            for r in 0..o.fan_in {
-                runs.push((o.w_off + r * o.fan_out, l.w_off + r * l.fan_out, o.fan_out));
-            }
+            runs.push((o.w_off, l.w_off, o.fan_in * o.fan_out));
             runs.push((o.b_off, l.b_off, o.fan_out));
         }
         Some(runs)
@@ -684,25 +685,30 @@ impl<B: Backend> ModelGroup<B> {
             self.layers.len() - 1,
         );
         let width = |w: &[usize], i: usize| if i == 0 { input } else { w[i - 1] };
-        let sizes: Vec<_> = widths
+        let layout = g.lds();
+        let (sizes, pitches): (Vec<_>, Vec<_>) = widths
             .iter()
             .map(|w| {
                 let (fi, fo) = match l == last {
                     true if w.len() == exit => (width(w, exit), output),
                     false if l < w.len() => (width(w, l), w[l]),
                     // Not this slot's layer: no product.
-                    _ => return (0, 0, 0),
+                    _ => return ((0, 0, 0), layout),
                 };
+                // The activations in the layout's pitches; the slot's
+                // weights (or their gradient) packed, `fo` to a row.
+                let (la, lb, lc) = layout;
                 match form {
-                    Product::Forward => (g.m, fo, fi),
-                    Product::WeightGrad => (fi, fo, g.k),
-                    Product::InputGrad => (g.m, fi, fo),
+                    Product::Forward => ((g.m, fo, fi), (la, fo, lc)),
+                    Product::WeightGrad => ((fi, fo, g.k), (la, lb, fo)),
+                    Product::InputGrad => ((g.m, fi, fo), (la, fo, lc)),
                 }
             })
-            .collect();
+            .unzip();
         let grouped = kernels::GroupedGemm {
             base: *g,
             sizes: &sizes,
+            pitches: Some(&pitches),
         };
         Ok(b.gemm_grouped(ctx, &grouped, x, y, out)?)
     }

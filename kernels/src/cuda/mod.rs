@@ -1015,7 +1015,6 @@ impl Backend for CudaBackend {
         }
         let arrays = ctx.grouped.as_ref().expect("made above").ptr(0);
         let l = &g.base;
-        let (lda, ldb, ldc) = l.lds();
         let op = |t: bool| {
             if t {
                 cublasOperation_t::CUBLAS_OP_T
@@ -1053,10 +1052,17 @@ impl Backend for CudaBackend {
                 sizes.iter().map(|x| f(x) as i32).collect()
             };
             let (m, n, k) = (ints(|x| x.1), ints(|x| x.0), ints(|x| x.2));
-            let same = |v: usize| vec![v.max(1) as i32; count];
+            // Each member's pitches (the layout's unless it has its own);
+            // cuBLAS wants every one >= 1.
+            let pitch = |f: fn((usize, usize, usize)) -> usize| -> Vec<i32> {
+                (first..first + count)
+                    .map(|i| f(g.member(i).lds()).max(1) as i32)
+                    .collect()
+            };
             let (ta, tb) = (vec![op(l.trans_b); count], vec![op(l.trans_a); count]);
             let (alpha, beta) = (vec![l.alpha; count], vec![l.beta; count]);
-            let (la, lb, lc, ones) = (same(ldb), same(lda), same(ldc), same(1));
+            let (la, lb, lc) = (pitch(|p| p.1), pitch(|p| p.0), pitch(|p| p.2));
+            let ones = vec![1i32; count];
             let word = 8 * count as u64;
             // SAFETY: every member's extent was checked; the pointer arrays
             // hold `count` pointers each, written above on this stream; the
