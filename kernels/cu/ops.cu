@@ -12,10 +12,11 @@
 
 typedef unsigned long long u64;
 
-struct SgdParam { float lr; float momentum; float weight_decay; int nesterov; };
+// len: the slot's own parameters from the run's start (a ragged run).
+struct SgdParam { float lr; float momentum; float weight_decay; int nesterov; unsigned int len; };
 struct SgdParams { SgdParam s[MAX_SLOTS]; };
 
-struct AdamParam { float decay; float l2; float beta1; float beta2; float eps; float pad; };
+struct AdamParam { float decay; float l2; float beta1; float beta2; float eps; unsigned int len; };
 struct AdamParams { AdamParam s[MAX_SLOTS]; };
 
 struct DropoutParam { u64 seed; float p; float scale; unsigned int width; unsigned int stride; };
@@ -284,12 +285,14 @@ extern "C" __global__ void mse(
 // --- optimizers, in PyTorch's semantics ----------------------------------
 
 // velocity may be null; a slot with momentum 0 takes the plain step.
-// Slot s's n parameters start at s * stride (a layer's run, or stride = n).
+// Slot s's n parameters start at s * stride (a layer's run, or stride = n);
+// it steps the first h.len of them (a group of mixed shapes' own ones).
 extern "C" __global__ void sgd_step(
     u64 n, u64 stride, SgdParams ps, float* params, const float* grads, float* velocity) {
     SgdParam h = ps.s[blockIdx.y];
     u64 base = (u64)blockIdx.y * stride;
-    GRID_STRIDE(i, n) {
+    u64 own = min(n, (u64)h.len);
+    GRID_STRIDE(i, own) {
         u64 j = base + i;
         float p = params[j];
         float g = grads[j];
@@ -319,7 +322,8 @@ extern "C" __global__ void adam_step(
     float step_size = scalars[2 * blockIdx.y];
     float inv_sqrt_bc2 = scalars[2 * blockIdx.y + 1];
     u64 base = (u64)blockIdx.y * stride;
-    GRID_STRIDE(i, n) {
+    u64 own = min(n, (u64)h.len);
+    GRID_STRIDE(i, own) {
         u64 j = base + i;
         float p = params[j];
         float gi = grads[j] + h.l2 * p;

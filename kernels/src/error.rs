@@ -196,6 +196,9 @@ pub(crate) fn check_param_run<S>(
             ),
         ));
     }
+    if run.lens.is_some_and(|l| l.len() != run.settings.len()) {
+        return Err(shape_err(op, "every slot needs its length, or none does"));
+    }
     Ok(())
 }
 

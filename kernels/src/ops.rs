@@ -294,11 +294,16 @@ impl<S> Slots<'_, S> {
 /// out `[slot][n]` is `len = stride = n`; one layer of it is that layer's
 /// length with `stride = n`, so that a layer's step can run as soon as its
 /// gradients are done (see the workers' `OptimizerOrder`).
+///
+/// With `lens`, slot `s` steps only the first `lens[s]` (at most `len`) of
+/// its run: a group of mixed shapes steps each slot's own parameters,
+/// which lie at the start of each layer's block, and not the padding.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ParamRun<'a, S> {
     pub len: usize,
     pub stride: usize,
     pub settings: &'a [S],
+    pub lens: Option<&'a [usize]>,
 }
 
 impl<'a, S> ParamRun<'a, S> {
@@ -308,7 +313,13 @@ impl<'a, S> ParamRun<'a, S> {
             len: n,
             stride: n,
             settings,
+            lens: None,
         }
+    }
+
+    /// How many parameters slot `s` steps from the run's start.
+    pub fn len_of(&self, s: usize) -> usize {
+        self.lens.map_or(self.len, |l| l[s].min(self.len))
     }
 
     /// Elements a buffer must hold from the run's start: the last slot's

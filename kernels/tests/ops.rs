@@ -1491,6 +1491,88 @@ fn copy_within_moves_one_range_over_another<B: Backend>(d: &mut D<B>) {
 /// out `[slot][n]`) equals the whole step there, bit for bit, and leaves
 /// the rest alone; queued [`Backend::beside`] and joined, it gives the same
 /// bits as in order. Runs that overlap are refused.
+/// A ragged run (each slot its own length from the run's start, as a
+/// group of mixed shapes steps its slots' own parameters) steps exactly
+/// those, as the whole step does, and leaves the rest of each slot as it
+/// was; lengths past the run are cut to it.
+fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
+    let (k, n) = (3, 40);
+    let lens = [40, 7, 0];
+    let x = rand_vec(k * n, 51, 1.0);
+    let g = rand_vec(k * n, 52, 0.5);
+    let adams: Vec<_> = (0..k)
+        .map(|s| AdamSlot {
+            lr: 0.01 * (s + 1) as f32,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-6,
+            weight_decay: 0.01,
+            decoupled: s == 1,
+        })
+        .collect();
+    let sgds: Vec<_> = (0..k)
+        .map(|s| SgdSlot {
+            lr: 0.1,
+            momentum: 0.5,
+            weight_decay: 0.01,
+            nesterov: s == 2,
+        })
+        .collect();
+    let scalars = d.adam_scalars(&adams, &[3, 1, 7]);
+    let gb = d.put(&g);
+    let own = |j: usize| j % n < lens[j / n];
+    let check = |what: &str, whole: &[f32], ragged: &[f32], start: &[f32]| {
+        for j in 0..k * n {
+            let want = if own(j) { whole[j] } else { start[j] };
+            assert_eq!(ragged[j].to_bits(), want.to_bits(), "{what} at {j}");
+        }
+    };
+    let v0 = vec![0.1; k * n];
+    let adam = |ragged: bool, d: &mut D<B>| {
+        let (mut p, mut m, mut v) = (d.put(&x), d.put(&g), d.put(&v0));
+        let run = ParamRun {
+            lens: ragged.then_some(&lens[..]),
+            ..ParamRun::whole(n, &adams)
+        };
+        let moments = Moments {
+            m: at_mut(&mut m, 0),
+            v: at_mut(&mut v, 0),
+        };
+        d.b.adam_step(&mut d.ctx, run, at(&scalars, 0), at_mut(&mut p, 0), at(&gb, 0), moments)
+            .unwrap();
+        [d.get(&p), d.get(&m), d.get(&v)]
+    };
+    let (whole, ragged) = (adam(false, d), adam(true, d));
+    for (i, what) in ["adam params", "adam m", "adam v"].iter().enumerate() {
+        check(what, &whole[i], &ragged[i], [&x, &g, &v0][i]);
+    }
+    let sgd = |lens: Option<&[usize]>, d: &mut D<B>| {
+        let (mut p, mut vel) = (d.put(&x), d.put(&v0));
+        let run = ParamRun {
+            lens,
+            ..ParamRun::whole(n, &sgds)
+        };
+        d.b.sgd_step(&mut d.ctx, run, at_mut(&mut p, 0), at(&gb, 0), Some(at_mut(&mut vel, 0)))
+            .unwrap();
+        [d.get(&p), d.get(&vel)]
+    };
+    // A length past the run counts as the run's.
+    let (whole, ragged) = (sgd(None, d), sgd(Some(&[400, 7, 0]), d));
+    check("sgd params", &whole[0], &ragged[0], &x);
+    check("sgd velocity", &whole[1], &ragged[1], &v0);
+    // Lengths for some slots only are refused.
+    let mut p = d.put(&x);
+    let short = ParamRun {
+        lens: Some(&lens[..2]),
+        ..ParamRun::whole(n, &sgds)
+    };
+    let mut vel = d.put(&v0);
+    assert!(
+        d.b.sgd_step(&mut d.ctx, short, at_mut(&mut p, 0), at(&gb, 0), Some(at_mut(&mut vel, 0)))
+            .is_err()
+    );
+}
+
 fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
     let (k, n, start, len) = (3, 50, 12, 20);
     let x = rand_vec(k * n, 31, 1.0);
@@ -1529,6 +1611,7 @@ fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
                     len,
                     stride: n,
                     settings: &adams,
+                    lens: None,
                 },
             ),
         };
@@ -1578,6 +1661,7 @@ fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
                     len,
                     stride: n,
                     settings: &sgds,
+                    lens: None,
                 },
             )
         };
@@ -1595,6 +1679,7 @@ fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
         len: n + 1,
         stride: n,
         settings: &sgds[..1].repeat(2),
+        lens: None,
     };
     assert!(
         d.b.sgd_step(&mut d.ctx, overlapping, at_mut(&mut p, 0), at(&gb, 0), None)
@@ -1625,6 +1710,7 @@ kernels::device_tests!(
     sgd_hand_computed,
     adam_hand_computed,
     optimizer_runs_step_one_layer_of_every_slot,
+    optimizer_ragged_runs_step_each_slot_s_own_length,
     batched_ops_equal_single_slot_calls,
     batched_bias_colsum_mse_equal_single_slot_calls,
     out_of_bounds_views_are_errors,

@@ -12,7 +12,8 @@ pub(crate) fn sgd(
     velocity: Option<&mut [f32]>,
 ) {
     let (stride, slots) = (run.stride, run.settings);
-    let segs = par::segments(ctx, slots.len(), run.len, MIN_ELEMS_PER_TASK);
+    // Each slot's own length: a ragged run leaves the rest as it is.
+    let segs = par::segments_of(ctx, slots.len(), |s| run.len_of(s), MIN_ELEMS_PER_TASK);
     let at = |s: &par::Segment| s.slot * stride + s.start..s.slot * stride + s.end;
     let ps = split_ranges(params, segs.iter().map(at));
     // With no velocity, every task gets `None`.
@@ -58,7 +59,8 @@ pub(crate) fn adam(
     v: &mut [f32],
 ) {
     let (stride, slots) = (run.stride, run.settings);
-    let segs = par::segments(ctx, slots.len(), run.len, MIN_ELEMS_PER_TASK);
+    // Each slot's own length: a ragged run leaves the rest as it is.
+    let segs = par::segments_of(ctx, slots.len(), |s| run.len_of(s), MIN_ELEMS_PER_TASK);
     let at = |s: &par::Segment| s.slot * stride + s.start..s.slot * stride + s.end;
     let (ps, ms, vs) = (
         split_ranges(params, segs.iter().map(at)),

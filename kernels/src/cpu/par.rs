@@ -100,14 +100,24 @@ pub(crate) struct Segment {
 /// Cuts `slots` segments of `per_slot` elements into at most `ctx.threads`
 /// (or one per slot, if more) tasks of at least `min` elements each.
 pub(crate) fn segments(ctx: &CpuCtx, slots: usize, per_slot: usize, min: usize) -> Vec<Segment> {
-    let total = slots * per_slot;
+    segments_of(ctx, slots, |_| per_slot, min)
+}
+
+/// As [`segments`], slot `s` holding `len_of(s)` elements.
+pub(crate) fn segments_of(
+    ctx: &CpuCtx,
+    slots: usize,
+    len_of: impl Fn(usize) -> usize,
+    min: usize,
+) -> Vec<Segment> {
+    let total: usize = (0..slots).map(&len_of).sum();
     let parts = (total / min.max(1)).clamp(1, ctx.threads.max(1));
     let chunk = total.div_ceil(parts).max(1);
     let mut out = Vec::with_capacity(parts + slots);
     for slot in 0..slots {
-        let mut start = 0;
-        while start < per_slot {
-            let end = (start + chunk).min(per_slot);
+        let (mut start, len) = (0, len_of(slot));
+        while start < len {
+            let end = (start + chunk).min(len);
             out.push(Segment { slot, start, end });
             start = end;
         }

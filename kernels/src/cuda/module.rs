@@ -370,7 +370,7 @@ mod tests {
         }
         // The by-value slot arrays have the sizes of the Rust mirrors in params.rs.
         for (param, bytes) in [
-            ("sgd_step_param_2", 16 * MAX_SLOTS),
+            ("sgd_step_param_2", 20 * MAX_SLOTS),
             ("adam_step_param_2", 24 * MAX_SLOTS),
             ("dropout_param_1", 24 * MAX_SLOTS),
         ] {

@@ -13,6 +13,8 @@ pub struct SgdParam {
     momentum: f32,
     weight_decay: f32,
     nesterov: i32,
+    /// The slot's own parameters from the run's start.
+    len: u32,
 }
 
 #[repr(C)]
@@ -23,7 +25,8 @@ pub struct AdamParam {
     beta1: f32,
     beta2: f32,
     eps: f32,
-    pad: f32,
+    /// The slot's own parameters from the run's start.
+    len: u32,
 }
 
 #[repr(C)]
@@ -70,18 +73,25 @@ impl<T: Copy + Default> SlotParams<T> {
     }
 }
 
-pub fn sgd(h: &SgdSlot) -> SgdParam {
+/// A slot's own length in a kernel's word (runs are far below 4 G).
+fn own_len(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
+/// Slot `h`'s scalars, stepping `len` parameters of its run.
+pub fn sgd((h, len): &(SgdSlot, usize)) -> SgdParam {
     SgdParam {
         lr: h.lr,
         momentum: h.momentum,
         weight_decay: h.weight_decay,
         nesterov: h.nesterov as i32,
+        len: own_len(*len),
     }
 }
 
 /// The same derived scalars as the CPU's `optim::adam`; the per-step ones
-/// come from the step block.
-pub fn adam(h: &AdamSlot) -> AdamParam {
+/// come from the step block. It steps `len` parameters of its run.
+pub fn adam((h, len): &(AdamSlot, usize)) -> AdamParam {
     AdamParam {
         decay: if h.decoupled {
             1.0 - h.lr * h.weight_decay
@@ -92,7 +102,7 @@ pub fn adam(h: &AdamSlot) -> AdamParam {
         beta1: h.beta1,
         beta2: h.beta2,
         eps: h.eps,
-        pad: 0.0,
+        len: own_len(*len),
     }
 }
 
@@ -113,7 +123,7 @@ mod tests {
 
     #[test]
     fn layouts_match_the_cuda_structs() {
-        assert_eq!(std::mem::size_of::<SgdParam>(), 16);
+        assert_eq!(std::mem::size_of::<SgdParam>(), 20);
         assert_eq!(std::mem::size_of::<AdamParam>(), 24);
         assert_eq!(std::mem::size_of::<DropoutParam>(), 24);
         assert_eq!(std::mem::align_of::<DropoutParam>(), 8);
