@@ -1538,8 +1538,15 @@ fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
             m: at_mut(&mut m, 0),
             v: at_mut(&mut v, 0),
         };
-        d.b.adam_step(&mut d.ctx, run, at(&scalars, 0), at_mut(&mut p, 0), at(&gb, 0), moments)
-            .unwrap();
+        d.b.adam_step(
+            &mut d.ctx,
+            run,
+            at(&scalars, 0),
+            at_mut(&mut p, 0),
+            at(&gb, 0),
+            moments,
+        )
+        .unwrap();
         [d.get(&p), d.get(&m), d.get(&v)]
     };
     let (whole, ragged) = (adam(false, d), adam(true, d));
@@ -1552,8 +1559,14 @@ fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
             lens,
             ..ParamRun::whole(n, &sgds)
         };
-        d.b.sgd_step(&mut d.ctx, run, at_mut(&mut p, 0), at(&gb, 0), Some(at_mut(&mut vel, 0)))
-            .unwrap();
+        d.b.sgd_step(
+            &mut d.ctx,
+            run,
+            at_mut(&mut p, 0),
+            at(&gb, 0),
+            Some(at_mut(&mut vel, 0)),
+        )
+        .unwrap();
         [d.get(&p), d.get(&vel)]
     };
     // A length past the run counts as the run's.
@@ -1568,8 +1581,14 @@ fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
     };
     let mut vel = d.put(&v0);
     assert!(
-        d.b.sgd_step(&mut d.ctx, short, at_mut(&mut p, 0), at(&gb, 0), Some(at_mut(&mut vel, 0)))
-            .is_err()
+        d.b.sgd_step(
+            &mut d.ctx,
+            short,
+            at_mut(&mut p, 0),
+            at(&gb, 0),
+            Some(at_mut(&mut vel, 0))
+        )
+        .is_err()
     );
 }
 

@@ -1326,15 +1326,89 @@ impl<B: Backend> ModelGroup<B> {
     }
 
     /// The optimizer step of every slot's parameters `start..start + len`;
-    /// `grads` and `step` are the workspace's gradients and step block.
+    /// `grads` and `step` are the workspace's gradients and step block. In
+    /// a group of mixed shapes, each layer's weights and bias are ragged
+    /// runs: each slot steps its own parameters (at the start of each
+    /// block), never the padding.
     fn optimizer_step(
+        &mut self,
+        b: &B,
+        ctx: &mut B::Ctx,
+        buffers: [&B::Buf; 2],
+        offsets: StepOffsets,
+        start: usize,
+        len: usize,
+    ) -> kernels::Result<()> {
+        if self.widths.is_none() {
+            return self.step_run(b, ctx, buffers, offsets, (start, len), None);
+        }
+        let end = start + len;
+        // The conv net's parameters (every slot's alike), then each
+        // layer's weights and bias, as far as they lie in the run.
+        let head = self.layers[0].w_off;
+        if start < head {
+            self.step_run(
+                b,
+                ctx,
+                buffers,
+                offsets,
+                (start, head.min(end) - start),
+                None,
+            )?;
+        }
+        for p in 0..self.layers.len() {
+            let layer = self.layers[p];
+            let own: Vec<(usize, usize)> =
+                (0..self.slots.len()).map(|s| self.own_fans(s, p)).collect();
+            let weights: Vec<usize> = own.iter().map(|&(fi, fo)| fi * fo).collect();
+            let biases: Vec<usize> = own.iter().map(|&(_, fo)| fo).collect();
+            let blocks = [
+                (layer.w_off, layer.fan_in * layer.fan_out, weights),
+                (layer.b_off, layer.fan_out, biases),
+            ];
+            for (at, n, lens) in blocks {
+                // Runs are whole layers, the conv net, or everything.
+                debug_assert!(at + n <= start || at >= end || (at >= start && at + n <= end));
+                if at >= start && at + n <= end {
+                    self.step_run(b, ctx, buffers, offsets, (at, n), Some(&lens))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Slot `s`'s own fan-in and fan-out of the layout's layer `p`; `(0, 0)`
+    /// for a layer it does not have.
+    fn own_fans(&self, s: usize, p: usize) -> (usize, usize) {
+        let Some(widths) = &self.widths else {
+            let l = self.layers[p];
+            return (l.fan_in, l.fan_out);
+        };
+        let (w, last) = (&widths[s], self.layers.len() - 1);
+        let fan_in = |i: usize| {
+            if i == 0 {
+                self.shape.spec.input
+            } else {
+                w[i - 1]
+            }
+        };
+        match p == last {
+            true => (fan_in(w.len()), self.shape.spec.output),
+            false if p < w.len() => (fan_in(p), w[p]),
+            false => (0, 0),
+        }
+    }
+
+    /// One optimizer launch over `len` parameters from `start` in every
+    /// slot, each slot's first `lens[s]` of them with `lens`.
+    fn step_run(
         &mut self,
         b: &B,
         ctx: &mut B::Ctx,
         [grads, step]: [&B::Buf; 2],
         offsets: StepOffsets,
-        start: usize,
-        len: usize,
+        (start, len): (usize, usize),
+        lens: Option<&[usize]>,
     ) -> kernels::Result<()> {
         let stride = self.n;
         match (&self.settings, self.state.as_mut_slice()) {
@@ -1345,7 +1419,7 @@ impl<B: Backend> ModelGroup<B> {
                         len,
                         stride,
                         settings,
-                        lens: None,
+                        lens,
                     },
                     at_mut(&mut self.params, start),
                     at(grads, start),
@@ -1363,7 +1437,7 @@ impl<B: Backend> ModelGroup<B> {
                         len,
                         stride,
                         settings,
-                        lens: None,
+                        lens,
                     },
                     at(step, offsets.adam),
                     at_mut(&mut self.params, start),
@@ -1431,6 +1505,15 @@ impl<B: Backend> ModelGroup<B> {
         b.download(ctx, at(&self.train_stats, 0), &mut host)?;
         b.fill(ctx, k * STATS_LEN, 0.0, at_mut(&mut self.train_stats, 0))?;
         LossStats::read_all(&host, "training")
+    }
+
+    /// Slot `s`'s parameters as the group lays them out, padding included
+    /// (to check what the group's ops leave there).
+    pub fn laid_params(&self, lane: &mut Lane<B>, s: usize) -> Result<Vec<f32>> {
+        let (b, ctx) = lane.device();
+        let mut v = vec![0.0; self.n];
+        b.download(ctx, at(&self.params, s * self.n), &mut v)?;
+        Ok(v)
     }
 
     /// Copies slot `s`'s persistent state to the host.

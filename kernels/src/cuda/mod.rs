@@ -1398,7 +1398,9 @@ impl Backend for CudaBackend {
             .map(|v| view_mut_ptr(OP, "velocity", v, extent, s))
             .transpose()?;
         let (n64, stride64) = (n as u64, stride as u64);
-        let slots: Vec<_> = (0..slots.len()).map(|i| (slots[i], run.len_of(i))).collect();
+        let slots: Vec<_> = (0..slots.len())
+            .map(|i| (slots[i], run.len_of(i)))
+            .collect();
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
             let off = (c * MAX_SLOTS * stride * 4) as u64;
             let ps = SlotParams::pack(chunk, params::sgd);
@@ -1441,7 +1443,9 @@ impl Backend for CudaBackend {
         let pm = view_mut_ptr(OP, "m", moments.m, extent, s)?;
         let pv = view_mut_ptr(OP, "v", moments.v, extent, s)?;
         let (n64, stride64) = (n as u64, stride as u64);
-        let slots: Vec<_> = (0..slots.len()).map(|i| (slots[i], run.len_of(i))).collect();
+        let slots: Vec<_> = (0..slots.len())
+            .map(|i| (slots[i], run.len_of(i)))
+            .collect();
         for (c, chunk) in slots.chunks(MAX_SLOTS).enumerate() {
             let off = (c * MAX_SLOTS * stride * 4) as u64;
             let ps = SlotParams::pack(chunk, params::adam);
