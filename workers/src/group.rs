@@ -498,14 +498,17 @@ impl<B: Backend> ModelGroup<B> {
     ///
     /// Each slot lies in the group's layout ([`Self::mixed_layout`]): its
     /// hidden layer `l` in the layout's layer `l`, its output layer in the
-    /// layout's output layer, its own weights in the top-left corner of
-    /// each layer's matrices. Every product is one grouped GEMM of the
-    /// slots' own sizes ([`kernels::GroupedGemm`]), so no slot multiplies
+    /// layout's output layer, its own weights packed at the start of each
+    /// layer's weight block and its bias at the start of the bias. Every
+    /// product is one grouped GEMM of the slots' own sizes, the weights in
+    /// their own pitches ([`kernels::GroupedGemm`]), so no slot multiplies
     /// its padding; a layer a slot does not have is a product of size 0.
     /// The output layer's products run once per depth ("exit"), each over
     /// the slots of that depth, reading their last hidden layer. The
-    /// element-wise ops and the optimizer run over the whole layout: what
-    /// they write into a padding is never read by a product, nor exported.
+    /// optimizer steps each slot's own parameters (ragged runs,
+    /// [`kernels::ParamRun::lens`]); the other element-wise ops run over
+    /// the whole layout: what they write into a padding is never read by a
+    /// product, nor exported.
     /// Dropout draws each slot's own mask ([`kernels::RowsWithin`]). Conv
     /// nets share a group when their conv nets are the same (only their
     /// heads differ): the conv net is the group's usual batched launches.

@@ -74,8 +74,8 @@ pub struct MixMember {
     /// launches for every member).
     pub dropout: bool,
     /// Bytes one iteration sweeps in a group's layout beyond its own: the
-    /// optimizer over the padding of its parameters and state, and the
-    /// element-wise ops over the padding of its activations.
+    /// element-wise ops over the padding of its activations (the optimizer
+    /// steps a member's own parameters only).
     pub padding_bytes: f64,
 }
 
@@ -146,9 +146,11 @@ pub fn mixed_group_pays(rates: MixRates, members: &[MixMember], group_launches: 
 /// products, the bias and activation, the bias gradient and the
 /// activation's gradient; dropout adds two per hidden layer (forward and
 /// backward); a group of mixed widths adds a launch per product (its
-/// pointer arrays).
+/// pointer arrays), and steps each layer's weights and bias as two ragged
+/// runs instead of one step over everything.
 pub fn launches(layers: usize, dropout: bool, mixed: bool) -> usize {
-    4 + layers * if mixed { 8 } else { 5 } + if dropout { 2 * (layers - 1) } else { 0 }
+    let optimizer = if mixed { 2 * layers } else { 1 };
+    3 + optimizer + layers * if mixed { 8 } else { 5 } + if dropout { 2 * (layers - 1) } else { 0 }
 }
 
 /// Launches of one iteration of a group of mixed shapes `layers` deep
@@ -187,13 +189,6 @@ pub fn conv_ops(spec: &training::ModelSpec) -> usize {
 /// `layout` (its hidden widths, [`training::mixed_hidden`]).
 pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMember {
     let spec = trial.spec();
-    let own = spec.n_params();
-    let laid = training::ModelSpec {
-        hidden: layout.to_vec(),
-        ..spec.clone()
-    }
-    .n_params();
-    let state = trial.config().hparams.optimizer.family().state_vectors();
     let rows = trial.config().batch_size as f64;
     let unit_padding = padding_units(&spec.hidden, layout);
     let dropout = trial.config().hparams.dropout > 0.0;
@@ -204,9 +199,8 @@ pub fn mix_member<B: Backend>(trial: &TrainTrial<B>, layout: &[usize]) -> MixMem
         flops: trial.flops_per_iteration(),
         launches: launches(spec.hidden.len() + 1, dropout, false) + conv_ops(spec),
         dropout,
-        // The optimizer reads and writes parameters, gradients and state.
-        padding_bytes: 4.0 * ((laid - own) * 2 * (2 + state)) as f64
-            + 4.0 * passes * rows * unit_padding as f64,
+        // The optimizer steps the member's own parameters only.
+        padding_bytes: 4.0 * passes * rows * unit_padding as f64,
     }
 }
 
@@ -468,33 +462,33 @@ mod tests {
     }
 
     fn mlp(h: f64, rows: f64) -> MixMember {
-        // 784-h-h-10 at batch `rows`: 3 products a layer, Adam's sweep of a
-        // padding of about half its parameters.
+        // 784-h-h-10 at batch `rows`: 3 products a layer, eight element-wise
+        // passes over a padding of half its width in each hidden layer.
         let params = 784.0 * h + h * h + 10.0 * h;
         MixMember {
             flops: 6.0 * rows * params,
             launches: 22,
             dropout: false,
-            padding_bytes: 0.5 * params * 4.0 * 6.0,
+            padding_bytes: 4.0 * 8.0 * rows * h,
         }
     }
 
     #[test]
     fn dropout_adds_two_launches_per_hidden_layer() {
         // A 3-layer MLP: 19 launches alone, 23 with dropout; a group of
-        // mixed widths adds one per product.
+        // mixed widths adds one per product and steps 6 ragged runs.
         assert_eq!(launches(3, false, false), 19);
         assert_eq!(launches(3, true, false), 23);
-        assert_eq!(launches(3, false, true), 28);
-        assert_eq!(launches(3, true, true), 32);
+        assert_eq!(launches(3, false, true), 33);
+        assert_eq!(launches(3, true, true), 37);
     }
 
     #[test]
     fn each_further_depth_adds_the_output_layer_s_products() {
         // Three layers, one depth: as `launches`; two more depths, 12 more.
         assert_eq!(mixed_launches(3, false, 1), launches(3, false, true));
-        assert_eq!(mixed_launches(3, false, 3), 28 + 12);
-        assert_eq!(mixed_launches(3, true, 2), 32 + 6);
+        assert_eq!(mixed_launches(3, false, 3), 33 + 12);
+        assert_eq!(mixed_launches(3, true, 2), 37 + 6);
     }
 
     #[test]
