@@ -1361,6 +1361,9 @@ impl<B: Backend> ModelGroup<B> {
         }
         for p in 0..self.layers.len() {
             let layer = self.layers[p];
+            if layer.w_off >= end || layer.b_off + layer.fan_out <= start {
+                continue;
+            }
             let own: Vec<(usize, usize)> =
                 (0..self.slots.len()).map(|s| self.own_fans(s, p)).collect();
             let weights: Vec<usize> = own.iter().map(|&(fi, fo)| fi * fo).collect();
