@@ -109,6 +109,31 @@ fn step_once(
     }
 }
 
+/// Member `i`'s reports (`got[i]`) have the validation losses, bit for
+/// bit, of `cfgs[i]` trained alone on `lane`.
+#[track_caller]
+fn assert_reports_of_lone_trials(
+    lane: &mut Lane<CpuBackend>,
+    dev: &std::sync::Arc<training::DeviceData<CpuBackend>>,
+    cfgs: &[TrialConfig],
+    got: &BTreeMap<u64, Vec<Report>>,
+) {
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let mut t = TrainTrial::new(lane, dev.clone(), cfg.clone()).unwrap();
+        let lone = run_to_end(&mut t, lane);
+        let fused = &got[&(i as u64)];
+        assert_eq!(fused.len(), lone.len(), "member {i}: report count");
+        for (a, b) in fused.iter().zip(&lone) {
+            assert_eq!(
+                a.val_loss.to_bits(),
+                b.val_loss.to_bits(),
+                "member {i} ({:?}): val_loss",
+                cfg.hidden
+            );
+        }
+    }
+}
+
 /// One host-side trial per config, tagged by its index.
 fn on_host(
     dev: &std::sync::Arc<training::DeviceData<CpuBackend>>,
@@ -455,20 +480,7 @@ fn a_group_whose_deepest_member_leaves_keeps_its_reserved_layout() {
     got.entry(0)
         .or_default()
         .extend(run_to_end(&mut zero, &mut lane));
-    for (i, cfg) in cfgs.iter().enumerate() {
-        let mut t = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
-        let lone = run_to_end(&mut t, &mut lane);
-        let fused = &got[&(i as u64)];
-        assert_eq!(fused.len(), lone.len(), "member {i}: report count");
-        for (a, b) in fused.iter().zip(&lone) {
-            assert_eq!(
-                a.val_loss.to_bits(),
-                b.val_loss.to_bits(),
-                "member {i} ({:?})",
-                cfg.hidden
-            );
-        }
-    }
+    assert_reports_of_lone_trials(&mut lane, &dev, &cfgs, &got);
 }
 
 /// Conv nets share a group of mixed shapes when only their heads differ;
@@ -525,20 +537,7 @@ fn conv_nets_of_one_conv_net_mix_their_heads() {
         }
         step_once(&mut group, &mut lane, it, &mut got, &mut left);
     }
-    for (i, cfg) in cfgs.iter().enumerate() {
-        let mut t = TrainTrial::new(&mut lane, dev.clone(), cfg.clone()).unwrap();
-        let lone = run_to_end(&mut t, &mut lane);
-        let fused = &got[&(i as u64)];
-        assert_eq!(fused.len(), lone.len(), "member {i}: report count");
-        for (a, b) in fused.iter().zip(&lone) {
-            assert_eq!(
-                a.val_loss.to_bits(),
-                b.val_loss.to_bits(),
-                "member {i} ({:?}): val_loss",
-                cfg.hidden
-            );
-        }
-    }
+    assert_reports_of_lone_trials(&mut lane, &dev, &cfgs, &got);
 }
 
 #[test]
