@@ -1491,16 +1491,10 @@ fn copy_within_moves_one_range_over_another<B: Backend>(d: &mut D<B>) {
 /// out `[slot][n]`) equals the whole step there, bit for bit, and leaves
 /// the rest alone; queued [`Backend::beside`] and joined, it gives the same
 /// bits as in order. Runs that overlap are refused.
-/// A ragged run (each slot its own length from the run's start, as a
-/// group of mixed shapes steps its slots' own parameters) steps exactly
-/// those, as the whole step does, and leaves the rest of each slot as it
-/// was; lengths past the run are cut to it.
-fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
-    let (k, n) = (3, 40);
-    let lens = [40, 7, 0];
-    let x = rand_vec(k * n, 51, 1.0);
-    let g = rand_vec(k * n, 52, 0.5);
-    let adams: Vec<_> = (0..k)
+/// `k` slots of Adam (AdamW in slot 1) and of SGD (no momentum in slot 0,
+/// Nesterov in slot 2), each with its own learning rate or momentum.
+fn optimizer_slots(k: usize) -> (Vec<AdamSlot>, Vec<SgdSlot>) {
+    let adams = (0..k)
         .map(|s| AdamSlot {
             lr: 0.01 * (s + 1) as f32,
             beta1: 0.9,
@@ -1510,14 +1504,27 @@ fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
             decoupled: s == 1,
         })
         .collect();
-    let sgds: Vec<_> = (0..k)
+    let sgds = (0..k)
         .map(|s| SgdSlot {
             lr: 0.1,
-            momentum: 0.5,
+            momentum: 0.5 * s as f32,
             weight_decay: 0.01,
             nesterov: s == 2,
         })
         .collect();
+    (adams, sgds)
+}
+
+/// A ragged run (each slot its own length from the run's start, as a
+/// group of mixed shapes steps its slots' own parameters) steps exactly
+/// those, as the whole step does, and leaves the rest of each slot as it
+/// was; lengths past the run are cut to it.
+fn optimizer_ragged_runs_step_each_slot_s_own_length<B: Backend>(d: &mut D<B>) {
+    let (k, n) = (3, 40);
+    let lens = [40, 7, 0];
+    let x = rand_vec(k * n, 51, 1.0);
+    let g = rand_vec(k * n, 52, 0.5);
+    let (adams, sgds) = optimizer_slots(k);
     let scalars = d.adam_scalars(&adams, &[3, 1, 7]);
     let gb = d.put(&g);
     let own = |j: usize| j % n < lens[j / n];
@@ -1596,24 +1603,7 @@ fn optimizer_runs_step_one_layer_of_every_slot<B: Backend>(d: &mut D<B>) {
     let (k, n, start, len) = (3, 50, 12, 20);
     let x = rand_vec(k * n, 31, 1.0);
     let g = rand_vec(k * n, 32, 0.5);
-    let adams: Vec<_> = (0..k)
-        .map(|s| AdamSlot {
-            lr: 0.01 * (s + 1) as f32,
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-6,
-            weight_decay: 0.01,
-            decoupled: s == 1,
-        })
-        .collect();
-    let sgds: Vec<_> = (0..k)
-        .map(|s| SgdSlot {
-            lr: 0.1,
-            momentum: 0.5 * s as f32,
-            weight_decay: 0.01,
-            nesterov: s == 2,
-        })
-        .collect();
+    let (adams, sgds) = optimizer_slots(k);
     let scalars = d.adam_scalars(&adams, &[3, 1, 7]);
     let gb = d.put(&g);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
