@@ -682,22 +682,19 @@ impl<B: Backend> ModelGroup<B> {
         let Some(widths) = &self.widths else {
             return Ok(b.gemm(ctx, g, x, y, out)?);
         };
-        let (input, output, last) = (
-            self.shape.spec.input,
-            self.shape.spec.output,
-            self.layers.len() - 1,
-        );
-        let width = |w: &[usize], i: usize| if i == 0 { input } else { w[i - 1] };
+        let last = self.layers.len() - 1;
         let layout = g.lds();
-        let (sizes, pitches): (Vec<_>, Vec<_>) = widths
-            .iter()
-            .map(|w| {
-                let (fi, fo) = match l == last {
-                    true if w.len() == exit => (width(w, exit), output),
-                    false if l < w.len() => (width(w, l), w[l]),
-                    // Not this slot's layer: no product.
-                    _ => return ((0, 0, 0), layout),
+        let (sizes, pitches): (Vec<_>, Vec<_>) = (0..widths.len())
+            .map(|s| {
+                // The output layer's product is for the slots of depth `exit`.
+                let (fi, fo) = match l < last || widths[s].len() == exit {
+                    true => self.own_fans(s, l),
+                    false => (0, 0),
                 };
+                if fo == 0 {
+                    // Not this slot's layer: no product.
+                    return ((0, 0, 0), layout);
+                }
                 // The activations in the layout's pitches; the slot's
                 // weights (or their gradient) packed, `fo` to a row.
                 let (la, lb, lc) = layout;
