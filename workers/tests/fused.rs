@@ -134,6 +134,25 @@ fn assert_reports_of_lone_trials(
     }
 }
 
+/// Steps `group` until no member is live, calling `before(it, group, lane)`
+/// ahead of step `it`: every member's reports, and `(iteration, tag)` of
+/// each member that left.
+fn run_group(
+    group: &mut FusedTrials<CpuBackend>,
+    lane: &mut Lane<CpuBackend>,
+    mut before: impl FnMut(usize, &mut FusedTrials<CpuBackend>, &mut Lane<CpuBackend>),
+) -> (BTreeMap<u64, Vec<Report>>, Vec<(usize, u64)>) {
+    let (mut got, mut left) = (BTreeMap::new(), Vec::new());
+    for it in 0.. {
+        if group.live_members() == 0 {
+            break;
+        }
+        before(it, group, lane);
+        step_once(group, lane, it, &mut got, &mut left);
+    }
+    (got, left)
+}
+
 /// One host-side trial per config, tagged by its index.
 fn on_host(
     dev: &std::sync::Arc<training::DeviceData<CpuBackend>>,
@@ -340,28 +359,20 @@ fn mixed_shapes_equal_lone_trials(dropout: bool, depths: bool) {
         .unwrap()
         .keeping_final_states(true);
     let control = group.control();
-    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
-    let mut left = Vec::new();
-    for it in 0.. {
-        if group.live_members() == 0 {
-            break;
+    let (mut got, left) = run_group(&mut group, &mut lane, |it, group, lane| match it {
+        4 => {
+            assert!(group.swap_out(lane).unwrap() > 0);
         }
-        match it {
-            4 => {
-                assert!(group.swap_out(&mut lane).unwrap() > 0);
-            }
-            5 => control.leave(1),
-            // Narrower than the layout in both layers: joins. Wider (40 > 24): handed back.
-            6 => {
-                control.join(4, host(4));
-                let mut wide = cfgs[0].clone();
-                wide.hidden = vec![40, 12];
-                control.join(9, TrainTrial::new_on_host(dev.clone(), wide).unwrap());
-            }
-            _ => {}
+        5 => control.leave(1),
+        // Narrower than the layout in both layers: joins. Wider (40 > 24): handed back.
+        6 => {
+            control.join(4, host(4));
+            let mut wide = cfgs[0].clone();
+            wide.hidden = vec![40, 12];
+            control.join(9, TrainTrial::new_on_host(dev.clone(), wide).unwrap());
         }
-        step_once(&mut group, &mut lane, it, &mut got, &mut left);
-    }
+        _ => {}
+    });
     assert_eq!(
         left,
         vec![(5, 1), (6, 9)],
@@ -463,17 +474,11 @@ fn a_group_whose_deepest_member_leaves_keeps_its_reserved_layout() {
         .collect();
     let mut group = FusedTrials::mixed(on_host(&dev, &cfgs), 3).unwrap();
     let control = group.control();
-    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
-    let mut left = Vec::new();
-    for it in 0.. {
-        if group.live_members() == 0 {
-            break;
-        }
+    let (mut got, left) = run_group(&mut group, &mut lane, |it, _, _| {
         if it == 2 {
             control.leave(0);
         }
-        step_once(&mut group, &mut lane, it, &mut got, &mut left);
-    }
+    });
     assert_eq!(left, vec![(2, 0)]);
     let mut zero = control.take_left().pop().unwrap().1;
     zero.swap_in(&mut lane).unwrap();
@@ -526,17 +531,11 @@ fn conv_nets_of_one_conv_net_mix_their_heads() {
         "another conv net must not join"
     );
     let mut group = FusedTrials::mixed(trials, 3).unwrap();
-    let mut got: BTreeMap<u64, Vec<Report>> = BTreeMap::new();
-    let mut left = Vec::new();
-    for it in 0.. {
-        if group.live_members() == 0 {
-            break;
-        }
+    let (got, _) = run_group(&mut group, &mut lane, |it, group, lane| {
         if it == 3 {
-            assert!(group.swap_out(&mut lane).unwrap() > 0);
+            assert!(group.swap_out(lane).unwrap() > 0);
         }
-        step_once(&mut group, &mut lane, it, &mut got, &mut left);
-    }
+    });
     assert_reports_of_lone_trials(&mut lane, &dev, &cfgs, &got);
 }
 
