@@ -137,6 +137,7 @@ fn assert_reports_of_lone_trials(
 /// Steps `group` until no member is live, calling `before(it, group, lane)`
 /// ahead of step `it`: every member's reports, and `(iteration, tag)` of
 /// each member that left.
+#[allow(clippy::type_complexity)]
 fn run_group(
     group: &mut FusedTrials<CpuBackend>,
     lane: &mut Lane<CpuBackend>,
