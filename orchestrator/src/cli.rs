@@ -93,7 +93,9 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
     },
-    /// Benchmarks of the packing goals (see ANCHORS.md).
+    /// Benchmarks: sampler quality, packing, external workers, swap, storage,
+    /// chaos, PBT's exploit and the scheduling policies (dated results in
+    /// the docs book's Benchmarks section).
     Bench {
         #[command(subcommand)]
         which: BenchCmd,
@@ -106,8 +108,11 @@ pub enum Command {
 pub enum BenchCmd {
     /// Sampler quality: random, qmc, tpe and gp (and Optuna's TPE and GP
     /// samplers, through Python, when available) on Branin, Hartmann-6, a
-    /// 10-D Rosenbrock, Levy-5, a mixed space and four discrete ones: median best
-    /// value over seeds at 50 and 100 trials, and time per proposal.
+    /// 10-D Rosenbrock, Levy-5, a mixed space, four discrete ones and four
+    /// tabulated MLP results: median best value over seeds at 50 and 100
+    /// trials, and time per proposal. Of several objectives, NSGA-II,
+    /// NSGA-III and TPE (and Optuna's) on ZDT1, ZDT2, DTLZ2, BNH and the
+    /// digits MLP: median hypervolume at 100 and 300 trials.
     Samplers {
         /// Print rows as JSON, with each seed's best values
         /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians.

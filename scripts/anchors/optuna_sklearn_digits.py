@@ -1,6 +1,6 @@
 """Optuna 5 TPE tuning scikit-learn's MLPClassifier on the digits: the
-32-trial study of ANCHORS.md (width 32-512 log, depth 1-3, lr 1e-4..1e-1
-log, L2 1e-6..1e-2 log, batch {32, 64, 128}, 30 epochs, seed 0), for a
+32-trial study of docs/benchmarks/digits-study.md (width 32-512 log,
+depth 1-3, lr 1e-4..1e-1 log, L2 1e-6..1e-2 log, batch {32, 64, 128}, 30 epochs, seed 0), for a
 same-run ratio against `studies/digits.toml` with `kind = "tpe"`.
 
     .venv/bin/python scripts/anchors/optuna_sklearn_digits.py [N_JOBS]

@@ -1,7 +1,9 @@
 //! `salus-tune bench samplers`: sampler quality on standard test functions.
 //!
 //! Each sampler minimises each problem (five continuous or mixed ones,
-//! four discrete ones) for 100 trials under 20 seeds; the table gives the
+//! four discrete ones, and four tabulated MLP results from
+//! [`super::tables`]) for 100 trials under 20 seeds (by default); the
+//! table gives the
 //! median best value after 50 and after 100 trials, and the time per
 //! proposal once 90 trials are in the history. Optuna 5.0's `TPESampler`
 //! and `GPSampler` run the same functions through
