@@ -627,7 +627,8 @@ fn ctrl_c_stops_cleanly_and_the_study_resumes() {
         scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'"),
         0
     );
-    // Every trial that was in flight (up to two per lane) went back to WAITING.
+    // Every trial that was in flight (one per lane: built-in trials on the
+    // CPU, no pruner) went back to WAITING.
     let waiting = scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'WAITING'");
     assert!((1..=4).contains(&waiting), "{waiting} waiting");
     let done = scalar(&db, "SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'");

@@ -1,7 +1,7 @@
 //! Runs a study: propose, train, record, until the budget is spent.
 //!
 //! Every trial runs through the Salus core: the runner keeps up to
-//! `max_concurrent` trials submitted (default: two per lane), and turns the
+//! `max_concurrent` trials submitted (default: [`InFlight::default_max`]), and turns the
 //! core's events into storage writes and progress. It owns no output: it
 //! tells a [`Reporter`] what happens, and the writer what to store.
 //!
@@ -765,6 +765,42 @@ struct Liveness {
 /// Group size when `[scheduler] fuse` is not set.
 pub const DEFAULT_FUSE: usize = 8;
 
+/// What the default number of trials in flight depends on (when neither
+/// `[scheduler] max_concurrent` nor `[worker] max_concurrency` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    /// Lanes over every device of the run.
+    pub lanes: usize,
+    /// Every device of the run is a CPU.
+    pub cpu_only: bool,
+    /// A pruner or a PBT population gives the scheduler priorities to
+    /// choose between trials by.
+    pub prioritised: bool,
+    /// The trials are external workers.
+    pub external: bool,
+}
+
+impl InFlight {
+    /// One trial per lane for built-in trials on CPUs with nothing to
+    /// prioritise, else two per lane.
+    ///
+    /// A CPU lane time-slices its trials, so a second one per lane finishes
+    /// no work sooner (the digits study ran as fast either way,
+    /// `docs/benchmarks/concurrency.md`), while every proposal made with
+    /// it in flight sees one finished result fewer. A second trial per lane
+    /// pays where the scheduler chooses between trials by priority, where a
+    /// GPU's streams run them at once, and where an external worker's
+    /// start-up overlaps another's run.
+    pub fn default_max(self) -> usize {
+        let per_lane = if self.cpu_only && !self.prioritised && !self.external {
+            1
+        } else {
+            2
+        };
+        (per_lane * self.lanes).max(1)
+    }
+}
+
 /// A fused member: the runner numbers them, and the training crate's fused
 /// job knows each by this number (its `tag`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -838,4 +874,47 @@ fn external_params(study: &Study, params: &Params) -> serde_json::Value {
         }
     }
     serde_json::Value::Object(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InFlight;
+
+    #[test]
+    fn built_in_trials_on_a_cpu_with_nothing_to_prioritise_run_one_per_lane() {
+        let plain = InFlight {
+            lanes: 2,
+            cpu_only: true,
+            prioritised: false,
+            external: false,
+        };
+        assert_eq!(plain.default_max(), 2);
+        assert_eq!(InFlight { lanes: 0, ..plain }.default_max(), 1);
+        // Each of these keeps a second trial per lane.
+        for other in [
+            InFlight {
+                cpu_only: false,
+                ..plain
+            },
+            InFlight {
+                prioritised: true,
+                ..plain
+            },
+            InFlight {
+                external: true,
+                ..plain
+            },
+        ] {
+            assert_eq!(other.default_max(), 4, "{other:?}");
+        }
+        assert_eq!(
+            InFlight {
+                lanes: 32,
+                cpu_only: false,
+                ..plain
+            }
+            .default_max(),
+            64
+        );
+    }
 }

@@ -17,8 +17,8 @@ use kernels::{Backend, DeviceKind};
 use training::{DeviceData, TrainTrial};
 
 use super::{
-    DEFAULT_FUSE, Fusion, Liveness, MemberId, Pending, RunState, Runner, Timeline, decode_params,
-    trial_seed,
+    DEFAULT_FUSE, Fusion, InFlight, Liveness, MemberId, Pending, RunState, Runner, Timeline,
+    decode_params, trial_seed,
 };
 use crate::error::{Error, Result};
 use crate::external::mps::MpsDaemon;
@@ -33,7 +33,7 @@ use crate::sampler::{
 use crate::storage::writer::{RunInfo, WriteOp};
 use crate::storage::{Claim, Place, Requeuer, TrialId, TrialNumber};
 use crate::storage::{TrialRow, TrialState, owner_gone_here, pid_exists, run_alive};
-use crate::study::SamplerKind;
+use crate::study::{PrunerKind, SamplerKind};
 
 /// What [`Runner::take_stock`] found.
 struct Stock {
@@ -135,7 +135,15 @@ impl Runner<'_> {
             .as_ref()
             .and_then(|w| w.max_concurrency)
             .or(study.scheduler.max_concurrent)
-            .unwrap_or(2 * lanes)
+            .unwrap_or_else(|| {
+                InFlight {
+                    lanes,
+                    cpu_only: backends.iter().all(|b| b.kind() == DeviceKind::Cpu),
+                    prioritised: study.pruner != PrunerKind::None || study.pbt.is_some(),
+                    external: study.worker.is_some(),
+                }
+                .default_max()
+            })
             .max(1);
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
