@@ -52,6 +52,9 @@ fn cnn_study(name: &str, trials: u64, data: &str, fuse: u64) -> String {
         .set("train", "epochs", "3")
         .set("sampler", "kind", "\"random\"")
         .set("scheduler", "fuse", &fuse.to_string())
+        // Two per lane, so that trials of one shape meet to fuse (the
+        // CPU's default without a pruner is one per lane).
+        .set("scheduler", "max_concurrent", "4")
         .with_text(data)
         .build()
 }
@@ -185,8 +188,8 @@ fn conv_nets_whose_heads_differ_share_groups_and_store_what_they_store_alone() {
             .replace("width = 16", "width = { int = [8, 24] }")
             .replace("depth = 1", "depth = { int = [1, 2] }")
             .replace(
-                "[scheduler]\n",
-                &format!("[scheduler]\nmix_widths = \"{mix}\"\nmax_concurrent = 6\nlanes = 1\n"),
+                "max_concurrent = 4\n",
+                &format!("mix_widths = \"{mix}\"\nmax_concurrent = 6\nlanes = 1\n"),
             )
     };
     write(dir.path(), "m.toml", &study("mixed", 6, "on"));

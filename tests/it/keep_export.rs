@@ -65,7 +65,12 @@ fn accuracy_of_export(dir: &Path, study_file: &Path) -> f64 {
 
 #[test]
 fn the_best_trial_is_kept_and_its_export_reproduces_its_accuracy() {
-    for (name, extra) in [("fused", ""), ("alone", "\n[scheduler]\nfuse = 1\n")] {
+    // Two trials per lane, so that trials meet to fuse (the CPU's default
+    // without a pruner is one per lane).
+    for (name, extra) in [
+        ("fused", "\n[scheduler]\nmax_concurrent = 4\n"),
+        ("alone", "\n[scheduler]\nmax_concurrent = 4\nfuse = 1\n"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let file = write(dir.path(), "s.toml", &(small_study(name, 5) + extra));
         let out = run_in(dir.path(), &["s.toml"]);

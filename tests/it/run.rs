@@ -857,7 +857,7 @@ fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let study = "[study]\nname = \"gp\"\ntrials = 8\nseed = 3\n[model]\ndepth = 1\nwidth = { int = [16, 64], log = true }\n\
                  [train]\nlr = { float = [1e-3, 3e-1], log = true }\nbatch_size = 64\nepochs = 2\n\
-                 [sampler]\nkind = \"gp\"\nstartup_trials = 3\n";
+                 [sampler]\nkind = \"gp\"\nstartup_trials = 3\n[scheduler]\nmax_concurrent = 4\n";
     write(dir.path(), "s.toml", study);
     let out = run_in(dir.path(), &["check", "s.toml"]);
     assert!(
