@@ -423,10 +423,15 @@ fn scheduler_text(s: &Study) -> String {
         Some(GraphsMode::Off) => "off",
         _ => "auto",
     };
+    let set = s.worker.as_ref().and_then(|w| w.max_concurrency);
+    let in_flight = match set.or(c.max_concurrent) {
+        Some(n) => n.to_string(),
+        None if s.decides_at_reports() || s.worker.is_some() => "2 x lanes (default)".into(),
+        None => "lanes on a CPU, 2 x lanes on a GPU (default)".into(),
+    };
     format!(
-        "policy {policy}, lanes {}, max_concurrent {}, memory {memory}, fuse {}, graphs {graphs}",
+        "policy {policy}, lanes {}, max_concurrent {in_flight}, memory {memory}, fuse {}, graphs {graphs}",
         or_auto(c.lanes),
-        or_auto(c.max_concurrent),
         c.fuse.unwrap_or(crate::runner::DEFAULT_FUSE),
     )
 }

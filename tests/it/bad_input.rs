@@ -215,6 +215,10 @@ fn check_prints_the_resolved_search_space() {
         s.contains("scheduler  policy pack (default), lanes auto"),
         "{s}"
     );
+    assert!(
+        s.contains("max_concurrent lanes on a CPU, 2 x lanes on a GPU (default)"),
+        "{s}"
+    );
     // The pruner's settings, the default policy it brings, and a grid's size.
     let asha = text(&run_in(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
@@ -226,6 +230,10 @@ fn check_prints_the_resolved_search_space() {
     );
     assert!(
         asha.contains("policy priority (default with a pruner)"),
+        "{asha}"
+    );
+    assert!(
+        asha.contains("max_concurrent 2 x lanes (default)"),
         "{asha}"
     );
     let grid = text(&run_in(

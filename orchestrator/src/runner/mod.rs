@@ -57,7 +57,7 @@ use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
 use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, Writer};
 use crate::storage::{TrialId, TrialNumber};
-use crate::study::{GraphsMode, PrunerKind, Study};
+use crate::study::{GraphsMode, Study};
 
 /// What a run was asked to do beyond the study file.
 #[derive(Debug, Clone, Default)]
@@ -206,9 +206,9 @@ impl Runner<'_> {
         let s = &self.study.scheduler;
         let devices = devices.max(1);
         let cores = (std::thread::available_parallelism().map_or(1, |n| n.get()) / devices).max(1);
-        let policy = s.policy.unwrap_or(default_policy(
-            self.study.pruner != PrunerKind::None || self.study.pbt.is_some(),
-        ));
+        let policy = s
+            .policy
+            .unwrap_or(default_policy(self.study.decides_at_reports()));
         let base = match backend.kind() {
             DeviceKind::Cpu => CoreConfig::cpu(
                 policy,
@@ -227,7 +227,7 @@ impl Runner<'_> {
             ),
         };
         CoreConfig {
-            hold_at_reports: self.study.pruner != PrunerKind::None || self.study.pbt.is_some(),
+            hold_at_reports: self.study.decides_at_reports(),
             checkpoints: self.checkpoints.is_some(),
             keep_final: self.study.keep != crate::study::Keep::None && self.study.worker.is_none(),
             // `auto`: wherever the backend has graphs (CUDA).

@@ -33,7 +33,7 @@ use crate::sampler::{
 use crate::storage::writer::{RunInfo, WriteOp};
 use crate::storage::{Claim, Place, Requeuer, TrialId, TrialNumber};
 use crate::storage::{TrialRow, TrialState, owner_gone_here, pid_exists, run_alive};
-use crate::study::{PrunerKind, SamplerKind};
+use crate::study::SamplerKind;
 
 /// What [`Runner::take_stock`] found.
 struct Stock {
@@ -139,7 +139,7 @@ impl Runner<'_> {
                 InFlight {
                     lanes,
                     cpu_only: backends.iter().all(|b| b.kind() == DeviceKind::Cpu),
-                    prioritised: study.pruner != PrunerKind::None || study.pbt.is_some(),
+                    prioritised: study.decides_at_reports(),
                     external: study.worker.is_some(),
                 }
                 .default_max()

@@ -483,6 +483,13 @@ pub struct Study {
 }
 
 impl Study {
+    /// Whether something decides between trials as they report (a pruner
+    /// or PBT): the core then holds trials at reports, the default policy
+    /// orders them by priority, and two trials per lane are in flight.
+    pub fn decides_at_reports(&self) -> bool {
+        self.pruner != PrunerKind::None || self.pbt.is_some()
+    }
+
     /// Loads and splits the study's data, and checks that every batch size
     /// the space allows fits the training split; before a study is created,
     /// so that a data mistake does not leave a study behind.
