@@ -423,10 +423,11 @@ fn scheduler_text(s: &Study) -> String {
         Some(GraphsMode::Off) => "off",
         _ => "auto",
     };
-    let set = s.worker.as_ref().and_then(|w| w.max_concurrency);
-    let in_flight = match set.or(c.max_concurrent) {
+    // The default per lane on a CPU (a GPU always takes two).
+    let cpu_per_lane = crate::runner::InFlight::of(s, 1, true).default_max();
+    let in_flight = match s.max_concurrent_set() {
         Some(n) => n.to_string(),
-        None if s.decides_at_reports() || s.worker.is_some() => "2 x lanes (default)".into(),
+        None if cpu_per_lane == 2 => "2 x lanes (default)".into(),
         None => "lanes on a CPU, 2 x lanes on a GPU (default)".into(),
     };
     format!(

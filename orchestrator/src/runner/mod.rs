@@ -781,6 +781,16 @@ pub struct InFlight {
 }
 
 impl InFlight {
+    /// The default's inputs for `study` on `lanes` lanes.
+    pub fn of(study: &Study, lanes: usize, cpu_only: bool) -> Self {
+        InFlight {
+            lanes,
+            cpu_only,
+            prioritised: study.decides_at_reports(),
+            external: study.worker.is_some(),
+        }
+    }
+
     /// One trial per lane for built-in trials on CPUs with nothing to
     /// prioritise, else two per lane.
     ///

@@ -130,20 +130,10 @@ impl Runner<'_> {
             ));
         }
         let sampler = self.build_sampler(process_index as u64)?;
+        let cpu_only = backends.iter().all(|b| b.kind() == DeviceKind::Cpu);
         let max_concurrent = study
-            .worker
-            .as_ref()
-            .and_then(|w| w.max_concurrency)
-            .or(study.scheduler.max_concurrent)
-            .unwrap_or_else(|| {
-                InFlight {
-                    lanes,
-                    cpu_only: backends.iter().all(|b| b.kind() == DeviceKind::Cpu),
-                    prioritised: study.decides_at_reports(),
-                    external: study.worker.is_some(),
-                }
-                .default_max()
-            })
+            .max_concurrent_set()
+            .unwrap_or_else(|| InFlight::of(study, lanes, cpu_only).default_max())
             .max(1);
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,

@@ -490,6 +490,16 @@ impl Study {
         self.pruner != PrunerKind::None || self.pbt.is_some()
     }
 
+    /// Trials in flight as the study file sets them: `[worker]
+    /// max_concurrency`, else `[scheduler] max_concurrent`; `None` for the
+    /// runner's default.
+    pub fn max_concurrent_set(&self) -> Option<usize> {
+        self.worker
+            .as_ref()
+            .and_then(|w| w.max_concurrency)
+            .or(self.scheduler.max_concurrent)
+    }
+
     /// Loads and splits the study's data, and checks that every batch size
     /// the space allows fits the training split; before a study is created,
     /// so that a data mistake does not leave a study behind.
