@@ -138,7 +138,7 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                 .texts(&format!(
                     "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
                      JOIN trials t ON t.trial_id = c.trial_id \
-                     WHERE r.pid = {victim_pid} AND CAST(t.state AS TEXT) = 'RUNNING' \
+                     WHERE r.pid = {victim_pid} AND c.released IS NULL AND CAST(t.state AS TEXT) = 'RUNNING' \
                      AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) BETWEEN 2 AND 20"
                 ))
                 .iter()

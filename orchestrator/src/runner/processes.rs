@@ -17,6 +17,7 @@
 //! that both list it never both run it, and a new trial is created only
 //! while the study has fewer trials than its budget ([`Runner::next_pending`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,7 +26,9 @@ use kernels::Backend;
 use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
 use crate::sampler::TrialRecord;
-use crate::storage::{Requeuer, TrialState, owner_gone_here, pid_exists, run_alive};
+use crate::storage::{
+    Requeuer, TrialId, TrialRow, TrialState, owner_gone_here, pid_exists, run_alive,
+};
 
 /// What [`Runner::next_pending`] found.
 pub(super) enum Next {
@@ -106,7 +109,6 @@ impl Runner<'_> {
     /// has nothing left to do.
     pub(super) fn sync_now<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
         st.liveness.last_sync = Instant::now();
-        let rows = self.writer.read_trials(self.info.id)?;
         let mine: Vec<_> = st
             .in_flight
             .values()
@@ -118,9 +120,60 @@ impl Runner<'_> {
         // heartbeats were held up (see `storage::heartbeat`); a dead pid
         // on this host is judged at once.
         let judge = self.writer.beat().may_judge_others();
+        let mut unclaimed = std::collections::BTreeMap::new();
+        let liveness = &st.liveness;
+        let (rows, orphans) = judge_then_read(
+            || self.writer.read_trials(self.info.id),
+            |row| {
+                if row.state != TrialState::Running
+                    || mine.contains(&row.trial_id)
+                    || listed.contains(&row.trial_id)
+                {
+                    return None;
+                }
+                match &row.owner {
+                    Some(owner) => {
+                        let pid_gone = owner_gone_here(owner, &liveness.place, pid_exists);
+                        let dead = pid_gone
+                            || (judge
+                                && !run_alive(
+                                    owner,
+                                    &liveness.place,
+                                    liveness.limit_s,
+                                    pid_exists,
+                                ));
+                        dead.then_some(Requeuer::Finder {
+                            trial_id: row.trial_id,
+                            seen: (owner.run_id, owner.attempt),
+                            pid_gone,
+                            limit_s: liveness.limit_s,
+                        })
+                    }
+                    // Only Optuna (or an older salus-tune) holds it: requeued
+                    // once its heartbeat has stood still for the limit, as this
+                    // run watched it; never when it has none.
+                    None => {
+                        let seen = liveness
+                            .unclaimed
+                            .get(&row.trial_id)
+                            .filter(|(beat, _)| *beat == row.heartbeat)
+                            .map_or_else(|| (row.heartbeat.clone(), Instant::now()), Clone::clone);
+                        let still = seen.1.elapsed().as_secs_f64() >= liveness.limit_s;
+                        let stale = match (&seen.0, still && judge) {
+                            (Some(beat), true) => Some(Requeuer::Unclaimed {
+                                trial_id: row.trial_id,
+                                beat: beat.clone(),
+                            }),
+                            _ => None,
+                        };
+                        unclaimed.insert(row.trial_id, seen);
+                        stale
+                    }
+                }
+            },
+        )?;
         st.liveness.elsewhere = 0;
         st.liveness.elsewhere_ids.clear();
-        let mut unclaimed = std::collections::BTreeMap::new();
         for row in &rows {
             // An enqueued trial's parameters are settled when it is taken.
             let unsettled = row.params.is_empty() && row.fixed_params.is_some();
@@ -148,50 +201,10 @@ impl Runner<'_> {
             if row.state != TrialState::Running {
                 continue;
             }
-            let requeue = match &row.owner {
-                Some(owner) => {
-                    let pid_gone = owner_gone_here(owner, &st.liveness.place, pid_exists);
-                    let dead = pid_gone
-                        || (judge
-                            && !run_alive(
-                                owner,
-                                &st.liveness.place,
-                                st.liveness.limit_s,
-                                pid_exists,
-                            ));
-                    dead.then_some(Requeuer::Finder {
-                        trial_id: row.trial_id,
-                        seen: (owner.run_id, owner.attempt),
-                        pid_gone,
-                        limit_s: st.liveness.limit_s,
-                    })
-                }
-                // Only Optuna (or an older salus-tune) holds it: requeued
-                // once its heartbeat has stood still for the limit, as this
-                // run watched it; never when it has none.
-                None => {
-                    let seen = st
-                        .liveness
-                        .unclaimed
-                        .get(&row.trial_id)
-                        .filter(|(beat, _)| *beat == row.heartbeat)
-                        .map_or_else(|| (row.heartbeat.clone(), Instant::now()), Clone::clone);
-                    let still = seen.1.elapsed().as_secs_f64() >= st.liveness.limit_s;
-                    let stale = match (&seen.0, still && judge) {
-                        (Some(beat), true) => Some(Requeuer::Unclaimed {
-                            trial_id: row.trial_id,
-                            beat: beat.clone(),
-                        }),
-                        _ => None,
-                    };
-                    unclaimed.insert(row.trial_id, seen);
-                    stale
-                }
-            };
-            match requeue {
+            match orphans.get(&row.trial_id) {
                 Some(by) => {
                     let params = decode_params(self.study, row);
-                    let (pending, _) = self.pending_of(&data, row, params, Some(by))?;
+                    let (pending, _) = self.pending_of(&data, row, params, Some(by.clone()))?;
                     st.waiting.push_back(pending);
                 }
                 None => {
@@ -203,6 +216,34 @@ impl Runner<'_> {
         st.liveness.unclaimed = unclaimed;
         Ok(())
     }
+}
+
+/// The study's trials, and the orphans among them to requeue (by trial
+/// id): `judge` names a RUNNING trial's requeuer where its holder is
+/// gone. The rows a requeue keeps steps by are read after the judgement.
+/// A holder alive at a read may commit a step, with the checkpoint that
+/// replaces the one the read's curve covers, and die before its pid is
+/// looked at: a requeue from that read would keep no step. A dead holder
+/// writes nothing more, so the rows are read again once some holder is
+/// judged dead, and an orphan stands where that read still shows the
+/// claim it was judged by.
+pub(super) fn judge_then_read<E>(
+    mut read: impl FnMut() -> std::result::Result<Vec<TrialRow>, E>,
+    judge: impl FnMut(&TrialRow) -> Option<Requeuer>,
+) -> std::result::Result<(Vec<TrialRow>, BTreeMap<TrialId, Requeuer>), E> {
+    let rows = read()?;
+    let mut judge = judge;
+    let judged: Vec<Requeuer> = rows.iter().filter_map(&mut judge).collect();
+    if judged.is_empty() {
+        return Ok((rows, BTreeMap::new()));
+    }
+    let rows = read()?;
+    let orphans = judged
+        .into_iter()
+        .filter(|by| rows.iter().any(|r| by.applies_to(r)))
+        .map(|by| (by.trial_id(), by))
+        .collect();
+    Ok((rows, orphans))
 }
 
 /// How many times a proposal that some trial already has is drawn again.
@@ -287,5 +328,96 @@ mod tests {
         // Where nothing repeats, the proposal is the sampler's own.
         history[0].params = sampler.propose(&space, &[]).unwrap();
         assert_eq!(propose_unseen(&mut sampler, &space, &history).unwrap(), p);
+    }
+
+    /// A RUNNING trial as read: held by run `run` (none: Optuna's, with
+    /// heartbeat `beat`), its curve up to `last` step.
+    fn running(id: i64, run: Option<i64>, last: i64, beat: &str) -> TrialRow {
+        TrialRow {
+            trial_id: TrialId(id),
+            number: crate::storage::TrialNumber(id),
+            state: TrialState::Running,
+            value: None,
+            more_values: Vec::new(),
+            constraints: Vec::new(),
+            datetime_start: None,
+            datetime_complete: None,
+            params: Vec::new(),
+            intermediate: (1..=last).map(|s| (s, 0.5)).collect(),
+            fail_reason: None,
+            priority: None,
+            rung: None,
+            heartbeat_age_s: None,
+            owner: run.map(|r| crate::storage::Owner {
+                run_id: crate::storage::RunId(r),
+                host: Some("here".into()),
+                pid: Some(r),
+                heartbeat_age_s: Some(0.0),
+                ended: false,
+                pid_namespace: None,
+                attempt: 1,
+            }),
+            fixed_params: None,
+            checkpoint: None,
+            heartbeat: Some(beat.into()),
+        }
+    }
+
+    #[test]
+    fn orphans_keep_steps_by_the_rows_read_after_their_holders_were_judged_dead() {
+        // Runs 7 and 9 and Optuna's trial 4 are judged dead. Between the
+        // first read and that judgement, run 7 committed step 4 and died,
+        // another process requeued trial 3 and took it (run 10), and
+        // trial 4's heartbeat moved.
+        let first = vec![
+            running(1, Some(7), 3, "a"),
+            running(2, Some(8), 2, "a"),
+            running(3, Some(9), 5, "a"),
+            running(4, None, 0, "a"),
+        ];
+        let second = vec![
+            running(1, Some(7), 4, "a"),
+            running(2, Some(8), 3, "a"),
+            running(3, Some(10), 0, "a"),
+            running(4, None, 0, "b"),
+        ];
+        let mut reads = vec![first, second.clone()].into_iter();
+        let judge = |row: &TrialRow| match &row.owner {
+            Some(o) if [7, 9].contains(&o.run_id.0) => Some(Requeuer::Finder {
+                trial_id: row.trial_id,
+                seen: (o.run_id, o.attempt),
+                pid_gone: true,
+                limit_s: 10.0,
+            }),
+            Some(_) => None,
+            None => Some(Requeuer::Unclaimed {
+                trial_id: row.trial_id,
+                beat: row.heartbeat.clone().unwrap(),
+            }),
+        };
+        let (rows, orphans) =
+            judge_then_read(|| Ok::<_, ()>(reads.next().unwrap()), judge).unwrap();
+        assert_eq!(rows, second, "the curves as they are after the judgement");
+        assert_eq!(orphans.keys().copied().collect::<Vec<_>>(), [TrialId(1)]);
+        assert_eq!(
+            orphans[&TrialId(1)],
+            Requeuer::Finder {
+                trial_id: TrialId(1),
+                seen: (crate::storage::RunId(7), 1),
+                pid_gone: true,
+                limit_s: 10.0,
+            }
+        );
+        // With nobody dead, the rows are read once.
+        let mut reads = 0;
+        let (rows, orphans) = judge_then_read(
+            || {
+                reads += 1;
+                Ok::<_, ()>(vec![running(2, Some(8), 2, "a")])
+            },
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!((reads, rows.len(), orphans.len()), (1, 1, 0));
     }
 }

@@ -31,7 +31,7 @@ use crate::sampler::{
     TrialRecord,
 };
 use crate::storage::writer::{RunInfo, WriteOp};
-use crate::storage::{Claim, Place, Requeuer, TrialId, TrialNumber};
+use crate::storage::{Claim, Requeuer, TrialId, TrialNumber};
 use crate::storage::{TrialRow, TrialState, owner_gone_here, pid_exists, run_alive};
 use crate::study::SamplerKind;
 
@@ -110,7 +110,26 @@ impl Runner<'_> {
         // a process that took a dead one's index replays its sampler's
         // stream from the length of its history, and a stale (shorter)
         // history would propose again what the dead process proposed.
-        let existing = self.writer.read_trials(self.info.id)?;
+        // A RUNNING trial whose run is dead is an orphan to requeue; at
+        // the start this run has no heartbeat gap of its own to wait out.
+        let (existing, orphans) = super::processes::judge_then_read(
+            || self.writer.read_trials(self.info.id),
+            |row| {
+                let owner = row
+                    .owner
+                    .as_ref()
+                    .filter(|_| row.state == TrialState::Running)?;
+                let pid_gone = owner_gone_here(owner, &place, pid_exists);
+                (pid_gone || !run_alive(owner, &place, limit_s, pid_exists)).then_some(
+                    Requeuer::Finder {
+                        trial_id: row.trial_id,
+                        seen: (owner.run_id, owner.attempt),
+                        pid_gone,
+                        limit_s,
+                    },
+                )
+            },
+        )?;
         let Stock {
             history,
             waiting,
@@ -118,7 +137,7 @@ impl Runner<'_> {
             best,
             elsewhere,
             kept_steps,
-        } = self.take_stock(&data[0], &existing, &place, limit_s)?;
+        } = self.take_stock(&data[0], &existing, &orphans)?;
         let budget = match self.options.more {
             Some(n) => finished + n,
             None => self.options.trials.unwrap_or(study.trials),
@@ -245,8 +264,7 @@ impl Runner<'_> {
         &self,
         data: &Arc<DeviceData<B>>,
         existing: &[TrialRow],
-        here: &Place,
-        limit_s: f64,
+        orphans: &BTreeMap<TrialId, Requeuer>,
     ) -> Result<Stock> {
         let study = self.study;
         let mut history: Vec<TrialRecord> = Vec::new();
@@ -257,23 +275,9 @@ impl Runner<'_> {
         let mut kept_steps: BTreeMap<TrialNumber, i64> = BTreeMap::new();
         for row in existing {
             let params = decode_params(study, row);
-            let requeue = match (&row.owner, row.state) {
-                (_, TrialState::Waiting) => None,
-                (Some(owner), TrialState::Running) => {
-                    let pid_gone = owner_gone_here(owner, here, pid_exists);
-                    (pid_gone || !run_alive(owner, here, limit_s, pid_exists)).then_some(
-                        Requeuer::Finder {
-                            trial_id: row.trial_id,
-                            seen: (owner.run_id, owner.attempt),
-                            pid_gone,
-                            limit_s,
-                        },
-                    )
-                }
-                // Optuna's (no run claims it): the runs' syncs watch its
-                // heartbeat; at the start it is left alone.
-                _ => None,
-            };
+            // A RUNNING one held by no run (Optuna's) is left alone at the
+            // start: the runs' syncs watch its heartbeat.
+            let requeue = orphans.get(&row.trial_id).cloned();
             if row.state == TrialState::Running && requeue.is_none() {
                 elsewhere += 1;
                 history.push(TrialRecord {

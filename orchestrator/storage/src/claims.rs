@@ -36,7 +36,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::dialect::{Dialect, sql};
 
-use super::{Owner, TrialId};
+use super::{Owner, TrialId, TrialState};
 use crate::ids::{RunId, StudyId};
 
 /// The default liveness limit, in seconds: a run (or a trial) whose
@@ -300,6 +300,23 @@ impl Requeuer {
             Requeuer::Holder(c) => c.trial_id,
             Requeuer::Finder { trial_id, .. } | Requeuer::Unclaimed { trial_id, .. } => *trial_id,
         }
+    }
+
+    /// Whether `row`, as read, is still the trial it judged: RUNNING and
+    /// held by the claim it saw (or, for `Unclaimed`, by none, with the
+    /// heartbeat it saw). [`requeue`]'s statement checks the same inside
+    /// its transaction; this is for a caller that read the rows again.
+    pub fn applies_to(&self, row: &super::TrialRow) -> bool {
+        let held = row.owner.as_ref().map(|o| (o.run_id, o.attempt));
+        row.trial_id == self.trial_id()
+            && row.state == TrialState::Running
+            && match self {
+                Requeuer::Holder(c) => held == Some((c.run_id, c.attempt)),
+                Requeuer::Finder { seen, .. } => held == Some(*seen),
+                Requeuer::Unclaimed { beat, .. } => {
+                    held.is_none() && row.heartbeat.as_deref() == Some(beat.as_str())
+                }
+            }
     }
 }
 
