@@ -120,7 +120,7 @@ impl Runner<'_> {
         // heartbeats were held up (see `storage::heartbeat`); a dead pid
         // on this host is judged at once.
         let judge = self.writer.beat().may_judge_others();
-        let mut unclaimed = std::collections::BTreeMap::new();
+        let mut unclaimed = BTreeMap::new();
         let liveness = &st.liveness;
         let (rows, orphans) = judge_then_read(
             || self.writer.read_trials(self.info.id),
@@ -229,10 +229,9 @@ impl Runner<'_> {
 /// claim it was judged by.
 pub(super) fn judge_then_read<E>(
     mut read: impl FnMut() -> std::result::Result<Vec<TrialRow>, E>,
-    judge: impl FnMut(&TrialRow) -> Option<Requeuer>,
+    mut judge: impl FnMut(&TrialRow) -> Option<Requeuer>,
 ) -> std::result::Result<(Vec<TrialRow>, BTreeMap<TrialId, Requeuer>), E> {
     let rows = read()?;
-    let mut judge = judge;
     let judged: Vec<Requeuer> = rows.iter().filter_map(&mut judge).collect();
     if judged.is_empty() {
         return Ok((rows, BTreeMap::new()));
