@@ -13,11 +13,14 @@
 //! Where we differ from Optuna, on purpose (measured over 300 seeds in
 //! `bench samplers`; see `docs/benchmarks/samplers.md`):
 //! - the narrowest kernel of an estimator over `n` observations is
-//!   `range / min(100, (n + 2)^1.25)`, not Optuna's `range / min(100, n +
-//!   2)`. The good group holds few observations (5 at 50 trials), so
-//!   Optuna's clip keeps its kernels a seventh of the range wide, too wide
-//!   to close in on an optimum. An exponent of 1.5 closed in faster still,
-//!   but got stuck in the local minima of Levy-5;
+//!   `range / min(100, (n + 2)^e)`, not Optuna's `range / min(100, n +
+//!   2)`: `e` is 1.15 for a continuous dimension of a study of one
+//!   objective, 1.25 for a discrete one or a study of several. The good
+//!   group holds few observations (5 at 50 trials), so Optuna's clip
+//!   keeps its kernels a seventh of the range wide, too wide to close in
+//!   on an optimum. An exponent of 1.5 closed in faster still, but got
+//!   stuck in the local minima of Levy-5, and so did 1.25 on continuous
+//!   spaces, over 500 seeds with trials in flight;
 //! - a discrete dimension's kernels stay at least half a cell wide, so
 //!   that a level's neighbours keep some mass (without it, the narrower
 //!   clip left a sixth of the ordinal runs stuck on a wrong level);
@@ -124,14 +127,19 @@ pub const BEST_WEIGHT: f64 = 3.0;
 /// 2)^CLIP_EXPONENT)`; Optuna's magic clip has an exponent of 1.
 pub const CLIP_EXPONENT: f64 = 1.25;
 
+/// The clip's exponent for a continuous dimension of a study of one
+/// objective: wider than [`CLIP_EXPONENT`], whose narrow kernels settled
+/// in Levy-5's local minima (`docs/benchmarks/concurrency.md`).
+pub const CONTINUOUS_CLIP_EXPONENT: f64 = 1.15;
+
 /// A discrete dimension's kernels are at least this many cells wide.
 pub const MIN_CELLS: f64 = 0.5;
 
 /// The narrowest kernel of an estimator over `n` observations on a range
 /// of `range` (in the kernels' coordinates) with `levels` values if the
-/// dimension is discrete.
-pub fn min_bandwidth(range: f64, n: usize, levels: Option<f64>) -> f64 {
-    let clip = range / (100.0f64).min(((n + 2) as f64).powf(CLIP_EXPONENT));
+/// dimension is discrete, for a clip of `exponent`.
+pub fn min_bandwidth(range: f64, n: usize, levels: Option<f64>, exponent: f64) -> f64 {
+    let clip = range / (100.0f64).min(((n + 2) as f64).powf(exponent));
     levels.map_or(clip, |l| clip.max(MIN_CELLS * range / l))
 }
 
@@ -227,7 +235,7 @@ impl Kernels {
     /// neighbour), clipped to `[min_bandwidth, range]` (see
     /// [`min_bandwidth`]: narrower than Optuna's clip); then a prior kernel
     /// at the centre as wide as the range.
-    fn numeric(points: &[f64], low: f64, high: f64, grid: Option<Grid>) -> Self {
+    fn numeric(points: &[f64], low: f64, high: f64, grid: Option<Grid>, exponent: f64) -> Self {
         let range = (high - low).max(1e-12);
         let n = points.len();
         let mut order: Vec<usize> = (0..n).collect();
@@ -244,7 +252,7 @@ impl Kernels {
             sorted_sigmas[n - 1] = with_ends[n] - with_ends[n - 1];
         }
         let levels = grid.map(|g| ((g.high - g.low) / g.step).round() + 1.0);
-        let min_sigma = min_bandwidth(range, n, levels);
+        let min_sigma = min_bandwidth(range, n, levels, exponent);
         let mut sigmas = vec![0.0; n];
         for (rank, &i) in order.iter().enumerate() {
             sigmas[i] = sorted_sigmas[rank].clamp(min_sigma, range);
@@ -633,6 +641,18 @@ impl TpeSampler {
             .collect()
     }
 
+    /// The clip's exponent ([`min_bandwidth`]) of a dimension: the wider
+    /// [`CONTINUOUS_CLIP_EXPONENT`] for a continuous one of a study of one
+    /// objective; else [`CLIP_EXPONENT`] (the multi-objective TPE's fronts
+    /// were measured with it, `docs/benchmarks/fronts.md`).
+    fn clip_exponent(&self, discrete: bool) -> f64 {
+        if discrete || self.directions.len() > 1 {
+            CLIP_EXPONENT
+        } else {
+            CONTINUOUS_CLIP_EXPONENT
+        }
+    }
+
     /// The Parzen estimator of `obs`; `ranks` weights a good group's
     /// kernels by rank (see [`good_weights`]).
     fn estimator(
@@ -665,11 +685,13 @@ impl TpeSampler {
                 ),
                 _ => {
                     let (low, high, _) = bounds(d);
+                    let grid = grid(d);
                     Kernels::numeric(
                         &obs.iter().map(|o| to_space(d, o[j])).collect::<Vec<_>>(),
                         low,
                         high,
-                        grid(d),
+                        grid,
+                        self.clip_exponent(grid.is_some()),
                     )
                 }
             })

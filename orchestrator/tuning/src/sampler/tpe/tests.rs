@@ -197,7 +197,7 @@ fn a_discrete_kernel_is_a_distribution_over_its_grid() {
         .iter()
         .map(|&v| g.coord(v))
         .collect();
-        let k = Kernels::numeric(&obs, low, high, Some(g));
+        let k = Kernels::numeric(&obs, low, high, Some(g), CLIP_EXPONENT);
         let values: Vec<f64> = (0..)
             .map(|i| g.low + i as f64 * g.step)
             .take_while(|v| *v <= g.high + 1e-9)
@@ -216,17 +216,31 @@ fn a_discrete_kernel_is_a_distribution_over_its_grid() {
 #[test]
 fn kernels_narrow_faster_than_optunas_clip_but_not_below_half_a_cell() {
     // Optuna's clip for 5 good observations is a seventh of the range.
-    let ours = min_bandwidth(1.0, 5, None);
-    assert!((ours - 7f64.powf(-1.25)).abs() < 1e-12 && ours < 1.0 / 7.0);
-    // Never narrower than Optuna's floor of a hundredth.
-    assert_eq!(min_bandwidth(1.0, 1000, None), 0.01);
+    for e in [CLIP_EXPONENT, CONTINUOUS_CLIP_EXPONENT] {
+        let ours = min_bandwidth(1.0, 5, None, e);
+        assert!((ours - 7f64.powf(-e)).abs() < 1e-12 && ours < 1.0 / 7.0);
+        // Never narrower than Optuna's floor of a hundredth.
+        assert_eq!(min_bandwidth(1.0, 1000, None, e), 0.01);
+    }
     // Three levels over [-0.5, 2.5]: half a cell is 0.5.
-    assert_eq!(min_bandwidth(3.0, 20, Some(3.0)), 0.5);
+    assert_eq!(min_bandwidth(3.0, 20, Some(3.0), CLIP_EXPONENT), 0.5);
     // Eleven levels, few observations: the clip is wider than the floor.
     assert_eq!(
-        min_bandwidth(11.0, 5, Some(11.0)),
-        min_bandwidth(11.0, 5, None)
+        min_bandwidth(11.0, 5, Some(11.0), CLIP_EXPONENT),
+        min_bandwidth(11.0, 5, None, CLIP_EXPONENT)
     );
+}
+
+#[test]
+fn continuous_dimensions_of_one_objective_clip_wider() {
+    let one = TpeSampler::new(0, Direction::Minimize);
+    let two = TpeSampler::multi(0, vec![Direction::Minimize; 2]);
+    assert_eq!(one.clip_exponent(false), CONTINUOUS_CLIP_EXPONENT);
+    assert_eq!(one.clip_exponent(true), CLIP_EXPONENT);
+    assert_eq!(two.clip_exponent(false), CLIP_EXPONENT);
+    // Wider: among 20 observations, the narrowest kernel is wider.
+    let narrowest = |discrete| min_bandwidth(1.0, 20, None, one.clip_exponent(discrete));
+    assert!(narrowest(false) > narrowest(true));
 }
 
 #[test]
