@@ -4,8 +4,8 @@
 //! four discrete ones, and four tabulated MLP results from
 //! [`super::tables`]) for 100 trials under 20 seeds (by default); the
 //! table gives the median best value after 50 and after 100 trials, and
-//! the time per proposal once 90 trials are in the history. Optuna 5.0's `TPESampler`
-//! and `GPSampler` run the same functions through
+//! the time per proposal once 90 trials are in the history. Optuna 5.0's
+//! `TPESampler` and `GPSampler` run the same functions through
 //! `scripts/anchors/optuna_samplers.py`, in the same run, when a Python with
 //! Optuna is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`); the GP
 //! one also needs torch and scipy there, and is skipped with a note

@@ -27,7 +27,7 @@ use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
 use crate::sampler::TrialRecord;
 use crate::storage::{
-    Requeuer, TrialId, TrialRow, TrialState, owner_gone_here, pid_exists, run_alive,
+    Owner, Place, Requeuer, TrialId, TrialRow, TrialState, owner_gone_here, pid_exists, run_alive,
 };
 
 /// What [`Runner::next_pending`] found.
@@ -132,23 +132,13 @@ impl Runner<'_> {
                     return None;
                 }
                 match &row.owner {
-                    Some(owner) => {
-                        let pid_gone = owner_gone_here(owner, &liveness.place, pid_exists);
-                        let dead = pid_gone
-                            || (judge
-                                && !run_alive(
-                                    owner,
-                                    &liveness.place,
-                                    liveness.limit_s,
-                                    pid_exists,
-                                ));
-                        dead.then_some(Requeuer::Finder {
-                            trial_id: row.trial_id,
-                            seen: (owner.run_id, owner.attempt),
-                            pid_gone,
-                            limit_s: liveness.limit_s,
-                        })
-                    }
+                    Some(owner) => dead_holder(
+                        row.trial_id,
+                        owner,
+                        &liveness.place,
+                        liveness.limit_s,
+                        judge,
+                    ),
                     // Only Optuna (or an older salus-tune) holds it: requeued
                     // once its heartbeat has stood still for the limit, as this
                     // run watched it; never when it has none.
@@ -216,6 +206,26 @@ impl Runner<'_> {
         st.liveness.unclaimed = unclaimed;
         Ok(())
     }
+}
+
+/// The requeuer of trial `trial_id` where the run of `owner`, its holder,
+/// is dead: its pid gone on this host, or (where `by_age`) its heartbeat
+/// older than `limit_s` (see `storage::run_alive`).
+pub(super) fn dead_holder(
+    trial_id: TrialId,
+    owner: &Owner,
+    place: &Place,
+    limit_s: f64,
+    by_age: bool,
+) -> Option<Requeuer> {
+    let pid_gone = owner_gone_here(owner, place, pid_exists);
+    let dead = pid_gone || (by_age && !run_alive(owner, place, limit_s, pid_exists));
+    dead.then_some(Requeuer::Finder {
+        trial_id,
+        seen: (owner.run_id, owner.attempt),
+        pid_gone,
+        limit_s,
+    })
 }
 
 /// The study's trials, and the orphans among them to requeue (by trial

@@ -32,7 +32,7 @@ use crate::sampler::{
 };
 use crate::storage::writer::{RunInfo, WriteOp};
 use crate::storage::{Claim, Requeuer, TrialId, TrialNumber};
-use crate::storage::{TrialRow, TrialState, owner_gone_here, pid_exists, run_alive};
+use crate::storage::{TrialRow, TrialState};
 use crate::study::SamplerKind;
 
 /// What [`Runner::take_stock`] found.
@@ -119,15 +119,7 @@ impl Runner<'_> {
                     .owner
                     .as_ref()
                     .filter(|_| row.state == TrialState::Running)?;
-                let pid_gone = owner_gone_here(owner, &place, pid_exists);
-                (pid_gone || !run_alive(owner, &place, limit_s, pid_exists)).then_some(
-                    Requeuer::Finder {
-                        trial_id: row.trial_id,
-                        seen: (owner.run_id, owner.attempt),
-                        pid_gone,
-                        limit_s,
-                    },
-                )
+                super::processes::dead_holder(row.trial_id, owner, &place, limit_s, true)
             },
         )?;
         let Stock {
