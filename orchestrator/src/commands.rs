@@ -425,10 +425,16 @@ fn scheduler_text(s: &Study) -> String {
     };
     // The default per lane on a CPU (a GPU always takes two).
     let cpu_per_lane = crate::runner::InFlight::of(s, 1, true).default_max();
+    // Where two per lane would run, TPE and GP start with one.
+    let ramp = match crate::runner::InFlight::of(s, 1, false).ramp() {
+        Some(r) => format!("lanes for the first {} trials, then ", r.until_trials),
+        None => String::new(),
+    };
     let in_flight = match s.max_concurrent_set() {
         Some(n) => n.to_string(),
-        None if cpu_per_lane == 2 => "2 x lanes (default)".into(),
-        None => "lanes on a CPU, 2 x lanes on a GPU (default)".into(),
+        None if cpu_per_lane == 2 => format!("{ramp}2 x lanes (default)"),
+        None if ramp.is_empty() => "lanes on a CPU, 2 x lanes on a GPU (default)".into(),
+        None => format!("lanes on a CPU; on a GPU {ramp}2 x lanes (default)"),
     };
     format!(
         "policy {policy}, lanes {}, max_concurrent {in_flight}, memory {memory}, fuse {}, graphs {graphs}",

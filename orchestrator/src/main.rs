@@ -138,16 +138,23 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             first_seed,
             no_optuna,
             in_flight,
+            ramp,
             samplers,
             problems,
         } => {
+            let in_flight = in_flight as usize;
             let plan = bench::samplers::Plan {
                 seeds,
                 first_seed,
                 samplers,
                 problems,
                 optuna: !no_optuna,
-                in_flight: in_flight as usize,
+                in_flight,
+                // As the runner's default on in_flight / 2 lanes.
+                ramp: ramp.then_some(salus_tune::runner::Ramp {
+                    cap: in_flight.div_ceil(2),
+                    until_trials: salus_tune::runner::RAMP_TRIALS,
+                }),
             };
             let (rows, mut notes) = bench::samplers::run(&plan, &mut progress)?;
             let (fronts, more) = if plan.in_flight > 1 {
@@ -162,7 +169,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             }
             if json {
                 // One array: the rows of one objective, then of several.
-                let mut all = bench::samplers::json(&rows, plan.in_flight);
+                let mut all = bench::samplers::json(&rows, plan.in_flight, plan.ramp);
                 if let (Some(a), serde_json::Value::Array(b)) =
                     (all.as_array_mut(), bench::fronts::json(&fronts))
                 {
@@ -173,7 +180,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 if !rows.is_empty() {
                     print!(
                         "{}",
-                        bench::samplers::table(&rows, seeds, first_seed, plan.in_flight)
+                        bench::samplers::table(&rows, seeds, first_seed, plan.in_flight, plan.ramp)
                     );
                 }
                 if !fronts.is_empty() {

@@ -246,6 +246,13 @@ fn check_prints_the_resolved_search_space() {
         &["check", "studies/digits_gp.toml"],
     ));
     assert!(gp.contains("gp (startup_trials 8)"), "{gp}");
+    // GP starts with one trial per lane where it would keep two.
+    assert!(
+        gp.contains(
+            "max_concurrent lanes on a CPU; on a GPU lanes for the first 60 trials, then 2 x lanes (default)"
+        ),
+        "{gp}"
+    );
     let cnn = text(&run_in(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
         &["check", "studies/digits_cnn.toml"],

@@ -768,31 +768,43 @@ fn bench_samplers_scores_fronts_by_hypervolume() {
 #[test]
 fn bench_samplers_keeps_trials_in_flight() {
     let dir = tempfile::tempdir().unwrap();
-    let best_at_50 = |in_flight: &str| {
-        let out = run_in(
-            dir.path(),
-            &[
-                "bench",
-                "samplers",
-                "--seeds",
-                "3",
-                "--samplers",
-                "tpe",
-                "--problems",
-                "branin",
-                "--no-optuna",
-                "--json",
-                "--in-flight",
-                in_flight,
-            ],
-        );
+    let run = |in_flight: &str, more: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "samplers",
+            "--seeds",
+            "3",
+            "--samplers",
+            "tpe",
+            "--problems",
+            "branin",
+            "--no-optuna",
+            "--json",
+            "--in-flight",
+            in_flight,
+        ];
+        args.extend(more);
+        let out = run_in(dir.path(), &args);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v[0]["in_flight"].as_u64(), Some(in_flight.parse().unwrap()));
-        v[0]["best_50_per_seed"].clone()
+        v[0].clone()
     };
+    let best_at_50 = |in_flight: &str| run(in_flight, &[])["best_50_per_seed"].clone();
     // With trials pending, the proposals see fewer values: another run.
     assert_ne!(best_at_50("1"), best_at_50("8"));
+    // The runner's start with one trial per lane: 4 of 8 until 60 trials,
+    // so the first 50 are those of 4 in flight (the unit test
+    // `a_ramp_keeps_fewer_trials_in_flight_for_the_first_proposals` sees
+    // it end).
+    let ramped = run("8", &["--ramp"]);
+    assert_eq!(
+        ramped["ramp"],
+        serde_json::json!({ "cap": 4, "until_trials": 60 })
+    );
+    assert_eq!(ramped["best_50_per_seed"], best_at_50("4"));
+    assert_ne!(ramped["best_50_per_seed"], best_at_50("8"));
+    assert_eq!(run("8", &[])["ramp"], serde_json::Value::Null);
     let out = run_in(dir.path(), &["bench", "samplers", "--in-flight", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }

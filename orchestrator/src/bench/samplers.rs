@@ -18,6 +18,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use crate::error::Result;
+use crate::runner::Ramp;
 use crate::sampler::{GpSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
 use crate::space::{Choice, Distribution, Param, ParamValue, Params, SearchSpace};
 use crate::study::Direction;
@@ -396,8 +397,15 @@ pub fn problems() -> Vec<Problem> {
 /// proposals made with 90 to 99 trials in the history. With `in_flight`
 /// N > 1, each proposal is made while the N - 1 trials before it still
 /// run: they are in the history without a value (pending) until the
-/// oldest finishes, as in a study that keeps N trials running.
-fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize, in_flight: usize) -> (Vec<f64>, f64) {
+/// oldest finishes, as in a study that keeps N trials running; `ramp`
+/// lowers N for the first proposals, as the runner's default does.
+fn run_one(
+    s: &mut dyn Sampler,
+    p: &Problem,
+    trials: usize,
+    in_flight: usize,
+    ramp: Option<Ramp>,
+) -> (Vec<f64>, f64) {
     let mut h: Vec<TrialRecord> = Vec::with_capacity(trials);
     let mut best = f64::INFINITY;
     let mut out = Vec::with_capacity(trials);
@@ -405,7 +413,8 @@ fn run_one(s: &mut dyn Sampler, p: &Problem, trials: usize, in_flight: usize) ->
     let mut finished = 0;
     while finished < trials {
         // Keep `in_flight` trials running while the budget allows.
-        while h.len() < trials && h.len() - finished < in_flight.max(1) {
+        while h.len() < trials && h.len() - finished < Ramp::limit(ramp, h.len(), in_flight.max(1))
+        {
             let t0 = Instant::now();
             let params = s
                 .propose(&p.space, &h)
@@ -475,6 +484,8 @@ pub struct Plan {
     pub optuna: bool,
     /// Trials in flight when each is proposed (1: one at a time).
     pub in_flight: usize,
+    /// Fewer in flight for the first proposals of ours (`--ramp`).
+    pub ramp: Option<Ramp>,
 }
 
 impl Plan {
@@ -548,7 +559,7 @@ pub fn run(plan: &Plan, progress: &mut dyn FnMut(&str)) -> Result<(Vec<Row>, Vec
                     "tpe" => Box::new(TpeSampler::new(seed, Direction::Minimize)),
                     _ => Box::new(GpSampler::new(seed, Direction::Minimize)),
                 };
-                let (curve, late_ms) = run_one(s.as_mut(), &p, 100, plan.in_flight);
+                let (curve, late_ms) = run_one(s.as_mut(), &p, 100, plan.in_flight, plan.ramp);
                 b50.push(curve[49]);
                 b100.push(curve[99]);
                 ms.push(late_ms);
@@ -655,7 +666,7 @@ fn run_optuna(
         .collect())
 }
 
-pub fn json(rows: &[Row], in_flight: usize) -> serde_json::Value {
+pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::Value {
     serde_json::Value::Array(
         rows.iter()
             .map(|r| {
@@ -663,6 +674,7 @@ pub fn json(rows: &[Row], in_flight: usize) -> serde_json::Value {
                     "problem": r.problem,
                     "sampler": r.sampler,
                     "in_flight": in_flight,
+                    "ramp": ramp.filter(|_| !r.sampler.starts_with("optuna-")).map(|r| json!({ "cap": r.cap, "until_trials": r.until_trials })),
                     "median_best_50": r.at_50,
                     "median_best_100": r.at_100,
                     "ms_per_proposal_at_100": r.ms_per_proposal,
@@ -674,12 +686,21 @@ pub fn json(rows: &[Row], in_flight: usize) -> serde_json::Value {
     )
 }
 
-pub fn table(rows: &[Row], seeds: u64, first_seed: u64, in_flight: usize) -> String {
+pub fn table(
+    rows: &[Row],
+    seeds: u64,
+    first_seed: u64,
+    in_flight: usize,
+    ramp: Option<Ramp>,
+) -> String {
     let last = first_seed + seeds - 1;
-    let flight = match in_flight {
+    let mut flight = match in_flight {
         1 => "one trial at a time".to_string(),
         n => format!("{n} trials in flight"),
     };
+    if let Some(r) = ramp {
+        flight += &format!(" (ours: {} for the first {} trials)", r.cap, r.until_trials);
+    }
     let mut out = format!(
         "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better; {flight});\n\
          ms: median time per proposal with 90-99 trials in the history (Optuna's: per trial, storage included)\n\n\
@@ -743,5 +764,49 @@ mod tests {
         // A grid cannot beat the continuous minimum, and this one gets near it.
         let grid = by_name("ordinal-hartmann6").optimum;
         assert!(grid > -3.32237 && grid < -2.8, "{grid}");
+    }
+
+    /// Counts the trials pending at each proposal.
+    struct Watcher {
+        pending: Vec<usize>,
+        inner: RandomSampler,
+    }
+
+    impl Sampler for Watcher {
+        fn name(&self) -> &'static str {
+            "watcher"
+        }
+        fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
+            self.pending
+                .push(history.iter().filter(|t| t.value.is_none()).count());
+            self.inner.propose(space, history)
+        }
+    }
+
+    #[test]
+    fn a_ramp_keeps_fewer_trials_in_flight_for_the_first_proposals() {
+        let branin = problems().into_iter().next().expect("branin");
+        let mut w = Watcher {
+            pending: Vec::new(),
+            inner: RandomSampler::new(1),
+        };
+        let ramp = Ramp {
+            cap: 2,
+            until_trials: 10,
+        };
+        let (curve, _) = run_one(&mut w, &branin, 30, 4, Some(ramp));
+        assert_eq!(curve.len(), 30);
+        assert_eq!(w.pending.len(), 30);
+        // At most one other trial runs while the first 10 are proposed,
+        // then three, until the budget leaves fewer to start.
+        assert!(w.pending[..10].iter().all(|&n| n <= 1), "{:?}", w.pending);
+        assert_eq!(w.pending[1], 1);
+        assert!(w.pending[11..27].iter().all(|&n| n == 3), "{:?}", w.pending);
+        let mut plain = Watcher {
+            pending: Vec::new(),
+            inner: RandomSampler::new(1),
+        };
+        run_one(&mut plain, &branin, 30, 4, None);
+        assert_eq!(plain.pending[3..27], [3; 24]);
     }
 }

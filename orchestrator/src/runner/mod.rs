@@ -320,7 +320,7 @@ impl Runner<'_> {
                 .len()
                 .saturating_sub(st.paused.len() + st.pbt_waiting())
                 + batch.len()
-                < st.max_concurrent
+                < Ramp::limit(st.ramp, st.history.len(), st.max_concurrent)
             && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
                 < st.budget
         {
@@ -645,6 +645,8 @@ struct RunState<B: Backend> {
     /// Finished trials the study should reach.
     budget: u64,
     max_concurrent: usize,
+    /// A lower cap while the study is young (the default's, for TPE and GP).
+    ramp: Option<Ramp>,
     history: Vec<TrialRecord>,
     /// Stored trials to run first (interrupted or orphaned ones).
     waiting: VecDeque<Pending>,
@@ -778,6 +780,35 @@ pub struct InFlight {
     pub prioritised: bool,
     /// The trials are external workers.
     pub external: bool,
+    /// The sampler models the results so far (TPE, GP), so that each
+    /// trial in flight is one result fewer for the next proposal to learn
+    /// from; no PBT population replaces its proposals.
+    pub model_based: bool,
+}
+
+/// Trials a study's first proposals fill while a model-based sampler keeps
+/// one per lane, where the default would keep two ([`InFlight::ramp`]).
+pub const RAMP_TRIALS: usize = 60;
+
+/// A lower cap on trials in flight while a study is young.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ramp {
+    /// Trials in flight at most.
+    pub cap: usize,
+    /// Until the study holds this many trials (every process's, in any
+    /// state).
+    pub until_trials: usize,
+}
+
+impl Ramp {
+    /// Trials in flight at most when the study holds `trials`, under a
+    /// steady `max_concurrent`.
+    pub fn limit(ramp: Option<Ramp>, trials: usize, max_concurrent: usize) -> usize {
+        match ramp {
+            Some(r) if trials < r.until_trials => max_concurrent.min(r.cap),
+            _ => max_concurrent,
+        }
+    }
 }
 
 impl InFlight {
@@ -788,6 +819,11 @@ impl InFlight {
             cpu_only,
             prioritised: study.decides_at_reports(),
             external: study.worker.is_some(),
+            model_based: study.pbt.is_none()
+                && matches!(
+                    study.sampler.kind,
+                    crate::study::SamplerKind::Tpe { .. } | crate::study::SamplerKind::Gp { .. }
+                ),
         }
     }
 
@@ -808,6 +844,23 @@ impl InFlight {
             2
         };
         (per_lane * self.lanes).max(1)
+    }
+
+    /// One trial per lane for a model-based sampler's first
+    /// [`RAMP_TRIALS`] trials, where the default keeps two per lane.
+    ///
+    /// While the history is short, each pending trial is a large share of
+    /// what a proposal does not know: at 4 in flight our TPE fell behind
+    /// sequential Optuna on Levy-5, and ran level with 2 in flight when
+    /// its first 60 trials kept one per lane
+    /// (`docs/benchmarks/concurrency.md`). The second trial per lane pays
+    /// off over the rest of the study.
+    pub fn ramp(self) -> Option<Ramp> {
+        let cap = self.lanes.max(1);
+        (self.model_based && self.default_max() > cap).then_some(Ramp {
+            cap,
+            until_trials: RAMP_TRIALS,
+        })
     }
 }
 
@@ -888,7 +941,7 @@ fn external_params(study: &Study, params: &Params) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::InFlight;
+    use super::{InFlight, RAMP_TRIALS, Ramp};
 
     #[test]
     fn built_in_trials_on_a_cpu_with_nothing_to_prioritise_run_one_per_lane() {
@@ -897,6 +950,7 @@ mod tests {
             cpu_only: true,
             prioritised: false,
             external: false,
+            model_based: false,
         };
         assert_eq!(plain.default_max(), 2);
         assert_eq!(InFlight { lanes: 0, ..plain }.default_max(), 1);
@@ -926,5 +980,90 @@ mod tests {
             .default_max(),
             64
         );
+    }
+
+    #[test]
+    fn a_model_based_sampler_keeps_one_trial_per_lane_while_the_study_is_young() {
+        let gpu = InFlight {
+            lanes: 32,
+            cpu_only: false,
+            prioritised: false,
+            external: false,
+            model_based: true,
+        };
+        let ramp = gpu.ramp().expect("two per lane by default");
+        assert_eq!(
+            ramp,
+            Ramp {
+                cap: 32,
+                until_trials: RAMP_TRIALS
+            }
+        );
+        let limit = |trials| Ramp::limit(Some(ramp), trials, gpu.default_max());
+        assert_eq!(limit(0), 32);
+        assert_eq!(limit(RAMP_TRIALS - 1), 32);
+        assert_eq!(limit(RAMP_TRIALS), 64);
+        // A cap lowered after running out of memory stays lower.
+        assert_eq!(Ramp::limit(Some(ramp), 0, 20), 20);
+        assert_eq!(Ramp::limit(None, 0, 64), 64);
+        // No ramp for samplers that learn nothing from results in flight,
+        // or where the default already keeps one per lane.
+        assert_eq!(
+            InFlight {
+                model_based: false,
+                ..gpu
+            }
+            .ramp(),
+            None
+        );
+        let cpu = InFlight {
+            cpu_only: true,
+            ..gpu
+        };
+        assert_eq!(cpu.ramp(), None);
+        for pays in [
+            InFlight {
+                prioritised: true,
+                ..cpu
+            },
+            InFlight {
+                external: true,
+                ..cpu
+            },
+        ] {
+            assert_eq!(pays.ramp(), Some(ramp), "{pays:?}");
+        }
+    }
+
+    #[test]
+    fn the_ramp_follows_the_study_s_sampler_and_population() {
+        let at = |name: &str, cpu_only: bool| {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("studies")
+                .join(name);
+            let study = crate::study::parse::load(&path).expect("an example study");
+            InFlight::of(&study, 2, cpu_only).ramp()
+        };
+        let ramp = Some(Ramp {
+            cap: 2,
+            until_trials: RAMP_TRIALS,
+        });
+        // GP on a GPU, and TPE with external workers on a CPU.
+        assert_eq!(at("digits_gp.toml", false), ramp);
+        assert_eq!(at("external_objective.toml", true), ramp);
+        // One per lane already, random search (with a pruner, and with
+        // external workers), and a PBT population.
+        assert_eq!(at("digits_gp.toml", true), None);
+        assert_eq!(at("digits_asha.toml", false), None);
+        assert_eq!(at("external_torch.toml", true), None);
+        let pbt = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("studies/digits_pbt.toml");
+        let text = std::fs::read_to_string(&pbt).expect("the PBT example")
+            + "\n[sampler]\nkind = \"tpe\"\n";
+        let study = crate::study::parse::parse_str(&text, &pbt).expect("PBT with TPE");
+        assert!(matches!(
+            study.sampler.kind,
+            crate::study::SamplerKind::Tpe { .. }
+        ));
+        assert_eq!(InFlight::of(&study, 2, false).ramp(), None);
     }
 }

@@ -142,15 +142,16 @@ impl Runner<'_> {
         }
         let sampler = self.build_sampler(process_index as u64)?;
         let cpu_only = backends.iter().all(|b| b.kind() == DeviceKind::Cpu);
-        let max_concurrent = study
-            .max_concurrent_set()
-            .unwrap_or_else(|| InFlight::of(study, lanes, cpu_only).default_max())
-            .max(1);
+        let in_flight = InFlight::of(study, lanes, cpu_only);
+        let (max_concurrent, ramp) = match study.max_concurrent_set() {
+            Some(n) => (n.max(1), None),
+            None => (in_flight.default_max(), in_flight.ramp()),
+        };
         self.writer.send(WriteOp::Event {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_start",
-            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": lanes, "max_concurrent": max_concurrent, "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": lanes, "max_concurrent": max_concurrent, "ramp": ramp.map(|r| serde_json::json!({ "cap": r.cap, "until_trials": r.until_trials })), "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
         })?;
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
@@ -201,6 +202,7 @@ impl Runner<'_> {
             seed: self.options.seed.unwrap_or(study.seed),
             budget,
             max_concurrent,
+            ramp,
             history,
             waiting,
             finished,
