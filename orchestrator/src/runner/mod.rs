@@ -1,8 +1,9 @@
 //! Runs a study: propose, train, record, until the budget is spent.
 //!
 //! Every trial runs through the Salus core: the runner keeps up to
-//! `max_concurrent` trials submitted (default: [`InFlight::default_max`]), and turns the
-//! core's events into storage writes and progress. It owns no output: it
+//! `max_concurrent` trials submitted (default: [`InFlight::default_max`],
+//! fewer at a study's start with [`InFlight::ramp`]), and turns the core's
+//! events into storage writes and progress. It owns no output: it
 //! tells a [`Reporter`] what happens, and the writer what to store.
 //!
 //! The loop ([`Runner::run`]) reads the core's events and, between them,
