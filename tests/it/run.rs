@@ -882,3 +882,59 @@ fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
     assert_eq!(more.len(), 11);
     assert_eq!(&more[..8], &first[..]);
 }
+
+#[test]
+fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
+    // Most trials alive at once: counted where each starts, by the times
+    // Optuna's table stores.
+    let most_at_once = |db: &std::path::Path| {
+        scalar(
+            db,
+            "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
+             WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
+             FROM trials a)",
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let base = StudyFile::digits("young", 8)
+        .set("sampler", "kind", "\"tpe\"")
+        .set("sampler", "startup_trials", "3")
+        .set("pruner", "kind", "\"median\"")
+        .set("scheduler", "lanes", "2");
+    write(dir.path(), "s.toml", &base.build());
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("young.db");
+    assert_eq!(trials(&db, None).len(), 8);
+    let start: serde_json::Value = serde_json::from_str(
+        &scalar_text(
+            &db,
+            "SELECT detail FROM salus_events WHERE kind = 'study_start'",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(start["max_concurrent"], 4, "{start}");
+    assert_eq!(
+        start["ramp"],
+        serde_json::json!({ "cap": 2, "until_trials": 60 })
+    );
+    assert!(most_at_once(&db) <= 2, "{} at once", most_at_once(&db));
+    // Set, max_concurrent has no start: four go at once.
+    let set = tempfile::tempdir().unwrap();
+    write(
+        set.path(),
+        "s.toml",
+        &base.set("scheduler", "max_concurrent", "4").build(),
+    );
+    let out = run_in(set.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = set.path().join("young.db");
+    let start = scalar_text(
+        &db,
+        "SELECT detail FROM salus_events WHERE kind = 'study_start'",
+    )
+    .unwrap();
+    assert!(start.contains("\"ramp\":null"), "{start}");
+    assert!(most_at_once(&db) >= 3, "{} at once", most_at_once(&db));
+}
