@@ -223,6 +223,7 @@ fn run_one(s: &mut dyn Sampler, p: &FrontProblem) -> (Vec<(Vec<f64>, bool)>, f64
             value: Some(values[0]),
             values,
             violation,
+            stopped: None,
         });
     }
     let trials = h

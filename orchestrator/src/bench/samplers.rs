@@ -427,6 +427,7 @@ fn run_one(
                 value: None,
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
         }
         // The oldest running trial finishes.

@@ -12,6 +12,7 @@ use super::{MemberId, Pending, RunState, Runner, TrialHandle};
 use crate::error::Result;
 use crate::pruner::{Curves, Decision, priority, value_at};
 use crate::salus::core::CoreEvent;
+use crate::sampler::Stopped;
 use crate::storage::TrialState;
 use crate::storage::writer::{TrialEnd, WriteOp};
 use crate::storage::{Claim, TrialNumber};
@@ -652,11 +653,13 @@ impl Runner<'_> {
         if self.lost_at_its_end(st, &f.pending) {
             return Ok(());
         }
-        let step = st
+        let last = st
             .curves
             .get(&number)
-            .and_then(|c| c.values.keys().next_back().copied());
-        let at = step.map(|s| (s, rung));
+            .and_then(|c| c.values.iter().next_back().map(|(&s, &v)| (s, v)));
+        let (step, value) = last.map_or((-1, f64::NAN), |(s, v)| (s as i64, v));
+        st.stopped(number, Stopped::Pruned { step, value });
+        let at = last.map(|(s, _)| (s, rung));
         self.reporter.trial_pruned(number, at, st.best, st.finished);
         Ok(())
     }
@@ -767,6 +770,7 @@ impl Runner<'_> {
         if self.lost_at_its_end(st, p) {
             return Ok(());
         }
+        st.stopped(p.number, Stopped::Failed);
         self.reporter.trial_failed(p.number, &reason);
         st.failures = (st.failures.0 + 1, Some(reason));
         Ok(())

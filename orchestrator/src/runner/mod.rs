@@ -53,7 +53,7 @@ use crate::salus::core::{CoreConfig, CoreEvent};
 use crate::salus::devices::DeviceCores;
 use crate::salus::ledger::MemoryLedger;
 use crate::salus::policy::{Policy, default_policy};
-use crate::sampler::{Sampler, TrialRecord};
+use crate::sampler::{Sampler, Stopped, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
 use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, Writer};
@@ -149,6 +149,19 @@ fn all_values(study: &Study, value: Option<f64>, more: &[f64]) -> Vec<f64> {
             std::iter::once(v).chain(more.iter().copied()).collect()
         }
         _ => Vec::new(),
+    }
+}
+
+/// How a stored trial ended without a value, for the sampler's history:
+/// pruned at its last report, or failed.
+fn stopped_of(state: crate::storage::TrialState, intermediate: &[(i64, f64)]) -> Option<Stopped> {
+    match state {
+        crate::storage::TrialState::Pruned => {
+            let (step, value) = intermediate.last().copied().unwrap_or((-1, f64::NAN));
+            Some(Stopped::Pruned { step, value })
+        }
+        crate::storage::TrialState::Fail => Some(Stopped::Failed),
+        _ => None,
     }
 }
 
@@ -698,6 +711,14 @@ impl<B: Backend> RunState<B> {
         self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
     }
 
+    /// Tells the sampler's history how trial `number` ended without a
+    /// value.
+    fn stopped(&mut self, number: TrialNumber, how: Stopped) {
+        if let Some(&i) = self.history_at.get(&number) {
+            self.history[i].stopped = Some(how);
+        }
+    }
+
     /// Adds trial `number` to the sampler's history, as pending; returns
     /// where its record is.
     fn record(&mut self, number: TrialNumber, params: Params) -> usize {
@@ -706,6 +727,7 @@ impl<B: Backend> RunState<B> {
             value: None,
             values: Vec::new(),
             violation: 0.0,
+            stopped: None,
         });
         self.history_at.insert(number, self.history.len() - 1);
         self.history.len() - 1
@@ -1066,5 +1088,33 @@ mod tests {
             crate::study::SamplerKind::Tpe { .. }
         ));
         assert_eq!(InFlight::of(&study, 2, false).ramp(), None);
+    }
+
+    #[test]
+    fn a_stored_trial_that_ended_without_a_value_tells_the_sampler_how() {
+        use crate::sampler::Stopped;
+        use crate::storage::TrialState;
+        assert_eq!(
+            super::stopped_of(TrialState::Pruned, &[(1, 0.5), (3, 0.2)]),
+            Some(Stopped::Pruned {
+                step: 3,
+                value: 0.2
+            })
+        );
+        assert!(matches!(
+            super::stopped_of(TrialState::Pruned, &[]),
+            Some(Stopped::Pruned { step: -1, value }) if value.is_nan()
+        ));
+        assert_eq!(
+            super::stopped_of(TrialState::Fail, &[(1, 0.5)]),
+            Some(Stopped::Failed)
+        );
+        for running in [
+            TrialState::Complete,
+            TrialState::Running,
+            TrialState::Waiting,
+        ] {
+            assert_eq!(super::stopped_of(running, &[(1, 0.5)]), None);
+        }
     }
 }

@@ -170,6 +170,13 @@ impl Runner<'_> {
             if !unsettled && !st.history_at.contains_key(&row.number) {
                 st.record(row.number, decode_params(self.study, row));
             }
+            // How another process's trial ended without a value.
+            if let (Some(how), Some(&i)) = (
+                super::stopped_of(row.state, &row.intermediate),
+                st.history_at.get(&row.number),
+            ) {
+                st.history[i].stopped = Some(how);
+            }
             // A value another process found.
             if let (TrialState::Complete, Some(&i)) = (row.state, st.history_at.get(&row.number)) {
                 st.history[i].value = st.history[i].value.or(row.value);
@@ -282,6 +289,7 @@ pub(super) fn propose_unseen(
             value: None,
             values: Vec::new(),
             violation: 0.0,
+            stopped: None,
         });
         let next = sampler.propose(space, &seen)?;
         if !seen.iter().any(|t| t.params == next) {
@@ -322,6 +330,7 @@ mod tests {
                 value: Some(1.0),
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
         }
         let p = sampler.propose(&space, &history).unwrap();

@@ -279,6 +279,7 @@ impl Runner<'_> {
                     value: None,
                     values: Vec::new(),
                     violation: 0.0,
+                    stopped: None,
                 });
                 continue;
             }
@@ -306,6 +307,7 @@ impl Runner<'_> {
                 value: row.value,
                 values,
                 violation: super::violation(row.constraints.iter().copied()),
+                stopped: super::stopped_of(row.state, &row.intermediate),
             });
         }
         Ok(Stock {

@@ -41,6 +41,26 @@ pub struct TrialRecord {
     /// How far it breaks the study's constraints: the sum of their
     /// positive values (0: feasible, or no constraints).
     pub violation: f64,
+    /// How a trial that has no value ended; `None` while it runs or is
+    /// paused (pending), and for a finished one.
+    pub stopped: Option<Stopped>,
+}
+
+/// How a trial ended without a value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stopped {
+    /// Pruned after reporting `value` at `step`, its last report (`step`
+    /// -1 and NaN where it reported nothing).
+    Pruned { step: i64, value: f64 },
+    /// Failed (diverged, refused, crashed).
+    Failed,
+}
+
+impl TrialRecord {
+    /// Still running or paused: no value, and it did not stop without one.
+    pub fn is_pending(&self) -> bool {
+        self.value.is_none() && self.stopped.is_none()
+    }
 }
 
 /// Proposes parameters; TPE and the others implement this too.
@@ -186,6 +206,7 @@ mod tests {
                     value: None,
                     values: Vec::new(),
                     violation: 0.0,
+                    stopped: None,
                 });
             }
             history.into_iter().map(|t| t.params).collect::<Vec<_>>()
@@ -201,6 +222,7 @@ mod tests {
                 value: None,
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             })
             .collect();
         assert_eq!(
@@ -278,6 +300,7 @@ mod tests {
                 value: None,
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
             if history.len() == 5 {
                 // A resumed study (a new sampler, the same history) carries on.

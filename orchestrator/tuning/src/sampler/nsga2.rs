@@ -347,6 +347,7 @@ mod tests {
                 value: Some(values[0]),
                 values,
                 violation: 0.0,
+                stopped: None,
             });
         }
         h
@@ -410,6 +411,7 @@ mod tests {
                     value: Some(values[0]),
                     values,
                     violation: 0.0,
+                    stopped: None,
                 });
             }
             h
@@ -445,6 +447,7 @@ mod tests {
             value: Some(a),
             values: vec![a, b],
             violation: 0.0,
+            stopped: None,
         }
     }
 
@@ -549,6 +552,7 @@ mod tests {
                 value: Some(a),
                 values: vec![a, 3.0 - a + b],
                 violation: 0.0,
+                stopped: None,
             });
         }
         let distinct = h
@@ -565,6 +569,7 @@ mod tests {
                 value: Some(0.0),
                 values: vec![0.0, 0.0],
                 violation: 0.0,
+                stopped: None,
             });
         }
     }

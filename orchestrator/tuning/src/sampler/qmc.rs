@@ -141,6 +141,7 @@ mod tests {
                 value: None,
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
         }
         cells.into_iter().max().unwrap()

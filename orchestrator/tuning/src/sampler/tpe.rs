@@ -54,13 +54,16 @@
 //! discrete spaces they count as bad observations (a constant liar, as
 //! Optuna's `constant_liar`), so that parallel proposals spread out over
 //! the few levels. Measured at 1-16 trials in flight in
-//! `docs/benchmarks/concurrency.md`.
+//! `docs/benchmarks/concurrency.md`. Pruned trials are results, not
+//! pending ones: as in Optuna's TPE they count toward the random start and
+//! rank after every finished trial, the furthest first; failed ones count
+//! as bad.
 
 use rand::{RngExt, rngs::StdRng};
 use rand_distr::{Distribution as _, Normal};
 
 use super::random::draw;
-use super::{Sampler, TrialRecord};
+use super::{Sampler, Stopped, TrialRecord};
 use crate::objective::Direction;
 use crate::pareto;
 use crate::space::{Distribution, ParamValue, Params, SearchSpace};
@@ -502,6 +505,14 @@ struct Split {
     good_ranks: Vec<usize>,
 }
 
+/// Where a pruned trial stopped: its last report's step and value.
+fn pruned(t: &TrialRecord) -> Option<(i64, f64)> {
+    match t.stopped {
+        Some(Stopped::Pruned { step, value }) => Some((step, value)),
+        _ => None,
+    }
+}
+
 /// The `(good, bad)` groups of each set of finished trials (indices into
 /// the history) met during one proposal.
 type Ranked = std::collections::HashMap<Vec<usize>, (Vec<usize>, Vec<usize>)>;
@@ -516,17 +527,27 @@ impl TpeSampler {
         }
     }
 
+    /// Whether TPE learns from `t` as a result: finished, or pruned (one
+    /// objective; several refuse pruners), as Optuna's TPE counts them.
+    fn learned(&self, t: &TrialRecord) -> bool {
+        self.finished(t) || (self.directions.len() == 1 && pruned(t).is_some())
+    }
+
     /// The finished trials `done` (indices into `history`) as `(good,
     /// bad)`, the good group best first, as Optuna's TPE splits them: the
     /// good group takes `gamma(n)` trials (`ceil(0.1 n)` with several
     /// objectives) from the feasible ones, by value, or with several
     /// objectives by non-dominated front, the front that does not fit
     /// whole thinned by hypervolume ([`pareto::greedy_subset`]); when too
-    /// few are feasible, the least infeasible fill it.
+    /// few are feasible, pruned trials fill it (the furthest first, then
+    /// by the value they were pruned at), then the least infeasible.
     fn rank(&self, history: &[TrialRecord], done: Vec<usize>) -> (Vec<usize>, Vec<usize>) {
         let n = done.len();
-        let (mut feasible, mut infeasible): (Vec<usize>, Vec<usize>) =
-            done.iter().partition(|&&i| history[i].violation <= 0.0);
+        let (mut stopped, done_values): (Vec<usize>, Vec<usize>) =
+            done.iter().partition(|&&i| pruned(&history[i]).is_some());
+        let (mut feasible, mut infeasible): (Vec<usize>, Vec<usize>) = done_values
+            .into_iter()
+            .partition(|&i| history[i].violation <= 0.0);
         let several = self.directions.len() > 1;
         let n_good = if several {
             (n as f64 * 0.1).ceil() as usize
@@ -544,9 +565,21 @@ impl TpeSampler {
             feasible.truncate(n_good);
             feasible
         };
+        // Pruned trials after the finished ones, as Optuna's TPE ranks
+        // them: the furthest first, then by the value they were pruned at
+        // (a NaN last).
+        let at = |i: usize| pruned(&history[i]).expect("partitioned");
+        let sign = match self.directions[0] {
+            Direction::Minimize => 1.0,
+            Direction::Maximize => -1.0,
+        };
+        let score = |v: f64| if v.is_nan() { f64::INFINITY } else { sign * v };
+        stopped.sort_by(|&a, &b| {
+            (at(b).0.cmp(&at(a).0)).then(score(at(a).1).total_cmp(&score(at(b).1)))
+        });
         infeasible.sort_by(|&a, &b| history[a].violation.total_cmp(&history[b].violation));
         let room = n_good.saturating_sub(good.len());
-        good.extend(infeasible.into_iter().take(room));
+        good.extend(stopped.into_iter().chain(infeasible).take(room));
         let bad = done.into_iter().filter(|i| !good.contains(i)).collect();
         (good, bad)
     }
@@ -594,7 +627,7 @@ impl TpeSampler {
                 .collect::<Option<Vec<_>>>()
         };
         let done: Vec<usize> = (0..history.len())
-            .filter(|&i| self.finished(&history[i]) && values(&history[i]).is_some())
+            .filter(|&i| self.learned(&history[i]) && values(&history[i]).is_some())
             .collect();
         let (good_order, mut bad) = ranked
             .entry(done.clone())
@@ -605,8 +638,12 @@ impl TpeSampler {
             .enumerate()
             .map(|(rank, i)| (i, rank))
             .collect();
-        // The constant liar: pending trials count as bad.
-        bad.extend((0..history.len()).filter(|&i| history[i].value.is_none()));
+        // The constant liar: pending trials count as bad (where they were
+        // not believed), as failed ones do.
+        bad.extend(
+            (0..history.len())
+                .filter(|&i| history[i].value.is_none() && pruned(&history[i]).is_none()),
+        );
         good.sort_by_key(|x| x.0);
         bad.sort();
         bad.retain(|&i| values(&history[i]).is_some());
@@ -864,7 +901,7 @@ impl Sampler for TpeSampler {
 
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
-        let finished = history.iter().filter(|t| self.finished(t)).count();
+        let finished = history.iter().filter(|t| self.learned(t)).count();
         // Measured at 4 trials in flight (docs/benchmarks/concurrency.md):
         // believing the regressor wins on continuous problems; on discrete
         // grids the liar's spread does better.

@@ -14,7 +14,8 @@
 //! 3. adds the trials still pending (running here, in another lane,
 //!    process or machine) at their posterior mean, the kriging believer:
 //!    the mean is unchanged and the variance there drops, so parallel
-//!    proposals spread out;
+//!    proposals spread out (pruned and failed trials are neither results
+//!    nor pending: left out, as Optuna's GPSampler does);
 //! 4. maximises log expected improvement over the best finished value
 //!    ([`acquisition`]) and maps the point back, rounding integers and
 //!    steps to their grid.
@@ -326,7 +327,7 @@ fn observations(joint: &[&Param], history: &[TrialRecord]) -> Observations {
                 o.x.push(p);
                 o.values.push(v);
             }
-            (None, Some(p)) => o.pending.push(p),
+            (None, Some(p)) if t.is_pending() => o.pending.push(p),
             _ => {}
         }
     }
@@ -396,7 +397,7 @@ pub(crate) fn believed(space: &SearchSpace, history: &[TrialRecord]) -> Option<V
         history
             .iter()
             .map(|t| match (t.value, point(&joint, t)) {
-                (None, Some(p)) => {
+                (None, Some(p)) if t.is_pending() => {
                     let v = mean + std * gp.posterior(&p).0;
                     TrialRecord {
                         value: Some(v),
@@ -569,6 +570,7 @@ mod tests {
                 value: Some(v),
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
         }
         h
@@ -730,6 +732,7 @@ mod tests {
                 value: None,
                 values: Vec::new(),
                 violation: 0.0,
+                stopped: None,
             });
             let second = s.propose(&space, &history).unwrap();
             let dist = ((first["x"].internal() - second["x"].internal()).powi(2)

@@ -35,6 +35,7 @@ fn optimise(
             value: Some(v),
             values: Vec::new(),
             violation: 0.0,
+            stopped: None,
         });
     }
     h
@@ -268,6 +269,7 @@ fn pending_trials_push_proposals_apart() {
             value: None,
             values: Vec::new(),
             violation: 0.0,
+            stopped: None,
         });
     }
     xs.sort_by(f64::total_cmp);
@@ -284,6 +286,7 @@ fn rec(values: Vec<f64>, violation: f64) -> TrialRecord {
         value: values.first().copied(),
         values,
         violation,
+        stopped: None,
     }
 }
 
@@ -350,6 +353,7 @@ fn several_objectives_beat_random_search_on_zdt1_and_are_deterministic() {
                 value: Some(v[0]),
                 values: v,
                 violation: 0.0,
+                stopped: None,
             });
         }
         h
@@ -430,6 +434,7 @@ fn several_objectives_on_a_discrete_space_propose_no_tried_configuration() {
                 value: Some(v[0]),
                 values: v,
                 violation: 0.0,
+                stopped: None,
             });
         }
     }
@@ -442,6 +447,7 @@ fn at_x(x: f64, value: Option<f64>) -> TrialRecord {
         value,
         values: Vec::new(),
         violation: 0.0,
+        stopped: None,
     }
 }
 
@@ -543,6 +549,7 @@ fn on_a_discrete_space_pending_trials_stay_bad_observations() {
         value,
         values: Vec::new(),
         violation: 0.0,
+        stopped: None,
     };
     let mut h: Vec<TrialRecord> = (0..20)
         .map(|i| int(i * 5, Some(((i * 5 - 30) * (i * 5 - 30)) as f64)))
@@ -586,6 +593,7 @@ fn with_many_trials_the_believer_rests_on_the_nearest() {
         value,
         values: Vec::new(),
         violation: 0.0,
+        stopped: None,
     };
     let mut h: Vec<TrialRecord> = (0..400)
         .map(|i| {
@@ -605,4 +613,68 @@ fn with_many_trials_the_believer_rests_on_the_nearest() {
             f(a, b)
         );
     }
+}
+
+/// A trial of one float `x` pruned after reporting `value` at `step`.
+fn pruned_at(x: f64, step: i64, value: f64) -> TrialRecord {
+    TrialRecord {
+        stopped: Some(Stopped::Pruned { step, value }),
+        ..at_x(x, None)
+    }
+}
+
+#[test]
+fn pruned_trials_rank_after_the_finished_ones_the_furthest_first() {
+    let mut h = vec![
+        at_x(0.0, Some(5.0)),
+        at_x(0.1, Some(1.0)),
+        pruned_at(0.2, 3, 9.0),
+        pruned_at(0.3, 9, 7.0),
+        pruned_at(0.4, 9, 2.0),
+        pruned_at(0.5, 1, 0.5),
+        pruned_at(0.6, -1, f64::NAN),
+        pruned_at(0.7, 9, f64::NAN),
+    ];
+    // Fillers, so that the good group (gamma(51) = 6) reaches the pruned.
+    h.extend((0..43).map(|i| pruned_at(0.8 + i as f64 * 1e-3, 0, 100.0)));
+    let s = TpeSampler::new(0, Direction::Minimize);
+    let (good, bad) = s.rank(&h, (0..h.len()).collect());
+    // Finished by value, then pruned at step 9 by value (NaN last), then
+    // at step 3; step 1, the fillers and the one that reported nothing
+    // are bad.
+    assert_eq!(good, vec![1, 0, 4, 3, 7, 2]);
+    assert!(bad.contains(&5) && bad.contains(&6) && bad.len() == 45);
+    // Maximising, the higher value at the same step ranks first.
+    let s = TpeSampler::new(0, Direction::Maximize);
+    let (good, _) = s.rank(&h, (0..h.len()).collect());
+    assert_eq!(good, vec![0, 1, 3, 4, 7, 2]);
+}
+
+#[test]
+fn pruned_and_failed_trials_are_not_pending() {
+    let f = |x: f64| (x - 0.3).powi(2);
+    let mut h: Vec<TrialRecord> = (0..12)
+        .map(|i| {
+            let x = i as f64 / 11.0;
+            at_x(x, Some(f(x)))
+        })
+        .collect();
+    h.push(pruned_at(0.3, 1, 4.0));
+    h.push(TrialRecord {
+        stopped: Some(Stopped::Failed),
+        ..at_x(0.31, None)
+    });
+    // Nothing is pending, so nothing is believed.
+    assert!(crate::sampler::gp::believed(&unit_floats(&["x"]), &h).is_none());
+    assert!(!h[12].is_pending() && !h[13].is_pending());
+    // The pruned trial is a result, at the bottom; the failed one counts
+    // as a bad observation, as a pending one does under the liar.
+    let s = TpeSampler::new(0, Direction::Minimize);
+    let mut ranked = Ranked::new();
+    let split = s.split(&["x"], &h, &mut ranked);
+    assert_eq!(split.good.len(), gamma(13));
+    assert_eq!(split.bad.len(), 14 - gamma(13));
+    // Pruned trials count toward the random start, failed ones do not.
+    let learned = h.iter().filter(|t| s.learned(t)).count();
+    assert_eq!(learned, 13);
 }
