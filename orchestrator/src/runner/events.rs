@@ -406,6 +406,15 @@ impl Runner<'_> {
                 st.pause(run);
                 st.release(run);
                 st.paused.insert(run, k);
+                // Below the cut, as Optuna's successive halving would have
+                // pruned it: the sampler learns it so until a promotion.
+                st.stopped(
+                    number,
+                    Some(Stopped::Pruned {
+                        step: report.step as i64,
+                        value,
+                    }),
+                );
                 self.writer.send(WriteOp::Priority {
                     claim,
                     priority: p,
@@ -658,7 +667,7 @@ impl Runner<'_> {
             .get(&number)
             .and_then(|c| c.values.iter().next_back().map(|(&s, &v)| (s, v)));
         let (step, value) = last.map_or((-1, f64::NAN), |(s, v)| (s as i64, v));
-        st.stopped(number, Stopped::Pruned { step, value });
+        st.stopped(number, Some(Stopped::Pruned { step, value }));
         let at = last.map(|(s, _)| (s, rung));
         self.reporter.trial_pruned(number, at, st.best, st.finished);
         Ok(())
@@ -706,6 +715,7 @@ impl Runner<'_> {
                 .unwrap_or(0);
             let p = rank_priority(k, number, step, &st.curves, self.study.direction);
             let claim = f.pending.claim;
+            st.stopped(number, None);
             st.set_priority(run, p);
             // Paused from the dashboard as well: it runs once resumed there.
             if !st.liveness.user_paused.contains(&run) {
@@ -770,7 +780,7 @@ impl Runner<'_> {
         if self.lost_at_its_end(st, p) {
             return Ok(());
         }
-        st.stopped(p.number, Stopped::Failed);
+        st.stopped(p.number, Some(Stopped::Failed));
         self.reporter.trial_failed(p.number, &reason);
         st.failures = (st.failures.0 + 1, Some(reason));
         Ok(())

@@ -711,11 +711,11 @@ impl<B: Backend> RunState<B> {
         self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
     }
 
-    /// Tells the sampler's history how trial `number` ended without a
-    /// value.
-    fn stopped(&mut self, number: TrialNumber, how: Stopped) {
+    /// Tells the sampler's history how trial `number` stopped without a
+    /// value (`None`: it runs again, promoted).
+    fn stopped(&mut self, number: TrialNumber, how: Option<Stopped>) {
         if let Some(&i) = self.history_at.get(&number) {
-            self.history[i].stopped = Some(how);
+            self.history[i].stopped = how;
         }
     }
 

@@ -41,8 +41,8 @@ pub struct TrialRecord {
     /// How far it breaks the study's constraints: the sum of their
     /// positive values (0: feasible, or no constraints).
     pub violation: f64,
-    /// How a trial that has no value ended; `None` while it runs or is
-    /// paused (pending), and for a finished one.
+    /// How a trial that has no value stopped; `None` while it runs
+    /// (pending), and for a finished one.
     pub stopped: Option<Stopped>,
 }
 
@@ -50,7 +50,9 @@ pub struct TrialRecord {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Stopped {
     /// Pruned after reporting `value` at `step`, its last report (`step`
-    /// -1 and NaN where it reported nothing).
+    /// -1 and NaN where it reported nothing); also a trial paused below a
+    /// rung's promotion cut, which Optuna's successive halving would have
+    /// pruned, until it is promoted.
     Pruned { step: i64, value: f64 },
     /// Failed (diverged, refused, crashed).
     Failed,

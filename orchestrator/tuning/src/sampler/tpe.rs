@@ -46,7 +46,8 @@
 //! land on tried configurations, this raised our multi-objective TPE's
 //! hypervolume on 74-79 of 100 seeds (`docs/benchmarks/fronts.md`).
 //!
-//! Trials still pending (running or paused) are judged before the split.
+//! Trials still pending (running, or paused other than at a rung) are
+//! judged before the split.
 //! Where the space has a continuous parameter, each takes the value a
 //! Gaussian process fitted on the finished trials predicts for it (the
 //! kriging believer, [`super::gp`]): a pending trial that looks good then
@@ -56,8 +57,9 @@
 //! the few levels. Measured at 1-16 trials in flight in
 //! `docs/benchmarks/concurrency.md`. Pruned trials are results, not
 //! pending ones: as in Optuna's TPE they count toward the random start and
-//! rank after every finished trial, the furthest first; failed ones count
-//! as bad.
+//! rank after every finished trial, the furthest first (the runner
+//! reports a trial paused below a rung's cut as pruned there until it is
+//! promoted); failed ones count as bad.
 
 use rand::{RngExt, rngs::StdRng};
 use rand_distr::{Distribution as _, Normal};
