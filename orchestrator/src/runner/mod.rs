@@ -56,7 +56,7 @@ use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{Sampler, Stopped, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
-use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, Writer};
+use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, TrialState, Writer};
 use crate::storage::{TrialId, TrialNumber};
 use crate::study::{GraphsMode, Study};
 
@@ -154,13 +154,13 @@ fn all_values(study: &Study, value: Option<f64>, more: &[f64]) -> Vec<f64> {
 
 /// How a stored trial ended without a value, for the sampler's history:
 /// pruned at its last report, or failed.
-fn stopped_of(state: crate::storage::TrialState, intermediate: &[(i64, f64)]) -> Option<Stopped> {
+fn stopped_of(state: TrialState, intermediate: &[(i64, f64)]) -> Option<Stopped> {
     match state {
-        crate::storage::TrialState::Pruned => {
+        TrialState::Pruned => {
             let (step, value) = intermediate.last().copied().unwrap_or((-1, f64::NAN));
             Some(Stopped::Pruned { step, value })
         }
-        crate::storage::TrialState::Fail => Some(Stopped::Failed),
+        TrialState::Fail => Some(Stopped::Failed),
         _ => None,
     }
 }
@@ -874,10 +874,9 @@ impl InFlight {
     ///
     /// While the history is short, each pending trial is a large share of
     /// what a proposal does not know: at 4 in flight our TPE fell behind
-    /// sequential Optuna on Levy-5, and ran level with 2 in flight when
-    /// its first 60 trials kept one per lane
-    /// (`docs/benchmarks/concurrency.md`). The second trial per lane pays
-    /// off over the rest of the study.
+    /// sequential Optuna on Levy-5, and drew ahead when its first 60
+    /// trials kept one per lane (`docs/benchmarks/concurrency.md`). The
+    /// second trial per lane pays off over the rest of the study.
     pub fn ramp(self) -> Option<Ramp> {
         let cap = self.lanes.max(1);
         (self.model_based && self.default_max() > cap).then_some(Ramp {
