@@ -471,15 +471,24 @@ fn unit_floats(names: &[&str]) -> SearchSpace {
     )
 }
 
-#[test]
-fn a_pending_trial_is_believed_at_the_regressor_s_prediction() {
-    let f = |x: f64| (x - 0.3).powi(2);
-    let mut h: Vec<TrialRecord> = (0..12)
+/// Twelve finished trials of a bowl around 0.3, evenly over [0, 1].
+fn bowl() -> Vec<TrialRecord> {
+    (0..12)
         .map(|i| {
             let x = i as f64 / 11.0;
-            at_x(x, Some(f(x)))
+            at_x(x, Some(bowl_at(x)))
         })
-        .collect();
+        .collect()
+}
+
+fn bowl_at(x: f64) -> f64 {
+    (x - 0.3).powi(2)
+}
+
+#[test]
+fn a_pending_trial_is_believed_at_the_regressor_s_prediction() {
+    let f = bowl_at;
+    let mut h = bowl();
     assert!(crate::sampler::gp::believed(&unit_floats(&["x"]), &h).is_none());
     h.push(at_x(0.5, None));
     h.push(at_x(0.97, None));
@@ -652,13 +661,7 @@ fn pruned_trials_rank_after_the_finished_ones_the_furthest_first() {
 
 #[test]
 fn pruned_and_failed_trials_are_not_pending() {
-    let f = |x: f64| (x - 0.3).powi(2);
-    let mut h: Vec<TrialRecord> = (0..12)
-        .map(|i| {
-            let x = i as f64 / 11.0;
-            at_x(x, Some(f(x)))
-        })
-        .collect();
+    let mut h = bowl();
     h.push(pruned_at(0.3, 1, 4.0));
     h.push(TrialRecord {
         stopped: Some(Stopped::Failed),
