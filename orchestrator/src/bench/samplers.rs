@@ -675,7 +675,7 @@ pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::V
                     "problem": r.problem,
                     "sampler": r.sampler,
                     "in_flight": in_flight,
-                    "ramp": ramp.filter(|_| !r.sampler.starts_with("optuna-")).map(|r| json!({ "cap": r.cap, "until_trials": r.until_trials })),
+                    "ramp": ramp.filter(|_| !r.sampler.starts_with("optuna-")),
                     "median_best_50": r.at_50,
                     "median_best_100": r.at_100,
                     "ms_per_proposal_at_100": r.ms_per_proposal,
@@ -779,7 +779,7 @@ mod tests {
         }
         fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
             self.pending
-                .push(history.iter().filter(|t| t.value.is_none()).count());
+                .push(history.iter().filter(|t| t.is_pending()).count());
             self.inner.propose(space, history)
         }
     }

@@ -813,8 +813,9 @@ pub struct InFlight {
 /// one per lane, where the default would keep two ([`InFlight::ramp`]).
 pub const RAMP_TRIALS: usize = 60;
 
-/// A lower cap on trials in flight while a study is young.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A lower cap on trials in flight while a study is young (as the
+/// `study_start` event and `bench samplers --json` write it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Ramp {
     /// Trials in flight at most.
     pub cap: usize,

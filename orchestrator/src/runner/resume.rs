@@ -151,7 +151,7 @@ impl Runner<'_> {
             study_id: self.info.id,
             trial_id: None,
             kind: "study_start",
-            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": lanes, "max_concurrent": max_concurrent, "ramp": ramp.map(|r| serde_json::json!({ "cap": r.cap, "until_trials": r.until_trials })), "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
+            detail: serde_json::json!({ "budget": budget, "finished": finished, "device": device, "run_id": run_id, "lanes": lanes, "max_concurrent": max_concurrent, "ramp": ramp, "host": host, "pid": std::process::id(), "process_index": process_index }).to_string(),
         })?;
         self.reporter.study_start(study, budget, finished, best);
         let (tx, events) = std::sync::mpsc::channel();
