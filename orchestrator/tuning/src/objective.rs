@@ -24,4 +24,12 @@ impl Direction {
             Direction::Maximize => a > b,
         }
     }
+
+    /// `v` as a value to minimise: negated when maximising.
+    pub fn minimised(self, v: f64) -> f64 {
+        match self {
+            Direction::Minimize => v,
+            Direction::Maximize => -v,
+        }
+    }
 }

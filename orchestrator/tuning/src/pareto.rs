@@ -13,10 +13,7 @@ pub fn minimised(values: &[f64], directions: &[Direction]) -> Vec<f64> {
     values
         .iter()
         .zip(directions)
-        .map(|(&v, d)| match d {
-            Direction::Minimize => v,
-            Direction::Maximize => -v,
-        })
+        .map(|(&v, d)| d.minimised(v))
         .collect()
 }
 

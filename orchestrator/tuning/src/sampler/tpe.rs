@@ -571,11 +571,14 @@ impl TpeSampler {
         // them: the furthest first, then by the value they were pruned at
         // (a NaN last).
         let at = |i: usize| pruned(&history[i]).expect("partitioned");
-        let sign = match self.directions[0] {
-            Direction::Minimize => 1.0,
-            Direction::Maximize => -1.0,
+        let direction = self.directions[0];
+        let score = |v: f64| {
+            if v.is_nan() {
+                f64::INFINITY
+            } else {
+                direction.minimised(v)
+            }
         };
-        let score = |v: f64| if v.is_nan() { f64::INFINITY } else { sign * v };
         stopped.sort_by(|&a, &b| {
             (at(b).0.cmp(&at(a).0)).then(score(at(a).1).total_cmp(&score(at(b).1)))
         });
