@@ -647,6 +647,70 @@ fn commands_reach_the_process_that_holds_the_trial_on_postgres() {
     commands_reach_the_process_that_holds_the_trial(true);
 }
 
+/// Another process's sampler must tell a trial its pruner holds below a
+/// rung's cut (Optuna would have pruned it) from one still running: the
+/// stored rows say which, and a dashboard pause or resume (no rung) does
+/// not change it.
+fn a_trial_held_below_a_cut_reads_as_held_in_another_process(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "held", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let (a, run_a) = &p.a;
+    let create = || {
+        a.create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
+            .unwrap()
+            .unwrap()
+            .0
+    };
+    let (held, promoted, dash, resumed, running) =
+        (create(), create(), create(), create(), create());
+    let priority = |claim: Claim, rung: Option<i64>, reason: &'static str| WriteOp::Priority {
+        claim,
+        priority: 0.0,
+        rung,
+        reason,
+    };
+    for op in [
+        priority(held, Some(0), "paused"),
+        priority(promoted, Some(0), "paused"),
+        priority(promoted, Some(1), "promoted"),
+        priority(dash, None, "paused"),
+        priority(resumed, Some(1), "paused"),
+        // The dashboard's resume undoes its own pause only.
+        priority(resumed, None, "resumed"),
+        priority(running, Some(0), "rung"),
+    ] {
+        a.send(op).unwrap();
+    }
+    a.flush().unwrap();
+    let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
+    let rows = p.rt.block_on(store.trials(p.study_id)).unwrap();
+    let held_at = |c: Claim| {
+        rows.iter()
+            .find(|r| r.trial_id == c.trial_id)
+            .unwrap()
+            .held_at_rung
+    };
+    assert_eq!(held_at(held), Some(0));
+    assert_eq!(held_at(promoted), None);
+    assert_eq!(held_at(dash), None);
+    assert_eq!(held_at(resumed), Some(1));
+    assert_eq!(held_at(running), None);
+    drop(p.rt);
+}
+
+#[test]
+fn a_trial_held_below_a_cut_reads_as_held_in_another_process_on_sqlite() {
+    a_trial_held_below_a_cut_reads_as_held_in_another_process(false);
+}
+
+#[test]
+fn a_trial_held_below_a_cut_reads_as_held_in_another_process_on_postgres() {
+    a_trial_held_below_a_cut_reads_as_held_in_another_process(true);
+}
+
 /// The reproduction, as a user runs it: two processes on one study
 /// of 16 trials; the first is stopped (SIGSTOP) while it holds trials,
 /// past the liveness limit, until its peer has requeued them; then it is

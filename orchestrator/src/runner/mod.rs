@@ -153,16 +153,23 @@ fn all_values(study: &Study, value: Option<f64>, more: &[f64]) -> Vec<f64> {
 }
 
 /// How a stored trial ended without a value, for the sampler's history:
-/// pruned at its last report, or failed.
-fn stopped_of(state: TrialState, intermediate: &[(i64, f64)]) -> Option<Stopped> {
+/// pruned at its last report, or failed. A RUNNING trial that another
+/// process's pruner holds below a rung's cut (`held`) reads as pruned at
+/// its last report, as this process reads its own, until it is promoted.
+fn stopped_of(state: TrialState, intermediate: &[(i64, f64)], held: bool) -> Option<Stopped> {
+    let held = held && state == TrialState::Running;
     match state {
-        TrialState::Pruned => {
-            let (step, value) = intermediate.last().copied().unwrap_or((-1, f64::NAN));
-            Some(Stopped::Pruned { step, value })
-        }
+        TrialState::Pruned => Some(pruned_at_last(intermediate)),
+        _ if held => Some(pruned_at_last(intermediate)),
         TrialState::Fail => Some(Stopped::Failed),
         _ => None,
     }
+}
+
+/// Pruned at its last report (step -1 and NaN where it made none).
+fn pruned_at_last(intermediate: &[(i64, f64)]) -> Stopped {
+    let (step, value) = intermediate.last().copied().unwrap_or((-1, f64::NAN));
+    Stopped::Pruned { step, value }
 }
 
 /// How far a trial breaks its constraints: the sum of their positive
@@ -1095,18 +1102,18 @@ mod tests {
         use crate::sampler::Stopped;
         use crate::storage::TrialState;
         assert_eq!(
-            super::stopped_of(TrialState::Pruned, &[(1, 0.5), (3, 0.2)]),
+            super::stopped_of(TrialState::Pruned, &[(1, 0.5), (3, 0.2)], false),
             Some(Stopped::Pruned {
                 step: 3,
                 value: 0.2
             })
         );
         assert!(matches!(
-            super::stopped_of(TrialState::Pruned, &[]),
+            super::stopped_of(TrialState::Pruned, &[], false),
             Some(Stopped::Pruned { step: -1, value }) if value.is_nan()
         ));
         assert_eq!(
-            super::stopped_of(TrialState::Fail, &[(1, 0.5)]),
+            super::stopped_of(TrialState::Fail, &[(1, 0.5)], false),
             Some(Stopped::Failed)
         );
         for running in [
@@ -1114,7 +1121,24 @@ mod tests {
             TrialState::Running,
             TrialState::Waiting,
         ] {
-            assert_eq!(super::stopped_of(running, &[(1, 0.5)]), None);
+            assert_eq!(super::stopped_of(running, &[(1, 0.5)], false), None);
         }
+        // Held below a cut by another process's pruner: pruned at its
+        // last report until promoted; only a RUNNING trial can be held.
+        assert_eq!(
+            super::stopped_of(TrialState::Running, &[(1, 0.5), (2, 0.4)], true),
+            Some(Stopped::Pruned {
+                step: 2,
+                value: 0.4
+            })
+        );
+        assert_eq!(
+            super::stopped_of(TrialState::Complete, &[(1, 0.5)], true),
+            None
+        );
+        assert_eq!(
+            super::stopped_of(TrialState::Waiting, &[(1, 0.5)], true),
+            None
+        );
     }
 }

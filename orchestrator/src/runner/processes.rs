@@ -54,7 +54,12 @@ impl Runner<'_> {
                 .writer
                 .claim_waiting(p.claim.trial_id, st.timeline.run_id, store)?
             {
-                Some(claimed) => self.settle_resume(&st.data[0], &mut p, &claimed),
+                Some(claimed) => {
+                    self.settle_resume(&st.data[0], &mut p, &claimed);
+                    // Held below a cut where it ran before, it runs here
+                    // again: pending until this run's pruner says otherwise.
+                    st.stopped(p.number, None);
+                }
                 None => return Ok(Next::Skip),
             }
             if let Some(Err(why)) = &p.enqueued {
@@ -170,12 +175,19 @@ impl Runner<'_> {
             if !unsettled && !st.history_at.contains_key(&row.number) {
                 st.record(row.number, decode_params(self.study, row));
             }
-            // How another process's trial ended without a value.
-            if let (Some(how), Some(&i)) = (
-                super::stopped_of(row.state, &row.intermediate),
-                st.history_at.get(&row.number),
-            ) {
-                st.history[i].stopped = Some(how);
+            // How another process's trial ended without a value, or that
+            // its pruner holds it below a cut (this run knows its own).
+            let elsewhere = !mine.contains(&row.trial_id) && !listed.contains(&row.trial_id);
+            let how = super::stopped_of(
+                row.state,
+                &row.intermediate,
+                elsewhere && row.held_at_rung.is_some(),
+            );
+            if let Some(&i) = st.history_at.get(&row.number)
+                && (how.is_some() || (elsewhere && !row.state.is_finished()))
+            {
+                // A promotion elsewhere makes it pending again.
+                st.history[i].stopped = how;
             }
             // A value another process found.
             if let (TrialState::Complete, Some(&i)) = (row.state, st.history_at.get(&row.number)) {
@@ -365,6 +377,7 @@ mod tests {
             fail_reason: None,
             priority: None,
             rung: None,
+            held_at_rung: None,
             heartbeat_age_s: None,
             owner: run.map(|r| crate::storage::Owner {
                 run_id: crate::storage::RunId(r),

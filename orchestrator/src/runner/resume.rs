@@ -307,7 +307,11 @@ impl Runner<'_> {
                 value: row.value,
                 values,
                 violation: super::violation(row.constraints.iter().copied()),
-                stopped: super::stopped_of(row.state, &row.intermediate),
+                stopped: super::stopped_of(
+                    row.state,
+                    &row.intermediate,
+                    row.held_at_rung.is_some(),
+                ),
             });
         }
         Ok(Stock {

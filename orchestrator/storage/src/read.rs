@@ -92,6 +92,10 @@ pub struct TrialRow {
     /// The latest early-stopping priority and rung (`salus_priority`).
     pub priority: Option<f64>,
     pub rung: Option<i64>,
+    /// The rung at which the pruner holds it paused below the promotion
+    /// cut: its latest pruner row (one with a rung) says `paused`. A
+    /// dashboard pause or resume has no rung and leaves this as it was.
+    pub held_at_rung: Option<i64>,
     /// Seconds since the latest heartbeat of the process running it
     /// (Optuna's `trial_heartbeats`), by the database's clock.
     pub heartbeat_age_s: Option<f64>,
@@ -317,6 +321,7 @@ pub(super) async fn read_trials(
             fail_reason: r.get(6),
             priority: None,
             rung: None,
+            held_at_rung: None,
             heartbeat_age_s: r.get(7),
             owner: None,
             fixed_params: None,
@@ -405,6 +410,17 @@ pub(super) async fn read_trials(
             if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
                 trials[i].priority = r.get(1);
                 trials[i].rung = r.get(2);
+            }
+        }
+        let pruner = sqlx::query(&sql(&*conn, "SELECT p.trial_id, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = ? AND p.reason = 'paused' AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q \
+                 WHERE q.trial_id = p.trial_id AND q.rung IS NOT NULL)",))
+            .bind(study_id)
+            .fetch_all(&mut *conn)
+            .await?;
+        for r in &pruner {
+            if let Some(&i) = index.get(&r.get::<TrialId, _>(0)) {
+                trials[i].held_at_rung = r.get(1);
             }
         }
     }
