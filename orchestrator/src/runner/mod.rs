@@ -172,6 +172,34 @@ fn pruned_at_last(intermediate: &[(i64, f64)]) -> Stopped {
     Stopped::Pruned { step, value }
 }
 
+/// What decides whether a run's paused trials end as PRUNED
+/// ([`Runner::close_paused`]).
+#[derive(Debug, Clone, Copy)]
+struct LastPaused {
+    in_flight: usize,
+    paused: usize,
+    can_start: bool,
+    /// RUNNING trials other processes run, and how many of them their
+    /// pruners hold below a cut.
+    elsewhere: u64,
+    elsewhere_held: u64,
+    timed_out: bool,
+}
+
+impl LastPaused {
+    /// Nothing runs here but paused trials, and nothing new may start. The
+    /// pruners share the study's curves, so a trial running in another
+    /// process may still reach a rung and lift one of them over its cut:
+    /// they wait for it (unless the study timed out), but not for trials
+    /// held elsewhere, whose processes may be waiting on these.
+    fn are_final(&self) -> bool {
+        self.in_flight > 0
+            && self.in_flight == self.paused
+            && !self.can_start
+            && (self.elsewhere == self.elsewhere_held || self.timed_out)
+    }
+}
+
 /// How far a trial breaks its constraints: the sum of their positive
 /// values (0 when it is feasible, or has none).
 fn violation(constraints: impl Iterator<Item = f64>) -> f64 {
@@ -342,8 +370,7 @@ impl Runner<'_> {
                 .saturating_sub(st.paused.len() + st.pbt_waiting())
                 + batch.len()
                 < Ramp::limit(st.ramp, st.history.len(), st.max_concurrent)
-            && st.finished + st.liveness.elsewhere + ((st.in_flight.len() + batch.len()) as u64)
-                < st.budget
+            && st.budget_has_room(batch.len())
         {
             let mut pending = match self.next_pending(st)? {
                 Next::Run(p) => *p,
@@ -443,16 +470,22 @@ impl Runner<'_> {
         self.place(st, batch)
     }
 
-    /// When only paused trials are left and no new trial may start, none can
-    /// be promoted any more: they end as PRUNED at their rung.
+    /// When only paused trials are left and nothing can promote them any
+    /// more, they end as PRUNED at their rung (see [`LastPaused`]).
     /// This run's count of finished trials misses those other processes
     /// finished since it started: once the database said the study holds
     /// its budget of trials and none waits, nothing can start either.
     fn close_paused<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
-        let can_start = !st.nothing_to_start()
-            && !timed_out
-            && st.finished + (st.in_flight.len() as u64) < st.budget;
-        if !st.in_flight.is_empty() && st.in_flight.len() == st.paused.len() && !can_start {
+        let can_start = !st.nothing_to_start() && !timed_out && st.budget_has_room(0);
+        let last = LastPaused {
+            in_flight: st.in_flight.len(),
+            paused: st.paused.len(),
+            can_start,
+            elsewhere: st.liveness.elsewhere,
+            elsewhere_held: st.liveness.elsewhere_held,
+            timed_out,
+        };
+        if last.are_final() {
             let paused: Vec<TrialHandle> = st.paused.keys().copied().collect();
             for job in paused {
                 let parked = match job {
@@ -714,6 +747,13 @@ impl<B: Backend> RunState<B> {
 
     /// An exhausted grid, or a study whose budget other processes filled
     /// with no waiting trial left to take.
+    /// Whether the study's budget has room for `more` trials beside this
+    /// run's finished and in-flight ones and those other processes run.
+    fn budget_has_room(&self, more: usize) -> bool {
+        self.finished + self.liveness.elsewhere + ((self.in_flight.len() + more) as u64)
+            < self.budget
+    }
+
     fn nothing_to_start(&self) -> bool {
         self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
     }
@@ -778,6 +818,8 @@ struct Liveness {
     /// RUNNING trials that another live process runs: how many, and which.
     elsewhere: u64,
     elsewhere_ids: BTreeSet<TrialId>,
+    /// Of those, how many its pruner holds below a rung's cut.
+    elsewhere_held: u64,
     last_sync: Instant,
     /// The database said the study has its budget of trials: no new ones.
     target_met: bool,
@@ -1095,6 +1137,58 @@ mod tests {
             crate::study::SamplerKind::Tpe { .. }
         ));
         assert_eq!(InFlight::of(&study, 2, false).ramp(), None);
+    }
+
+    #[test]
+    fn paused_trials_end_only_when_nothing_here_or_elsewhere_can_promote_them() {
+        let last = super::LastPaused {
+            in_flight: 3,
+            paused: 3,
+            can_start: false,
+            elsewhere: 0,
+            elsewhere_held: 0,
+            timed_out: false,
+        };
+        assert!(last.are_final());
+        // One of this run's trials still runs, or a new one may start.
+        assert!(!super::LastPaused { paused: 2, ..last }.are_final());
+        assert!(
+            !super::LastPaused {
+                can_start: true,
+                ..last
+            }
+            .are_final()
+        );
+        assert!(
+            !super::LastPaused {
+                in_flight: 0,
+                paused: 0,
+                ..last
+            }
+            .are_final()
+        );
+        // Another process's running trial may still reach a rung and lift
+        // one of them over its cut; its held trials cannot.
+        let others = super::LastPaused {
+            elsewhere: 5,
+            elsewhere_held: 4,
+            ..last
+        };
+        assert!(!others.are_final());
+        assert!(
+            super::LastPaused {
+                elsewhere_held: 5,
+                ..others
+            }
+            .are_final()
+        );
+        assert!(
+            super::LastPaused {
+                timed_out: true,
+                ..others
+            }
+            .are_final()
+        );
     }
 
     #[test]

@@ -289,9 +289,7 @@ impl Runner<'_> {
         st: &mut RunState<B>,
         stopped: bool,
     ) -> Result<()> {
-        let more_to_start = !stopped
-            && !st.nothing_to_start()
-            && st.finished + st.liveness.elsewhere + (st.in_flight.len() as u64) < st.budget;
+        let more_to_start = !stopped && !st.nothing_to_start() && st.budget_has_room(0);
         let Some(pop) = st.pbt.as_mut() else {
             return Ok(());
         };

@@ -25,6 +25,7 @@ use kernels::Backend;
 
 use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
 use crate::error::Result;
+use crate::pruner::Curve;
 use crate::sampler::TrialRecord;
 use crate::storage::{
     Owner, Place, Requeuer, TrialId, TrialRow, TrialState, owner_gone_here, pid_exists, run_alive,
@@ -168,7 +169,9 @@ impl Runner<'_> {
             },
         )?;
         st.liveness.elsewhere = 0;
+        st.liveness.elsewhere_held = 0;
         st.liveness.elsewhere_ids.clear();
+        let mut learned = false;
         for row in &rows {
             // An enqueued trial's parameters are settled when it is taken.
             let unsettled = row.params.is_empty() && row.fixed_params.is_some();
@@ -188,6 +191,9 @@ impl Runner<'_> {
             {
                 // A promotion elsewhere makes it pending again.
                 st.history[i].stopped = how;
+            }
+            if elsewhere && row.state != TrialState::Waiting {
+                learned |= merge_curve(st.curves.entry(row.number).or_default(), row);
             }
             // A value another process found.
             if let (TrialState::Complete, Some(&i)) = (row.state, st.history_at.get(&row.number)) {
@@ -218,13 +224,37 @@ impl Runner<'_> {
                 }
                 None => {
                     st.liveness.elsewhere += 1;
+                    st.liveness.elsewhere_held += u64::from(row.held_at_rung.is_some());
                     st.liveness.elsewhere_ids.insert(row.trial_id);
                 }
             }
         }
         st.liveness.unclaimed = unclaimed;
+        if learned {
+            // Reports made elsewhere may lift trials paused here over a cut.
+            self.promote(st)?;
+        }
         Ok(())
     }
+}
+
+/// Adds what another process stored of a trial's curve to this run's
+/// copy (the pruners share the study's curves, as Optuna's read them all
+/// from the storage); returns whether anything was new. What this run
+/// already has stays: the stored rows may lag behind it.
+fn merge_curve(curve: &mut Curve, row: &TrialRow) -> bool {
+    let mut new = false;
+    for &(step, value) in &row.intermediate {
+        if let std::collections::btree_map::Entry::Vacant(e) = curve.values.entry(step as u64) {
+            e.insert(value);
+            new = true;
+        }
+    }
+    if row.state.is_finished() && !curve.finished {
+        curve.finished = true;
+        new = true;
+    }
+    new
 }
 
 /// The requeuer of trial `trial_id` where the run of `owner`, its holder,
@@ -317,6 +347,32 @@ mod tests {
     use super::*;
     use crate::sampler::{RandomSampler, Sampler};
     use crate::space::{Distribution, Param, SearchSpace};
+
+    #[test]
+    fn another_process_s_curve_adds_to_this_run_s_and_never_replaces_it() {
+        let mut row = running(4, Some(2), 3, "t");
+        row.intermediate = vec![(1, 0.9), (2, 0.8), (3, 0.7)];
+        // This run read steps 1 and 2 before, step 2 as it was then.
+        let mut curve = Curve {
+            values: [(1, 0.9), (2, 0.85)].into_iter().collect(),
+            finished: false,
+        };
+        assert!(merge_curve(&mut curve, &row));
+        assert_eq!(
+            curve.values.into_iter().collect::<Vec<_>>(),
+            [(1, 0.9), (2, 0.85), (3, 0.7)]
+        );
+        assert!(!curve.finished);
+        let mut curve = Curve::default();
+        assert!(merge_curve(&mut curve, &row));
+        assert!(
+            !merge_curve(&mut curve, &row),
+            "nothing new the second time"
+        );
+        row.state = TrialState::Pruned;
+        assert!(merge_curve(&mut curve, &row));
+        assert!(curve.finished);
+    }
 
     #[test]
     fn a_replayed_stream_does_not_propose_a_trial_that_exists() {

@@ -237,6 +237,8 @@ impl Runner<'_> {
             liveness: Liveness {
                 elsewhere,
                 elsewhere_ids: BTreeSet::new(),
+                // Known from the first sync; until then none counts as held.
+                elsewhere_held: 0,
                 last_sync: Instant::now(),
                 target_met: false,
                 place,
