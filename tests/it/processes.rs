@@ -14,13 +14,16 @@ use salus_tune::storage::TrialState;
 use salus_tune::storage::dashboard::DashCommand;
 
 fn study(name: &str, trials: u64, epochs: u64) -> String {
+    study_file(name, trials, epochs).build()
+}
+
+fn study_file(name: &str, trials: u64, epochs: u64) -> StudyFile {
     StudyFile::digits(name, trials)
         .set("study", "seed", "5")
         .set("train", "epochs", &epochs.to_string())
         .without("train.sgd", "momentum")
         .set("scheduler", "max_concurrent", "2")
         .set("scheduler", "lanes", "1")
-        .build()
 }
 
 fn start(dir: &Path, n: usize, db: &TestDb) -> Vec<Running> {
@@ -645,6 +648,46 @@ fn commands_reach_the_process_that_holds_the_trial_on_sqlite() {
 #[test]
 fn commands_reach_the_process_that_holds_the_trial_on_postgres() {
     commands_reach_the_process_that_holds_the_trial(true);
+}
+
+/// Two processes share one ASHA study: their pruners read each other's
+/// reports, and each ends its paused trials once nothing running here or
+/// elsewhere could promote them, so both reach the end (before, two that
+/// counted the same finished trial could wait on each other for ever).
+fn two_processes_run_one_asha_study_to_its_end(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "asha2", postgres) else {
+        return;
+    };
+    let body = study_file("asha2", 18, 9)
+        .set("pruner", "kind", "\"asha\"")
+        .set("pruner", "min_resource", "1")
+        .set("pruner", "reduction_factor", "3")
+        .build();
+    write(dir.path(), "s.toml", &body);
+    for (i, p) in start(dir.path(), 2, &db).into_iter().enumerate() {
+        let out = p.wait();
+        assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(&out));
+    }
+    exactly(&db, 18);
+    let states: Vec<TrialState> = db.trials(None).iter().map(|t| t.state).collect();
+    assert!(states.contains(&TrialState::Pruned), "{states:?}");
+    assert!(states.contains(&TrialState::Complete), "{states:?}");
+    assert_eq!(
+        db.scalar("SELECT COUNT(DISTINCT run_id) FROM salus_claims"),
+        2,
+        "both processes ran trials"
+    );
+}
+
+#[test]
+fn two_processes_run_one_asha_study_to_its_end_on_sqlite() {
+    two_processes_run_one_asha_study_to_its_end(false);
+}
+
+#[test]
+fn two_processes_run_one_asha_study_to_its_end_on_postgres() {
+    two_processes_run_one_asha_study_to_its_end(true);
 }
 
 /// Another process's sampler must tell a trial its pruner holds below a

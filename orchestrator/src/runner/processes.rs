@@ -60,6 +60,12 @@ impl Runner<'_> {
                     // Held below a cut where it ran before, it runs here
                     // again: pending until this run's pruner says otherwise.
                     st.stopped(p.number, None);
+                    // Its curve as a sync read it may reach past what the
+                    // requeue kept; it reports those steps again here.
+                    if let Some(c) = st.curves.get_mut(&p.number) {
+                        c.values.retain(|&s, _| s as i64 <= claimed.last_step);
+                        c.finished = false;
+                    }
                 }
                 None => return Ok(Next::Skip),
             }
@@ -204,7 +210,7 @@ impl Runner<'_> {
                     st.history[i].violation = super::violation(row.constraints.iter().copied());
                 }
             }
-            if mine.contains(&row.trial_id) || listed.contains(&row.trial_id) {
+            if !elsewhere {
                 continue;
             }
             if row.state == TrialState::Waiting {
