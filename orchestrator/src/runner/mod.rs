@@ -745,8 +745,6 @@ impl<B: Backend> RunState<B> {
         self.pbt.as_ref().map_or(0, |p| p.waiting())
     }
 
-    /// An exhausted grid, or a study whose budget other processes filled
-    /// with no waiting trial left to take.
     /// Whether the study's budget has room for `more` trials beside this
     /// run's finished and in-flight ones and those other processes run.
     fn budget_has_room(&self, more: usize) -> bool {
@@ -754,6 +752,8 @@ impl<B: Backend> RunState<B> {
             < self.budget
     }
 
+    /// An exhausted grid, or a study whose budget other processes filled
+    /// with no waiting trial left to take.
     fn nothing_to_start(&self) -> bool {
         self.exhausted || (self.liveness.target_met && self.waiting.is_empty())
     }
