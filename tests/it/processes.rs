@@ -339,6 +339,17 @@ fn pair(db: &TestDb, dir: &Path) -> Pair {
     }
 }
 
+impl Pair {
+    /// A new RUNNING trial that writer `w` (`p.a` or `p.b`) holds, in a
+    /// study of `budget` trials.
+    fn new_trial(&self, (w, run): &(Writer, RunId), budget: u64) -> Claim {
+        w.create_trial(self.study_id, vec![], "{}".into(), *run, budget)
+            .unwrap()
+            .unwrap()
+            .0
+    }
+}
+
 fn end(claim: Claim, state: TrialState, value: Option<f64>) -> WriteOp {
     WriteOp::Finish(TrialEnd {
         claim,
@@ -589,13 +600,11 @@ fn commands_reach_the_process_that_holds_the_trial(postgres: bool) {
     };
     let p = pair(&db, dir.path());
     let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
-    let create = |w: &Writer, run: RunId| {
-        w.create_trial(p.study_id, vec![], "{}".into(), run, 8)
-            .unwrap()
-            .unwrap()
-            .0
-    };
-    let (ta, tb, done) = (create(a, *run_a), create(b, *run_b), create(a, *run_a));
+    let (ta, tb, done) = (
+        p.new_trial(&p.a, 8),
+        p.new_trial(&p.b, 8),
+        p.new_trial(&p.a, 8),
+    );
     a.send(end(done, TrialState::Complete, Some(1.0))).unwrap();
     a.flush().unwrap();
     let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
@@ -700,13 +709,8 @@ fn a_trial_held_below_a_cut_reads_as_held_in_another_process(postgres: bool) {
         return;
     };
     let p = pair(&db, dir.path());
-    let (a, run_a) = &p.a;
-    let create = || {
-        a.create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
-            .unwrap()
-            .unwrap()
-            .0
-    };
+    let a = &p.a.0;
+    let create = || p.new_trial(&p.a, 8);
     let (held, promoted, dash, resumed, running) =
         (create(), create(), create(), create(), create());
     let priority = |claim: Claim, rung: Option<i64>, reason: &'static str| WriteOp::Priority {
@@ -891,15 +895,9 @@ fn statements_hold_on_both_dialects(postgres: bool) {
         return;
     };
     let p = pair(&db, dir.path());
-    let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
-    let create = |w: &Writer, run: RunId| {
-        w.create_trial(p.study_id, vec![], "{}".into(), run, 1000)
-            .unwrap()
-            .unwrap()
-            .0
-    };
+    let a = &p.a.0;
     // A failed trial goes back to WAITING.
-    let failed = create(a, *run_a);
+    let failed = p.new_trial(&p.a, 1000);
     a.send(end(failed, TrialState::Fail, None)).unwrap();
     a.flush().unwrap();
     let mut store = p.rt.block_on(Store::open_existing(&db.url())).unwrap();
@@ -907,7 +905,7 @@ fn statements_hold_on_both_dialects(postgres: bool) {
     assert_eq!(db.trials(None)[0].state, TrialState::Waiting);
 
     // A NaN first, then finite values, each in its own transaction.
-    let t = create(a, *run_a);
+    let t = p.new_trial(&p.a, 1000);
     for (step, v) in [(1, f64::NAN), (2, 0.5), (3, f64::INFINITY), (4, 0.25)] {
         a.send(WriteOp::Extras {
             claim: t,
@@ -929,9 +927,10 @@ fn statements_hold_on_both_dialects(postgres: bool) {
 
     // Two processes finish trials at once, each keeping its model only if
     // it is the study's best: one model is kept, the best's.
-    let finish_many = |w: &Writer, run: RunId, offset: f64| {
+    let finish_many = |holder: &(Writer, RunId), offset: f64| {
+        let w = &holder.0;
         for i in 0..12 {
-            let c = create(w, run);
+            let c = p.new_trial(holder, 1000);
             let value = offset + i as f64 * 0.01;
             w.send(end(c, TrialState::Complete, Some(value))).unwrap();
             w.send(WriteOp::KeepModel {
@@ -945,8 +944,8 @@ fn statements_hold_on_both_dialects(postgres: bool) {
         }
     };
     std::thread::scope(|s| {
-        s.spawn(|| finish_many(a, *run_a, 0.0));
-        s.spawn(|| finish_many(b, *run_b, 0.005));
+        s.spawn(|| finish_many(&p.a, 0.0));
+        s.spawn(|| finish_many(&p.b, 0.005));
     });
     assert_eq!(db.scalar("SELECT COUNT(*) FROM salus_models"), 1);
     assert_eq!(
