@@ -222,8 +222,6 @@ pub struct Runner<'a> {
     pub checkpoints: Option<Checkpoints>,
 }
 
-/// How often the runner looks at what other processes did to the study.
-const SYNC: std::time::Duration = std::time::Duration::from_secs(2);
 /// A RUNNING trial whose heartbeat is older than this (by default) belongs
 /// to a dead process.
 pub use crate::storage::STALE_AFTER_S;
@@ -322,7 +320,7 @@ impl Runner<'_> {
                     continue;
                 }
                 if st.liveness.elsewhere > 0 {
-                    std::thread::sleep(SYNC.min(std::time::Duration::from_millis(500)));
+                    std::thread::sleep(st.liveness.sync.interval());
                     continue;
                 }
             }
@@ -820,7 +818,8 @@ struct Liveness {
     elsewhere_ids: BTreeSet<TrialId>,
     /// Of those, how many its pruner holds below a rung's cut.
     elsewhere_held: u64,
-    last_sync: Instant,
+    /// When this run next rereads the study.
+    sync: processes::SyncPace,
     /// The database said the study has its budget of trials: no new ones.
     target_met: bool,
     /// Where this process runs, as `salus_runs` records it.

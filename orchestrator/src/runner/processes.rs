@@ -1,7 +1,7 @@
 //! Other processes on the same study (one per GPU, one per machine).
 //!
-//! Every [`SYNC`](super::SYNC) the runner rereads the study's trials
-//! through its writer and takes in what others did:
+//! The runner rereads the study's trials through its writer, at the
+//! pace [`SyncPace`] sets, and takes in what others did:
 //! * trials they created go into the sampler's history, RUNNING ones as
 //!   pending (TPE judges them as its own running trials),
 //!   finished ones with their values;
@@ -13,17 +13,24 @@
 //! * a RUNNING trial that no salus-tune run claims (an Optuna process's)
 //!   is left alone while its heartbeat moves, and when it has none.
 //!
+//! The pace: while other processes are active, as often as every 0.1 s,
+//! so that their results reach this run's sampler and pruner as Optuna's
+//! reach each `ask` (a study of short trials is over in a few 2 s syncs);
+//! slower where a reread costs more than a small share of the runner's
+//! time; and every 2 s while the study shows no other process at work,
+//! which is as long as a process that joins waits to be seen.
+//!
 //! Taking a WAITING trial is a claim in the database, so two processes
 //! that both list it never both run it, and a new trial is created only
 //! while the study has fewer trials than its budget ([`Runner::next_pending`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kernels::Backend;
 
-use super::{Pending, RunState, Runner, SYNC, decode_params, encode_params};
+use super::{Pending, RunState, Runner, decode_params, encode_params};
 use crate::error::Result;
 use crate::pruner::Curve;
 use crate::sampler::TrialRecord;
@@ -111,7 +118,7 @@ impl Runner<'_> {
 
     /// See the module docs.
     pub(super) fn sync<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
-        if st.liveness.last_sync.elapsed() < SYNC {
+        if !st.liveness.sync.is_due() {
             return Ok(());
         }
         self.sync_now(st)
@@ -120,7 +127,8 @@ impl Runner<'_> {
     /// [`sync`](Self::sync) at once: before this process decides that it
     /// has nothing left to do.
     pub(super) fn sync_now<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<()> {
-        st.liveness.last_sync = Instant::now();
+        let began = Instant::now();
+        let known = st.history.len();
         let mine: Vec<_> = st
             .in_flight
             .values()
@@ -236,11 +244,66 @@ impl Runner<'_> {
             }
         }
         st.liveness.unclaimed = unclaimed;
+        // New trials this run did not make were made elsewhere (its own
+        // are in its history before they are stored).
+        let others_active = learned
+            || st.history.len() > known
+            || st.liveness.elsewhere > 0
+            || !st.waiting.is_empty();
         if learned {
             // Reports made elsewhere may lift trials paused here over a cut.
             self.promote(st)?;
         }
+        st.liveness.sync.synced(began, others_active);
         Ok(())
+    }
+}
+
+/// When a run rereads the study (see the module docs).
+#[derive(Debug)]
+pub(super) struct SyncPace {
+    next: Instant,
+    interval: Duration,
+}
+
+impl SyncPace {
+    /// The fastest pace: a reread is a few milliseconds for studies of
+    /// hundreds of trials.
+    const FASTEST: Duration = Duration::from_millis(100);
+    /// The slowest, and the pace with no other process at work.
+    const SLOWEST: Duration = Duration::from_secs(2);
+    /// A reread may take one part in this many of the runner's time: its
+    /// thread shares the CPU with the trials.
+    const TIME_SHARE: u32 = 50;
+
+    pub(super) fn new() -> Self {
+        Self {
+            next: Instant::now() + Self::SLOWEST,
+            interval: Self::SLOWEST,
+        }
+    }
+
+    pub(super) fn is_due(&self) -> bool {
+        Instant::now() >= self.next
+    }
+
+    /// The time between rereads now.
+    pub(super) fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// A reread began at `began` and has ended.
+    pub(super) fn synced(&mut self, began: Instant, others_active: bool) {
+        self.interval = Self::interval_after(began.elapsed(), others_active);
+        self.next = Instant::now() + self.interval;
+    }
+
+    /// The pace after a reread that took `took`.
+    fn interval_after(took: Duration, others_active: bool) -> Duration {
+        if !others_active {
+            return Self::SLOWEST;
+        }
+        (took * Self::TIME_SHARE).clamp(Self::FASTEST, Self::SLOWEST)
     }
 }
 
@@ -353,6 +416,23 @@ mod tests {
     use super::*;
     use crate::sampler::{RandomSampler, Sampler};
     use crate::space::{Distribution, Param, SearchSpace};
+
+    #[test]
+    fn rereads_are_fast_while_others_work_and_cost_a_small_share_of_the_time() {
+        let ms = Duration::from_millis;
+        // Alone on the study: a joiner is seen within the slowest pace.
+        assert_eq!(SyncPace::interval_after(ms(1), false), ms(2000));
+        // Others at work and a cheap reread: the fastest pace.
+        assert_eq!(SyncPace::interval_after(ms(1), true), ms(100));
+        // A dearer one keeps to its share of the time...
+        assert_eq!(SyncPace::interval_after(ms(10), true), ms(500));
+        // ...up to the slowest pace.
+        assert_eq!(SyncPace::interval_after(ms(90), true), ms(2000));
+        let mut pace = SyncPace::new();
+        assert!(!pace.is_due(), "the first reread is at start; the next waits");
+        pace.synced(Instant::now() - ms(1), true);
+        assert_eq!(pace.interval(), ms(100));
+    }
 
     #[test]
     fn another_process_s_curve_adds_to_this_run_s_and_never_replaces_it() {

@@ -239,7 +239,7 @@ impl Runner<'_> {
                 elsewhere_ids: BTreeSet::new(),
                 // Known from the first sync; until then none counts as held.
                 elsewhere_held: 0,
-                last_sync: Instant::now(),
+                sync: super::processes::SyncPace::new(),
                 target_met: false,
                 place,
                 limit_s,
