@@ -429,7 +429,10 @@ mod tests {
         // ...up to the slowest pace.
         assert_eq!(SyncPace::interval_after(ms(90), true), ms(2000));
         let mut pace = SyncPace::new();
-        assert!(!pace.is_due(), "the first reread is at start; the next waits");
+        assert!(
+            !pace.is_due(),
+            "the first reread is at start; the next waits"
+        );
         pace.synced(Instant::now() - ms(1), true);
         assert_eq!(pace.interval(), ms(100));
     }
