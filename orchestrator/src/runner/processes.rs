@@ -276,9 +276,10 @@ impl SyncPace {
     /// thread shares the CPU with the trials.
     const TIME_SHARE: u32 = 50;
 
+    /// Due at once: the first reread sets the pace from what it finds.
     pub(super) fn new() -> Self {
         Self {
-            next: Instant::now() + Self::SLOWEST,
+            next: Instant::now(),
             interval: Self::SLOWEST,
         }
     }
@@ -429,12 +430,12 @@ mod tests {
         // ...up to the slowest pace.
         assert_eq!(SyncPace::interval_after(ms(90), true), ms(2000));
         let mut pace = SyncPace::new();
-        assert!(
-            !pace.is_due(),
-            "the first reread is at start; the next waits"
-        );
+        assert!(pace.is_due(), "the first reread sets the pace");
         pace.synced(Instant::now() - ms(1), true);
         assert_eq!(pace.interval(), ms(100));
+        assert!(!pace.is_due());
+        pace.synced(Instant::now(), false);
+        assert_eq!(pace.interval(), ms(2000));
     }
 
     #[test]
