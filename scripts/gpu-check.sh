@@ -60,6 +60,9 @@
 #   24-torch-precision.txt  PyTorch's fused trials (vmap + CUDA graph) in
 #                       fp32, tf32 and bf16 autocast, h = 256, 1024, 4096
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
+#   26-ramp-cost.txt    the wall time of a 100-trial TPE digits study on
+#                       cuda:0 under the default start (scripts/ramp-cost.sh)
+#                       and with 8 and 4 trials in flight throughout
 #   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
 #                       256, 1024) and a lone h=4096 one (ncu)
 #   17-bench-cnn-*.json / .log    bench packing's conv-net cells on cuda:0:
@@ -265,6 +268,11 @@ phase 24-torch-precision.txt 90 bash -c '
 
 study 11-digits-cuda.txt 45 cuda:0
 study 12-digits-cpu.txt 45 cpu
+
+# What the start of one trial per lane costs on a GPU (InFlight::ramp):
+# the digits study with TPE and 100 trials under the default (4 in flight
+# until the study holds 60 trials, then 8), then 8 and 4 throughout.
+phase 26-ramp-cost.txt 60 bash scripts/ramp-cost.sh gpu-build/salus-tune cuda:0
 
 # The conv nets: the digits as images (small kernels, launch-bound) and the
 # cuda-convnet preset on 32x32x3 images (about 4.7 GFLOP per iteration at
