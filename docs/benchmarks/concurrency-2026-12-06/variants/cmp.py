@@ -10,7 +10,8 @@ a,b=load(sys.argv[1]),load(sys.argv[2])
 for p in a:
     if p not in b: continue
     row=[p.ljust(14)]
-    for k in ('best_50_per_seed','best_100_per_seed'):
+    for b_ in ('50','100'):
+        k=f'best_{b_}_per_seed'
         x,y=a[p][k],b[p][k]
-        row.append(f"{k[5:8]} {statistics.median(x):.4g} -> {statistics.median(y):.4g} ({sum(v<u for u,v in zip(x,y))}/{sum(v>u for u,v in zip(x,y))})")
+        row.append(f"@{b_} {statistics.median(x):.4g} -> {statistics.median(y):.4g} ({sum(v<u for u,v in zip(x,y))}/{sum(v>u for u,v in zip(x,y))})")
     print('  '.join(row))
