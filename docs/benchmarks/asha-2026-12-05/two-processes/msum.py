@@ -4,7 +4,9 @@ same two with the sync every 0.1 s instead of 2 s (-s100). Per pair: runs that h
 the 60 s deadline with trials left RUNNING or WAITING ("stuck"), then, over the
 seeds where neither was stuck, the medians of rung 0 (the mean value at epoch 3
 of the trials numbered 10 on), of the best value and of the seconds the pair took.
-Run from this folder: python3 msum.py"""
+Run from this folder: python3 msum.py
+Other pairs of files in the folder it runs from: python3 msum.py BEFORE AFTER
+(m-METRIC-BEFORE.txt against m-METRIC-AFTER.txt)."""
 import ast, statistics, sys
 def load(f):
     d = {}
@@ -12,8 +14,9 @@ def load(f):
         s, best, rest = line.split(' ', 2)
         d[int(s)] = (None if best == 'None' else float(best), ast.literal_eval(rest))
     return d
+PAIRS = [tuple(sys.argv[1:3])] if len(sys.argv) == 3 else [('before', 'fix'), ('before-s100', 'fix-s100')]
 for metric, lower in (('loss', True), ('acc', False)):
-    for a_name, b_name in (('before', 'fix'), ('before-s100', 'fix-s100')):
+    for a_name, b_name in PAIRS:
         try:
             a, b = load(f'm-{metric}-{a_name}.txt'), load(f'm-{metric}-{b_name}.txt')
         except FileNotFoundError:
