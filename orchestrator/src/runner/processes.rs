@@ -267,8 +267,8 @@ pub(super) struct SyncPace {
 }
 
 impl SyncPace {
-    /// The fastest pace: a reread is a few milliseconds for studies of
-    /// hundreds of trials.
+    /// The fastest pace, the one a build measured to sharpen proposals on
+    /// studies of seconds (`docs/benchmarks/asha.md`).
     const FASTEST: Duration = Duration::from_millis(100);
     /// The slowest, and the pace with no other process at work.
     const SLOWEST: Duration = Duration::from_secs(2);
