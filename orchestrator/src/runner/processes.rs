@@ -138,13 +138,17 @@ impl Runner<'_> {
         let data = Arc::clone(&st.data[0]);
         // Judging others dead by age waits while this process's own
         // heartbeats were held up (see `storage::heartbeat`); a dead pid
-        // on this host is judged at once.
-        let judge = self.writer.beat().may_judge_others();
+        // on this host is judged at once. Asked once the rows are read: a
+        // read queued behind a write that waited on a lock shows the others'
+        // heartbeats as old as that wait made them.
+        let beat = self.writer.beat();
         let mut unclaimed = BTreeMap::new();
         let liveness = &st.liveness;
+        let mut judge = None;
         let (rows, orphans) = judge_then_read(
             || self.writer.read_trials(self.info.id),
             |row| {
+                let judge = *judge.get_or_insert_with(|| beat.may_judge_others());
                 if row.state != TrialState::Running
                     || mine.contains(&row.trial_id)
                     || listed.contains(&row.trial_id)
