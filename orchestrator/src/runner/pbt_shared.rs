@@ -85,6 +85,10 @@ pub(super) struct SharedPoints {
     /// The generation this run last synced for (who shares the study is
     /// read once a generation).
     synced: Option<u64>,
+    /// That generation's sync saw members that other runs hold. Later
+    /// syncs (the runner's, while it waits) may find them finished, but
+    /// their rows at the point still count.
+    shared: bool,
     /// The generation whose row each member has written, and since when
     /// one waits for its state.
     written: BTreeMap<TrialHandle, u64>,
@@ -196,10 +200,11 @@ impl Runner<'_> {
             self.sync_now(st)?;
             if let Some(pop) = st.pbt.as_mut() {
                 pop.shared.synced = Some(g);
+                pop.shared.shared = !st.liveness.elsewhere_ids.is_empty();
                 pop.shared.polled = None;
             }
         }
-        if st.liveness.elsewhere_ids.is_empty() {
+        if !st.pbt.as_ref().is_some_and(|p| p.shared.shared) {
             return Ok(Others::Ready(Vec::new()));
         }
         let Some(checkpoints) = self.checkpoints.clone() else {
