@@ -48,13 +48,14 @@
 //!
 //! Trials still pending (running, or paused other than at a rung) are
 //! judged before the split.
-//! Where the space has a continuous parameter, each takes the value a
-//! Gaussian process fitted on the finished trials predicts for it (the
-//! kriging believer, [`super::gp`]): a pending trial that looks good then
-//! draws the next proposals near it, as its result most likely will. On
-//! discrete spaces they count as bad observations (a constant liar, as
-//! Optuna's `constant_liar`), so that parallel proposals spread out over
-//! the few levels. Measured at 1-16 trials in flight in
+//! Each takes the value a Gaussian process fitted on the finished trials
+//! predicts for it (the kriging believer, [`super::gp`]): a pending trial
+//! that looks good then draws the next proposals near it, as its result
+//! most likely will. On a space where every parameter is discrete, a lone
+//! pending trial counts as a bad observation instead (a constant liar, as
+//! Optuna's `constant_liar`), so that two proposals spread out over the
+//! few levels; from [`BELIEVE_ON_GRIDS_FROM`] pending on, they are believed
+//! there too. Measured at 1-16 trials in flight in
 //! `docs/benchmarks/concurrency.md`. Pruned trials are results, not
 //! pending ones: as in Optuna's TPE they count toward the random start and
 //! rank after every finished trial, the furthest first (the runner
@@ -90,8 +91,9 @@ pub struct TpeSampler {
 /// proposes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Pending {
-    /// [`Pending::Believe`] where the space has a continuous parameter
-    /// (and the study one objective), else [`Pending::Lie`].
+    /// [`Pending::Believe`] where the space has a continuous parameter or
+    /// [`BELIEVE_ON_GRIDS_FROM`] trials are pending (and the study has one
+    /// objective), else [`Pending::Lie`].
     #[default]
     Auto,
     /// Each takes the value a Gaussian process fitted on the finished
@@ -881,6 +883,14 @@ const REDRAWS: usize = 32;
 /// before it settles for the best (tried) one.
 const UNTRIED_SEARCH: usize = 4096;
 
+/// Pending trials from which [`Pending::Auto`] believes them on a space
+/// where every parameter is discrete. With one pending, the liar's spread
+/// over few levels costs little and keeps two proposals apart; with more,
+/// it calls a growing share of the recent history bad and pushes proposals
+/// away from where the study is doing well (measured at 2-16 trials in
+/// flight, `docs/benchmarks/concurrency.md`).
+pub const BELIEVE_ON_GRIDS_FROM: usize = 2;
+
 /// An `f64` ordered by `total_cmp`, for the heap.
 #[derive(PartialEq)]
 struct OrdF64(f64);
@@ -907,18 +917,23 @@ impl Sampler for TpeSampler {
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
         let finished = history.iter().filter(|t| self.learned(t)).count();
-        // Measured at 4 trials in flight (docs/benchmarks/concurrency.md):
-        // believing the regressor wins on continuous problems; on discrete
-        // grids the liar's spread does better.
+        // Measured at 2-16 trials in flight (docs/benchmarks/concurrency.md):
+        // believing the regressor wins on continuous problems, and on
+        // discrete grids from two pending trials; with one, the liar's
+        // spread does as well or better there.
         let believe = self.directions.len() == 1
             && finished >= self.startup_trials
             && match self.pending {
                 Pending::Believe => true,
                 Pending::Lie => false,
-                Pending::Auto => space
-                    .params()
-                    .iter()
-                    .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist)),
+                Pending::Auto => {
+                    space
+                        .params()
+                        .iter()
+                        .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist))
+                        || history.iter().filter(|t| t.is_pending()).count()
+                            >= BELIEVE_ON_GRIDS_FROM
+                }
             };
         let believed = believe
             .then(|| super::gp::believed(space, history))

@@ -541,9 +541,9 @@ fn believed_pending_trials_near_the_best_draw_proposals_to_them() {
 }
 
 #[test]
-fn on_a_discrete_space_pending_trials_stay_bad_observations() {
-    // The set-up where believing would draw proposals to the pending
-    // trials (above), on a grid of 101 integers: the liar decides.
+fn on_a_discrete_space_auto_lies_about_one_pending_trial_and_believes_more() {
+    // The set-up where believing draws proposals to the pending trials
+    // (above), on a grid of 101 integers.
     let sp = space(vec![(
         "x",
         Distribution::Int {
@@ -560,28 +560,41 @@ fn on_a_discrete_space_pending_trials_stay_bad_observations() {
         violation: 0.0,
         stopped: None,
     };
-    let mut h: Vec<TrialRecord> = (0..20)
+    let finished: Vec<TrialRecord> = (0..20)
         .map(|i| int(i * 5, Some(((i * 5 - 30) * (i * 5 - 30)) as f64)))
         .collect();
-    h.extend([29, 31, 32].map(|x| int(x, None)));
+    let with_pending = |xs: &[i64]| -> Vec<TrialRecord> {
+        let mut h = finished.clone();
+        h.extend(xs.iter().map(|&x| int(x, None)));
+        h
+    };
+    let as_with = |h: &[TrialRecord], pending: Pending, seed: u64| {
+        let mut s = TpeSampler::new(seed, Direction::Minimize);
+        s.pending = pending;
+        s.propose(&sp, h)
+    };
+    let near = [29, 31, 32, 28];
+    // Fewer pending than BELIEVE_ON_GRIDS_FROM (one): `auto` is the liar.
+    let one = with_pending(&near[..BELIEVE_ON_GRIDS_FROM - 1]);
     for seed in 0..8 {
-        let mut liar = TpeSampler::new(seed, Direction::Minimize);
-        liar.pending = Pending::Lie;
         assert_eq!(
-            TpeSampler::new(seed, Direction::Minimize).propose(&sp, &h),
-            liar.propose(&sp, &h),
+            as_with(&one, Pending::Auto, seed),
+            as_with(&one, Pending::Lie, seed),
             "seed {seed}"
         );
     }
-    // Asked to believe, it does so on a discrete space too.
-    let differ = (0..8)
-        .filter(|&seed| {
-            let mut believer = TpeSampler::new(seed, Direction::Minimize);
-            believer.pending = Pending::Believe;
-            believer.propose(&sp, &h) != TpeSampler::new(seed, Direction::Minimize).propose(&sp, &h)
-        })
-        .count();
-    assert!(differ >= 4, "believing changed {differ} of 8 proposals");
+    // From BELIEVE_ON_GRIDS_FROM pending on, `auto` is the believer, and
+    // the two treatments propose differently.
+    for n in [BELIEVE_ON_GRIDS_FROM, BELIEVE_ON_GRIDS_FROM + 1] {
+        let h = with_pending(&near[..n]);
+        let mut differ = 0;
+        for seed in 0..8 {
+            let auto = as_with(&h, Pending::Auto, seed);
+            assert_eq!(auto, as_with(&h, Pending::Believe, seed), "seed {seed}");
+            differ += usize::from(auto != as_with(&h, Pending::Lie, seed));
+        }
+        assert!(differ >= 4, "believing changed {differ} of 8 proposals");
+    }
 }
 
 #[test]
