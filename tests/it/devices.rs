@@ -48,6 +48,33 @@ fn built_in_trials_run_on_two_cpu_devices_of_one_process() {
 }
 
 #[test]
+fn idle_devices_take_turns_when_trials_run_one_at_a_time() {
+    // Trials this short often end before the next is claimed; each then
+    // finds both devices idle, and they must not all land on the first.
+    let dir = tempfile::tempdir().unwrap();
+    let study = StudyFile::digits("turns", 6)
+        .set("scheduler", "max_concurrent", "1")
+        .build();
+    write(dir.path(), "s.toml", &study);
+    let out = run_in(
+        dir.path(),
+        &["s.toml", "--no-progress", "--device", "cpu:0,cpu:1"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("turns.db");
+    for d in ["cpu:0", "cpu:1"] {
+        assert_eq!(
+            scalar(
+                &db,
+                &format!("SELECT COUNT(*) FROM salus_trials WHERE device = '{d}'")
+            ),
+            3,
+            "{d}"
+        );
+    }
+}
+
+#[test]
 fn the_study_file_names_the_devices_and_the_command_line_wins() {
     let dir = tempfile::tempdir().unwrap();
     let study = StudyFile::digits("file", 2)

@@ -374,6 +374,8 @@ struct State<B: Backend> {
     max_lanes: usize,
     ledger: MemoryLedger,
     jobs: BTreeMap<JobId, Entry<B>>,
+    /// Jobs this core has been given (submitted or moved here), ever.
+    given: u64,
     /// Numbers jobs; cores of one process share it (see [`Numbering`]).
     ids: Arc<AtomicU64>,
     /// Added to this core's lane numbers in its events.
@@ -502,6 +504,8 @@ pub struct DeviceLoad {
     pub lanes: usize,
     /// Jobs not ended: resident, waiting or paused.
     pub jobs: usize,
+    /// Jobs given to it so far, ended ones included.
+    pub given: u64,
 }
 
 impl<B: Backend> SalusCore<B> {
@@ -532,6 +536,7 @@ impl<B: Backend> SalusCore<B> {
                 max_lanes: config.lanes,
                 ledger: MemoryLedger::new(config.budget),
                 jobs: BTreeMap::new(),
+                given: 0,
                 ids: numbering.ids,
                 lane_base: numbering.lane_base,
                 boundary: 0,
@@ -714,6 +719,7 @@ impl<B: Backend> SalusCore<B> {
             free: st.ledger.free(),
             lanes: st.max_lanes,
             jobs: st.jobs.len(),
+            given: st.given,
         }
     }
 
@@ -773,6 +779,7 @@ impl<B: Backend> SalusCore<B> {
     /// Puts a waiting job in the table, and admits what fits.
     fn enter(&self, mut st: MutexGuard<'_, State<B>>, id: JobId, entry: Entry<B>) {
         st.jobs.insert(id, entry);
+        st.given += 1;
         st.fail_if_never_fits(id);
         st.admit_waiting();
         drop(st);

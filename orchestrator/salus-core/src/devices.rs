@@ -29,8 +29,10 @@ use super::ledger::LedgerSnapshot;
 use super::{JobId, LaneId};
 
 /// Which device a job goes to: among those where `need` bytes fit now, the
-/// one whose lanes carry the fewest jobs, then the one with the most free
-/// memory, then the first. Where it fits nowhere now, the least loaded
+/// one whose lanes carry the fewest jobs, then the one given fewer jobs so
+/// far (idle devices take turns, so that short trials one after another
+/// do not all land on the first), then the one with the most free memory,
+/// then the first. Where it fits nowhere now, the least loaded
 /// device whose budget could ever hold it waits for it.
 pub fn choose_device(loads: &[DeviceLoad], need: u64) -> usize {
     assert!(!loads.is_empty(), "at least one device");
@@ -40,6 +42,7 @@ pub fn choose_device(loads: &[DeviceLoad], need: u64) -> usize {
             let (la, lb) = (&loads[a], &loads[b]);
             per_lane(la)
                 .total_cmp(&per_lane(lb))
+                .then(la.given.cmp(&lb.given))
                 .then(lb.free.cmp(&la.free))
                 .then(a.cmp(&b))
         })
@@ -75,6 +78,7 @@ pub fn moves(loads: &[DeviceLoad], waiting: &[(usize, JobId, u64)]) -> Vec<(JobI
         let to = fits[choose_device(&sub, need)];
         loads[to].free -= need;
         loads[to].jobs += 1;
+        loads[to].given += 1;
         loads[from].jobs = loads[from].jobs.saturating_sub(1);
         out.push((job, from, to));
     }
@@ -305,7 +309,16 @@ mod tests {
     use super::*;
 
     fn load(free: u64, lanes: usize, jobs: usize) -> DeviceLoad {
-        DeviceLoad { free, lanes, jobs }
+        DeviceLoad {
+            free,
+            lanes,
+            jobs,
+            given: 0,
+        }
+    }
+
+    fn given(l: DeviceLoad, given: u64) -> DeviceLoad {
+        DeviceLoad { given, ..l }
     }
 
     #[test]
@@ -315,6 +328,20 @@ mod tests {
         // Equal loads: more free memory wins; then the first.
         assert_eq!(choose_device(&[load(100, 2, 2), load(900, 2, 2)], 50), 1);
         assert_eq!(choose_device(&[load(500, 2, 2), load(500, 2, 2)], 50), 0);
+        // Equal loads, before free memory: the device given fewer jobs so
+        // far, so that idle devices take turns.
+        let idle = load(900, 1, 0);
+        assert_eq!(
+            choose_device(&[given(idle, 3), given(load(100, 1, 0), 2)], 50),
+            1
+        );
+        assert_eq!(choose_device(&[given(idle, 3), given(idle, 3)], 50), 0);
+        // Load first: a busier device is not chosen for having been given
+        // fewer.
+        assert_eq!(
+            choose_device(&[given(load(500, 1, 1), 0), given(idle, 9)], 50),
+            1
+        );
         // Per lane, not per device: 4 jobs on 4 lanes beat 2 on 1.
         assert_eq!(choose_device(&[load(500, 1, 2), load(500, 4, 4)], 50), 1);
         // Only one fits: it goes there, however loaded.
