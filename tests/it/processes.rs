@@ -116,25 +116,49 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
     };
     let (body, checkpoints) = if postgres {
         (
-            study("kill", 12, 60).replace("[study]\n", "[study]\ncheckpoints = \"shared/ckpt\"\n"),
+            study("kill", 12, 240).replace("[study]\n", "[study]\ncheckpoints = \"shared/ckpt\"\n"),
             dir.path().join("shared/ckpt"),
         )
     } else {
         (
-            study("kill", 12, 60),
+            study("kill", 12, 240),
             dir.path().join("kill.db.checkpoints"),
         )
     };
     write(dir.path(), "s.toml", &body);
-    let mut procs = start(dir.path(), 3, &db);
+    // The victim first, and the others once it holds a trial: started
+    // together under load, the two could finish the study before it
+    // claimed one.
+    let mut procs = start(dir.path(), 1, &db);
+    let victim_pid = procs[0].id() as i64;
+    let t0 = Instant::now();
+    let holds_a_trial = || {
+        db.migrated()
+            && !db
+                .texts(&format!(
+                    "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
+                     WHERE r.pid = {victim_pid} AND c.released IS NULL"
+                ))
+                .is_empty()
+    };
+    while !holds_a_trial() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the victim claimed no trial"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    procs.extend(start(dir.path(), 2, &db));
     // Wait until the first process has checkpointed a trial it holds and
     // stored its second step: its first checkpoint is then committed
     // (sent before that step), so a kill at any moment leaves one that
     // the stored curve covers, the current one or the one it replaced.
-    // Early in its 60 steps, so that it cannot finish before the kill
-    // lands (a trial that did left only fresh ones to requeue).
-    let victim_pid = procs[0].id() as i64;
-    let t0 = Instant::now();
+    // In the first half of its 240 steps, so that it cannot finish before
+    // the kill lands (a trial that did left only fresh ones to requeue).
+    // A digits step takes about a millisecond here, so the window of 2-20
+    // steps of 60 this test had could fall between two polls. (Once in CI
+    // no report came from the victim in 60 s; which of the two races lost
+    // is not known.)
     let checkpointed = || {
         db.migrated()
             && db
@@ -142,7 +166,7 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                     "SELECT CAST(c.trial_id AS TEXT) FROM salus_claims c JOIN salus_runs r ON r.run_id = c.run_id \
                      JOIN trials t ON t.trial_id = c.trial_id \
                      WHERE r.pid = {victim_pid} AND c.released IS NULL AND CAST(t.state AS TEXT) = 'RUNNING' \
-                     AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) BETWEEN 2 AND 20"
+                     AND (SELECT MAX(step) FROM trial_intermediate_values v WHERE v.trial_id = c.trial_id) BETWEEN 2 AND 120"
                 ))
                 .iter()
                 .any(|id| checkpoints.join(format!("trial-{id}.state")).is_file())
