@@ -141,13 +141,9 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                 ))
                 .is_empty()
     };
-    while !holds_a_trial() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "the victim claimed no trial"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // One minute for both waits, as the test had for the one.
+    let limit = Duration::from_secs(60);
+    wait_until("the victim to claim a trial", limit, holds_a_trial);
     procs.extend(start(dir.path(), 2, &db));
     // Wait until the first process has checkpointed a trial it holds and
     // stored its second step: its first checkpoint is then committed
@@ -171,13 +167,11 @@ fn a_killed_process_s_trials_are_requeued_once_and_finished_by_the_others(postgr
                 .iter()
                 .any(|id| checkpoints.join(format!("trial-{id}.state")).is_file())
     };
-    while !checkpointed() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no report from the victim"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        "a report and a checkpoint from the victim",
+        limit.saturating_sub(t0.elapsed()),
+        checkpointed,
+    );
     procs.remove(0).kill();
     for (i, p) in procs.into_iter().enumerate() {
         let out = p.wait();
