@@ -337,6 +337,14 @@ fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
         .iter()
         .copied()
         .chain([(10, 24, 24, 8, 5, 1, 2, 6), (19, 8, 8, 3, 3, 1, 1, 5)])
+        // Shapes the CPU runs as Winograd tiles (5 x 5, 16+ channels each
+        // side): tiles cut by the image's edge, channels that are not a
+        // whole number of vectors, no padding, and one pixel of it.
+        .chain([
+            (2, 9, 11, 17, 5, 1, 2, 18),
+            (3, 8, 8, 16, 5, 1, 0, 16),
+            (2, 6, 7, 20, 5, 1, 1, 33),
+        ])
         .collect();
     let with_bias = cases
         .iter()
@@ -645,7 +653,7 @@ fn batch_norm_matches_reference_and_finite_differences<B: Backend>(d: &mut D<B>)
 /// Every conv op over K slots gives, bit for bit, what K single-slot calls
 /// give: what fused trials rely on.
 fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
-    let (k, n, h, w, c) = (3, 2, 6, 6, 4);
+    let (k, n, h, w, c) = (3, 2, 6, 6, 16);
     let per = n * h * w * c;
     let x = rand_vec(k * per, 100, 1.0);
     let xb = d.put(&x);
@@ -668,7 +676,8 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
             }
         }
     };
-    let conv = |slots| conv_of(slots, (n, h, w, c, 3, 1, 1), per);
+    let conv_k = |slots, kernel| conv_of(slots, (n, h, w, c, kernel, 1, kernel / 2), per);
+    let conv = |slots| conv_k(slots, 3);
     check(d, "im2col", &|d, slots, xb| {
         let cv = conv(slots);
         let mut cols = d.zeros(cv.cols_len());
@@ -686,32 +695,36 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
             .unwrap();
         d.get(&dx)
     });
-    check(d, "conv2d and its gradients", &|d, slots, xb| {
-        let op = ConvGemm {
-            conv: conv(slots),
-            out_c: 5,
-            weight_stride: (conv(1).patch() + 1) * 5,
-            precision: Precision::Fp32,
-            accumulate_dx: false,
-            bias: true,
-        };
-        // The same weights and output gradient for every slot.
-        let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
-        let per_out = op.out_len() / slots;
-        let gb = d.put(&rand_vec(per_out, 102, 1.0).repeat(slots));
-        let (dw0, dx0) = (vec![0.0; slots * op.weight_stride], vec![0.0; slots * per]);
-        let parts = conv_ops(d, (&op, &op), (xb, &wb, &gb), (&dw0, &dx0));
-        let each = [per_out, op.weight_stride, per];
-        (0..slots)
-            .flat_map(|s| {
-                parts
-                    .iter()
-                    .zip(each)
-                    .flat_map(move |(v, each)| v[s * each..(s + 1) * each].to_vec())
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    });
+    // 3 x 3 through the patch matrix; 5 x 5 with 16 channels each side
+    // through Winograd tiles on the CPU.
+    for kernel in [3, 5] {
+        check(d, "conv2d and its gradients", &|d, slots, xb| {
+            let op = ConvGemm {
+                conv: conv_k(slots, kernel),
+                out_c: 16,
+                weight_stride: (conv_k(1, kernel).patch() + 1) * 16,
+                precision: Precision::Fp32,
+                accumulate_dx: false,
+                bias: true,
+            };
+            // The same weights and output gradient for every slot.
+            let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
+            let per_out = op.out_len() / slots;
+            let gb = d.put(&rand_vec(per_out, 102, 1.0).repeat(slots));
+            let (dw0, dx0) = (vec![0.0; slots * op.weight_stride], vec![0.0; slots * per]);
+            let parts = conv_ops(d, (&op, &op), (xb, &wb, &gb), (&dw0, &dx0));
+            let each = [per_out, op.weight_stride, per];
+            (0..slots)
+                .flat_map(|s| {
+                    parts
+                        .iter()
+                        .zip(each)
+                        .flat_map(move |(v, each)| v[s * each..(s + 1) * each].to_vec())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        });
+    }
     for kind in [PoolKind::Max, PoolKind::Avg] {
         check(d, "pool2d and backward", &|d, slots, xb| {
             let p = pool_of(slots, n, c, per, (kind, h, w, 3, 2));
@@ -948,9 +961,16 @@ kernels::device_tests!(
 /// groups.
 #[test]
 fn cpu_conv_ops_do_not_depend_on_threads() {
-    let (n, h, w, c, oc) = (16, 16, 16, 8, 16);
+    // 3 x 3 through the patch matrix, 5 x 5 through Winograd tiles.
+    for k in [3, 5] {
+        conv_ops_same_bits_at_every_thread_count(k);
+    }
+}
+
+fn conv_ops_same_bits_at_every_thread_count(k: usize) {
+    let (n, h, w, c, oc) = (16, 16, 16, 16, 16);
     let per = n * h * w * c;
-    let conv = conv_of(1, (n, h, w, c, 3, 1, 1), per);
+    let conv = conv_of(1, (n, h, w, c, k, 1, k / 2), per);
     let op = ConvGemm {
         conv,
         out_c: oc,
@@ -973,7 +993,7 @@ fn cpu_conv_ops_do_not_depend_on_threads() {
         for (what, (a, b)) in ["y", "dw", "dx"].iter().zip(one.iter().zip(&got)) {
             assert!(
                 a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{what} with {threads} threads"
+                "{k}x{k} {what} with {threads} threads"
             );
         }
     }

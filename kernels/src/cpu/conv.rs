@@ -190,7 +190,7 @@ fn task_images(ctx: &CpuCtx, op: &ConvGemm) -> usize {
 }
 
 /// `(slot, images)` for every slot, its images cut into runs of `per`.
-fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
+pub(super) fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> {
     (0..i.slots)
         .flat_map(|s| {
             (0..i.n)

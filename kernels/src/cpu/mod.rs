@@ -6,6 +6,7 @@ mod gemm;
 mod loss;
 mod optim;
 mod par;
+mod winograd;
 
 use std::sync::Arc;
 
@@ -626,7 +627,11 @@ impl Backend for CpuBackend {
         }
         let x = src(OP, "x", x, op.conv.input.extent())?;
         let w = src(OP, "w", w, op.weights_extent())?;
-        conv::conv2d(ctx, op, x, w, dst(OP, "y", y, op.out_len())?);
+        let y = dst(OP, "y", y, op.out_len())?;
+        match winograd::Transforms::for_op(op) {
+            Some(tf) => winograd::conv2d(ctx, tf, op, x, w, y),
+            None => conv::conv2d(ctx, op, x, w, y),
+        }
         Ok(())
     }
 
@@ -650,7 +655,11 @@ impl Backend for CpuBackend {
         }
         let x = src(OP, "x", x, op.conv.input.extent())?;
         let dy = src(OP, "dy", dy, op.out_len())?;
-        conv::conv2d_filter_grad(ctx, op, x, dy, dst(OP, "dw", dw, op.weights_extent())?);
+        let dw = dst(OP, "dw", dw, op.weights_extent())?;
+        match winograd::Transforms::for_op(op) {
+            Some(tf) => winograd::conv2d_filter_grad(ctx, tf, op, x, dy, dw),
+            None => conv::conv2d_filter_grad(ctx, op, x, dy, dw),
+        }
         Ok(())
     }
 
@@ -683,7 +692,10 @@ impl Backend for CpuBackend {
         }
         let dy = src(OP, "dy", dy, op.out_len())?;
         let w = src(OP, "w", w, g.extents().1)?;
-        conv::conv2d_data_grad(ctx, op, dy, w, dx);
+        match winograd::Transforms::for_op(op) {
+            Some(tf) => winograd::conv2d_data_grad(ctx, tf, op, dy, w, dx),
+            None => conv::conv2d_data_grad(ctx, op, dy, w, dx),
+        }
         Ok(())
     }
 

@@ -1,0 +1,904 @@
+//! Winograd convolutions on 8 x 8 input tiles: F(4 x 4, 5 x 5), for
+//! stride-1 convolutions in fp32 with enough channels ([`pays`]).
+//!
+//! Why: a convolution computed as products with its patch matrix runs at
+//! the CPU's GEMM rate at best, and on 2 cores that rate was below what
+//! the packing goal asks of `cnn-32` (its three 5 x 5 convolutions).
+//! Winograd's minimal filtering (Lavin and Gray, 2016) computes an
+//! `m x m` output tile of an `r x r` filter from an 8 x 8 input tile with
+//! 64 products per channel pair instead of `m * m * r * r` (400 for 5 x 5,
+//! 324 for 3 x 3): after the tiles' transforms the convolution is 64
+//! products of `tiles x in_c` by `in_c x out_c` matrices, one per point of
+//! the tile, which go through the same GEMM as before.
+//!
+//! The transforms come from Toom-Cook with the points 0, +-1, +-2, +-1/2
+//! and infinity (those of NNPACK's F(6 x 6, 3 x 3)), built in float64 at
+//! first use. In fp32 they add a relative error of about 1e-6 to each
+//! output, against about 1e-7 for the products with the patch matrix.
+//!
+//! The two gradients are the adjoints of the forward's algorithm, through
+//! the same transforms and 64 products, so each pass does 4-6x fewer
+//! multiplications than with patches. Work is split as in [`super::conv`]:
+//! whole images per task, tiles in a fixed order, and the filter gradient
+//! summed over fixed groups of images, so that a slot's bits depend on
+//! neither the thread count nor the other slots of the call.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use super::CpuCtx;
+use super::gemm;
+use super::par::{self, split_ranges};
+use crate::ops::{Conv2d, ConvGemm};
+
+/// Side of an input tile.
+const T: usize = 8;
+/// Points of a tile: the products per channel pair.
+const POS: usize = T * T;
+
+/// Bytes of transformed tiles (inputs and outputs) a task works on at a
+/// time: the 64 products then read their operands from L2.
+const CHUNK_BYTES: usize = 768 << 10;
+
+/// As in [`super::conv`]: the filter gradient is summed over this many
+/// fixed groups of a slot's images, then the groups added in order.
+const FILTER_GROUPS: usize = 8;
+
+/// The three transforms of F(m x m, r x r) on 8 x 8 tiles, row-major:
+/// `at` is `m x 8` (output), `g` is `8 x r` (filter), `bt` is `8 x 8`
+/// (input). A tile's output is `at . ((g . w . g^T) * (bt . d . bt^T)) . at^T`.
+pub(crate) struct Transforms {
+    m: usize,
+    r: usize,
+    /// `m x 8`, zero rows below.
+    at: Mat,
+    /// `at`'s transpose: `8 x m`, zero columns after.
+    at_t: Mat,
+    /// `8 x r`, row-major.
+    g: Vec<f32>,
+    bt: Mat,
+    bt_t: Mat,
+}
+
+/// A transform's matrix, zero-padded to 8 x 8.
+type Mat = [[f32; T]; T];
+
+/// Coefficients (lowest power first) of the monic polynomial with these roots.
+fn poly_from_roots(roots: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut c = vec![1.0];
+    for q in roots {
+        let mut next = vec![0.0; c.len() + 1];
+        for (i, &a) in c.iter().enumerate() {
+            next[i + 1] += a;
+            next[i] -= q * a;
+        }
+        c = next;
+    }
+    c
+}
+
+impl Transforms {
+    fn build(r: usize) -> Transforms {
+        const POINTS: [f64; T - 1] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5];
+        let m = T + 1 - r;
+        let (mut at, mut g, mut bt) = (vec![0.0f64; m * T], vec![0.0f64; T * r], vec![0.0; POS]);
+        for (j, &p) in POINTS.iter().enumerate() {
+            let others = || POINTS.iter().enumerate().filter(move |(l, _)| *l != j);
+            let f: f64 = others().map(|(_, &q)| p - q).product();
+            for i in 0..m {
+                at[i * T + j] = p.powi(i as i32);
+            }
+            for k in 0..r {
+                g[j * r + k] = p.powi(k as i32) / f;
+            }
+            for (k, c) in poly_from_roots(others().map(|(_, &q)| q))
+                .into_iter()
+                .enumerate()
+            {
+                bt[j * T + k] = c;
+            }
+        }
+        // The point at infinity.
+        at[(m - 1) * T + T - 1] = 1.0;
+        g[(T - 1) * r + r - 1] = 1.0;
+        for (k, c) in poly_from_roots(POINTS.into_iter()).into_iter().enumerate() {
+            bt[(T - 1) * T + k] = c;
+        }
+        let mat = |v: &[f64], rows: usize, t: bool| -> Mat {
+            std::array::from_fn(|i| {
+                std::array::from_fn(|j| {
+                    let (a, b) = if t { (j, i) } else { (i, j) };
+                    if a < rows { v[a * T + b] as f32 } else { 0.0 }
+                })
+            })
+        };
+        Transforms {
+            m,
+            r,
+            at: mat(&at, m, false),
+            at_t: mat(&at, m, true),
+            g: g.into_iter().map(|x| x as f32).collect(),
+            bt: mat(&bt, T, false),
+            bt_t: mat(&bt, T, true),
+        }
+    }
+
+    /// The transforms for this convolution where they beat the patch
+    /// matrix ([`pays`]).
+    pub(crate) fn for_op(op: &ConvGemm) -> Option<&'static Transforms> {
+        static F4X5: OnceLock<Transforms> = OnceLock::new();
+        pays(&op.conv, op.out_c).then(|| F4X5.get_or_init(|| Transforms::build(5)))
+    }
+}
+
+/// Whether a convolution goes through Winograd tiles rather than the patch
+/// matrix: a 5 x 5 kernel at stride 1 with at least 16 input and 16 output
+/// channels. Measured on the 2-core development machine (the three passes
+/// together, batch 64): 1.25-2.7x faster with 16-64 channels on 4 x 4 to
+/// 28 x 28 outputs, but 0.5-0.9x with 4 or 8 input channels (the products'
+/// inner dimension is the input's channels, too short to pay for the
+/// transforms); F(6 x 6, 3 x 3) for 3 x 3 kernels was 0.5-1.3x, so those
+/// stay on patches.
+pub(crate) fn pays(conv: &Conv2d, out_c: usize) -> bool {
+    conv.stride == 1 && conv.kh == 5 && conv.kw == 5 && conv.input.c >= 16 && out_c >= 16
+}
+
+/// A convolution's tiles.
+#[derive(Clone, Copy)]
+struct Tiling {
+    m: usize,
+    /// Tiles down and across an image.
+    th: usize,
+    tw: usize,
+    in_c: usize,
+    out_c: usize,
+    conv: Conv2d,
+}
+
+impl Tiling {
+    fn new(tf: &Transforms, op: &ConvGemm) -> Tiling {
+        let conv = op.conv;
+        Tiling {
+            m: tf.m,
+            th: conv.out_h().div_ceil(tf.m),
+            tw: conv.out_w().div_ceil(tf.m),
+            in_c: conv.input.c,
+            out_c: op.out_c,
+            conv,
+        }
+    }
+    fn per_image(&self) -> usize {
+        self.th * self.tw
+    }
+    /// Images a task transforms at once: what fits `CHUNK_BYTES`.
+    fn chunk_images(&self) -> usize {
+        let per_image = POS * self.per_image() * (self.in_c + self.out_c) * 4;
+        (CHUNK_BYTES / per_image.max(1)).clamp(1, self.conv.input.n.max(1))
+    }
+    /// Scratch a task needs for `images` images.
+    fn scratch_len(&self, images: usize) -> usize {
+        let (tiles, c) = (images * self.per_image(), self.in_c.max(self.out_c));
+        POS * tiles * (self.in_c + self.out_c) + 2 * POS * c
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with_borrow_mut(|v| {
+        if v.len() < len {
+            v.resize(len, 0.0);
+        }
+        f(&mut v[..len])
+    })
+}
+
+/// `dst += a * src`. Not fused, so that every vector width gives the
+/// same bits.
+#[inline(always)]
+fn axpy(dst: &mut [f32], a: f32, src: &[f32]) {
+    dst.iter_mut().zip(src).for_each(|(d, &s)| *d += a * s);
+}
+
+/// `dst = sum_k coef(k) * src(k)` over `k < n`, skipping zero coefficients.
+#[inline(always)]
+fn combine<'a>(
+    dst: &mut [f32],
+    n: usize,
+    coef: impl Fn(usize) -> f32,
+    src: impl Fn(usize) -> &'a [f32],
+) {
+    dst.fill(0.0);
+    for k in 0..n {
+        let a = coef(k);
+        if a != 0.0 {
+            axpy(dst, a, src(k));
+        }
+    }
+}
+
+/// Channels a transform holds in registers at once.
+const LANES: usize = 16;
+
+/// `dst[to[r]] (+)= sum_k coef[r][k] * src[from[k]]` for rows `r < rows`
+/// with a destination, over `len` channels: the 8 source vectors of a
+/// block of `LANES` channels are loaded once and every row made from them
+/// in registers. A missing source reads as zeros.
+#[inline(always)]
+fn transform(
+    coef: &Mat,
+    rows: usize,
+    (src, from): (&[f32], &[Option<usize>; T]),
+    (dst, to): (&mut [f32], &[Option<usize>; T]),
+    len: usize,
+    add: bool,
+) {
+    for c0 in (0..len).step_by(LANES) {
+        let w = LANES.min(len - c0);
+        let mut s = [[0.0f32; LANES]; T];
+        for (s, at) in s.iter_mut().zip(from) {
+            if let Some(at) = at {
+                let src = &src[at + c0..];
+                if w == LANES {
+                    // A fixed length compiles to vector loads, not a call.
+                    *s = src[..LANES].try_into().expect("LANES long");
+                } else {
+                    s[..w].copy_from_slice(&src[..w]);
+                }
+            }
+        }
+        for (r, at) in to.iter().enumerate().take(rows) {
+            let Some(at) = at else { continue };
+            let mut o = [0.0f32; LANES];
+            for (a, s) in coef[r].iter().zip(&s) {
+                o.iter_mut().zip(s).for_each(|(o, &s)| *o += a * s);
+            }
+            let d = &mut dst[at + c0..][..w];
+            if add {
+                d.iter_mut().zip(&o).for_each(|(d, &o)| *d += o);
+            } else if w == LANES {
+                let d: &mut [f32; LANES] = d.try_into().expect("LANES long");
+                *d = o;
+            } else {
+                d.copy_from_slice(&o[..w]);
+            }
+        }
+    }
+}
+
+/// Defines `fn $name(args)` that runs its body compiled for the widest
+/// vectors the CPU has (the build targets baseline x86-64, 4 wide, and a
+/// closure passed into a `#[target_feature]` function is not compiled with
+/// its features). The work is element-wise over channels or goes through
+/// `matrixmultiply`, which picks its own kernel, so every width gives the
+/// same bits.
+macro_rules! widest_fn {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx") {
+                    // SAFETY: the CPU has AVX.
+                    return unsafe { avx($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+widest_fn! {
+    /// One slot's filter transforms `u[pos]` (`in_c x out_c`, row-major)
+    /// from its weights `w` (`(kernel row, kernel column, in_c) x out_c`).
+    fn filter_transform(tf: &Transforms, w: &[f32], block: usize, u: &mut [f32]) {
+        let r = tf.r;
+        let wb = |a: usize, b: usize| &w[(a * r + b) * block..][..block];
+        // tmp[y][b] = sum_a g[y][a] w[a][b]
+        let mut tmp = vec![0.0f32; T * r * block];
+        for (yb, dst) in tmp.chunks_exact_mut(block).enumerate() {
+            let (y, b) = (yb / r, yb % r);
+            combine(dst, r, |a| tf.g[y * r + a], |a| wb(a, b));
+        }
+        // u[y][x] = sum_b tmp[y][b] g[x][b]
+        for (pos, dst) in u.chunks_exact_mut(block).enumerate() {
+            let (y, x) = (pos / T, pos % T);
+            combine(dst, r, |b| tf.g[x * r + b], |b| &tmp[(y * r + b) * block..][..block]);
+        }
+    }
+}
+
+/// Per slot, the filters' transforms: `POS` blocks of `in_c x out_c`.
+fn filter_transforms(ctx: &CpuCtx, tf: &Transforms, op: &ConvGemm, w: &[f32]) -> Vec<f32> {
+    let (r, block) = (tf.r, op.conv.input.c * op.out_c);
+    let mut u = vec![0.0f32; op.conv.input.slots * POS * block];
+    par::run(
+        ctx,
+        u.chunks_exact_mut(POS * block).enumerate(),
+        |(s, u)| filter_transform(tf, &w[s * op.weight_stride..][..r * r * block], block, u),
+    );
+    u
+}
+
+/// Image `img`'s tile `(ty, tx)` (8 x 8 pixels of `in_c`, zeros outside
+/// the image) transformed into row `t` of each point's `tiles x in_c`
+/// matrix in `v`. `tmp` is `POS * in_c` scratch.
+#[inline(always)]
+fn input_tile(
+    tf: &Transforms,
+    tl: &Tiling,
+    img: &[f32],
+    (ty, tx): (usize, usize),
+    (v, t, tiles): (&mut [f32], usize, usize),
+    tmp: &mut [f32],
+) {
+    let (c, i) = (tl.in_c, tl.conv.input);
+    let y0 = (ty * tl.m) as isize - tl.conv.pad as isize;
+    let x0 = (tx * tl.m) as isize - tl.conv.pad as isize;
+    let pixel = |k: usize, l: usize| {
+        let (iy, ix) = (y0 + k as isize, x0 + l as isize);
+        let inside = iy >= 0 && iy < i.h as isize && ix >= 0 && ix < i.w as isize;
+        inside.then(|| (iy as usize * i.w + ix as usize) * c)
+    };
+    // tmp[y][l] = sum_k bt[y][k] img[k][l]
+    for l in 0..T {
+        let from = std::array::from_fn(|k| pixel(k, l));
+        let to = std::array::from_fn(|y| Some((y * T + l) * c));
+        transform(&tf.bt, T, (img, &from), (tmp, &to), c, false);
+    }
+    // v[y][x] = sum_l bt[x][l] tmp[y][l]
+    for y in 0..T {
+        let from = std::array::from_fn(|l| Some((y * T + l) * c));
+        let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * c));
+        transform(&tf.bt, T, (tmp, &from), (v, &to), c, false);
+    }
+}
+
+/// The `tiles x in_c` input transforms of `images` of `slot`, image by
+/// image, tile by tile.
+#[inline(always)]
+fn input_tiles(
+    tf: &Transforms,
+    tl: &Tiling,
+    x: &[f32],
+    (slot, images): (usize, Range<usize>),
+    v: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let i = tl.conv.input;
+    let tiles = images.len() * tl.per_image();
+    for (n, img) in images.enumerate() {
+        let src = &x[slot * i.slot_stride + img * i.image_len()..][..i.image_len()];
+        for tile in 0..tl.per_image() {
+            let t = n * tl.per_image() + tile;
+            let at = (tile / tl.tw, tile % tl.tw);
+            input_tile(
+                tf,
+                tl,
+                src,
+                at,
+                (v, t, tiles),
+                &mut scratch[..POS * tl.in_c],
+            );
+        }
+    }
+}
+
+/// Row `t` of each point's `tiles x out_c` product in `mm` transformed
+/// back into the tile's `m x m` output pixels (those inside the image).
+#[inline(always)]
+fn output_tile(
+    tf: &Transforms,
+    tl: &Tiling,
+    (mm, t, tiles): (&[f32], usize, usize),
+    bias: Option<&[f32]>,
+    tmp: &mut [f32],
+    out: &mut [f32],
+    tile: usize,
+) {
+    let (m, oc) = (tl.m, tl.out_c);
+    let (oh, ow) = (tl.conv.out_h(), tl.conv.out_w());
+    let (ty, tx) = (tile / tl.tw, tile % tl.tw);
+    let (mi, mj) = (m.min(oh - ty * m), m.min(ow - tx * m));
+    // tmp[i][x] = sum_y at[i][y] mm[y][x]
+    for x in 0..T {
+        let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * oc));
+        let to = std::array::from_fn(|i| (i < m).then_some((i * T + x) * oc));
+        transform(&tf.at, m, (mm, &from), (tmp, &to), oc, false);
+    }
+    // out[i][j] = sum_x at[j][x] tmp[i][x]
+    for i in 0..mi {
+        let from = std::array::from_fn(|x| Some((i * T + x) * oc));
+        let px = |j: usize| ((ty * m + i) * ow + tx * m + j) * oc;
+        let to = std::array::from_fn(|j| (j < mj).then(|| px(j)));
+        transform(&tf.at, m, (tmp, &from), (out, &to), oc, false);
+        if let Some(b) = bias {
+            for j in 0..mj {
+                let d = &mut out[px(j)..][..oc];
+                d.iter_mut().zip(b).for_each(|(d, &b)| *d += b);
+            }
+        }
+    }
+}
+
+/// Row `t` of each point's `tiles x out_c` output gradient in `dm`, from
+/// image `dy`'s tile `(ty, tx)` (its `m x m` pixels, zeros outside the
+/// output): the adjoint of [`output_tile`]. `tmp` is `POS * out_c`.
+#[inline(always)]
+fn output_grad_tile(
+    tf: &Transforms,
+    tl: &Tiling,
+    dy: &[f32],
+    tile: usize,
+    (dm, t, tiles): (&mut [f32], usize, usize),
+    tmp: &mut [f32],
+) {
+    let (m, oc) = (tl.m, tl.out_c);
+    let (oh, ow) = (tl.conv.out_h(), tl.conv.out_w());
+    let (ty, tx) = (tile / tl.tw, tile % tl.tw);
+    let (mi, mj) = (m.min(oh - ty * m), m.min(ow - tx * m));
+    // tmp[y][j] = sum_i at[i][y] dy[i][j]
+    for j in 0..m {
+        let px = |i: usize| ((ty * m + i) * ow + tx * m + j) * oc;
+        let from = std::array::from_fn(|i| (i < mi && j < mj).then(|| px(i)));
+        let to = std::array::from_fn(|y| Some((y * T + j) * oc));
+        transform(&tf.at_t, T, (dy, &from), (tmp, &to), oc, false);
+    }
+    // dm[y][x] = sum_j at[j][x] tmp[y][j]
+    for y in 0..T {
+        let from = std::array::from_fn(|j| (j < m).then_some((y * T + j) * oc));
+        let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * oc));
+        transform(&tf.at_t, T, (tmp, &from), (dm, &to), oc, false);
+    }
+}
+
+/// The output gradients' transforms of `images` of `slot`.
+#[inline(always)]
+fn output_grad_tiles(
+    tf: &Transforms,
+    tl: &Tiling,
+    dy: &[f32],
+    (slot, images): (usize, Range<usize>),
+    dm: &mut [f32],
+    tmp: &mut [f32],
+) {
+    let i = tl.conv.input;
+    let len = tl.conv.out_h() * tl.conv.out_w() * tl.out_c;
+    let tiles = images.len() * tl.per_image();
+    for (n, img) in images.enumerate() {
+        let src = &dy[(slot * i.n + img) * len..][..len];
+        for tile in 0..tl.per_image() {
+            let t = n * tl.per_image() + tile;
+            output_grad_tile(
+                tf,
+                tl,
+                src,
+                tile,
+                (dm, t, tiles),
+                &mut tmp[..POS * tl.out_c],
+            );
+        }
+    }
+}
+
+/// Row `t` of each point's `tiles x in_c` input-tile gradient in `dv`
+/// added onto the image's pixels under tile `(ty, tx)`: the adjoint of
+/// [`input_tile`]. `tmp` is `POS * in_c`.
+#[inline(always)]
+fn input_grad_tile(
+    tf: &Transforms,
+    tl: &Tiling,
+    (dv, t, tiles): (&[f32], usize, usize),
+    tile: usize,
+    img: &mut [f32],
+    tmp: &mut [f32],
+) {
+    let (c, i) = (tl.in_c, tl.conv.input);
+    let (ty, tx) = (tile / tl.tw, tile % tl.tw);
+    let y0 = (ty * tl.m) as isize - tl.conv.pad as isize;
+    let x0 = (tx * tl.m) as isize - tl.conv.pad as isize;
+    let row_inside = |k: usize| (0..i.h as isize).contains(&(y0 + k as isize));
+    // tmp[k][x] = sum_y bt[y][k] dv[y][x]
+    for x in 0..T {
+        let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * c));
+        let to = std::array::from_fn(|k| row_inside(k).then_some((k * T + x) * c));
+        transform(&tf.bt_t, T, (dv, &from), (tmp, &to), c, false);
+    }
+    // img[k][l] += sum_x bt[x][l] tmp[k][x]
+    for k in (0..T).filter(|&k| row_inside(k)) {
+        let iy = (y0 + k as isize) as usize;
+        let from = std::array::from_fn(|x| Some((k * T + x) * c));
+        let to = std::array::from_fn(|l| {
+            let ix = x0 + l as isize;
+            (0..i.w as isize)
+                .contains(&ix)
+                .then(|| (iy * i.w + ix as usize) * c)
+        });
+        transform(&tf.bt_t, T, (tmp, &from), (img, &to), c, true);
+    }
+}
+
+/// Images per task of the output or the input's gradient: what fits the
+/// cache, fewer where that leaves a thread idle.
+fn task_images(ctx: &CpuCtx, tl: &Tiling) -> usize {
+    let i = tl.conv.input;
+    let per_thread = i.n.div_ceil(ctx.threads().div_ceil(i.slots.max(1)).max(1));
+    tl.chunk_images().min(per_thread).max(1)
+}
+
+widest_fn! {
+    /// The output of `images` of slot `s` into `out`: their tiles'
+    /// transforms, the 64 products with the filters' `u`, and back.
+    fn forward_chunk(
+        tf: &Transforms,
+        tl: &Tiling,
+        x: &[f32],
+        u: &[f32],
+        bias: Option<&[f32]>,
+        s: usize,
+        images: Range<usize>,
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let (oc, cin) = (tl.out_c, tl.in_c);
+        let pixels = tl.conv.out_h() * tl.conv.out_w();
+        let tiles = images.len() * tl.per_image();
+        let (v, rest) = scratch.split_at_mut(POS * tiles * cin);
+        let (mm, rest) = rest.split_at_mut(POS * tiles * oc);
+        input_tiles(tf, tl, x, (s, images), v, rest);
+        for pos in 0..POS {
+            gemm::sgemm_one(
+                (tiles, oc, cin),
+                (&v[pos * tiles * cin..], false),
+                (&u[pos * cin * oc..], false),
+                0.0,
+                &mut mm[pos * tiles * oc..][..tiles * oc],
+            );
+        }
+        let tmp = &mut rest[..POS * oc];
+        for (n, dst) in out.chunks_exact_mut(pixels * oc).enumerate() {
+            for tile in 0..tl.per_image() {
+                let t = n * tl.per_image() + tile;
+                output_tile(tf, tl, (&*mm, t, tiles), bias, tmp, dst, tile);
+            }
+        }
+    }
+}
+
+/// `y = conv(x, w) (+ bias)` per slot, a chunk of images per task.
+pub(crate) fn conv2d(
+    ctx: &CpuCtx,
+    tf: &Transforms,
+    op: &ConvGemm,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+) {
+    let tl = Tiling::new(tf, op);
+    let (i, oc) = (tl.conv.input, op.out_c);
+    let (pixels, patch, ub) = (
+        tl.conv.out_h() * tl.conv.out_w(),
+        tl.conv.patch(),
+        POS * tl.in_c * oc,
+    );
+    let u = filter_transforms(ctx, tf, op, w);
+    let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
+    let outs = split_ranges(
+        y,
+        tasks.iter().map(|(s, r)| {
+            let at = |img: usize| (s * i.n + img) * pixels * oc;
+            at(r.start)..at(r.end)
+        }),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
+        let bias = op
+            .bias
+            .then(|| &w[s * op.weight_stride + patch * oc..][..oc]);
+        let u = &u[s * ub..][..ub];
+        with_scratch(tl.scratch_len(images.len()), |scratch| {
+            forward_chunk(tf, &tl, x, u, bias, *s, images.clone(), out, scratch)
+        });
+    });
+}
+
+widest_fn! {
+    /// The input's gradient of `images` of slot `s` into `out` (whole
+    /// images, added to when `accumulate`).
+    fn data_grad_chunk(
+        tf: &Transforms,
+        tl: &Tiling,
+        dy: &[f32],
+        u: &[f32],
+        accumulate: bool,
+        s: usize,
+        images: Range<usize>,
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let (oc, cin) = (tl.out_c, tl.in_c);
+        let tiles = images.len() * tl.per_image();
+        let (dv, rest) = scratch.split_at_mut(POS * tiles * cin);
+        let (dm, rest) = rest.split_at_mut(POS * tiles * oc);
+        output_grad_tiles(tf, tl, dy, (s, images), dm, rest);
+        for pos in 0..POS {
+            gemm::sgemm_one(
+                (tiles, cin, oc),
+                (&dm[pos * tiles * oc..], false),
+                (&u[pos * cin * oc..], true),
+                0.0,
+                &mut dv[pos * tiles * cin..][..tiles * cin],
+            );
+        }
+        let tmp = &mut rest[..POS * cin];
+        for (n, img) in out.chunks_exact_mut(tl.conv.input.image_len()).enumerate() {
+            if !accumulate {
+                img.fill(0.0);
+            }
+            for tile in 0..tl.per_image() {
+                let t = n * tl.per_image() + tile;
+                input_grad_tile(tf, tl, (&*dv, t, tiles), tile, img, tmp);
+            }
+        }
+    }
+}
+
+/// `dx = conv^T(dy, w)` per slot (added to `dx` when `accumulate_dx`), a
+/// chunk of whole images per task, since tiles overlap.
+pub(crate) fn conv2d_data_grad(
+    ctx: &CpuCtx,
+    tf: &Transforms,
+    op: &ConvGemm,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+) {
+    let tl = Tiling::new(tf, op);
+    let (i, ub) = (tl.conv.input, POS * tl.in_c * op.out_c);
+    let u = filter_transforms(ctx, tf, op, w);
+    let image_len = i.image_len();
+    let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
+    let outs = split_ranges(
+        dx,
+        tasks.iter().map(|(s, r)| {
+            let at = |img: usize| (s * i.n + img) * image_len;
+            at(r.start)..at(r.end)
+        }),
+    );
+    par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
+        let u = &u[s * ub..][..ub];
+        with_scratch(tl.scratch_len(images.len()), |scratch| {
+            data_grad_chunk(
+                tf,
+                &tl,
+                dy,
+                u,
+                op.accumulate_dx,
+                *s,
+                images.clone(),
+                out,
+                scratch,
+            )
+        });
+    });
+}
+
+widest_fn! {
+    /// `du[pos] (+)= v[pos]^T . dm[pos]` over `images` of slot `s`: the
+    /// filter transforms' gradient, overwritten when `beta` is 0.
+    fn filter_grad_chunk(
+        tf: &Transforms,
+        tl: &Tiling,
+        x: &[f32],
+        dy: &[f32],
+        s: usize,
+        images: Range<usize>,
+        beta: f32,
+        du: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        let (oc, cin) = (tl.out_c, tl.in_c);
+        let tiles = images.len() * tl.per_image();
+        let (v, rest) = scratch.split_at_mut(POS * tiles * cin);
+        let (dm, rest) = rest.split_at_mut(POS * tiles * oc);
+        input_tiles(tf, tl, x, (s, images.clone()), v, rest);
+        output_grad_tiles(tf, tl, dy, (s, images), dm, rest);
+        for pos in 0..POS {
+            gemm::sgemm_one(
+                (cin, oc, tiles),
+                (&v[pos * tiles * cin..], true),
+                (&dm[pos * tiles * oc..], false),
+                beta,
+                &mut du[pos * cin * oc..][..cin * oc],
+            );
+        }
+    }
+}
+
+widest_fn! {
+    /// A group's weight gradient `part` from its filter transforms'
+    /// gradient `du`, and with a bias, the column sums of its `dy` rows.
+    fn filter_grad_finish(
+        tf: &Transforms,
+        du: &[f32],
+        block: usize,
+        dy_bias: Option<(&[f32], usize)>,
+        part: &mut [f32],
+    ) {
+        let r = tf.r;
+        // tmp[a][x] = sum_y g[y][a] du[y][x]; dw[a][b] = sum_x tmp[a][x] g[x][b]
+        let mut tmp = vec![0.0f32; r * T * block];
+        for (ax, dst) in tmp.chunks_exact_mut(block).enumerate() {
+            let (a, x) = (ax / T, ax % T);
+            combine(dst, T, |y| tf.g[y * r + a], |y| &du[(y * T + x) * block..][..block]);
+        }
+        for (ab, dst) in part[..r * r * block].chunks_exact_mut(block).enumerate() {
+            let (a, b) = (ab / r, ab % r);
+            combine(dst, T, |x| tf.g[x * r + b], |x| &tmp[(a * T + x) * block..][..block]);
+        }
+        if let Some((dy, oc)) = dy_bias {
+            let db = &mut part[r * r * block..][..oc];
+            db.fill(0.0);
+            for g in dy.chunks_exact(oc) {
+                db.iter_mut().zip(g).for_each(|(d, &g)| *d += g);
+            }
+        }
+    }
+}
+
+/// `dw = conv_w^T(x, dy)` per slot (overwritten; with a bias, its
+/// gradient, the column sums of `dy`, after the weights): each of a
+/// slot's image groups sums its chunks' 64 products `v^T . dm` in order,
+/// transforms the sum back to the filter's shape, and the groups' partial
+/// gradients are added in order.
+pub(crate) fn conv2d_filter_grad(
+    ctx: &CpuCtx,
+    tf: &Transforms,
+    op: &ConvGemm,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+) {
+    let tl = Tiling::new(tf, op);
+    let (i, oc) = (tl.conv.input, op.out_c);
+    let (pixels, block) = (tl.conv.out_h() * tl.conv.out_w(), tl.in_c * oc);
+    let (len, per) = (op.weights_len(), tl.chunk_images());
+    let groups = FILTER_GROUPS.min(i.n).max(1);
+    let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
+        .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
+        .collect();
+    let mut partials = vec![0.0f32; tasks.len() * len];
+    par::run(
+        ctx,
+        tasks.iter().zip(partials.chunks_exact_mut(len)),
+        |((s, images), part)| {
+            let mut du = vec![0.0f32; POS * block];
+            for (k, lo) in images.clone().step_by(per).enumerate() {
+                let chunk = lo..(lo + per).min(images.end);
+                let beta = if k == 0 { 0.0 } else { 1.0 };
+                with_scratch(tl.scratch_len(chunk.len()), |scratch| {
+                    filter_grad_chunk(tf, &tl, x, dy, *s, chunk, beta, &mut du, scratch)
+                });
+            }
+            let rows = (s * i.n + images.start) * pixels * oc..(s * i.n + images.end) * pixels * oc;
+            let dy_bias = op.bias.then(|| (&dy[rows], oc));
+            filter_grad_finish(tf, &du, block, dy_bias, part);
+        },
+    );
+    let outs = split_ranges(
+        dw,
+        (0..i.slots).map(|s| s * op.weight_stride..s * op.weight_stride + len),
+    );
+    par::run(
+        ctx,
+        partials.chunks_exact(groups * len).zip(outs),
+        |(parts, out)| {
+            out.copy_from_slice(&parts[..len]);
+            for part in parts[len..].chunks_exact(len) {
+                out.iter_mut().zip(part).for_each(|(d, &p)| *d += p);
+            }
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Images;
+
+    /// The transforms compute a correlation: for random 1-D inputs `d`
+    /// (8) and filters `g` (`r`), `at . ((g . w) * (bt . d))` is each
+    /// output's sum of `w[k] * d[i + k]`, to f32's rounding of the
+    /// transforms' coefficients. F(6, 3) checks the construction beyond
+    /// the one size in use.
+    #[test]
+    fn transforms_compute_a_correlation() {
+        for r in [3, 5] {
+            let tf = Transforms::build(r);
+            let m = T + 1 - r;
+            assert_eq!(tf.m, m);
+            let mut seed = 12345u64;
+            let mut next = || {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((seed >> 40) as f64 / (1u64 << 24) as f64) * 2.0 - 1.0
+            };
+            for _ in 0..50 {
+                let d: Vec<f64> = (0..T).map(|_| next()).collect();
+                let w: Vec<f64> = (0..r).map(|_| next()).collect();
+                let gw: Vec<f64> = (0..T)
+                    .map(|y| (0..r).map(|a| tf.g[y * r + a] as f64 * w[a]).sum())
+                    .collect();
+                let bd: Vec<f64> = (0..T)
+                    .map(|y| (0..T).map(|k| tf.bt[y][k] as f64 * d[k]).sum())
+                    .collect();
+                for i in 0..m {
+                    let got: f64 = (0..T).map(|y| tf.at[i][y] as f64 * gw[y] * bd[y]).sum();
+                    let want: f64 = (0..r).map(|k| w[k] * d[i + k]).sum();
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "r {r} output {i}: {got} against {want}"
+                    );
+                }
+                // The transposes are the transposes.
+                for (y, k) in (0..T).flat_map(|y| (0..T).map(move |k| (y, k))) {
+                    assert_eq!(tf.bt[y][k], tf.bt_t[k][y]);
+                    assert_eq!(tf.at[y][k], tf.at_t[k][y]);
+                }
+            }
+        }
+    }
+
+    fn conv(c: usize, k: usize, stride: usize) -> Conv2d {
+        let input = Images {
+            slots: 1,
+            n: 2,
+            h: 16,
+            w: 16,
+            c,
+            slot_stride: 0,
+        };
+        Conv2d {
+            input,
+            kh: k,
+            kw: k,
+            stride,
+            pad: k / 2,
+        }
+    }
+
+    #[test]
+    fn winograd_only_where_it_measured_faster() {
+        assert!(pays(&conv(32, 5, 1), 64));
+        assert!(pays(&conv(16, 5, 1), 16));
+        // Too few channels on either side.
+        assert!(!pays(&conv(8, 5, 1), 32));
+        assert!(!pays(&conv(3, 5, 1), 32));
+        assert!(!pays(&conv(32, 5, 1), 8));
+        // Other kernels and strides.
+        assert!(!pays(&conv(32, 3, 1), 64));
+        assert!(!pays(&conv(32, 7, 1), 64));
+        assert!(!pays(&conv(32, 5, 2), 64));
+    }
+}
