@@ -339,8 +339,11 @@ fn conv_ops_match_reference<B: Backend>(d: &mut D<B>) {
         .chain([(10, 24, 24, 8, 5, 1, 2, 6), (19, 8, 8, 3, 3, 1, 1, 5)])
         // Shapes the CPU runs as Winograd tiles (5 x 5, 16+ channels each
         // side): tiles cut by the image's edge, channels that are not a
-        // whole number of vectors, no padding, and one pixel of it.
+        // whole number of vectors, no padding, and one pixel of it; then
+        // directly (few channels, stride 1), padded or not.
         .chain([
+            (3, 9, 10, 3, 5, 1, 2, 7),
+            (2, 8, 7, 2, 5, 1, 0, 5),
             (2, 9, 11, 17, 5, 1, 2, 18),
             (3, 8, 8, 16, 5, 1, 0, 16),
             (2, 6, 7, 20, 5, 1, 1, 33),
@@ -676,8 +679,7 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
             }
         }
     };
-    let conv_k = |slots, kernel| conv_of(slots, (n, h, w, c, kernel, 1, kernel / 2), per);
-    let conv = |slots| conv_k(slots, 3);
+    let conv = |slots| conv_of(slots, (n, h, w, c, 3, 1, 1), per);
     check(d, "im2col", &|d, slots, xb| {
         let cv = conv(slots);
         let mut cols = d.zeros(cv.cols_len());
@@ -695,25 +697,36 @@ fn conv_ops_batched_equal_single_calls<B: Backend>(d: &mut D<B>) {
             .unwrap();
         d.get(&dx)
     });
-    // 3 x 3 through the patch matrix; 5 x 5 with 16 channels each side
-    // through Winograd tiles on the CPU.
-    for kernel in [3, 5] {
+    // On the CPU: 3 x 3 with 16 channels through the patch matrix, 5 x 5
+    // with 16 channels each side through Winograd tiles, and 5 x 5 on 3
+    // channels (the first 3 of each pixel's 16 here) directly.
+    for (kernel, ch) in [(3, 16), (5, 16), (5, 3)] {
         check(d, "conv2d and its gradients", &|d, slots, xb| {
+            let conv = conv_of(slots, (n, h, w, ch, kernel, 1, kernel / 2), per);
             let op = ConvGemm {
-                conv: conv_k(slots, kernel),
+                conv,
                 out_c: 16,
-                weight_stride: (conv_k(1, kernel).patch() + 1) * 16,
+                weight_stride: (conv.patch() + 1) * 16,
                 precision: Precision::Fp32,
                 accumulate_dx: false,
                 bias: true,
+            };
+            // The input's gradient comes packed.
+            let packed = n * h * w * ch;
+            let data = ConvGemm {
+                conv: conv_of(slots, (n, h, w, ch, kernel, 1, kernel / 2), packed),
+                ..op
             };
             // The same weights and output gradient for every slot.
             let wb = d.put(&rand_vec(op.weight_stride, 101, 1.0).repeat(slots));
             let per_out = op.out_len() / slots;
             let gb = d.put(&rand_vec(per_out, 102, 1.0).repeat(slots));
-            let (dw0, dx0) = (vec![0.0; slots * op.weight_stride], vec![0.0; slots * per]);
-            let parts = conv_ops(d, (&op, &op), (xb, &wb, &gb), (&dw0, &dx0));
-            let each = [per_out, op.weight_stride, per];
+            let (dw0, dx0) = (
+                vec![0.0; slots * op.weight_stride],
+                vec![0.0; slots * packed],
+            );
+            let parts = conv_ops(d, (&op, &data), (xb, &wb, &gb), (&dw0, &dx0));
+            let each = [per_out, op.weight_stride, packed];
             (0..slots)
                 .flat_map(|s| {
                     parts
@@ -961,14 +974,14 @@ kernels::device_tests!(
 /// groups.
 #[test]
 fn cpu_conv_ops_do_not_depend_on_threads() {
-    // 3 x 3 through the patch matrix, 5 x 5 through Winograd tiles.
-    for k in [3, 5] {
-        conv_ops_same_bits_at_every_thread_count(k);
+    // Through the patch matrix, Winograd tiles and directly.
+    for (k, c) in [(3, 16), (5, 16), (5, 3)] {
+        conv_ops_same_bits_at_every_thread_count(k, c);
     }
 }
 
-fn conv_ops_same_bits_at_every_thread_count(k: usize) {
-    let (n, h, w, c, oc) = (16, 16, 16, 16, 16);
+fn conv_ops_same_bits_at_every_thread_count(k: usize, c: usize) {
+    let (n, h, w, oc) = (16, 16, 16, 16);
     let per = n * h * w * c;
     let conv = conv_of(1, (n, h, w, c, k, 1, k / 2), per);
     let op = ConvGemm {
@@ -993,7 +1006,7 @@ fn conv_ops_same_bits_at_every_thread_count(k: usize) {
         for (what, (a, b)) in ["y", "dw", "dx"].iter().zip(one.iter().zip(&got)) {
             assert!(
                 a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{k}x{k} {what} with {threads} threads"
+                "{k}x{k} on {c} channels: {what} with {threads} threads"
             );
         }
     }

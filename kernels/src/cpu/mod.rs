@@ -1,8 +1,10 @@
 //! The CPU backend: buffers are `Vec<f32>`, a context is a lane's thread pool.
 
 mod conv;
+mod direct;
 mod elementwise;
 mod gemm;
+mod gemm_unpacked;
 mod loss;
 mod optim;
 mod par;
@@ -630,6 +632,7 @@ impl Backend for CpuBackend {
         let y = dst(OP, "y", y, op.out_len())?;
         match winograd::Transforms::for_op(op) {
             Some(tf) => winograd::conv2d(ctx, tf, op, x, w, y),
+            None if direct::pays(&op.conv) => direct::conv2d(ctx, op, x, w, y),
             None => conv::conv2d(ctx, op, x, w, y),
         }
         Ok(())
@@ -658,6 +661,7 @@ impl Backend for CpuBackend {
         let dw = dst(OP, "dw", dw, op.weights_extent())?;
         match winograd::Transforms::for_op(op) {
             Some(tf) => winograd::conv2d_filter_grad(ctx, tf, op, x, dy, dw),
+            None if direct::pays(&op.conv) => direct::conv2d_filter_grad(ctx, op, x, dy, dw),
             None => conv::conv2d_filter_grad(ctx, op, x, dy, dw),
         }
         Ok(())

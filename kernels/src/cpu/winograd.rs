@@ -28,7 +28,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::CpuCtx;
-use super::gemm;
+use super::gemm_unpacked::{Strided, product};
 use super::par::{self, split_ranges};
 use crate::ops::{Conv2d, ConvGemm};
 
@@ -45,23 +45,26 @@ const CHUNK_BYTES: usize = 768 << 10;
 /// fixed groups of a slot's images, then the groups added in order.
 const FILTER_GROUPS: usize = 8;
 
-/// The three transforms of F(m x m, r x r) on 8 x 8 tiles, row-major:
+/// The transforms of F(m x m, r x r) on 8 x 8 tiles, from Toom-Cook:
 /// `at` is `m x 8` (output), `g` is `8 x r` (filter), `bt` is `8 x 8`
-/// (input). A tile's output is `at . ((g . w . g^T) * (bt . d . bt^T)) . at^T`.
+/// (input), and a tile's output is
+/// `at . ((g . w . g^T) * (bt . d . bt^T)) . at^T`. The input's and the
+/// output's transforms run as the formulas [`input_1d`] and [`output_1d`]
+/// (the matrices are kept for the tests that check them); the filter's,
+/// once a call per slot, as a product with `g`.
 pub(crate) struct Transforms {
     m: usize,
     r: usize,
-    /// `m x 8`, zero rows below.
-    at: Mat,
-    /// `at`'s transpose: `8 x m`, zero columns after.
-    at_t: Mat,
     /// `8 x r`, row-major.
     g: Vec<f32>,
+    #[cfg(test)]
+    at: Mat,
+    #[cfg(test)]
     bt: Mat,
-    bt_t: Mat,
 }
 
 /// A transform's matrix, zero-padded to 8 x 8.
+#[cfg(test)]
 type Mat = [[f32; T]; T];
 
 /// Coefficients (lowest power first) of the monic polynomial with these roots.
@@ -105,22 +108,20 @@ impl Transforms {
         for (k, c) in poly_from_roots(POINTS.into_iter()).into_iter().enumerate() {
             bt[(T - 1) * T + k] = c;
         }
-        let mat = |v: &[f64], rows: usize, t: bool| -> Mat {
+        #[cfg(test)]
+        let mat = |v: &[f64], rows: usize| -> Mat {
             std::array::from_fn(|i| {
-                std::array::from_fn(|j| {
-                    let (a, b) = if t { (j, i) } else { (i, j) };
-                    if a < rows { v[a * T + b] as f32 } else { 0.0 }
-                })
+                std::array::from_fn(|j| if i < rows { v[i * T + j] as f32 } else { 0.0 })
             })
         };
         Transforms {
             m,
             r,
-            at: mat(&at, m, false),
-            at_t: mat(&at, m, true),
             g: g.into_iter().map(|x| x as f32).collect(),
-            bt: mat(&bt, T, false),
-            bt_t: mat(&bt, T, true),
+            #[cfg(test)]
+            at: mat(&at, m),
+            #[cfg(test)]
+            bt: mat(&bt, T),
         }
     }
 
@@ -223,48 +224,154 @@ fn combine<'a>(
 /// Channels a transform holds in registers at once.
 const LANES: usize = 16;
 
-/// `dst[to[r]] (+)= sum_k coef[r][k] * src[from[k]]` for rows `r < rows`
-/// with a destination, over `len` channels: the 8 source vectors of a
-/// block of `LANES` channels are loaded once and every row made from them
-/// in registers. A missing source reads as zeros.
+/// Which of the one-dimensional transforms [`transform`] applies.
+#[derive(Clone, Copy)]
+enum OneD {
+    Input,
+    InputAdjoint,
+    Output,
+    OutputAdjoint,
+}
+
+/// The 8 points of a tile (or 4 of an output tile) for `LANES` channels.
+type Block = [[f32; LANES]; T];
+
+/// `dst[to[r]] (+)= f(src[from[..]])[r]` for each row `r` with a
+/// destination, over `len` channels: the 8 source vectors of a block of
+/// `LANES` channels are loaded once and every row made from them in
+/// registers. A missing source reads as zeros.
 #[inline(always)]
 fn transform(
-    coef: &Mat,
-    rows: usize,
+    f: OneD,
     (src, from): (&[f32], &[Option<usize>; T]),
     (dst, to): (&mut [f32], &[Option<usize>; T]),
     len: usize,
     add: bool,
 ) {
+    // Made once: zeroing (or returning) 512-byte arrays per block
+    // compiled to calls to memset and memmove.
+    let (mut s, mut o) = ([[0.0f32; LANES]; T], [[0.0f32; LANES]; T]);
     for c0 in (0..len).step_by(LANES) {
         let w = LANES.min(len - c0);
-        let mut s = [[0.0f32; LANES]; T];
+        // Element by element over a fixed or bounded length: a slice copy
+        // here compiled to a call to memmove per row.
         for (s, at) in s.iter_mut().zip(from) {
-            if let Some(at) = at {
-                let src = &src[at + c0..];
-                if w == LANES {
-                    // A fixed length compiles to vector loads, not a call.
-                    *s = src[..LANES].try_into().expect("LANES long");
+            match at {
+                Some(at) if w == LANES => {
+                    let src = &src[at + c0..][..LANES];
+                    (0..LANES).for_each(|j| s[j] = src[j]);
+                }
+                // A last, partial block: lanes past `w` keep what they
+                // held (lanes do not mix, and those are not stored).
+                Some(at) => {
+                    let src = &src[at + c0..][..w];
+                    (0..w).for_each(|j| s[j] = src[j]);
+                }
+                None => *s = [0.0; LANES],
+            }
+        }
+        // Called by name, so that each inlines into the caller compiled
+        // for wide vectors (through a function pointer or `Fn` it did not).
+        match f {
+            OneD::Input => input_1d(&s, &mut o),
+            OneD::InputAdjoint => input_adjoint_1d(&s, &mut o),
+            OneD::Output => output_1d(&s, &mut o),
+            OneD::OutputAdjoint => output_adjoint_1d(&s, &mut o),
+        }
+        for (o, at) in o.iter().zip(to) {
+            let Some(at) = at else { continue };
+            if w == LANES {
+                let d = &mut dst[at + c0..][..LANES];
+                if add {
+                    (0..LANES).for_each(|j| d[j] += o[j]);
                 } else {
-                    s[..w].copy_from_slice(&src[..w]);
+                    (0..LANES).for_each(|j| d[j] = o[j]);
+                }
+            } else {
+                let d = &mut dst[at + c0..][..w];
+                if add {
+                    (0..w).for_each(|j| d[j] += o[j]);
+                } else {
+                    (0..w).for_each(|j| d[j] = o[j]);
                 }
             }
         }
-        for (r, at) in to.iter().enumerate().take(rows) {
-            let Some(at) = at else { continue };
-            let mut o = [0.0f32; LANES];
-            for (a, s) in coef[r].iter().zip(&s) {
-                o.iter_mut().zip(s).for_each(|(o, &s)| *o += a * s);
-            }
-            let d = &mut dst[at + c0..][..w];
-            if add {
-                d.iter_mut().zip(&o).for_each(|(d, &o)| *d += o);
-            } else if w == LANES {
-                let d: &mut [f32; LANES] = d.try_into().expect("LANES long");
-                *d = o;
-            } else {
-                d.copy_from_slice(&o[..w]);
-            }
+    }
+}
+
+// The four one-dimensional transforms of F(4, 5) with the points 0, +-1,
+// +-2, +-1/2 and infinity, written out: their matrices are 30-45% zeros
+// and their rows pair up as `e + o` and `e - o`, so these take a third of
+// the operations of the dense products (`tests` checks them against the
+// matrices that `toom_cook` builds).
+
+/// `bt . d`: an input tile's transform along one axis.
+#[inline(always)]
+fn input_1d(d: &Block, v: &mut Block) {
+    for j in 0..LANES {
+        let x = |k: usize| d[k][j];
+        v[0][j] = (x(6) - x(0)) + 5.25 * (x(2) - x(4));
+        v[7][j] = (x(7) - x(1)) + 5.25 * (x(3) - x(5));
+        let (e, o) = (x(2) - 4.25 * x(4) + x(6), x(1) - 4.25 * x(3) + x(5));
+        (v[1][j], v[2][j]) = (e + o, e - o);
+        let (e, o) = (
+            0.25 * x(2) - 1.25 * x(4) + x(6),
+            0.5 * x(1) - 2.5 * x(3) + 2.0 * x(5),
+        );
+        (v[3][j], v[4][j]) = (e + o, e - o);
+        let (e, o) = (
+            4.0 * x(2) - 5.0 * x(4) + x(6),
+            2.0 * x(1) - 2.5 * x(3) + 0.5 * x(5),
+        );
+        (v[5][j], v[6][j]) = (e + o, e - o);
+    }
+}
+
+/// `bt^T . v`: the adjoint of [`input_1d`].
+#[inline(always)]
+fn input_adjoint_1d(v: &Block, d: &mut Block) {
+    for j in 0..LANES {
+        let x = |k: usize| v[k][j];
+        let (p1, m1) = (x(1) + x(2), x(1) - x(2));
+        let (p3, m3) = (x(3) + x(4), x(3) - x(4));
+        let (p5, m5) = (x(5) + x(6), x(5) - x(6));
+        d[0][j] = -x(0);
+        d[1][j] = m1 + 0.5 * m3 + 2.0 * m5 - x(7);
+        d[2][j] = 5.25 * x(0) + p1 + 0.25 * p3 + 4.0 * p5;
+        d[3][j] = -4.25 * m1 - 2.5 * m3 - 2.5 * m5 + 5.25 * x(7);
+        d[4][j] = -5.25 * x(0) - 4.25 * p1 - 1.25 * p3 - 5.0 * p5;
+        d[5][j] = m1 + 2.0 * m3 + 0.5 * m5 - 5.25 * x(7);
+        d[6][j] = x(0) + p1 + p3 + p5;
+        d[7][j] = x(7);
+    }
+}
+
+/// `at . m`: a product tile back to 4 outputs along one axis (rows 0-3
+/// of `y`; the rest are left as they were).
+#[inline(always)]
+fn output_1d(m: &Block, y: &mut Block) {
+    for j in 0..LANES {
+        let x = |k: usize| m[k][j];
+        let (a, b) = (x(1) + x(2), x(1) - x(2));
+        let (c, d) = (x(3) + x(4), x(3) - x(4));
+        let (e, f) = (x(5) + x(6), x(5) - x(6));
+        y[0][j] = x(0) + a + c + e;
+        y[1][j] = b + 2.0 * d + 0.5 * f;
+        y[2][j] = a + 4.0 * c + 0.25 * e;
+        y[3][j] = b + 8.0 * d + 0.125 * f + x(7);
+    }
+}
+
+/// `at^T . y`: the adjoint of [`output_1d`], from rows 0-3 of `y`.
+#[inline(always)]
+fn output_adjoint_1d(y: &Block, m: &mut Block) {
+    for j in 0..LANES {
+        let x = |k: usize| y[k][j];
+        m[0][j] = x(0);
+        m[7][j] = x(3);
+        for (s, lo) in [(1.0f32, 1), (2.0, 3), (0.5, 5)] {
+            let (e, o) = (x(0) + s * s * x(2), s * x(1) + s * s * s * x(3));
+            (m[lo][j], m[lo + 1][j]) = (e + o, e - o);
         }
     }
 }
@@ -308,6 +415,7 @@ macro_rules! widest_fn {
         }
     };
 }
+pub(crate) use widest_fn;
 
 widest_fn! {
     /// One slot's filter transforms `u[pos]` (`in_c x out_c`, row-major)
@@ -329,14 +437,36 @@ widest_fn! {
     }
 }
 
-/// Per slot, the filters' transforms: `POS` blocks of `in_c x out_c`.
-fn filter_transforms(ctx: &CpuCtx, tf: &Transforms, op: &ConvGemm, w: &[f32]) -> Vec<f32> {
-    let (r, block) = (tf.r, op.conv.input.c * op.out_c);
+/// Per slot, the filters' transforms: `POS` blocks of `in_c x out_c`, or
+/// with `transposed` of `out_c x in_c` (what the input's gradient
+/// multiplies by).
+fn filter_transforms(
+    ctx: &CpuCtx,
+    tf: &Transforms,
+    op: &ConvGemm,
+    w: &[f32],
+    transposed: bool,
+) -> Vec<f32> {
+    let (r, cin, oc) = (tf.r, op.conv.input.c, op.out_c);
+    let block = cin * oc;
     let mut u = vec![0.0f32; op.conv.input.slots * POS * block];
     par::run(
         ctx,
         u.chunks_exact_mut(POS * block).enumerate(),
-        |(s, u)| filter_transform(tf, &w[s * op.weight_stride..][..r * r * block], block, u),
+        |(s, u)| {
+            filter_transform(tf, &w[s * op.weight_stride..][..r * r * block], block, u);
+            if transposed {
+                let mut t = vec![0.0f32; block];
+                for b in u.chunks_exact_mut(block) {
+                    for (ci, row) in b.chunks_exact(oc).enumerate() {
+                        row.iter()
+                            .enumerate()
+                            .for_each(|(co, &v)| t[co * cin + ci] = v);
+                    }
+                    b.copy_from_slice(&t);
+                }
+            }
+        },
     );
     u
 }
@@ -346,7 +476,6 @@ fn filter_transforms(ctx: &CpuCtx, tf: &Transforms, op: &ConvGemm, w: &[f32]) ->
 /// matrix in `v`. `tmp` is `POS * in_c` scratch.
 #[inline(always)]
 fn input_tile(
-    tf: &Transforms,
     tl: &Tiling,
     img: &[f32],
     (ty, tx): (usize, usize),
@@ -365,13 +494,13 @@ fn input_tile(
     for l in 0..T {
         let from = std::array::from_fn(|k| pixel(k, l));
         let to = std::array::from_fn(|y| Some((y * T + l) * c));
-        transform(&tf.bt, T, (img, &from), (tmp, &to), c, false);
+        transform(OneD::Input, (img, &from), (tmp, &to), c, false);
     }
     // v[y][x] = sum_l bt[x][l] tmp[y][l]
     for y in 0..T {
         let from = std::array::from_fn(|l| Some((y * T + l) * c));
         let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * c));
-        transform(&tf.bt, T, (tmp, &from), (v, &to), c, false);
+        transform(OneD::Input, (tmp, &from), (v, &to), c, false);
     }
 }
 
@@ -379,7 +508,6 @@ fn input_tile(
 /// image, tile by tile.
 #[inline(always)]
 fn input_tiles(
-    tf: &Transforms,
     tl: &Tiling,
     x: &[f32],
     (slot, images): (usize, Range<usize>),
@@ -393,14 +521,7 @@ fn input_tiles(
         for tile in 0..tl.per_image() {
             let t = n * tl.per_image() + tile;
             let at = (tile / tl.tw, tile % tl.tw);
-            input_tile(
-                tf,
-                tl,
-                src,
-                at,
-                (v, t, tiles),
-                &mut scratch[..POS * tl.in_c],
-            );
+            input_tile(tl, src, at, (v, t, tiles), &mut scratch[..POS * tl.in_c]);
         }
     }
 }
@@ -409,7 +530,6 @@ fn input_tiles(
 /// back into the tile's `m x m` output pixels (those inside the image).
 #[inline(always)]
 fn output_tile(
-    tf: &Transforms,
     tl: &Tiling,
     (mm, t, tiles): (&[f32], usize, usize),
     bias: Option<&[f32]>,
@@ -425,14 +545,14 @@ fn output_tile(
     for x in 0..T {
         let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * oc));
         let to = std::array::from_fn(|i| (i < m).then_some((i * T + x) * oc));
-        transform(&tf.at, m, (mm, &from), (tmp, &to), oc, false);
+        transform(OneD::Output, (mm, &from), (tmp, &to), oc, false);
     }
     // out[i][j] = sum_x at[j][x] tmp[i][x]
     for i in 0..mi {
         let from = std::array::from_fn(|x| Some((i * T + x) * oc));
         let px = |j: usize| ((ty * m + i) * ow + tx * m + j) * oc;
         let to = std::array::from_fn(|j| (j < mj).then(|| px(j)));
-        transform(&tf.at, m, (tmp, &from), (out, &to), oc, false);
+        transform(OneD::Output, (tmp, &from), (out, &to), oc, false);
         if let Some(b) = bias {
             for j in 0..mj {
                 let d = &mut out[px(j)..][..oc];
@@ -447,7 +567,6 @@ fn output_tile(
 /// output): the adjoint of [`output_tile`]. `tmp` is `POS * out_c`.
 #[inline(always)]
 fn output_grad_tile(
-    tf: &Transforms,
     tl: &Tiling,
     dy: &[f32],
     tile: usize,
@@ -463,20 +582,19 @@ fn output_grad_tile(
         let px = |i: usize| ((ty * m + i) * ow + tx * m + j) * oc;
         let from = std::array::from_fn(|i| (i < mi && j < mj).then(|| px(i)));
         let to = std::array::from_fn(|y| Some((y * T + j) * oc));
-        transform(&tf.at_t, T, (dy, &from), (tmp, &to), oc, false);
+        transform(OneD::OutputAdjoint, (dy, &from), (tmp, &to), oc, false);
     }
     // dm[y][x] = sum_j at[j][x] tmp[y][j]
     for y in 0..T {
         let from = std::array::from_fn(|j| (j < m).then_some((y * T + j) * oc));
         let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * oc));
-        transform(&tf.at_t, T, (tmp, &from), (dm, &to), oc, false);
+        transform(OneD::OutputAdjoint, (tmp, &from), (dm, &to), oc, false);
     }
 }
 
 /// The output gradients' transforms of `images` of `slot`.
 #[inline(always)]
 fn output_grad_tiles(
-    tf: &Transforms,
     tl: &Tiling,
     dy: &[f32],
     (slot, images): (usize, Range<usize>),
@@ -490,14 +608,7 @@ fn output_grad_tiles(
         let src = &dy[(slot * i.n + img) * len..][..len];
         for tile in 0..tl.per_image() {
             let t = n * tl.per_image() + tile;
-            output_grad_tile(
-                tf,
-                tl,
-                src,
-                tile,
-                (dm, t, tiles),
-                &mut tmp[..POS * tl.out_c],
-            );
+            output_grad_tile(tl, src, tile, (dm, t, tiles), &mut tmp[..POS * tl.out_c]);
         }
     }
 }
@@ -507,7 +618,6 @@ fn output_grad_tiles(
 /// [`input_tile`]. `tmp` is `POS * in_c`.
 #[inline(always)]
 fn input_grad_tile(
-    tf: &Transforms,
     tl: &Tiling,
     (dv, t, tiles): (&[f32], usize, usize),
     tile: usize,
@@ -523,7 +633,7 @@ fn input_grad_tile(
     for x in 0..T {
         let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * c));
         let to = std::array::from_fn(|k| row_inside(k).then_some((k * T + x) * c));
-        transform(&tf.bt_t, T, (dv, &from), (tmp, &to), c, false);
+        transform(OneD::InputAdjoint, (dv, &from), (tmp, &to), c, false);
     }
     // img[k][l] += sum_x bt[x][l] tmp[k][x]
     for k in (0..T).filter(|&k| row_inside(k)) {
@@ -535,7 +645,7 @@ fn input_grad_tile(
                 .contains(&ix)
                 .then(|| (iy * i.w + ix as usize) * c)
         });
-        transform(&tf.bt_t, T, (tmp, &from), (img, &to), c, true);
+        transform(OneD::InputAdjoint, (tmp, &from), (img, &to), c, true);
     }
 }
 
@@ -551,7 +661,6 @@ widest_fn! {
     /// The output of `images` of slot `s` into `out`: their tiles'
     /// transforms, the 64 products with the filters' `u`, and back.
     fn forward_chunk(
-        tf: &Transforms,
         tl: &Tiling,
         x: &[f32],
         u: &[f32],
@@ -564,23 +673,25 @@ widest_fn! {
         let (oc, cin) = (tl.out_c, tl.in_c);
         let pixels = tl.conv.out_h() * tl.conv.out_w();
         let tiles = images.len() * tl.per_image();
-        let (v, rest) = scratch.split_at_mut(POS * tiles * cin);
-        let (mm, rest) = rest.split_at_mut(POS * tiles * oc);
-        input_tiles(tf, tl, x, (s, images), v, rest);
+        let mut pad = Vec::new();
+        let (v, rest) = scratch.split_at_mut(tiles * POS * cin);
+        let (mm, rest) = rest.split_at_mut(tiles * POS * oc);
+        input_tiles(tl, x, (s, images), v, rest);
         for pos in 0..POS {
-            gemm::sgemm_one(
-                (tiles, oc, cin),
-                (&v[pos * tiles * cin..], false),
-                (&u[pos * cin * oc..], false),
-                0.0,
-                &mut mm[pos * tiles * oc..][..tiles * oc],
-            );
+            let a = Strided {
+                data: &v[pos * tiles * cin..][..tiles * cin],
+                rs: cin,
+                ks: 1,
+            };
+            let b = (&u[pos * cin * oc..][..cin * oc], oc);
+            let c = (&mut mm[pos * tiles * oc..][..tiles * oc], oc);
+            product((tiles, oc, cin), a, b, c, false, &mut pad);
         }
         let tmp = &mut rest[..POS * oc];
         for (n, dst) in out.chunks_exact_mut(pixels * oc).enumerate() {
             for tile in 0..tl.per_image() {
                 let t = n * tl.per_image() + tile;
-                output_tile(tf, tl, (&*mm, t, tiles), bias, tmp, dst, tile);
+                output_tile(tl, (&*mm, t, tiles), bias, tmp, dst, tile);
             }
         }
     }
@@ -602,7 +713,7 @@ pub(crate) fn conv2d(
         tl.conv.patch(),
         POS * tl.in_c * oc,
     );
-    let u = filter_transforms(ctx, tf, op, w);
+    let u = filter_transforms(ctx, tf, op, w, false);
     let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
     let outs = split_ranges(
         y,
@@ -617,7 +728,7 @@ pub(crate) fn conv2d(
             .then(|| &w[s * op.weight_stride + patch * oc..][..oc]);
         let u = &u[s * ub..][..ub];
         with_scratch(tl.scratch_len(images.len()), |scratch| {
-            forward_chunk(tf, &tl, x, u, bias, *s, images.clone(), out, scratch)
+            forward_chunk(&tl, x, u, bias, *s, images.clone(), out, scratch)
         });
     });
 }
@@ -626,10 +737,9 @@ widest_fn! {
     /// The input's gradient of `images` of slot `s` into `out` (whole
     /// images, added to when `accumulate`).
     fn data_grad_chunk(
-        tf: &Transforms,
         tl: &Tiling,
         dy: &[f32],
-        u: &[f32],
+        ut: &[f32],
         accumulate: bool,
         s: usize,
         images: Range<usize>,
@@ -638,17 +748,19 @@ widest_fn! {
     ) {
         let (oc, cin) = (tl.out_c, tl.in_c);
         let tiles = images.len() * tl.per_image();
-        let (dv, rest) = scratch.split_at_mut(POS * tiles * cin);
-        let (dm, rest) = rest.split_at_mut(POS * tiles * oc);
-        output_grad_tiles(tf, tl, dy, (s, images), dm, rest);
+        let mut pad = Vec::new();
+        let (dv, rest) = scratch.split_at_mut(tiles * POS * cin);
+        let (dm, rest) = rest.split_at_mut(tiles * POS * oc);
+        output_grad_tiles(tl, dy, (s, images), dm, rest);
         for pos in 0..POS {
-            gemm::sgemm_one(
-                (tiles, cin, oc),
-                (&dm[pos * tiles * oc..], false),
-                (&u[pos * cin * oc..], true),
-                0.0,
-                &mut dv[pos * tiles * cin..][..tiles * cin],
-            );
+            let a = Strided {
+                data: &dm[pos * tiles * oc..][..tiles * oc],
+                rs: oc,
+                ks: 1,
+            };
+            let b = (&ut[pos * oc * cin..][..oc * cin], cin);
+            let c = (&mut dv[pos * tiles * cin..][..tiles * cin], cin);
+            product((tiles, cin, oc), a, b, c, false, &mut pad);
         }
         let tmp = &mut rest[..POS * cin];
         for (n, img) in out.chunks_exact_mut(tl.conv.input.image_len()).enumerate() {
@@ -657,7 +769,7 @@ widest_fn! {
             }
             for tile in 0..tl.per_image() {
                 let t = n * tl.per_image() + tile;
-                input_grad_tile(tf, tl, (&*dv, t, tiles), tile, img, tmp);
+                input_grad_tile(tl, (&*dv, t, tiles), tile, img, tmp);
             }
         }
     }
@@ -675,7 +787,7 @@ pub(crate) fn conv2d_data_grad(
 ) {
     let tl = Tiling::new(tf, op);
     let (i, ub) = (tl.conv.input, POS * tl.in_c * op.out_c);
-    let u = filter_transforms(ctx, tf, op, w);
+    let ut = filter_transforms(ctx, tf, op, w, true);
     let image_len = i.image_len();
     let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
     let outs = split_ranges(
@@ -686,13 +798,12 @@ pub(crate) fn conv2d_data_grad(
         }),
     );
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
-        let u = &u[s * ub..][..ub];
+        let ut = &ut[s * ub..][..ub];
         with_scratch(tl.scratch_len(images.len()), |scratch| {
             data_grad_chunk(
-                tf,
                 &tl,
                 dy,
-                u,
+                ut,
                 op.accumulate_dx,
                 *s,
                 images.clone(),
@@ -705,32 +816,34 @@ pub(crate) fn conv2d_data_grad(
 
 widest_fn! {
     /// `du[pos] (+)= v[pos]^T . dm[pos]` over `images` of slot `s`: the
-    /// filter transforms' gradient, overwritten when `beta` is 0.
+    /// filter transforms' gradient, overwritten unless `accumulate`.
     fn filter_grad_chunk(
-        tf: &Transforms,
         tl: &Tiling,
         x: &[f32],
         dy: &[f32],
         s: usize,
         images: Range<usize>,
-        beta: f32,
+        accumulate: bool,
         du: &mut [f32],
         scratch: &mut [f32],
     ) {
         let (oc, cin) = (tl.out_c, tl.in_c);
         let tiles = images.len() * tl.per_image();
-        let (v, rest) = scratch.split_at_mut(POS * tiles * cin);
-        let (dm, rest) = rest.split_at_mut(POS * tiles * oc);
-        input_tiles(tf, tl, x, (s, images.clone()), v, rest);
-        output_grad_tiles(tf, tl, dy, (s, images), dm, rest);
+        let mut pad = Vec::new();
+        let (v, rest) = scratch.split_at_mut(tiles * POS * cin);
+        let (dm, rest) = rest.split_at_mut(tiles * POS * oc);
+        input_tiles(tl, x, (s, images.clone()), v, rest);
+        output_grad_tiles(tl, dy, (s, images), dm, rest);
         for pos in 0..POS {
-            gemm::sgemm_one(
-                (cin, oc, tiles),
-                (&v[pos * tiles * cin..], true),
-                (&dm[pos * tiles * oc..], false),
-                beta,
-                &mut du[pos * cin * oc..][..cin * oc],
-            );
+            // du[ci][co] = sum over tiles of v[t][ci] dm[t][co]
+            let a = Strided {
+                data: &v[pos * tiles * cin..][..tiles * cin],
+                rs: 1,
+                ks: cin,
+            };
+            let b = (&dm[pos * tiles * oc..][..tiles * oc], oc);
+            let c = (&mut du[pos * cin * oc..][..cin * oc], oc);
+            product((cin, oc, tiles), a, b, c, accumulate, &mut pad);
         }
     }
 }
@@ -795,9 +908,9 @@ pub(crate) fn conv2d_filter_grad(
             let mut du = vec![0.0f32; POS * block];
             for (k, lo) in images.clone().step_by(per).enumerate() {
                 let chunk = lo..(lo + per).min(images.end);
-                let beta = if k == 0 { 0.0 } else { 1.0 };
+                let accumulate = k > 0;
                 with_scratch(tl.scratch_len(chunk.len()), |scratch| {
-                    filter_grad_chunk(tf, &tl, x, dy, *s, chunk, beta, &mut du, scratch)
+                    filter_grad_chunk(&tl, x, dy, *s, chunk, accumulate, &mut du, scratch)
                 });
             }
             let rows = (s * i.n + images.start) * pixels * oc..(s * i.n + images.end) * pixels * oc;
@@ -861,10 +974,77 @@ mod tests {
                         "r {r} output {i}: {got} against {want}"
                     );
                 }
-                // The transposes are the transposes.
-                for (y, k) in (0..T).flat_map(|y| (0..T).map(move |k| (y, k))) {
-                    assert_eq!(tf.bt[y][k], tf.bt_t[k][y]);
-                    assert_eq!(tf.at[y][k], tf.at_t[k][y]);
+            }
+        }
+    }
+
+    /// The written-out transforms of F(4, 5) equal the products with the
+    /// matrices that Toom-Cook builds, and the adjoints their transposes.
+    #[test]
+    fn written_out_transforms_match_the_matrices() {
+        let tf = Transforms::build(5);
+        let block = |seed: usize| -> Block {
+            std::array::from_fn(|k| {
+                std::array::from_fn(|j| {
+                    (((seed + 31 * k + 7 * j) * 2654435761) % 2001) as f32 / 1000.0 - 1.0
+                })
+            })
+        };
+        let apply = |mat: &Mat, rows: usize, transposed: bool, x: &Block| -> Vec<f64> {
+            (0..rows)
+                .flat_map(|r| {
+                    (0..LANES).map(move |j| {
+                        (0..T)
+                            .map(|k| {
+                                let c = if transposed { mat[k][r] } else { mat[r][k] };
+                                c as f64 * x[k][j] as f64
+                            })
+                            .sum::<f64>()
+                    })
+                })
+                .collect()
+        };
+        let flat = |b: &Block, rows: usize| -> Vec<f64> {
+            b[..rows].iter().flatten().map(|&v| v as f64).collect()
+        };
+        for seed in 0..20 {
+            let x = block(seed);
+            // The output's adjoint reads rows 0-3 only.
+            let mut x4 = x;
+            x4[4..].iter_mut().for_each(|r| r.fill(0.0));
+            let run = |f: fn(&Block, &mut Block), x: &Block| {
+                let mut out = [[0.0f32; LANES]; T];
+                f(x, &mut out);
+                out
+            };
+            let cases: [(&str, Vec<f64>, Vec<f64>); 4] = [
+                (
+                    "input",
+                    flat(&run(input_1d, &x), T),
+                    apply(&tf.bt, T, false, &x),
+                ),
+                (
+                    "input adjoint",
+                    flat(&run(input_adjoint_1d, &x), T),
+                    apply(&tf.bt, T, true, &x),
+                ),
+                (
+                    "output",
+                    flat(&run(output_1d, &x), 4),
+                    apply(&tf.at, 4, false, &x),
+                ),
+                (
+                    "output adjoint",
+                    flat(&run(output_adjoint_1d, &x4), T),
+                    apply(&tf.at, T, true, &x4),
+                ),
+            ];
+            for (what, got, want) in cases {
+                for (g, w) in got.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() < 1e-5 * (1.0 + w.abs()),
+                        "{what}: {g} against {w}"
+                    );
                 }
             }
         }
