@@ -23,9 +23,11 @@
 //!   [`Backend::stage_step`]) and read by the kernels, so that the launches
 //!   of an iteration do not change and CUDA can replay them as a graph.
 //!
-//! * **Images are channels-last (NHWC).** A convolution is `im2col` and
-//!   the GEMM the MLP already uses, and its output is NHWC again, so bias,
-//!   activation and batch norm treat pixels as rows and channels as columns.
+//! * **Images are channels-last (NHWC).** A convolution is defined as
+//!   `im2col` and the GEMM the MLP already uses (what CUDA runs; the CPU
+//!   also has Winograd tiles and a direct form for the shapes where they
+//!   measured faster), and its output is NHWC again, so bias, activation
+//!   and batch norm treat pixels as rows and channels as columns.
 //!
 //! [`cpu::CpuBackend`] is the CPU implementation: `matrixmultiply` for GEMM,
 //! hand-split tasks on a rayon pool for the rest.

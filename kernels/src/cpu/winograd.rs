@@ -251,24 +251,24 @@ fn transform(
     // Made once: zeroing (or returning) 512-byte arrays per block
     // compiled to calls to memset and memmove.
     let (mut s, mut o) = ([[0.0f32; LANES]; T], [[0.0f32; LANES]; T]);
-    for c0 in (0..len).step_by(LANES) {
+    // Plain index loops and whole-vector loads and stores: iterator
+    // adapters here were left as calls (`fold`) that wrote the block in
+    // pieces, and each 64-byte read of it then waited for those stores.
+    let mut c0 = 0;
+    while c0 < len {
         let w = LANES.min(len - c0);
-        // Element by element over a fixed or bounded length: a slice copy
-        // here compiled to a call to memmove per row.
-        for (s, at) in s.iter_mut().zip(from) {
-            match at {
-                Some(at) if w == LANES => {
-                    let src = &src[at + c0..][..LANES];
-                    (0..LANES).for_each(|j| s[j] = src[j]);
-                }
-                // A last, partial block: lanes past `w` keep what they
-                // held (lanes do not mix, and those are not stored).
+        for k in 0..T {
+            s[k] = match from[k] {
+                Some(at) if w == LANES => load(src, at + c0),
+                // A last, partial block: lanes past `w` are zeros, and
+                // lanes do not mix.
                 Some(at) => {
-                    let src = &src[at + c0..][..w];
-                    (0..w).for_each(|j| s[j] = src[j]);
+                    let mut v = [0.0f32; LANES];
+                    v[..w].copy_from_slice(&src[at + c0..][..w]);
+                    v
                 }
-                None => *s = [0.0; LANES],
-            }
+                None => [0.0; LANES],
+            };
         }
         // Called by name, so that each inlines into the caller compiled
         // for wide vectors (through a function pointer or `Fn` it did not).
@@ -278,25 +278,54 @@ fn transform(
             OneD::Output => output_1d(&s, &mut o),
             OneD::OutputAdjoint => output_adjoint_1d(&s, &mut o),
         }
-        for (o, at) in o.iter().zip(to) {
-            let Some(at) = at else { continue };
+        for r in 0..T {
+            let Some(at) = to[r] else { continue };
             if w == LANES {
-                let d = &mut dst[at + c0..][..LANES];
+                let mut v = o[r];
                 if add {
-                    (0..LANES).for_each(|j| d[j] += o[j]);
-                } else {
-                    (0..LANES).for_each(|j| d[j] = o[j]);
+                    let d = load(dst, at + c0);
+                    for j in 0..LANES {
+                        v[j] += d[j];
+                    }
                 }
+                store(dst, at + c0, v);
             } else {
                 let d = &mut dst[at + c0..][..w];
-                if add {
-                    (0..w).for_each(|j| d[j] += o[j]);
-                } else {
-                    (0..w).for_each(|j| d[j] = o[j]);
+                for j in 0..w {
+                    d[j] = if add { d[j] + o[r][j] } else { o[r][j] };
                 }
             }
         }
+        c0 += LANES;
     }
+}
+
+/// Where a transform's 8 rows are (`None`: zeros, or no destination), by
+/// a plain loop: `std::array::from_fn` was left as a call.
+#[inline(always)]
+fn offsets(at: impl Fn(usize) -> Option<usize>) -> [Option<usize>; T] {
+    let mut out = [None; T];
+    for (k, o) in out.iter_mut().enumerate() {
+        *o = at(k);
+    }
+    out
+}
+
+/// `LANES` values from `buf[at..]`, as one vector load.
+#[inline(always)]
+fn load(buf: &[f32], at: usize) -> [f32; LANES] {
+    assert!(at + LANES <= buf.len());
+    // SAFETY: in bounds by the assert; `[f32; LANES]` has no alignment
+    // beyond `f32`'s and the read is unaligned.
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at) as *const [f32; LANES]) }
+}
+
+/// `v` into `buf[at..]`, as one vector store.
+#[inline(always)]
+fn store(buf: &mut [f32], at: usize, v: [f32; LANES]) {
+    assert!(at + LANES <= buf.len());
+    // SAFETY: in bounds by the assert; the write is unaligned.
+    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; LANES], v) }
 }
 
 // The four one-dimensional transforms of F(4, 5) with the points 0, +-1,
@@ -492,14 +521,14 @@ fn input_tile(
     };
     // tmp[y][l] = sum_k bt[y][k] img[k][l]
     for l in 0..T {
-        let from = std::array::from_fn(|k| pixel(k, l));
-        let to = std::array::from_fn(|y| Some((y * T + l) * c));
+        let from = offsets(|k| pixel(k, l));
+        let to = offsets(|y| Some((y * T + l) * c));
         transform(OneD::Input, (img, &from), (tmp, &to), c, false);
     }
     // v[y][x] = sum_l bt[x][l] tmp[y][l]
     for y in 0..T {
-        let from = std::array::from_fn(|l| Some((y * T + l) * c));
-        let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * c));
+        let from = offsets(|l| Some((y * T + l) * c));
+        let to = offsets(|x| Some(((y * T + x) * tiles + t) * c));
         transform(OneD::Input, (tmp, &from), (v, &to), c, false);
     }
 }
@@ -543,15 +572,15 @@ fn output_tile(
     let (mi, mj) = (m.min(oh - ty * m), m.min(ow - tx * m));
     // tmp[i][x] = sum_y at[i][y] mm[y][x]
     for x in 0..T {
-        let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * oc));
-        let to = std::array::from_fn(|i| (i < m).then_some((i * T + x) * oc));
+        let from = offsets(|y| Some(((y * T + x) * tiles + t) * oc));
+        let to = offsets(|i| (i < m).then_some((i * T + x) * oc));
         transform(OneD::Output, (mm, &from), (tmp, &to), oc, false);
     }
     // out[i][j] = sum_x at[j][x] tmp[i][x]
     for i in 0..mi {
-        let from = std::array::from_fn(|x| Some((i * T + x) * oc));
+        let from = offsets(|x| Some((i * T + x) * oc));
         let px = |j: usize| ((ty * m + i) * ow + tx * m + j) * oc;
-        let to = std::array::from_fn(|j| (j < mj).then(|| px(j)));
+        let to = offsets(|j| (j < mj).then(|| px(j)));
         transform(OneD::Output, (tmp, &from), (out, &to), oc, false);
         if let Some(b) = bias {
             for j in 0..mj {
@@ -580,14 +609,14 @@ fn output_grad_tile(
     // tmp[y][j] = sum_i at[i][y] dy[i][j]
     for j in 0..m {
         let px = |i: usize| ((ty * m + i) * ow + tx * m + j) * oc;
-        let from = std::array::from_fn(|i| (i < mi && j < mj).then(|| px(i)));
-        let to = std::array::from_fn(|y| Some((y * T + j) * oc));
+        let from = offsets(|i| (i < mi && j < mj).then(|| px(i)));
+        let to = offsets(|y| Some((y * T + j) * oc));
         transform(OneD::OutputAdjoint, (dy, &from), (tmp, &to), oc, false);
     }
     // dm[y][x] = sum_j at[j][x] tmp[y][j]
     for y in 0..T {
-        let from = std::array::from_fn(|j| (j < m).then_some((y * T + j) * oc));
-        let to = std::array::from_fn(|x| Some(((y * T + x) * tiles + t) * oc));
+        let from = offsets(|j| (j < m).then_some((y * T + j) * oc));
+        let to = offsets(|x| Some(((y * T + x) * tiles + t) * oc));
         transform(OneD::OutputAdjoint, (tmp, &from), (dm, &to), oc, false);
     }
 }
@@ -631,15 +660,15 @@ fn input_grad_tile(
     let row_inside = |k: usize| (0..i.h as isize).contains(&(y0 + k as isize));
     // tmp[k][x] = sum_y bt[y][k] dv[y][x]
     for x in 0..T {
-        let from = std::array::from_fn(|y| Some(((y * T + x) * tiles + t) * c));
-        let to = std::array::from_fn(|k| row_inside(k).then_some((k * T + x) * c));
+        let from = offsets(|y| Some(((y * T + x) * tiles + t) * c));
+        let to = offsets(|k| row_inside(k).then_some((k * T + x) * c));
         transform(OneD::InputAdjoint, (dv, &from), (tmp, &to), c, false);
     }
     // img[k][l] += sum_x bt[x][l] tmp[k][x]
     for k in (0..T).filter(|&k| row_inside(k)) {
         let iy = (y0 + k as isize) as usize;
-        let from = std::array::from_fn(|x| Some((k * T + x) * c));
-        let to = std::array::from_fn(|l| {
+        let from = offsets(|x| Some((k * T + x) * c));
+        let to = offsets(|l| {
             let ix = x0 + l as isize;
             (0..i.w as isize)
                 .contains(&ix)
