@@ -5,8 +5,8 @@
 //! `matrixmultiply` copies it again into packed panels. At stride 1 a
 //! kernel row's patch entries for consecutive output pixels are consecutive
 //! runs of one (zero-padded) input row, `in_c` apart, so each output row is
-//! `kh` products of an input row read in place (a strided left operand of
-//! [`product`]) with one kernel row's weights.
+//! one product of the `kh` input rows under it, read in place (a strided
+//! left operand of [`product`], in runs one row apart), with the weights.
 //!
 //! Work is split as in [`super::conv`]: whole images per task for the
 //! output, fixed groups of images summed in order for the filter gradient,
@@ -65,14 +65,21 @@ super::winograd::widest_fn! {
             let src = &x[s * i.slot_stride + n * i.image_len()..][..i.image_len()];
             let row = padded(conv, src, &mut img);
             for (oy, y) in dst.chunks_exact_mut(ow * oc).enumerate() {
-                for a in 0..conv.kh {
-                    let a_op = Strided { data: &img[(oy + a) * row..], rs: i.c, ks: 1 };
-                    let b = (&w[a * run * oc..][..run * oc], oc);
-                    product((ow, oc, run), a_op, b, (&mut *y, oc), a > 0, &mut pad);
-                }
+                // One product over every kernel row: a pixel's patch is
+                // `kh` runs of `kw * c` entries, one padded row apart.
+                let a_op = Strided {
+                    data: &img[oy * row..],
+                    rs: i.c,
+                    ks: 1,
+                    runs: Some((run, row)),
+                };
+                let b = (&w[..conv.kh * run * oc], oc);
+                product((ow, oc, conv.kh * run), a_op, b, (&mut *y, oc), false, &mut pad);
                 if let Some(b) = bias {
                     for px in y.chunks_exact_mut(oc) {
-                        px.iter_mut().zip(b).for_each(|(y, &b)| *y += b);
+                        for c in 0..oc {
+                            px[c] += b[c];
+                        }
                     }
                 }
             }
@@ -131,7 +138,12 @@ super::winograd::widest_fn! {
                 dst[..ow * oc].copy_from_slice(g);
             }
             for (a, sum) in sums.chunks_exact_mut(rows * oc).enumerate() {
-                let a_op = Strided { data: &img[a * row..], rs: 1, ks: i.c };
+                let a_op = Strided {
+                    data: &img[a * row..],
+                    rs: 1,
+                    ks: i.c,
+                    runs: None,
+                };
                 product((rows, oc, oh * wide), a_op, (&dyp, oc), (sum, oc), k > 0, &mut pad);
             }
         }

@@ -23,12 +23,27 @@
 const MR: usize = 4;
 const NR: usize = 16;
 
-/// A strided operand: element `(r, k)` is `data[r * rs + k * ks]`.
+/// A strided operand: element `(r, k)` is `data[r * rs + k * ks]`, or
+/// with `runs = Some((run, jump))`, the inner index cut into runs of `run`
+/// steps, each `jump` after the last: `data[r * rs + (k / run) * jump +
+/// (k % run) * ks]` (a convolution's kernel rows, one image row apart).
 #[derive(Clone, Copy)]
 pub(crate) struct Strided<'a> {
     pub data: &'a [f32],
     pub rs: usize,
     pub ks: usize,
+    pub runs: Option<(usize, usize)>,
+}
+
+impl Strided<'_> {
+    /// Where element `(r, k)` lies in `data`.
+    #[inline(always)]
+    fn at(&self, r: usize, k: usize) -> usize {
+        match self.runs {
+            Some((run, jump)) => r * self.rs + (k / run) * jump + (k % run) * self.ks,
+            None => r * self.rs + k * self.ks,
+        }
+    }
 }
 
 /// `C = A . B` (or `C += A . B` with `accumulate`) for `C` `rows x cols`
@@ -47,7 +62,8 @@ pub(crate) fn product(
     if rows == 0 || cols == 0 {
         return;
     }
-    assert!(a.data.len() > (rows - 1) * a.rs + k.saturating_sub(1) * a.ks || k == 0);
+    assert!(k == 0 || a.data.len() > a.at(rows - 1, k - 1));
+    assert!(a.runs.is_none_or(|(run, _)| run > 0));
     assert!(b.len() >= k.saturating_sub(1) * ldb + cols || k == 0);
     assert!(c.len() >= (rows - 1) * ldc + cols);
     for r0 in (0..rows).step_by(MR) {
@@ -106,20 +122,33 @@ unsafe fn block(
 ) {
     let mut acc = [[0.0f32; NR]; MR];
     let (ap, bp) = (a.data.as_ptr(), b.as_ptr());
-    for kk in 0..k {
-        // SAFETY: in bounds by the caller's contract.
-        let bv: [f32; NR] = unsafe { *(bp.add(kk * ldb) as *const [f32; NR]) };
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let av = unsafe { *ap.add(r * a.rs + kk * a.ks) };
-            acc.iter_mut().zip(&bv).for_each(|(s, &b)| *s += av * b);
+    let (run, jump) = a.runs.unwrap_or((k.max(1), 0));
+    let (mut kk, mut base) = (0, 0);
+    // Plain index loops throughout: iterator adapters here can be left as
+    // calls that write the sums in pieces.
+    while kk < k {
+        for i in 0..run.min(k - kk) {
+            // SAFETY: in bounds by the caller's contract.
+            let bv: [f32; NR] = unsafe { *(bp.add((kk + i) * ldb) as *const [f32; NR]) };
+            for r in 0..MR {
+                let av = unsafe { *ap.add(r * a.rs + base + i * a.ks) };
+                for j in 0..NR {
+                    acc[r][j] += av * bv[j];
+                }
+            }
         }
+        kk += run;
+        base += jump;
     }
-    for (r, acc) in acc.iter().enumerate() {
-        let row = &mut c[r * ldc..][..NR];
+    for r in 0..MR {
+        // SAFETY: `c` holds `(MR - 1) * ldc + NR` elements.
+        let row = unsafe { &mut *(c.as_mut_ptr().add(r * ldc) as *mut [f32; NR]) };
         if accumulate {
-            row.iter_mut().zip(acc).for_each(|(c, &s)| *c += s);
+            for j in 0..NR {
+                row[j] += acc[r][j];
+            }
         } else {
-            row.copy_from_slice(acc);
+            *row = acc[r];
         }
     }
 }
@@ -144,7 +173,7 @@ fn edge(
     let (bp, cp) = rest.split_at_mut(k * NR);
     for r in 0..mr {
         for kk in 0..k {
-            ap[r * k + kk] = a.data[(r0 + r) * a.rs + kk * a.ks];
+            ap[r * k + kk] = a.data[a.at(r0 + r, kk)];
         }
     }
     for kk in 0..k {
@@ -157,6 +186,7 @@ fn edge(
         data: ap,
         rs: k,
         ks: 1,
+        runs: None,
     };
     // SAFETY: the padded copies are exactly one block's size.
     unsafe { block(k, a, bp, NR, cp, NR, accumulate) };
@@ -170,8 +200,8 @@ mod tests {
     use super::*;
 
     /// Against a float64 product, with edges on both sides, a strided
-    /// (transposed) left operand and accumulation; and a row's bits do
-    /// not depend on the rows beside it.
+    /// (transposed) left operand, one in runs, and accumulation; and a
+    /// row's bits do not depend on the rows beside it.
     #[test]
     fn products_match_float64_and_rows_are_independent() {
         let (rows, cols, k) = (13, 37, 29);
@@ -182,21 +212,36 @@ mod tests {
             .collect();
         let b: Vec<f32> = (0..k * cols).map(|i| val(i + 3)).collect();
         let c0: Vec<f32> = (0..rows * cols).map(|i| val(i + 11)).collect();
+        // The same matrix in runs of 10 columns, 1000 apart, rows 11
+        // apart, NaN everywhere else (read by mistake, it would show).
+        let (run, jump, rs) = (10, 1000, 11);
+        let mut ar = vec![f32::NAN; k.div_ceil(run) * jump];
+        for (r, kk) in (0..rows).flat_map(|r| (0..k).map(move |kk| (r, kk))) {
+            ar[r * rs + (kk / run) * jump + kk % run] = a[r * k + kk];
+        }
         let mut pad = Vec::new();
-        for (accumulate, transposed) in [(false, false), (true, false), (false, true)] {
+        for (accumulate, layout) in [(false, 0), (true, 0), (false, 1), (true, 2)] {
             let mut c = c0.clone();
-            let op = if transposed {
-                Strided {
-                    data: &at,
-                    rs: 1,
-                    ks: rows,
-                }
-            } else {
-                Strided {
+            let transposed = layout == 1;
+            let op = match layout {
+                0 => Strided {
                     data: &a,
                     rs: k,
                     ks: 1,
-                }
+                    runs: None,
+                },
+                1 => Strided {
+                    data: &at,
+                    rs: 1,
+                    ks: rows,
+                    runs: None,
+                },
+                _ => Strided {
+                    data: &ar,
+                    rs,
+                    ks: 1,
+                    runs: Some((run, jump)),
+                },
             };
             product(
                 (rows, cols, k),
@@ -228,6 +273,7 @@ mod tests {
                 data: &a[7 * k..],
                 rs: k,
                 ks: 1,
+                runs: None,
             };
             product(
                 (1, cols, k),

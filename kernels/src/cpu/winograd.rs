@@ -585,7 +585,9 @@ fn output_tile(
         if let Some(b) = bias {
             for j in 0..mj {
                 let d = &mut out[px(j)..][..oc];
-                d.iter_mut().zip(b).for_each(|(d, &b)| *d += b);
+                for c in 0..oc {
+                    d[c] += b[c];
+                }
             }
         }
     }
@@ -711,6 +713,7 @@ widest_fn! {
                 data: &v[pos * tiles * cin..][..tiles * cin],
                 rs: cin,
                 ks: 1,
+                runs: None,
             };
             let b = (&u[pos * cin * oc..][..cin * oc], oc);
             let c = (&mut mm[pos * tiles * oc..][..tiles * oc], oc);
@@ -786,6 +789,7 @@ widest_fn! {
                 data: &dm[pos * tiles * oc..][..tiles * oc],
                 rs: oc,
                 ks: 1,
+                runs: None,
             };
             let b = (&ut[pos * oc * cin..][..oc * cin], cin);
             let c = (&mut dv[pos * tiles * cin..][..tiles * cin], cin);
@@ -869,6 +873,7 @@ widest_fn! {
                 data: &v[pos * tiles * cin..][..tiles * cin],
                 rs: 1,
                 ks: cin,
+                runs: None,
             };
             let b = (&dm[pos * tiles * oc..][..tiles * oc], oc);
             let c = (&mut du[pos * cin * oc..][..cin * oc], oc);
