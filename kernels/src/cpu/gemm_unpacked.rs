@@ -111,6 +111,8 @@ pub(crate) fn product(
 /// `a` must hold `(MR - 1) * rs + (k - 1) * ks + 1` elements, `b`
 /// `(k - 1) * ldb + NR`, and `c` `(MR - 1) * ldc + NR`.
 #[inline(always)]
+// Index loops on purpose (see the comment in the body).
+#[allow(clippy::needless_range_loop)]
 unsafe fn block(
     k: usize,
     a: Strided<'_>,
