@@ -156,12 +156,13 @@ const CHUNK_BYTES: usize = 512 << 10;
 const FILTER_GROUPS: usize = 8;
 
 thread_local! {
-    /// A task's patch chunk, kept between calls: pool threads live as
-    /// long as their lane, and the chunk is the same size every iteration.
+    /// A task's patch chunk (or Winograd's tiles), kept between calls: pool
+    /// threads live as long as their lane, and the chunk is the same size
+    /// every iteration. Never borrowed twice: no task nests two uses.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     SCRATCH.with_borrow_mut(|v| {
         if v.len() < len {
             v.resize(len, 0.0);
@@ -285,7 +286,36 @@ pub(crate) fn conv2d_filter_grad(
 ) {
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, ld) = (conv.input, conv.out_h() * conv.out_w(), op.weight_rows());
-    let (len, per) = (op.weights_len(), chunk_images(conv));
+    let per = chunk_images(conv);
+    sum_over_image_groups(ctx, op, dw, |s, images, part| {
+        let mut beta = 0.0;
+        for lo in images.clone().step_by(per) {
+            let chunk = lo..(lo + per).min(images.end);
+            let rows = chunk.len() * pixels;
+            with_scratch(rows * ld, |cols| {
+                chunk_patches(op, x, s, chunk.clone(), cols);
+                let dy = &dy[(s * i.n + chunk.start) * pixels * oc..][..rows * oc];
+                gemm::sgemm_one((ld, oc, rows), (cols, true), (dy, false), beta, part);
+            });
+            beta = 1.0;
+        }
+    });
+}
+
+/// A weight gradient per slot (overwritten), summed over
+/// [`FILTER_GROUPS`] fixed groups of each slot's images: `group(slot,
+/// images, part)` writes one group's partial gradient (`weights_len()`
+/// elements, the bias's after the weights'), each a task of its own, and
+/// the partials are added in group order. Every form of the convolution
+/// sums this way, so that a slot's bits depend on neither the thread count
+/// nor the other slots.
+pub(super) fn sum_over_image_groups(
+    ctx: &CpuCtx,
+    op: &ConvGemm,
+    dw: &mut [f32],
+    group: impl Fn(usize, Range<usize>, &mut [f32]) + Sync + Send,
+) {
+    let (i, len) = (op.conv.input, op.weights_len());
     let groups = FILTER_GROUPS.min(i.n).max(1);
     let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
         .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
@@ -294,19 +324,7 @@ pub(crate) fn conv2d_filter_grad(
     par::run(
         ctx,
         tasks.iter().zip(partials.chunks_exact_mut(len)),
-        |((s, images), part)| {
-            let mut beta = 0.0;
-            for lo in images.clone().step_by(per) {
-                let chunk = lo..(lo + per).min(images.end);
-                let rows = chunk.len() * pixels;
-                with_scratch(rows * ld, |cols| {
-                    chunk_patches(op, x, *s, chunk.clone(), cols);
-                    let dy = &dy[(s * i.n + chunk.start) * pixels * oc..][..rows * oc];
-                    gemm::sgemm_one((ld, oc, rows), (cols, true), (dy, false), beta, part);
-                });
-                beta = 1.0;
-            }
-        },
+        |((s, images), part)| group(*s, images.clone(), part),
     );
     let outs = split_ranges(
         dw,
@@ -322,6 +340,27 @@ pub(crate) fn conv2d_filter_grad(
             }
         },
     );
+}
+
+/// A convolution of 2 images of 16 x 16 and `c` channels with a square
+/// kernel, "same" padding: for the forms' choice tests.
+#[cfg(test)]
+pub(super) fn square_conv(c: usize, k: usize, stride: usize) -> Conv2d {
+    let input = Images {
+        slots: 1,
+        n: 2,
+        h: 16,
+        w: 16,
+        c,
+        slot_stride: 0,
+    };
+    Conv2d {
+        input,
+        kh: k,
+        kw: k,
+        stride,
+        pad: k / 2,
+    }
 }
 
 /// Whether `v` replaces `best` as a window's maximum: larger, or NaN over a

@@ -161,10 +161,6 @@ super::winograd::widest_fn! {
     }
 }
 
-/// As in [`super::conv`]: the filter gradient is summed over this many
-/// fixed groups of a slot's images, then the groups added in order.
-const FILTER_GROUPS: usize = 8;
-
 /// `dw = conv_w^T(x, dy)` per slot (overwritten; with a bias, its
 /// gradient after the weights), over fixed groups of images added in order.
 pub(crate) fn conv2d_filter_grad(
@@ -174,56 +170,16 @@ pub(crate) fn conv2d_filter_grad(
     dy: &[f32],
     dw: &mut [f32],
 ) {
-    let i = op.conv.input;
-    let len = op.weights_len();
-    let groups = FILTER_GROUPS.min(i.n).max(1);
-    let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
-        .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
-        .collect();
-    let mut partials = vec![0.0f32; tasks.len() * len];
-    par::run(
-        ctx,
-        tasks.iter().zip(partials.chunks_exact_mut(len)),
-        |((s, images), part)| filter_grad_group(op, x, dy, *s, images.clone(), part),
-    );
-    let outs = split_ranges(
-        dw,
-        (0..i.slots).map(|s| s * op.weight_stride..s * op.weight_stride + len),
-    );
-    par::run(
-        ctx,
-        partials.chunks_exact(groups * len).zip(outs),
-        |(parts, out)| {
-            out.copy_from_slice(&parts[..len]);
-            for part in parts[len..].chunks_exact(len) {
-                out.iter_mut().zip(part).for_each(|(d, &p)| *d += p);
-            }
-        },
-    );
+    super::conv::sum_over_image_groups(ctx, op, dw, |s, images, part| {
+        filter_grad_group(op, x, dy, s, images, part)
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::Images;
 
-    fn conv(c: usize, k: usize, stride: usize) -> Conv2d {
-        let input = Images {
-            slots: 1,
-            n: 2,
-            h: 16,
-            w: 16,
-            c,
-            slot_stride: 0,
-        };
-        Conv2d {
-            input,
-            kh: k,
-            kw: k,
-            stride,
-            pad: k / 2,
-        }
-    }
+    use super::super::conv::square_conv as conv;
 
     #[test]
     fn direct_only_where_it_measured_faster() {

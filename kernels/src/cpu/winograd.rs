@@ -23,11 +23,11 @@
 //! summed over fixed groups of images, so that a slot's bits depend on
 //! neither the thread count nor the other slots of the call.
 
-use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::CpuCtx;
+use super::conv::with_scratch;
 use super::gemm_unpacked::{Strided, product};
 use super::par::{self, split_ranges};
 use crate::ops::{Conv2d, ConvGemm};
@@ -40,10 +40,6 @@ const POS: usize = T * T;
 /// Bytes of transformed tiles (inputs and outputs) a task works on at a
 /// time: the 64 products then read their operands from L2.
 const CHUNK_BYTES: usize = 768 << 10;
-
-/// As in [`super::conv`]: the filter gradient is summed over this many
-/// fixed groups of a slot's images, then the groups added in order.
-const FILTER_GROUPS: usize = 8;
 
 /// The transforms of F(m x m, r x r) on 8 x 8 tiles, from Toom-Cook:
 /// `at` is `m x 8` (output), `g` is `8 x r` (filter), `bt` is `8 x 8`
@@ -182,19 +178,6 @@ impl Tiling {
         let (tiles, c) = (images * self.per_image(), self.in_c.max(self.out_c));
         POS * tiles * (self.in_c + self.out_c) + 2 * POS * c
     }
-}
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with_borrow_mut(|v| {
-        if v.len() < len {
-            v.resize(len, 0.0);
-        }
-        f(&mut v[..len])
-    })
 }
 
 /// `dst += a * src`. Not fused, so that every vector width gives the
@@ -929,49 +912,25 @@ pub(crate) fn conv2d_filter_grad(
     let tl = Tiling::new(tf, op);
     let (i, oc) = (tl.conv.input, op.out_c);
     let (pixels, block) = (tl.conv.out_h() * tl.conv.out_w(), tl.in_c * oc);
-    let (len, per) = (op.weights_len(), tl.chunk_images());
-    let groups = FILTER_GROUPS.min(i.n).max(1);
-    let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
-        .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
-        .collect();
-    let mut partials = vec![0.0f32; tasks.len() * len];
-    par::run(
-        ctx,
-        tasks.iter().zip(partials.chunks_exact_mut(len)),
-        |((s, images), part)| {
-            let mut du = vec![0.0f32; POS * block];
-            for (k, lo) in images.clone().step_by(per).enumerate() {
-                let chunk = lo..(lo + per).min(images.end);
-                let accumulate = k > 0;
-                with_scratch(tl.scratch_len(chunk.len()), |scratch| {
-                    filter_grad_chunk(&tl, x, dy, *s, chunk, accumulate, &mut du, scratch)
-                });
-            }
-            let rows = (s * i.n + images.start) * pixels * oc..(s * i.n + images.end) * pixels * oc;
-            let dy_bias = op.bias.then(|| (&dy[rows], oc));
-            filter_grad_finish(tf, &du, block, dy_bias, part);
-        },
-    );
-    let outs = split_ranges(
-        dw,
-        (0..i.slots).map(|s| s * op.weight_stride..s * op.weight_stride + len),
-    );
-    par::run(
-        ctx,
-        partials.chunks_exact(groups * len).zip(outs),
-        |(parts, out)| {
-            out.copy_from_slice(&parts[..len]);
-            for part in parts[len..].chunks_exact(len) {
-                out.iter_mut().zip(part).for_each(|(d, &p)| *d += p);
-            }
-        },
-    );
+    let per = tl.chunk_images();
+    super::conv::sum_over_image_groups(ctx, op, dw, |s, images, part| {
+        let mut du = vec![0.0f32; POS * block];
+        for (k, lo) in images.clone().step_by(per).enumerate() {
+            let chunk = lo..(lo + per).min(images.end);
+            let accumulate = k > 0;
+            with_scratch(tl.scratch_len(chunk.len()), |scratch| {
+                filter_grad_chunk(&tl, x, dy, s, chunk, accumulate, &mut du, scratch)
+            });
+        }
+        let rows = (s * i.n + images.start) * pixels * oc..(s * i.n + images.end) * pixels * oc;
+        let dy_bias = op.bias.then(|| (&dy[rows], oc));
+        filter_grad_finish(tf, &du, block, dy_bias, part);
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::Images;
 
     /// The transforms compute a correlation: for random 1-D inputs `d`
     /// (8) and filters `g` (`r`), `at . ((g . w) * (bt . d))` is each
@@ -1084,23 +1043,7 @@ mod tests {
         }
     }
 
-    fn conv(c: usize, k: usize, stride: usize) -> Conv2d {
-        let input = Images {
-            slots: 1,
-            n: 2,
-            h: 16,
-            w: 16,
-            c,
-            slot_stride: 0,
-        };
-        Conv2d {
-            input,
-            kh: k,
-            kw: k,
-            stride,
-            pad: k / 2,
-        }
-    }
+    use super::super::conv::square_conv as conv;
 
     #[test]
     fn winograd_only_where_it_measured_faster() {
