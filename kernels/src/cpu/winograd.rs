@@ -9,7 +9,7 @@
 //! 64 products per channel pair instead of `m * m * r * r` (400 for 5 x 5,
 //! 324 for 3 x 3): after the tiles' transforms the convolution is 64
 //! products of `tiles x in_c` by `in_c x out_c` matrices, one per point of
-//! the tile, which go through the same GEMM as before.
+//! the tile, multiplied without packing ([`product`]).
 //!
 //! The transforms come from Toom-Cook with the points 0, +-1, +-2, +-1/2
 //! and infinity (those of NNPACK's F(6 x 6, 3 x 3)), built in float64 at
@@ -231,8 +231,8 @@ fn transform(
     len: usize,
     add: bool,
 ) {
-    // Made once: zeroing (or returning) 512-byte arrays per block
-    // compiled to calls to memset and memmove.
+    // Declared once, outside the loop: 512-byte arrays zeroed or returned
+    // per block compiled to calls to memset and memmove.
     let (mut s, mut o) = ([[0.0f32; LANES]; T], [[0.0f32; LANES]; T]);
     // Plain index loops and whole-vector loads and stores: iterator
     // adapters here were left as calls (`fold`) that wrote the block in
