@@ -33,12 +33,14 @@ pub(crate) fn pays(conv: &Conv2d) -> bool {
     conv.stride == 1 && conv.input.c <= 4 && conv.kw * conv.input.c >= 8
 }
 
-/// An image with `pad` zeros on every side, plus one trailing zero row.
+/// An image with `pad` zeros on every side, plus a trailing zero row and
+/// a register block's rows more (what the filter gradient reads past a
+/// kernel row's run, whatever the image's width).
 fn padded(conv: &Conv2d, img: &[f32], out: &mut Vec<f32>) -> usize {
     let (i, p) = (conv.input, conv.pad);
     let row = (i.w + 2 * p) * i.c;
     out.clear();
-    out.resize((i.h + 2 * p + 1) * row, 0.0);
+    out.resize((i.h + 2 * p + 1) * row + 4, 0.0);
     for (y, src) in img.chunks_exact(i.w * i.c).enumerate() {
         out[(y + p) * row + p * i.c..][..i.w * i.c].copy_from_slice(src);
     }
@@ -113,8 +115,8 @@ super::winograd::widest_fn! {
     /// row, taken `wide` (the padded width) to a row so that the left
     /// operand is the padded image read at one stride; `dy` is widened to
     /// match with zeros. A kernel row's `kw * c` entries are rounded up to
-    /// whole register blocks, reading a few entries past the run (the
-    /// trailing zero row keeps that inside the buffer); those rows of the
+    /// whole register blocks of 4, reading up to 3 entries past the run
+    /// (the trailing zeros keep that inside the buffer); those rows of the
     /// sum are dropped.
     fn filter_grad_group(
         op: &ConvGemm,
