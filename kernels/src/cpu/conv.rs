@@ -201,6 +201,22 @@ pub(super) fn slot_chunks(i: &Images, per: usize) -> Vec<(usize, Range<usize>)> 
         .collect()
 }
 
+/// `buf` (packed images, slot-major, `per_image` elements each) cut at the
+/// tasks of [`slot_chunks`]: each task's own images.
+pub(super) fn chunk_outputs<'a>(
+    buf: &'a mut [f32],
+    tasks: &'a [(usize, Range<usize>)],
+    n: usize,
+    per_image: usize,
+) -> impl Iterator<Item = &'a mut [f32]> {
+    split_ranges(
+        buf,
+        tasks
+            .iter()
+            .map(move |(s, r)| (s * n + r.start) * per_image..(s * n + r.end) * per_image),
+    )
+}
+
 /// The patch rows of `images` of `slot` into `cols`, each `op.weight_rows()`
 /// long (a trailing 1 where the weights end with a bias).
 fn chunk_patches(op: &ConvGemm, x: &[f32], slot: usize, images: Range<usize>, cols: &mut [f32]) {
@@ -223,13 +239,7 @@ pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut 
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, ld) = (conv.input, conv.out_h() * conv.out_w(), op.weight_rows());
     let tasks = slot_chunks(&i, task_images(ctx, op));
-    let outs = split_ranges(
-        y,
-        tasks.iter().map(|(s, r)| {
-            let at = |img: usize| (s * i.n + img) * pixels * oc;
-            at(r.start)..at(r.end)
-        }),
-    );
+    let outs = chunk_outputs(y, &tasks, i.n, pixels * oc);
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let rows = images.len() * pixels;
         with_scratch(rows * ld, |cols| {
@@ -247,13 +257,7 @@ pub(crate) fn conv2d_data_grad(ctx: &CpuCtx, op: &ConvGemm, dy: &[f32], w: &[f32
     let (i, pixels, patch) = (conv.input, conv.out_h() * conv.out_w(), conv.patch());
     let image_len = i.image_len();
     let tasks = slot_chunks(&i, task_images(ctx, op));
-    let outs = split_ranges(
-        dx,
-        tasks.iter().map(|(s, r)| {
-            let at = |img: usize| (s * i.n + img) * image_len;
-            at(r.start)..at(r.end)
-        }),
-    );
+    let outs = chunk_outputs(dx, &tasks, i.n, image_len);
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let rows = images.len() * pixels;
         with_scratch(rows * patch, |cols| {

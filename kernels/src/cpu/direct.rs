@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use super::CpuCtx;
 use super::gemm_unpacked::{Strided, product};
-use super::par::{self, split_ranges};
+use super::par;
 use crate::ops::{Conv2d, ConvGemm};
 
 /// Whether a convolution runs directly: stride 1, at most 4 input
@@ -47,7 +47,7 @@ fn padded(conv: &Conv2d, img: &[f32], out: &mut Vec<f32>) -> usize {
     row
 }
 
-super::winograd::widest_fn! {
+widest_fn! {
     /// The output of `images` of slot `s` into `out`, row by row.
     fn forward_chunk(
         op: &ConvGemm,
@@ -95,18 +95,13 @@ pub(crate) fn conv2d(ctx: &CpuCtx, op: &ConvGemm, x: &[f32], w: &[f32], y: &mut 
     let (i, per_image) = (conv.input, conv.out_h() * conv.out_w() * oc);
     let per_thread = i.n.div_ceil(ctx.threads().div_ceil(i.slots.max(1)).max(1));
     let tasks = super::conv::slot_chunks(&i, per_thread.clamp(1, 4));
-    let outs = split_ranges(
-        y,
-        tasks
-            .iter()
-            .map(|(s, r)| (s * i.n + r.start) * per_image..(s * i.n + r.end) * per_image),
-    );
+    let outs = super::conv::chunk_outputs(y, &tasks, i.n, per_image);
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         forward_chunk(op, x, w, *s, images.clone(), out)
     });
 }
 
-super::winograd::widest_fn! {
+widest_fn! {
     /// A group's weight gradient `part` (and the bias's) over `images` of
     /// slot `s`.
     ///

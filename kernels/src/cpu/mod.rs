@@ -1,5 +1,45 @@
 //! The CPU backend: buffers are `Vec<f32>`, a context is a lane's thread pool.
 
+/// Defines `fn $name(args)` that runs its body compiled for the widest
+/// vectors the CPU has (the build targets baseline x86-64, 4 wide, and a
+/// closure passed into a `#[target_feature]` function is not compiled with
+/// its features). For bodies whose arithmetic is element-wise, unfused
+/// multiplies and adds, so that every width gives the same bits. (Adam's
+/// update, `optim.rs`, dispatches by hand: its test calls each width.)
+macro_rules! widest_fn {
+    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        #[allow(clippy::too_many_arguments)]
+        fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx")]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn avx($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx") {
+                    // SAFETY: the CPU has AVX.
+                    return unsafe { avx($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
 mod conv;
 mod direct;
 mod elementwise;

@@ -29,7 +29,7 @@ use std::sync::OnceLock;
 use super::CpuCtx;
 use super::conv::with_scratch;
 use super::gemm_unpacked::{Strided, product};
-use super::par::{self, split_ranges};
+use super::par;
 use crate::ops::{Conv2d, ConvGemm};
 
 /// Side of an input tile.
@@ -388,47 +388,6 @@ fn output_adjoint_1d(y: &Block, m: &mut Block) {
     }
 }
 
-/// Defines `fn $name(args)` that runs its body compiled for the widest
-/// vectors the CPU has (the build targets baseline x86-64, 4 wide, and a
-/// closure passed into a `#[target_feature]` function is not compiled with
-/// its features). The work is element-wise over channels or goes through
-/// `matrixmultiply`, which picks its own kernel, so every width gives the
-/// same bits.
-macro_rules! widest_fn {
-    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            #[allow(clippy::too_many_arguments)]
-            fn body($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx512($($arg: $ty),*) {
-                    body($($arg),*)
-                }
-                #[target_feature(enable = "avx")]
-                #[allow(clippy::too_many_arguments)]
-                unsafe fn avx($($arg: $ty),*) {
-                    body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx") {
-                    // SAFETY: the CPU has AVX.
-                    return unsafe { avx($($arg),*) };
-                }
-            }
-            body($($arg),*)
-        }
-    };
-}
-pub(crate) use widest_fn;
-
 widest_fn! {
     /// One slot's filter transforms `u[pos]` (`in_c x out_c`, row-major)
     /// from its weights `w` (`(kernel row, kernel column, in_c) x out_c`).
@@ -730,13 +689,7 @@ pub(crate) fn conv2d(
     );
     let u = filter_transforms(ctx, tf, op, w, false);
     let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
-    let outs = split_ranges(
-        y,
-        tasks.iter().map(|(s, r)| {
-            let at = |img: usize| (s * i.n + img) * pixels * oc;
-            at(r.start)..at(r.end)
-        }),
-    );
+    let outs = super::conv::chunk_outputs(y, &tasks, i.n, pixels * oc);
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let bias = op
             .bias
@@ -806,13 +759,7 @@ pub(crate) fn conv2d_data_grad(
     let ut = filter_transforms(ctx, tf, op, w, true);
     let image_len = i.image_len();
     let tasks = super::conv::slot_chunks(&i, task_images(ctx, &tl));
-    let outs = split_ranges(
-        dx,
-        tasks.iter().map(|(s, r)| {
-            let at = |img: usize| (s * i.n + img) * image_len;
-            at(r.start)..at(r.end)
-        }),
-    );
+    let outs = super::conv::chunk_outputs(dx, &tasks, i.n, image_len);
     par::run(ctx, tasks.iter().zip(outs), |((s, images), out)| {
         let ut = &ut[s * ub..][..ub];
         with_scratch(tl.scratch_len(images.len()), |scratch| {
