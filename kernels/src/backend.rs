@@ -6,10 +6,10 @@
 //! CPU, a stream and BLAS handle on CUDA. Operations on one context run in
 //! order; `sync` waits for them.
 
-use crate::error::Result;
+use crate::error::{KernelError, Result};
 use crate::ops::{
-    ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm, DropoutSlot, Gemm,
-    GroupedGemm, Loss, ParamRun, Pool2d, SgdSlot, Slots,
+    Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
+    DropoutSlot, Gemm, GroupedGemm, Loss, ParamRun, Pool2d, SgdSlot, Slots,
 };
 
 /// What kind of device a backend drives.
@@ -517,6 +517,45 @@ pub trait Backend: Send + Sync + 'static {
         dy: View<'_, Self::Buf>,
         dx: ViewMut<'_, Self::Buf>,
     ) -> Result<()>;
+    /// Whether this backend offers [`Backend::activation_pool2d`] and
+    /// [`Backend::activation_pool2d_backward`]; where it does not, callers
+    /// run the activation and the pooling as two ops.
+    fn pools_activations(&self) -> bool {
+        false
+    }
+    /// `y = pool(act(x))` in one pass, for windows that tile the images
+    /// ([`Pool2d::tiles`]): the bits of [`Backend::activation`] then
+    /// [`Backend::pool2d`], without writing `act(x)`.
+    fn activation_pool2d(
+        &self,
+        _ctx: &mut Self::Ctx,
+        _act: Activation,
+        _pool: &Pool2d,
+        _x: View<'_, Self::Buf>,
+        _y: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        Err(KernelError::Unsupported {
+            op: "activation_pool2d",
+            backend: self.label(),
+        })
+    }
+    /// The gradient of [`Backend::activation_pool2d`] with respect to `x`,
+    /// into `dx` (overwritten): the bits of [`Backend::pool2d_backward`]
+    /// over `act(x)` then [`Backend::activation_backward`].
+    fn activation_pool2d_backward(
+        &self,
+        _ctx: &mut Self::Ctx,
+        _act: Activation,
+        _pool: &Pool2d,
+        _x: View<'_, Self::Buf>,
+        _dy: View<'_, Self::Buf>,
+        _dx: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        Err(KernelError::Unsupported {
+            op: "activation_pool2d_backward",
+            backend: self.label(),
+        })
+    }
     /// Batch norm in training (see [`BatchNorm`]): normalises by the batch's
     /// statistics, saves them (`saved`: per slot `[mean; c]`, `[1/std; c]`)
     /// for the backward pass, and moves the running statistics.

@@ -34,6 +34,9 @@ pub enum KernelError {
         precision: &'static str,
         backend: &'static str,
     },
+    /// The backend does not offer this op (see the op's capability query).
+    #[error("{op}: not offered by the {backend} backend")]
+    Unsupported { op: &'static str, backend: String },
     /// A call into the CUDA driver, a CUDA library (cuBLAS, NVRTC) or the
     /// thread pool failed: the call, and the library's own error as the
     /// source.
@@ -263,6 +266,21 @@ pub(crate) fn check_pool(op: &'static str, p: &crate::ops::Pool2d) -> Result<()>
         ));
     }
     check_slot_stride(op, &i)
+}
+
+/// A pooling whose windows must tile its images ([`crate::ops::Pool2d::tiles`]).
+pub(crate) fn check_tiled_pool(op: &'static str, p: &crate::ops::Pool2d) -> Result<()> {
+    check_pool(op, p)?;
+    if !p.tiles() {
+        return Err(shape_err(
+            op,
+            format!(
+                "{}x{} windows {} apart do not tile a {}x{} image",
+                p.kh, p.kw, p.stride, p.input.h, p.input.w
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Batch norm needs a positive epsilon, and in training more than one

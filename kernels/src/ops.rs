@@ -757,6 +757,14 @@ impl Pool2d {
         let i = self.input;
         Images::packed(i.slots, i.n, self.out_h(), self.out_w(), i.c)
     }
+    /// Whether the windows tile the images: each pixel in exactly one
+    /// window (2x2 windows 2 apart on even sizes).
+    pub fn tiles(&self) -> bool {
+        self.stride == self.kh
+            && self.stride == self.kw
+            && self.out_h() * self.kh == self.input.h
+            && self.out_w() * self.kw == self.input.w
+    }
 }
 
 /// Batch normalisation over `shape` (`rows` = images x pixels, `cols` =

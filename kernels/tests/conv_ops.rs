@@ -516,6 +516,129 @@ fn max_pool_ties_go_to_the_first<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Pooling an activation as it is read (where the backend offers it) gives
+/// the bits of the activation then the pooling, forward and backward, for
+/// every activation and both kinds, with ties (ReLU's zeros, repeated
+/// values), NaNs, channels past a vector and slots with gaps; windows that
+/// do not tile are refused. A backend without it says so.
+fn activation_pool_equals_the_two_ops<B: Backend>(d: &mut D<B>) {
+    let tiled = pool_of(1, 1, 1, 16, (PoolKind::Max, 4, 4, 2, 2));
+    let (xb, mut y) = (d.put(&[0.0; 16]), d.zeros(4));
+    let fused = d.b.activation_pool2d(
+        &mut d.ctx,
+        Activation::Relu,
+        &tiled,
+        at(&xb, 0),
+        at_mut(&mut y, 0),
+    );
+    if !d.b.pools_activations() {
+        assert!(
+            matches!(fused, Err(KernelError::Unsupported { .. })),
+            "{fused:?}"
+        );
+        return;
+    }
+    fused.unwrap();
+    let (slots, n, c) = (2, 3, 19);
+    for (h, w, k) in [(4, 6, 2), (6, 6, 3), (2, 2, 2)] {
+        let per = n * h * w * c;
+        let stride = per + 5;
+        for kind in [PoolKind::Max, PoolKind::Avg] {
+            let p = pool_of(slots, n, c, stride, (kind, h, w, k, k));
+            assert!(p.tiles());
+            // Quarter steps repeat, so windows hold ties; some NaNs.
+            let mut x: Vec<f32> = rand_vec(slots * stride, 40 + h as u64, 2.0)
+                .iter()
+                .map(|v| (v * 4.0).round() / 4.0)
+                .collect();
+            for i in (7..x.len()).step_by(97) {
+                x[i] = f32::NAN;
+            }
+            let mut g = rand_vec(p.output().len(), 41, 1.0);
+            // The unfused average adds onto zeros, where -0 becomes 0.
+            g[3] = -0.0;
+            let (xb, gb) = (d.put(&x), d.put(&g));
+            for act in Activation::ALL {
+                let case = format!("{} {kind:?} {h}x{w} window {k}", act.name());
+                let op = ActivationOp {
+                    activation: act,
+                    n: slots * stride,
+                };
+                let mut a = d.zeros(slots * stride);
+                d.b.activation(&mut d.ctx, op, at(&xb, 0), at_mut(&mut a, 0))
+                    .unwrap();
+                let mut want = d.zeros(p.output().len());
+                d.b.pool2d(&mut d.ctx, &p, at(&a, 0), at_mut(&mut want, 0))
+                    .unwrap();
+                let mut got = d.zeros(p.output().len());
+                d.b.activation_pool2d(&mut d.ctx, act, &p, at(&xb, 0), at_mut(&mut got, 0))
+                    .unwrap();
+                let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(d.get(&got)), bits(d.get(&want)), "{case}: forward");
+
+                // Unfused: the pooling's gradient into packed images, then
+                // the activation's over the same packed pixels.
+                let packed = p.input.len();
+                let mut da = d.zeros(packed);
+                let pa = Pool2d {
+                    input: Images {
+                        slot_stride: n * h * w * c,
+                        ..p.input
+                    },
+                    ..p
+                };
+                let xp: Vec<f32> = (0..slots)
+                    .flat_map(|s| x[s * stride..][..per].to_vec())
+                    .collect();
+                let (xpb, mut ap) = (d.put(&xp), d.zeros(packed));
+                let opp = ActivationOp {
+                    activation: act,
+                    n: packed,
+                };
+                d.b.activation(&mut d.ctx, opp, at(&xpb, 0), at_mut(&mut ap, 0))
+                    .unwrap();
+                d.b.pool2d_backward(&mut d.ctx, &pa, at(&ap, 0), at(&gb, 0), at_mut(&mut da, 0))
+                    .unwrap();
+                let mut want = d.zeros(packed);
+                d.b.activation_backward(
+                    &mut d.ctx,
+                    opp,
+                    at(&xpb, 0),
+                    at(&ap, 0),
+                    at(&da, 0),
+                    at_mut(&mut want, 0),
+                )
+                .unwrap();
+                let mut got = d.zeros(packed);
+                d.b.activation_pool2d_backward(
+                    &mut d.ctx,
+                    act,
+                    &p,
+                    at(&xb, 0),
+                    at(&gb, 0),
+                    at_mut(&mut got, 0),
+                )
+                .unwrap();
+                assert_eq!(bits(d.get(&got)), bits(d.get(&want)), "{case}: backward");
+            }
+        }
+    }
+    // Overlapping windows, and a size the windows leave a row of.
+    for geom in [(PoolKind::Max, 5, 5, 3, 2), (PoolKind::Avg, 5, 4, 2, 2)] {
+        let p = pool_of(1, 1, 1, 25, geom);
+        let err =
+            d.b.activation_pool2d(
+                &mut d.ctx,
+                Activation::Relu,
+                &p,
+                at(&xb, 0),
+                at_mut(&mut y, 0),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("do not tile"), "{err}");
+    }
+}
+
 /// Batch norm in training against float64 (output, saved statistics and the
 /// running update), in evaluation from the running statistics, and its
 /// three gradients against finite differences; more than 32 channels cross
@@ -962,6 +1085,7 @@ kernels::device_tests!(
     conv_ops_match_reference,
     pooling_forward_and_finite_differences,
     max_pool_ties_go_to_the_first,
+    activation_pool_equals_the_two_ops,
     batch_norm_matches_reference_and_finite_differences,
     conv_ops_batched_equal_single_calls,
     add_adds,

@@ -117,6 +117,9 @@ pub(crate) struct ConvWorkspace<B: Backend> {
     dz: Option<B::Buf>,
     /// The global average of the last unit's output.
     feat: Option<B::Buf>,
+    /// Per unit: whether its activation and pooling run as one op
+    /// ([`Backend::activation_pool2d`]), its activations never written.
+    act_pooled: Vec<bool>,
     global_pool: bool,
     pool: PoolKind,
     activation: kernels::Activation,
@@ -137,6 +140,22 @@ impl<B: Backend> ConvWorkspace<B> {
         };
         let bn = c.batch_norm;
         let units = plan.units.clone();
+        // Where the backend pools activations as it reads them, and no
+        // other unit reads them (a residual or an unpooled input), the
+        // activations need never be written.
+        let read_by_another = |i: usize| {
+            units
+                .iter()
+                .any(|v| v.input == UnitInput::Unit(i) || v.skip == Some(i))
+        };
+        let act_pooled = (0..units.len())
+            .map(|i| {
+                b.pools_activations()
+                    && units[i].pooled
+                    && Self::pool_shape(c.pool, &units[i], 1, 1).tiles()
+                    && !read_by_another(i)
+            })
+            .collect();
         Ok(Some(ConvWorkspace {
             z: s.out
                 .iter()
@@ -159,6 +178,7 @@ impl<B: Backend> ConvWorkspace<B> {
             dpre: alloc(s.widest)?,
             dz: bn.then(|| alloc(s.widest)).transpose()?,
             feat: c.global_pool.then(|| alloc(s.feat)).transpose()?,
+            act_pooled,
             global_pool: c.global_pool,
             pool: c.pool,
             activation: spec.activation,
@@ -235,9 +255,13 @@ impl<B: Backend> ConvWorkspace<B> {
     }
 
     fn pool_op(&self, u: &ConvUnit, k: usize, rows: usize) -> Pool2d {
+        Self::pool_shape(self.pool, u, k, rows)
+    }
+
+    fn pool_shape(kind: PoolKind, u: &ConvUnit, k: usize, rows: usize) -> Pool2d {
         Pool2d {
             input: Self::images(k, rows, u.out_shape()),
-            kind: self.pool,
+            kind,
             kh: 2,
             kw: 2,
             stride: 2,
@@ -326,6 +350,12 @@ impl<B: Backend> ConvWorkspace<B> {
             if let Some(j) = u.skip {
                 b.add(ctx, len, at(&self.a[j], 0), at_mut(pre, 0))?;
             }
+            if self.act_pooled[i] {
+                let pool = Self::pool_shape(self.pool, &u, k, rows);
+                let p = self.p[i].as_mut().expect("pooled");
+                b.activation_pool2d(ctx, self.activation, &pool, at(pre, 0), at_mut(p, 0))?;
+                continue;
+            }
             let act = ActivationOp {
                 activation: self.activation,
                 n: len,
@@ -379,7 +409,19 @@ impl<B: Backend> ConvWorkspace<B> {
         let mut written = vec![false; units.len()];
         for (i, u) in units.iter().enumerate().rev() {
             let o = u.out_shape();
-            if u.pooled {
+            let pre = self.u[i].as_ref().unwrap_or(&self.z[i]);
+            if self.act_pooled[i] {
+                let pool = self.pool_op(u, k, rows);
+                let dp = self.dp[i].as_ref().expect("pooled");
+                b.activation_pool2d_backward(
+                    ctx,
+                    self.activation,
+                    &pool,
+                    at(pre, 0),
+                    at(dp, 0),
+                    at_mut(&mut self.dpre, 0),
+                )?;
+            } else if u.pooled {
                 let pool = self.pool_op(u, k, rows);
                 let dp = self.dp[i].as_ref().expect("pooled");
                 b.pool2d_backward(
@@ -391,19 +433,20 @@ impl<B: Backend> ConvWorkspace<B> {
                 )?;
             }
             let len = k * rows * o.len();
-            let pre = self.u[i].as_ref().unwrap_or(&self.z[i]);
-            let act = ActivationOp {
-                activation: self.activation,
-                n: len,
-            };
-            b.activation_backward(
-                ctx,
-                act,
-                at(pre, 0),
-                at(&self.a[i], 0),
-                at(&self.da[i], 0),
-                at_mut(&mut self.dpre, 0),
-            )?;
+            if !self.act_pooled[i] {
+                let act = ActivationOp {
+                    activation: self.activation,
+                    n: len,
+                };
+                b.activation_backward(
+                    ctx,
+                    act,
+                    at(pre, 0),
+                    at(&self.a[i], 0),
+                    at(&self.da[i], 0),
+                    at_mut(&mut self.dpre, 0),
+                )?;
+            }
             if let Some(j) = u.skip {
                 if written[j] {
                     b.add(ctx, len, at(&self.dpre, 0), at_mut(&mut self.da[j], 0))?;

@@ -17,7 +17,7 @@ use crate::ops::{
 };
 
 /// `(slot, image)` tasks over packed output images of `image_len` elements.
-fn image_tasks(
+pub(super) fn image_tasks(
     ctx: &CpuCtx,
     slots: usize,
     n: usize,
@@ -38,7 +38,7 @@ fn image_tasks(
 }
 
 /// The start of image `img` of `slot` in an input view.
-fn image_at(i: &Images, slot: usize, img: usize) -> usize {
+pub(super) fn image_at(i: &Images, slot: usize, img: usize) -> usize {
     slot * i.slot_stride + img * i.image_len()
 }
 
@@ -370,13 +370,13 @@ pub(super) fn square_conv(c: usize, k: usize, stride: usize) -> Conv2d {
 /// Whether `v` replaces `best` as a window's maximum: larger, or NaN over a
 /// number (NaN propagates, as PyTorch's), the first of equals staying.
 #[inline(always)]
-fn beats(v: f32, best: f32) -> bool {
+pub(super) fn beats(v: f32, best: f32) -> bool {
     v > best || (v.is_nan() && !best.is_nan())
 }
 
 /// The pixel (row-major index) of window `(oy, ox)`'s `(ki, kj)`.
 #[inline(always)]
-fn window_pixel(p: &Pool2d, oy: usize, ox: usize, ki: usize, kj: usize) -> usize {
+pub(super) fn window_pixel(p: &Pool2d, oy: usize, ox: usize, ki: usize, kj: usize) -> usize {
     (oy * p.stride + ki) * p.input.w + ox * p.stride + kj
 }
 
@@ -494,11 +494,7 @@ pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], d
     // Windows that tile the image exactly (2x2 stride 2 on even sizes):
     // every pixel has one window, so its gradient is written once, with
     // no zero fill and no scatter.
-    let tiled = p.kind == PoolKind::Max
-        && p.stride == p.kh
-        && p.stride == p.kw
-        && o.h * p.kh == i.h
-        && o.w * p.kw == i.w;
+    let tiled = p.kind == PoolKind::Max && p.tiles();
     par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
         // Per channel: the window's best value and pixel so far.
         let (mut best, mut arg) = (vec![0.0f32; c], vec![0usize; c]);

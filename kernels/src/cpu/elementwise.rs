@@ -8,33 +8,99 @@ use crate::rng;
 const GELU_C: f32 = 0.797_884_6; // sqrt(2 / pi)
 const GELU_A: f32 = 0.044_715;
 
-#[inline(always)]
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+/// An activation's arithmetic on one element, as a type, so that each
+/// loop over elements is compiled (and vectorised) for one activation:
+/// the element-wise ops and pooling's fused activation
+/// ([`super::activation_pool`]) share these, so both give the same bits.
+pub(super) trait ElementFns {
+    /// `act(x)`.
+    fn y(x: f32) -> f32;
+    /// `act'(x) * dy`, given `y = act(x)`.
+    fn dx(x: f32, y: f32, dy: f32) -> f32;
 }
 
-#[inline(always)]
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh())
+pub(super) struct Relu;
+pub(super) struct Gelu;
+pub(super) struct Tanh;
+pub(super) struct Sigmoid;
+
+impl ElementFns for Relu {
+    #[inline(always)]
+    fn y(x: f32) -> f32 {
+        x.max(0.0)
+    }
+    #[inline(always)]
+    fn dx(x: f32, _: f32, dy: f32) -> f32 {
+        // A select, not a branch, so loops vectorise.
+        if x > 0.0 { dy } else { 0.0 }
+    }
 }
 
-#[inline(always)]
-fn gelu_grad(x: f32) -> f32 {
-    let t = (GELU_C * (x + GELU_A * x * x * x)).tanh();
-    0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)
+impl ElementFns for Gelu {
+    #[inline(always)]
+    fn y(x: f32) -> f32 {
+        0.5 * x * (1.0 + (GELU_C * (x + GELU_A * x * x * x)).tanh())
+    }
+    #[inline(always)]
+    fn dx(x: f32, _: f32, dy: f32) -> f32 {
+        let t = (GELU_C * (x + GELU_A * x * x * x)).tanh();
+        (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * x * x)) * dy
+    }
 }
+
+impl ElementFns for Tanh {
+    #[inline(always)]
+    fn y(x: f32) -> f32 {
+        x.tanh()
+    }
+    #[inline(always)]
+    fn dx(_: f32, y: f32, dy: f32) -> f32 {
+        (1.0 - y * y) * dy
+    }
+}
+
+impl ElementFns for Sigmoid {
+    #[inline(always)]
+    fn y(x: f32) -> f32 {
+        1.0 / (1.0 + (-x).exp())
+    }
+    #[inline(always)]
+    fn dx(_: f32, y: f32, dy: f32) -> f32 {
+        y * (1.0 - y) * dy
+    }
+}
+
+/// `$body` with `$A` the [`ElementFns`] type of activation `$act`.
+macro_rules! with_element_fns {
+    ($act:expr, $A:ident => $body:expr) => {
+        match $act {
+            $crate::ops::Activation::Relu => {
+                type $A = $crate::cpu::elementwise::Relu;
+                $body
+            }
+            $crate::ops::Activation::Gelu => {
+                type $A = $crate::cpu::elementwise::Gelu;
+                $body
+            }
+            $crate::ops::Activation::Tanh => {
+                type $A = $crate::cpu::elementwise::Tanh;
+                $body
+            }
+            $crate::ops::Activation::Sigmoid => {
+                type $A = $crate::cpu::elementwise::Sigmoid;
+                $body
+            }
+        }
+    };
+}
+pub(super) use with_element_fns;
 
 pub(crate) fn activation(ctx: &CpuCtx, act: Activation, x: &[f32], y: &mut [f32]) {
     let segs = par::segments(ctx, 1, x.len(), MIN_ELEMS_PER_TASK);
     let ys = split_ranges(y, segs.iter().map(|s| s.start..s.end));
     par::run(ctx, segs.iter().zip(ys), |(s, y)| {
         let x = &x[s.start..s.end];
-        match act {
-            Activation::Relu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.max(0.0)),
-            Activation::Gelu => y.iter_mut().zip(x).for_each(|(y, &x)| *y = gelu(x)),
-            Activation::Tanh => y.iter_mut().zip(x).for_each(|(y, &x)| *y = x.tanh()),
-            Activation::Sigmoid => y.iter_mut().zip(x).for_each(|(y, &x)| *y = sigmoid(x)),
-        }
+        with_element_fns!(act, A => y.iter_mut().zip(x).for_each(|(y, &x)| *y = A::y(x)))
     });
 }
 
@@ -51,29 +117,12 @@ pub(crate) fn activation_backward(
     par::run(ctx, segs.iter().zip(dxs), |(s, dx)| {
         let r = s.start..s.end;
         let (x, y, dy) = (&x[r.clone()], &y[r.clone()], &dy[r]);
-        // Each arm is a separate loop so LLVM vectorises it (a select, not a branch).
-        match act {
-            Activation::Relu => dx
-                .iter_mut()
-                .zip(x)
-                .zip(dy)
-                .for_each(|((dx, &x), &dy)| *dx = if x > 0.0 { dy } else { 0.0 }),
-            Activation::Gelu => dx
-                .iter_mut()
-                .zip(x)
-                .zip(dy)
-                .for_each(|((dx, &x), &dy)| *dx = gelu_grad(x) * dy),
-            Activation::Tanh => dx
-                .iter_mut()
-                .zip(y)
-                .zip(dy)
-                .for_each(|((dx, &y), &dy)| *dx = (1.0 - y * y) * dy),
-            Activation::Sigmoid => dx
-                .iter_mut()
-                .zip(y)
-                .zip(dy)
-                .for_each(|((dx, &y), &dy)| *dx = y * (1.0 - y) * dy),
-        }
+        with_element_fns!(act, A => dx
+            .iter_mut()
+            .zip(x)
+            .zip(y)
+            .zip(dy)
+            .for_each(|(((dx, &x), &y), &dy)| *dx = A::dx(x, y, dy)))
     });
 }
 

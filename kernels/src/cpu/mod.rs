@@ -40,6 +40,7 @@ macro_rules! widest_fn {
     };
 }
 
+mod activation_pool;
 mod conv;
 mod direct;
 mod elementwise;
@@ -56,12 +57,12 @@ use crate::backend::{Backend, DeviceKind, Moments, View, ViewMut, by_patches};
 use crate::error::{
     KernelError, Result, check_augment, check_batch_norm, check_classes, check_conv,
     check_conv_gemm, check_dropout, check_gemm, check_gemm_grouped, check_param_run, check_pool,
-    check_range, shape_err,
+    check_range, check_tiled_pool, shape_err,
 };
 use crate::ops::{
-    ADAM_STEP_WORDS, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d, ConvGemm,
-    DROPOUT_STEP_WORDS, DropoutSlot, Gemm, GroupedGemm, Loss, ParamRun, Pool2d, Precision,
-    STATS_LEN, SgdSlot, Slots, round_bf16,
+    ADAM_STEP_WORDS, Activation, ActivationOp, AdamSlot, AugmentSlot, BatchNorm, Batched, Conv2d,
+    ConvGemm, DROPOUT_STEP_WORDS, DropoutSlot, Gemm, GroupedGemm, Loss, ParamRun, Pool2d,
+    Precision, STATS_LEN, SgdSlot, Slots, round_bf16,
 };
 
 /// The CPU device.
@@ -776,6 +777,49 @@ impl Backend for CpuBackend {
         let x = src(OP, "x", x, p.input.extent())?;
         let dy = src(OP, "dy", dy, p.output().len())?;
         conv::pool2d_backward(ctx, p, x, dy, dst(OP, "dx", dx, p.input.len())?);
+        Ok(())
+    }
+
+    fn pools_activations(&self) -> bool {
+        true
+    }
+
+    fn activation_pool2d(
+        &self,
+        ctx: &mut CpuCtx,
+        act: Activation,
+        p: &Pool2d,
+        x: View<'_, CpuBuf>,
+        y: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "activation_pool2d";
+        check_tiled_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, p.input.extent())?;
+        activation_pool::forward(ctx, act, p, x, dst(OP, "y", y, p.output().len())?);
+        Ok(())
+    }
+
+    fn activation_pool2d_backward(
+        &self,
+        ctx: &mut CpuCtx,
+        act: Activation,
+        p: &Pool2d,
+        x: View<'_, CpuBuf>,
+        dy: View<'_, CpuBuf>,
+        dx: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "activation_pool2d_backward";
+        check_tiled_pool(OP, p)?;
+        if p.input.is_empty() {
+            return Ok(());
+        }
+        let x = src(OP, "x", x, p.input.extent())?;
+        let dy = src(OP, "dy", dy, p.output().len())?;
+        let dx = dst(OP, "dx", dx, p.input.len())?;
+        activation_pool::backward(ctx, act, p, x, dy, dx);
         Ok(())
     }
 
