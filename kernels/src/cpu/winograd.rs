@@ -526,12 +526,28 @@ fn output_tile(
         transform(OneD::Output, (tmp, &from), (out, &to), oc, false);
         if let Some(b) = bias {
             for j in 0..mj {
-                let d = &mut out[px(j)..][..oc];
-                for c in 0..oc {
-                    d[c] += b[c];
-                }
+                add_bias(&mut out[px(j)..][..oc], b);
             }
         }
+    }
+}
+
+/// `d += b`, whole vectors at a time: as a plain loop it was compiled
+/// for vectors only from 65 channels on, and ran one channel at a time
+/// for 32 and 64.
+#[inline(always)]
+fn add_bias(d: &mut [f32], b: &[f32]) {
+    let mut c0 = 0;
+    while c0 + LANES <= d.len() {
+        let (mut v, bv) = (load(d, c0), load(b, c0));
+        for j in 0..LANES {
+            v[j] += bv[j];
+        }
+        store(d, c0, v);
+        c0 += LANES;
+    }
+    for (d, b) in d[c0..].iter_mut().zip(&b[c0..]) {
+        *d += b;
     }
 }
 
