@@ -556,6 +556,32 @@ pub trait Backend: Send + Sync + 'static {
             backend: self.label(),
         })
     }
+    /// The filter gradient of a convolution whose output `z` went through
+    /// [`Backend::activation_pool2d`] (`pool` reads the convolution's
+    /// packed output), from the pooled gradient `dp`: the bits of
+    /// [`Backend::activation_pool2d_backward`] then
+    /// [`Backend::conv2d_filter_grad`], where the backend can do without
+    /// writing the output's gradient (on the CPU, the direct form makes it
+    /// an image at a time). Offered where [`Backend::pools_activations`]
+    /// says so.
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_filter_grad_through_pool(
+        &self,
+        _ctx: &mut Self::Ctx,
+        _op: &ConvGemm,
+        _act: Activation,
+        _pool: &Pool2d,
+        _x: View<'_, Self::Buf>,
+        _z: View<'_, Self::Buf>,
+        _dp: View<'_, Self::Buf>,
+        _cols: ViewMut<'_, Self::Buf>,
+        _dw: ViewMut<'_, Self::Buf>,
+    ) -> Result<()> {
+        Err(KernelError::Unsupported {
+            op: "conv2d_filter_grad_through_pool",
+            backend: self.label(),
+        })
+    }
     /// Batch norm in training (see [`BatchNorm`]): normalises by the batch's
     /// statistics, saves them (`saved`: per slot `[mean; c]`, `[1/std; c]`)
     /// for the backward pass, and moves the running statistics.

@@ -639,6 +639,123 @@ fn activation_pool_equals_the_two_ops<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// A convolution's filter gradient through its pooled activations gives
+/// the bits of the pooling's gradient then the filter gradient: a first
+/// convolution of 3 channels (the CPU's direct form, which makes the
+/// output's gradient an image at a time) and one of 16 (made whole), with
+/// a bias, two slots and a gap between their images. A backend without it
+/// says so.
+fn filter_grad_through_pool_equals_the_two_ops<B: Backend>(d: &mut D<B>) {
+    for (c, k, oc, act) in [
+        (3, 5, 20, Activation::Relu),
+        (3, 3, 16, Activation::Tanh),
+        (16, 3, 16, Activation::Relu),
+    ] {
+        let (slots, n, h, w) = (2, 5, 8, 6);
+        let per = n * h * w * c;
+        let conv = conv_of(slots, (n, h, w, c, k, 1, k / 2), per + 7);
+        let op = ConvGemm {
+            conv,
+            out_c: oc,
+            weight_stride: (conv.patch() + 1) * oc + 3,
+            precision: Precision::Fp32,
+            accumulate_dx: false,
+            bias: true,
+        };
+        let pool = Pool2d {
+            input: Images::packed(slots, n, h, w, oc),
+            kind: PoolKind::Max,
+            kh: 2,
+            kw: 2,
+            stride: 2,
+        };
+        let x = d.put(&rand_vec(slots * (per + 7), 60 + c as u64, 1.0));
+        let z = d.put(&rand_vec(op.out_len(), 61, 1.0));
+        let dp = d.put(&rand_vec(pool.output().len(), 62, 1.0));
+        let mut cols = d.zeros(op.conv.cols_len().max(1));
+        let mut got = d.zeros(slots * op.weight_stride);
+        let fused = d.b.conv2d_filter_grad_through_pool(
+            &mut d.ctx,
+            &op,
+            act,
+            &pool,
+            at(&x, 0),
+            at(&z, 0),
+            at(&dp, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut got, 0),
+        );
+        if !d.b.pools_activations() {
+            assert!(
+                matches!(fused, Err(KernelError::Unsupported { .. })),
+                "{fused:?}"
+            );
+            return;
+        }
+        fused.unwrap();
+        let mut dy = d.zeros(op.out_len());
+        d.b.activation_pool2d_backward(
+            &mut d.ctx,
+            act,
+            &pool,
+            at(&z, 0),
+            at(&dp, 0),
+            at_mut(&mut dy, 0),
+        )
+        .unwrap();
+        let mut want = d.zeros(slots * op.weight_stride);
+        d.b.conv2d_filter_grad(
+            &mut d.ctx,
+            &op,
+            at(&x, 0),
+            at(&dy, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut want, 0),
+        )
+        .unwrap();
+        let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(d.get(&got)),
+            bits(d.get(&want)),
+            "{c} channels, {k}x{k}"
+        );
+    }
+    // A pooling of some other images than the convolution's output.
+    let conv = conv_of(1, (1, 4, 4, 3, 3, 1, 1), 48);
+    let op = ConvGemm {
+        conv,
+        out_c: 8,
+        weight_stride: 28 * 8,
+        precision: Precision::Fp32,
+        accumulate_dx: false,
+        bias: true,
+    };
+    let pool = pool_of(1, 1, 4, 64, (PoolKind::Max, 4, 4, 2, 2));
+    let (x, mut cols, mut dw) = (
+        d.put(&[0.0; 48]),
+        d.zeros(op.conv.cols_len()),
+        d.zeros(28 * 8),
+    );
+    let (z, dp) = (d.zeros(128), d.zeros(32));
+    let err =
+        d.b.conv2d_filter_grad_through_pool(
+            &mut d.ctx,
+            &op,
+            Activation::Relu,
+            &pool,
+            at(&x, 0),
+            at(&z, 0),
+            at(&dp, 0),
+            at_mut(&mut cols, 0),
+            at_mut(&mut dw, 0),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("convolution's packed output"),
+        "{err}"
+    );
+}
+
 /// Batch norm in training against float64 (output, saved statistics and the
 /// running update), in evaluation from the running statistics, and its
 /// three gradients against finite differences; more than 32 channels cross
@@ -1086,6 +1203,7 @@ kernels::device_tests!(
     pooling_forward_and_finite_differences,
     max_pool_ties_go_to_the_first,
     activation_pool_equals_the_two_ops,
+    filter_grad_through_pool_equals_the_two_ops,
     batch_norm_matches_reference_and_finite_differences,
     conv_ops_batched_equal_single_calls,
     add_adds,

@@ -410,6 +410,31 @@ impl<B: Backend> ConvWorkspace<B> {
         for (i, u) in units.iter().enumerate().rev() {
             let o = u.out_shape();
             let pre = self.u[i].as_ref().unwrap_or(&self.z[i]);
+            // A first unit without batch norm or a residual: its output's
+            // gradient feeds only its filter gradient, which the backend
+            // makes through the pooling without writing it.
+            if self.act_pooled[i]
+                && u.input == UnitInput::Data
+                && u.running_off.is_none()
+                && u.skip.is_none()
+            {
+                let pool = self.pool_op(u, k, rows);
+                let dp = self.dp[i].as_ref().expect("pooled");
+                let (x, images) = unit_input::<B>(&self.a, &self.p, u, k, rows, data, data_stride);
+                let op = Self::conv_gemm(u, images, n, self.precision);
+                b.conv2d_filter_grad_through_pool(
+                    ctx,
+                    &op,
+                    self.activation,
+                    &pool,
+                    x,
+                    at(pre, 0),
+                    at(dp, 0),
+                    at_mut(&mut self.cols, 0),
+                    at_mut(grads, u.w_off),
+                )?;
+                continue;
+            }
             if self.act_pooled[i] {
                 let pool = self.pool_op(u, k, rows);
                 let dp = self.dp[i].as_ref().expect("pooled");

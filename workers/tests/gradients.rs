@@ -361,6 +361,14 @@ fn conv_net_gradients_match_finite_differences<B: Backend>(lane: &mut Lane<B>) {
     // ReLU and max pooling, with the head's dropout.
     let kinked = conv_net(PoolKind::Max, true, true, true, 3);
     check_model(lane, &data, Activation::Relu, 0.25, 2, Some(kinked));
+    // The cuda-convnet preset's shape: one unit a stage, no batch norm,
+    // max pooling after each (on the CPU the first unit's filter gradient
+    // is made through its pooling, without its output's gradient).
+    let convnet = ConvNetSpec {
+        blocks_per_stage: 1,
+        ..conv_net(PoolKind::Max, false, false, false, 5)
+    };
+    check_model(lane, &data, Activation::Relu, 0.0, 2, Some(convnet));
 }
 
 kernels::device_tests!(

@@ -61,8 +61,8 @@ widest_fn! {
 }
 
 widest_fn! {
-    /// [`backward`] over one task's images.
-    fn backward_images(
+    /// [`backward`] over one task's images (packed `(slot, image)` indices).
+    pub(super) fn backward_images(
         act: Activation,
         p: &Pool2d,
         x: &[f32],

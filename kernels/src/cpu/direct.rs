@@ -19,7 +19,22 @@ use std::ops::Range;
 use super::CpuCtx;
 use super::gemm_unpacked::{Strided, product};
 use super::par;
-use crate::ops::{Conv2d, ConvGemm};
+use crate::ops::{Activation, Conv2d, ConvGemm, Pool2d};
+
+/// Where the filter gradient reads the output's gradient: as given, or
+/// made an image at a time, in cache, from the convolution's output `z`
+/// and the gradient `dp` of its pooled activations (what
+/// [`super::activation_pool::backward`] would write for the whole batch).
+#[derive(Clone, Copy)]
+pub(crate) enum OutputGrad<'a> {
+    Given(&'a [f32]),
+    ThroughPool {
+        act: Activation,
+        pool: &'a Pool2d,
+        z: &'a [f32],
+        dp: &'a [f32],
+    },
+}
 
 /// Whether a convolution runs directly: stride 1, at most 4 input
 /// channels, and a kernel row of at least 8 entries (`kw * in_c`).
@@ -116,7 +131,7 @@ widest_fn! {
     fn filter_grad_group(
         op: &ConvGemm,
         x: &[f32],
-        dy: &[f32],
+        dy: OutputGrad<'_>,
         s: usize,
         images: Range<usize>,
         part: &mut [f32],
@@ -127,12 +142,34 @@ widest_fn! {
         let rows = run.next_multiple_of(4);
         let (mut img, mut dyp, mut pad) = (Vec::new(), vec![0.0f32; oh * wide * oc], Vec::new());
         let mut sums = vec![0.0f32; conv.kh * rows * oc];
+        let mut made = match dy {
+            OutputGrad::Given(_) => Vec::new(),
+            OutputGrad::ThroughPool { .. } => vec![0.0f32; oh * ow * oc],
+        };
+        if op.bias {
+            part[conv.patch() * oc..][..oc].fill(0.0);
+        }
         for (k, n) in images.clone().enumerate() {
             let src = &x[s * i.slot_stride + n * i.image_len()..][..i.image_len()];
             let row = padded(conv, src, &mut img);
-            let dyi = &dy[(s * i.n + n) * oh * ow * oc..][..oh * ow * oc];
+            let t = s * i.n + n;
+            let dyi = match dy {
+                OutputGrad::Given(dy) => &dy[t * oh * ow * oc..][..oh * ow * oc],
+                OutputGrad::ThroughPool { act, pool, z, dp } => {
+                    super::activation_pool::backward_images(act, pool, z, dp, t..t + 1, &mut made);
+                    &made[..]
+                }
+            };
             for (dst, g) in dyp.chunks_exact_mut(wide * oc).zip(dyi.chunks_exact(ow * oc)) {
                 dst[..ow * oc].copy_from_slice(g);
+            }
+            // The bias's gradient: the output gradient's column sums, image
+            // by image and pixel by pixel.
+            if op.bias {
+                let db = &mut part[conv.patch() * oc..][..oc];
+                for g in dyi.chunks_exact(oc) {
+                    db.iter_mut().zip(g).for_each(|(d, &g)| *d += g);
+                }
             }
             for (a, sum) in sums.chunks_exact_mut(rows * oc).enumerate() {
                 let a_op = Strided {
@@ -147,14 +184,6 @@ widest_fn! {
         for (dst, sum) in part.chunks_exact_mut(run * oc).zip(sums.chunks_exact(rows * oc)).take(conv.kh) {
             dst.copy_from_slice(&sum[..run * oc]);
         }
-        if op.bias {
-            let db = &mut part[conv.patch() * oc..][..oc];
-            db.fill(0.0);
-            let at = |n: usize| (s * i.n + n) * oh * ow * oc;
-            for g in dy[at(images.start)..at(images.end)].chunks_exact(oc) {
-                db.iter_mut().zip(g).for_each(|(d, &g)| *d += g);
-            }
-        }
     }
 }
 
@@ -164,7 +193,7 @@ pub(crate) fn conv2d_filter_grad(
     ctx: &CpuCtx,
     op: &ConvGemm,
     x: &[f32],
-    dy: &[f32],
+    dy: OutputGrad<'_>,
     dw: &mut [f32],
 ) {
     super::conv::sum_over_image_groups(ctx, op, dw, |s, images, part| {

@@ -7,10 +7,10 @@
 /// multiplies and adds, so that every width gives the same bits. (Adam's
 /// update, `optim.rs`, dispatches by hand: its test calls each width.)
 macro_rules! widest_fn {
-    ($(#[$meta:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         $(#[$meta])*
         #[allow(clippy::too_many_arguments)]
-        fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) {
             #[inline(always)]
             #[allow(clippy::too_many_arguments)]
             fn body($($arg: $ty),*) $body
@@ -702,7 +702,9 @@ impl Backend for CpuBackend {
         let dw = dst(OP, "dw", dw, op.weights_extent())?;
         match winograd::Transforms::for_op(op) {
             Some(tf) => winograd::conv2d_filter_grad(ctx, tf, op, x, dy, dw),
-            None if direct::pays(&op.conv) => direct::conv2d_filter_grad(ctx, op, x, dy, dw),
+            None if direct::pays(&op.conv) => {
+                direct::conv2d_filter_grad(ctx, op, x, direct::OutputGrad::Given(dy), dw)
+            }
             None => conv::conv2d_filter_grad(ctx, op, x, dy, dw),
         }
         Ok(())
@@ -820,6 +822,48 @@ impl Backend for CpuBackend {
         let dy = src(OP, "dy", dy, p.output().len())?;
         let dx = dst(OP, "dx", dx, p.input.len())?;
         activation_pool::backward(ctx, act, p, x, dy, dx);
+        Ok(())
+    }
+
+    fn conv2d_filter_grad_through_pool(
+        &self,
+        ctx: &mut CpuCtx,
+        op: &ConvGemm,
+        act: Activation,
+        pool: &Pool2d,
+        x: View<'_, CpuBuf>,
+        z: View<'_, CpuBuf>,
+        dp: View<'_, CpuBuf>,
+        cols: ViewMut<'_, CpuBuf>,
+        dw: ViewMut<'_, CpuBuf>,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_filter_grad_through_pool";
+        check_conv_gemm(OP, op)?;
+        check_tiled_pool(OP, pool)?;
+        let c = op.conv;
+        if pool.input
+            != crate::ops::Images::packed(c.input.slots, c.input.n, c.out_h(), c.out_w(), op.out_c)
+        {
+            return Err(shape_err(
+                OP,
+                "the pooling must read the convolution's packed output",
+            ));
+        }
+        let direct = op.precision == Precision::Fp32
+            && winograd::Transforms::for_op(op).is_none()
+            && direct::pays(&op.conv);
+        if !direct || op.conv.input.is_empty() {
+            // Elsewhere the output's gradient is made whole, then used.
+            let mut dy = CpuBuf(vec![0.0; op.out_len()]);
+            self.activation_pool2d_backward(ctx, act, pool, z, dp, crate::at_mut(&mut dy, 0))?;
+            return self.conv2d_filter_grad(ctx, op, x, crate::at(&dy, 0), cols, dw);
+        }
+        let x = src(OP, "x", x, op.conv.input.extent())?;
+        let z = src(OP, "z", z, pool.input.extent())?;
+        let dp = src(OP, "dp", dp, pool.output().len())?;
+        let dw = dst(OP, "dw", dw, op.weights_extent())?;
+        let dy = direct::OutputGrad::ThroughPool { act, pool, z, dp };
+        direct::conv2d_filter_grad(ctx, op, x, dy, dw);
         Ok(())
     }
 
