@@ -516,6 +516,20 @@ fn max_pool_ties_go_to_the_first<B: Backend>(d: &mut D<B>) {
     }
 }
 
+/// Whether the backend offers the pooled-activation ops, given what a
+/// call of one returned: where it does not, the call must say so.
+fn offered<B: Backend>(d: &D<B>, called: kernels::Result<()>) -> bool {
+    if d.b.pools_activations() {
+        called.unwrap();
+        return true;
+    }
+    assert!(
+        matches!(called, Err(KernelError::Unsupported { .. })),
+        "{called:?}"
+    );
+    false
+}
+
 /// Pooling an activation as it is read (where the backend offers it) gives
 /// the bits of the activation then the pooling, forward and backward, for
 /// every activation and both kinds, with ties (ReLU's zeros, repeated
@@ -531,14 +545,9 @@ fn activation_pool_equals_the_two_ops<B: Backend>(d: &mut D<B>) {
         at(&xb, 0),
         at_mut(&mut y, 0),
     );
-    if !d.b.pools_activations() {
-        assert!(
-            matches!(fused, Err(KernelError::Unsupported { .. })),
-            "{fused:?}"
-        );
+    if !offered(d, fused) {
         return;
     }
-    fused.unwrap();
     let (slots, n, c) = (2, 3, 19);
     for (h, w, k) in [(4, 6, 2), (6, 6, 3), (2, 2, 2)] {
         let per = n * h * w * c;
@@ -685,14 +694,9 @@ fn filter_grad_through_pool_equals_the_two_ops<B: Backend>(d: &mut D<B>) {
             at_mut(&mut cols, 0),
             at_mut(&mut got, 0),
         );
-        if !d.b.pools_activations() {
-            assert!(
-                matches!(fused, Err(KernelError::Unsupported { .. })),
-                "{fused:?}"
-            );
+        if !offered(d, fused) {
             return;
         }
-        fused.unwrap();
         let mut dy = d.zeros(op.out_len());
         d.b.activation_pool2d_backward(
             &mut d.ctx,

@@ -12,23 +12,17 @@
 use std::ops::Range;
 
 use super::CpuCtx;
-use super::conv::{beats, image_at, image_tasks, window_pixel};
+use super::conv::{beats, image_at, image_tasks_with, window_pixel};
 use super::elementwise::{ElementFns, with_element_fns};
-use super::par::{self, split_ranges};
+use super::par;
 use crate::ops::{Activation, Pool2d, PoolKind};
 
 /// `y = pool(act(x))`.
 pub(crate) fn forward(ctx: &CpuCtx, act: Activation, p: &Pool2d, x: &[f32], y: &mut [f32]) {
     let (i, o) = (p.input, p.output());
-    let tasks = image_tasks(ctx, i.slots, i.n, 4 * i.image_len());
-    let outs = split_ranges(
-        y,
-        tasks
-            .iter()
-            .map(|r| r.start * o.image_len()..r.end * o.image_len()),
-    );
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
-        forward_images(act, p, x, images.clone(), out)
+    let tasks = image_tasks_with(ctx, &i, 4 * i.image_len(), y, o.image_len());
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
+        forward_images(act, p, x, images, out)
     });
 }
 
@@ -41,15 +35,10 @@ pub(crate) fn backward(
     dy: &[f32],
     dx: &mut [f32],
 ) {
-    let image_len = p.input.image_len();
-    let i = p.input;
-    let tasks = image_tasks(ctx, i.slots, i.n, 4 * image_len);
-    let outs = split_ranges(
-        dx,
-        tasks.iter().map(|r| r.start * image_len..r.end * image_len),
-    );
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
-        backward_images(act, p, x, dy, images.clone(), out)
+    let len = p.input.image_len();
+    let tasks = image_tasks_with(ctx, &p.input, 4 * len, dx, len);
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
+        backward_images(act, p, x, dy, images, out)
     });
 }
 

@@ -17,7 +17,7 @@ use crate::ops::{
 };
 
 /// `(slot, image)` tasks over packed output images of `image_len` elements.
-pub(super) fn image_tasks(
+fn image_tasks(
     ctx: &CpuCtx,
     slots: usize,
     n: usize,
@@ -35,6 +35,23 @@ pub(super) fn image_tasks(
         .step_by(chunk)
         .map(|start| start..(start + chunk).min(total))
         .collect()
+}
+
+/// [`image_tasks`] (each image weighing `work` elements), each with its
+/// images' part of `out`, `out_len` elements an image.
+pub(super) fn image_tasks_with<'a>(
+    ctx: &CpuCtx,
+    i: &Images,
+    work: usize,
+    out: &'a mut [f32],
+    out_len: usize,
+) -> Vec<(Range<usize>, &'a mut [f32])> {
+    let tasks = image_tasks(ctx, i.slots, i.n, work);
+    let parts: Vec<_> = tasks
+        .iter()
+        .map(|r| r.start * out_len..r.end * out_len)
+        .collect();
+    tasks.into_iter().zip(split_ranges(out, parts)).collect()
 }
 
 /// The start of image `img` of `slot` in an input view.
@@ -104,13 +121,9 @@ fn col2im_image(conv: &Conv2d, src: &[f32], img: &mut [f32]) {
 pub(crate) fn im2col(ctx: &CpuCtx, conv: &Conv2d, x: &[f32], cols: &mut [f32]) {
     let i = conv.input;
     let per_image = conv.out_h() * conv.out_w() * conv.patch();
-    let tasks = image_tasks(ctx, i.slots, i.n, per_image);
-    let outs = split_ranges(
-        cols,
-        tasks.iter().map(|r| r.start * per_image..r.end * per_image),
-    );
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
-        for (t, out) in images.clone().zip(out.chunks_exact_mut(per_image)) {
+    let tasks = image_tasks_with(ctx, &i, per_image, cols, per_image);
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
+        for (t, out) in images.zip(out.chunks_exact_mut(per_image)) {
             let src = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
             im2col_image(conv, src, out, conv.patch());
         }
@@ -121,13 +134,9 @@ pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], 
     let i = conv.input;
     let per_image = conv.out_h() * conv.out_w() * conv.patch();
     let image_len = i.image_len();
-    let tasks = image_tasks(ctx, i.slots, i.n, image_len);
-    let outs = split_ranges(
-        dx,
-        tasks.iter().map(|r| r.start * image_len..r.end * image_len),
-    );
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
-        for (t, img) in images.clone().zip(out.chunks_exact_mut(image_len)) {
+    let tasks = image_tasks_with(ctx, &i, image_len, dx, image_len);
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
+        for (t, img) in images.zip(out.chunks_exact_mut(image_len)) {
             if !accumulate {
                 img.fill(0.0);
             }
@@ -389,15 +398,9 @@ pub(crate) fn pool2d(ctx: &CpuCtx, p: &Pool2d, x: &[f32], y: &mut [f32]) {
     let o = p.output();
     let c = i.c;
     let inv = 1.0 / (p.kh * p.kw) as f32;
-    let tasks = image_tasks(ctx, i.slots, i.n, 4 * i.image_len());
-    let outs = split_ranges(
-        y,
-        tasks
-            .iter()
-            .map(|r| r.start * o.image_len()..r.end * o.image_len()),
-    );
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
-        for (t, dst) in images.clone().zip(out.chunks_exact_mut(o.image_len())) {
+    let tasks = image_tasks_with(ctx, &i, 4 * i.image_len(), y, o.image_len());
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
+        for (t, dst) in images.zip(out.chunks_exact_mut(o.image_len())) {
             let img = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
             for oy in 0..o.h {
                 for ox in 0..o.w {
@@ -486,20 +489,16 @@ pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], d
     let c = i.c;
     let inv = 1.0 / (p.kh * p.kw) as f32;
     let image_len = i.image_len();
-    let tasks = image_tasks(ctx, i.slots, i.n, 4 * image_len);
-    let outs = split_ranges(
-        dx,
-        tasks.iter().map(|r| r.start * image_len..r.end * image_len),
-    );
+    let tasks = image_tasks_with(ctx, &i, 4 * image_len, dx, image_len);
     // Windows that tile the image exactly (2x2 stride 2 on even sizes):
     // every pixel has one window, so its gradient is written once, with
     // no zero fill and no scatter.
     let tiled = p.kind == PoolKind::Max && p.tiles();
-    par::run(ctx, tasks.iter().zip(outs), |(images, out)| {
+    par::run(ctx, tasks.into_iter(), |(images, out)| {
         // Per channel: the window's best value and pixel so far.
         let (mut best, mut arg) = (vec![0.0f32; c], vec![0usize; c]);
         let mut taken = vec![false; c];
-        for (t, dimg) in images.clone().zip(out.chunks_exact_mut(image_len)) {
+        for (t, dimg) in images.zip(out.chunks_exact_mut(image_len)) {
             let img = &x[image_at(&i, t / i.n, t % i.n)..][..image_len];
             let g = &dy[t * o.image_len()..(t + 1) * o.image_len()];
             if tiled {
@@ -728,10 +727,9 @@ pub(crate) fn augment(
 ) {
     let i = *images;
     let len = i.image_len();
-    let tasks = image_tasks(ctx, i.slots, i.n, len);
-    let outs = split_ranges(y, tasks.iter().map(|r| r.start * len..r.end * len));
-    par::run(ctx, tasks.iter().zip(outs), |(range, out)| {
-        for (t, dst) in range.clone().zip(out.chunks_exact_mut(len)) {
+    let tasks = image_tasks_with(ctx, &i, len, y, len);
+    par::run(ctx, tasks.into_iter(), |(range, out)| {
+        for (t, dst) in range.zip(out.chunks_exact_mut(len)) {
             let (slot, img) = (t / i.n, t % i.n);
             let (dy, dx, flip) = slots[slot].draw(dropout_step(steps, slot), img as u64);
             let src = &x[t * len..(t + 1) * len];
