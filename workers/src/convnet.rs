@@ -8,6 +8,13 @@
 //! the bias, activation and batch norm ops see pixels as rows and channels
 //! as columns, as in the MLP.
 //!
+//! Where the backend pools activations as it reads them
+//! ([`Backend::pools_activations`], the CPU) and nothing but the pooling
+//! reads a unit's activations, the activation and the pooling are one op
+//! each way and the activations are never written; a first unit without
+//! batch norm or a residual also makes its filter gradient through the
+//! pooling ([`Backend::conv2d_filter_grad_through_pool`]). Same bits.
+//!
 //! # Gradients
 //!
 //! The backward pass walks the units in reverse. A unit's activations can
