@@ -635,7 +635,7 @@ impl<B: Backend> ModelGroup<B> {
         out
     }
 
-    /// The inverse of [`Self::pad`]: slot `s`'s own packed vector, from
+    /// The inverse of `Self::pad`: slot `s`'s own packed vector, from
     /// one laid out as the group's (its part of [`Self::gradients`], say).
     pub fn unpad(&self, s: usize, laid: Vec<f32>) -> Vec<f32> {
         let Some(runs) = self.runs(s) else {

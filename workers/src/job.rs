@@ -39,7 +39,7 @@ pub struct FusionKey {
 impl FusionKey {
     /// The key with the hidden layers left out (their widths and their
     /// number): trials whose keys agree here can share a group of mixed
-    /// shapes ([`crate::ModelGroup::zeroed_mixed`]); conv nets' keys keep
+    /// shapes ([`crate::group::ModelGroup::zeroed_mixed`]); conv nets' keys keep
     /// their conv net, so only their heads may differ. `None` for a net
     /// without hidden layers (nothing to mix).
     pub fn mixable(&self) -> Option<FusionKey> {

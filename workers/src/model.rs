@@ -370,7 +370,7 @@ impl ModelSpec {
 
     /// Initial parameters. An MLP: He-normal for ReLU and GELU layers,
     /// Xavier-uniform for tanh, sigmoid and the output layer; zero biases.
-    /// A conv net: PyTorch's defaults ([`ModelSpec::init_params_torch`]).
+    /// A conv net: PyTorch's defaults (`ModelSpec::init_params_torch`).
     pub fn init_params(&self, seed: u64) -> Vec<f32> {
         if self.conv.is_some() {
             return self.init_params_torch(seed);

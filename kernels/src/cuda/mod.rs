@@ -987,7 +987,7 @@ impl Backend for CudaBackend {
         .map_err(blas_err("cublasSgemm"))
     }
 
-    /// One `cublasSgemmGroupedBatched` per [`GROUPED_MAX`] members (a
+    /// One `cublasSgemmGroupedBatched` per `GROUPED_MAX` members (a
     /// group of one problem per member), its pointer arrays written on the
     /// device by a small kernel so that a captured graph replays it; the
     /// other precisions, or a cuBLAS without it, one product per member.

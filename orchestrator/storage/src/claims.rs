@@ -304,7 +304,7 @@ impl Requeuer {
 
     /// Whether `row`, as read, is still the trial it judged: RUNNING and
     /// held by the claim it saw (or, for `Unclaimed`, by none, with the
-    /// heartbeat it saw). [`requeue`]'s statement checks the same inside
+    /// heartbeat it saw). `requeue`'s statement checks the same inside
     /// its transaction; this is for a caller that read the rows again.
     pub fn applies_to(&self, row: &super::TrialRow) -> bool {
         let held = row.owner.as_ref().map(|o| (o.run_id, o.attempt));

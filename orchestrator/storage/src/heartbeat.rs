@@ -142,7 +142,7 @@ impl Beat {
 
     /// Whether this process may judge other runs dead by the age of their
     /// heartbeats now: its own heartbeats flow (none is overdue by a
-    /// [`hiccup`]), and a whole limit has passed since its own last gap
+    /// `hiccup`), and a whole limit has passed since its own last gap
     /// longer than that.
     pub fn may_judge_others(&self) -> bool {
         let s = self.lock();

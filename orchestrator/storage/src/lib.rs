@@ -1,6 +1,6 @@
 //! Results in SQLite, in Optuna's own schema plus `salus_*` tables.
 //!
-//! * [`migrate`] creates Optuna's tables exactly as Optuna 5.0 does, then
+//! * `migrate` creates Optuna's tables exactly as Optuna 5.0 does, then
 //!   ours; a database Optuna made itself is adopted as it is.
 //! * [`Store`] opens a database (WAL, busy timeout), creates or resumes a
 //!   study, and reads trials back. Readers use their own connections.

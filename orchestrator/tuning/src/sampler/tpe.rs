@@ -92,7 +92,7 @@ pub struct TpeSampler {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Pending {
     /// [`Pending::Believe`] where the space has a continuous parameter or
-    /// [`BELIEVE_ON_GRIDS_FROM`] trials are pending (and the study has one
+    /// `BELIEVE_ON_GRIDS_FROM` trials are pending (and the study has one
     /// objective), else [`Pending::Lie`].
     #[default]
     Auto,
