@@ -442,6 +442,7 @@ impl<B: Backend> ConvWorkspace<B> {
                 )?;
                 continue;
             }
+            let len = k * rows * o.len();
             if self.act_pooled[i] {
                 let pool = self.pool_op(u, k, rows);
                 let dp = self.dp[i].as_ref().expect("pooled");
@@ -453,19 +454,18 @@ impl<B: Backend> ConvWorkspace<B> {
                     at(dp, 0),
                     at_mut(&mut self.dpre, 0),
                 )?;
-            } else if u.pooled {
-                let pool = self.pool_op(u, k, rows);
-                let dp = self.dp[i].as_ref().expect("pooled");
-                b.pool2d_backward(
-                    ctx,
-                    &pool,
-                    at(&self.a[i], 0),
-                    at(dp, 0),
-                    at_mut(&mut self.da[i], 0),
-                )?;
-            }
-            let len = k * rows * o.len();
-            if !self.act_pooled[i] {
+            } else {
+                if u.pooled {
+                    let pool = self.pool_op(u, k, rows);
+                    let dp = self.dp[i].as_ref().expect("pooled");
+                    b.pool2d_backward(
+                        ctx,
+                        &pool,
+                        at(&self.a[i], 0),
+                        at(dp, 0),
+                        at_mut(&mut self.da[i], 0),
+                    )?;
+                }
                 let act = ActivationOp {
                     activation: self.activation,
                     n: len,
