@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use super::CpuCtx;
 use super::conv::{beats, image_at, image_tasks_with, window_pixel};
-use super::elementwise::{ElementFns, with_element_fns};
+use super::elementwise::{ElementFns, Identity, with_element_fns};
 use super::par;
 use crate::ops::{Activation, Pool2d, PoolKind};
 
@@ -60,6 +60,22 @@ widest_fn! {
         out: &mut [f32],
     ) {
         with_element_fns!(act, A => backward_generic::<A>(p, x, dy, images, out))
+    }
+}
+
+widest_fn! {
+    /// Max pooling's gradient where the windows tile the image (no
+    /// activation): per window, its maximum, then the first pixel equal
+    /// to it (NaN equal to NaN) takes the gradient and the others 0. The
+    /// same pixel as the general path's first-largest rule.
+    pub(super) fn max_pool_backward_tiled(
+        p: &Pool2d,
+        x: &[f32],
+        dy: &[f32],
+        images: Range<usize>,
+        out: &mut [f32],
+    ) {
+        backward_generic::<Identity>(p, x, dy, images, out)
     }
 }
 

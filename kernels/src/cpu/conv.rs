@@ -432,57 +432,6 @@ pub(crate) fn pool2d(ctx: &CpuCtx, p: &Pool2d, x: &[f32], y: &mut [f32]) {
     });
 }
 
-/// Max pooling's gradient where the windows tile the image: per window,
-/// its maximum, then each pixel in row-major order takes the gradient if
-/// it is the first to equal it (NaN counting as equal to NaN), else 0.
-/// The same pixel as the general path's first-largest rule, in loops over
-/// whole channel vectors that the compiler vectorises.
-fn max_pool_backward_tiled(
-    p: &Pool2d,
-    img: &[f32],
-    g: &[f32],
-    dimg: &mut [f32],
-    (best, taken): (&mut [f32], &mut [bool]),
-) {
-    let (o, c) = (p.output(), p.input.c);
-    for oy in 0..o.h {
-        for ox in 0..o.w {
-            let gd = &g[(oy * o.w + ox) * c..][..c];
-            let first = window_pixel(p, oy, ox, 0, 0) * c;
-            best.copy_from_slice(&img[first..first + c]);
-            for ki in 0..p.kh {
-                for kj in 0..p.kw {
-                    let at = window_pixel(p, oy, ox, ki, kj) * c;
-                    for (b, &v) in best.iter_mut().zip(&img[at..at + c]) {
-                        *b = if beats(v, *b) { v } else { *b };
-                    }
-                }
-            }
-            taken.fill(false);
-            for ki in 0..p.kh {
-                for kj in 0..p.kw {
-                    let at = window_pixel(p, oy, ox, ki, kj) * c;
-                    let v = &img[at..at + c];
-                    let d = &mut dimg[at..at + c];
-                    // `&` and `|`, not `&&` and `||`: no branches, so the
-                    // loop vectorises.
-                    for ((((d, &v), &b), &g), t) in d
-                        .iter_mut()
-                        .zip(v)
-                        .zip(&*best)
-                        .zip(gd)
-                        .zip(taken.iter_mut())
-                    {
-                        let hit = !*t & ((v == b) | (v.is_nan() & b.is_nan()));
-                        *d = if hit { g } else { 0.0 };
-                        *t |= hit;
-                    }
-                }
-            }
-        }
-    }
-}
-
 pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], dx: &mut [f32]) {
     let i = p.input;
     let o = p.output();
@@ -495,16 +444,15 @@ pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], d
     // no zero fill and no scatter.
     let tiled = p.kind == PoolKind::Max && p.tiles();
     par::run(ctx, tasks.into_iter(), |(images, out)| {
+        if tiled {
+            // The fused pass's loops, with no activation.
+            return super::activation_pool::max_pool_backward_tiled(p, x, dy, images, out);
+        }
         // Per channel: the window's best value and pixel so far.
         let (mut best, mut arg) = (vec![0.0f32; c], vec![0usize; c]);
-        let mut taken = vec![false; c];
         for (t, dimg) in images.zip(out.chunks_exact_mut(image_len)) {
             let img = &x[image_at(&i, t / i.n, t % i.n)..][..image_len];
             let g = &dy[t * o.image_len()..(t + 1) * o.image_len()];
-            if tiled {
-                max_pool_backward_tiled(p, img, g, dimg, (&mut best, &mut taken));
-                continue;
-            }
             dimg.fill(0.0);
             for oy in 0..o.h {
                 for ox in 0..o.w {

@@ -19,10 +19,23 @@ pub(super) trait ElementFns {
     fn dx(x: f32, y: f32, dy: f32) -> f32;
 }
 
+/// No activation: what plain pooling's gradient runs through.
+pub(super) struct Identity;
 pub(super) struct Relu;
 pub(super) struct Gelu;
 pub(super) struct Tanh;
 pub(super) struct Sigmoid;
+
+impl ElementFns for Identity {
+    #[inline(always)]
+    fn y(x: f32) -> f32 {
+        x
+    }
+    #[inline(always)]
+    fn dx(_: f32, _: f32, dy: f32) -> f32 {
+        dy
+    }
+}
 
 impl ElementFns for Relu {
     #[inline(always)]
