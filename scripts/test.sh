@@ -25,6 +25,19 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# A full disk otherwise shows up minutes later as pip's "[Errno 28]" in the
+# middle of torch, or as a linker error. A fresh clone needs about 7 GB for
+# .venv (torch's CUDA libraries, unpacked through the temp folder) and 5 GB
+# for target/; a warm one a little for the tests' own files.
+need_gb=1
+.venv/bin/python -c "import torch" >/dev/null 2>&1 || need_gb=$((need_gb + 7))
+[[ -d target/release ]] || need_gb=$((need_gb + 5))
+free_gb=$(( $(df -Pk . | awk 'NR == 2 { print $4 }') / 1024 / 1024 ))
+if (( free_gb < need_gb )); then
+    echo "scripts/test.sh: $free_gb GB free on the disk of $PWD, and this run needs about $need_gb GB (.venv with torch, target/); free some and rerun" >&2
+    exit 1
+fi
+
 if ! .venv/bin/python -c "import optuna, pandas, psycopg2, optuna_dashboard" >/dev/null 2>&1; then
     echo "setting up .venv with optuna 5.0, pandas, psycopg2 and optuna-dashboard (for the interop tests)"
     python3 -m venv .venv
