@@ -19,6 +19,7 @@ use std::ops::Range;
 use super::CpuCtx;
 use super::gemm_unpacked::{Strided, product};
 use super::par;
+use super::vector::add_assign;
 use crate::ops::{Activation, Conv2d, ConvGemm, Pool2d};
 
 /// Where the filter gradient reads the output's gradient: as given, or
@@ -94,9 +95,7 @@ widest_fn! {
                 product((ow, oc, conv.kh * run), a_op, b, (&mut *y, oc), false, &mut pad);
                 if let Some(b) = bias {
                     for px in y.chunks_exact_mut(oc) {
-                        for c in 0..oc {
-                            px[c] += b[c];
-                        }
+                        add_assign(px, b);
                     }
                 }
             }
@@ -168,7 +167,7 @@ widest_fn! {
             if op.bias {
                 let db = &mut part[conv.patch() * oc..][..oc];
                 for g in dyi.chunks_exact(oc) {
-                    db.iter_mut().zip(g).for_each(|(d, &g)| *d += g);
+                    add_assign(db, g);
                 }
             }
             for (a, sum) in sums.chunks_exact_mut(rows * oc).enumerate() {

@@ -49,6 +49,7 @@ mod gemm_unpacked;
 mod loss;
 mod optim;
 mod par;
+mod vector;
 mod winograd;
 
 use std::sync::Arc;

@@ -30,6 +30,8 @@ use super::CpuCtx;
 use super::conv::with_scratch;
 use super::gemm_unpacked::{Strided, product};
 use super::par;
+// A transform holds `LANES` channels in registers at once.
+use super::vector::{LANES, add_assign, load, store};
 use crate::ops::{Conv2d, ConvGemm};
 
 /// Side of an input tile.
@@ -204,8 +206,6 @@ fn combine<'a>(
     }
 }
 
-/// Channels a transform holds in registers at once.
-const LANES: usize = 16;
 
 /// Which of the one-dimensional transforms [`transform`] applies.
 #[derive(Clone, Copy)]
@@ -292,23 +292,6 @@ fn offsets(at: impl Fn(usize) -> Option<usize>) -> [Option<usize>; T] {
         *o = at(k);
     }
     out
-}
-
-/// `LANES` values from `buf[at..]`, as one vector load.
-#[inline(always)]
-fn load(buf: &[f32], at: usize) -> [f32; LANES] {
-    assert!(at + LANES <= buf.len());
-    // SAFETY: in bounds by the assert; `[f32; LANES]` has no alignment
-    // beyond `f32`'s and the read is unaligned.
-    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at) as *const [f32; LANES]) }
-}
-
-/// `v` into `buf[at..]`, as one vector store.
-#[inline(always)]
-fn store(buf: &mut [f32], at: usize, v: [f32; LANES]) {
-    assert!(at + LANES <= buf.len());
-    // SAFETY: in bounds by the assert; the write is unaligned.
-    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; LANES], v) }
 }
 
 // The four one-dimensional transforms of F(4, 5) with the points 0, +-1,
@@ -526,28 +509,9 @@ fn output_tile(
         transform(OneD::Output, (tmp, &from), (out, &to), oc, false);
         if let Some(b) = bias {
             for j in 0..mj {
-                add_bias(&mut out[px(j)..][..oc], b);
+                add_assign(&mut out[px(j)..][..oc], b);
             }
         }
-    }
-}
-
-/// `d += b`, whole vectors at a time: as a plain loop it was compiled
-/// for vectors only from 65 channels on, and ran one channel at a time
-/// for 32 and 64.
-#[inline(always)]
-fn add_bias(d: &mut [f32], b: &[f32]) {
-    let mut c0 = 0;
-    while c0 + LANES <= d.len() {
-        let (mut v, bv) = (load(d, c0), load(b, c0));
-        for j in 0..LANES {
-            v[j] += bv[j];
-        }
-        store(d, c0, v);
-        c0 += LANES;
-    }
-    for (d, b) in d[c0..].iter_mut().zip(&b[c0..]) {
-        *d += b;
     }
 }
 
@@ -853,7 +817,7 @@ widest_fn! {
             let db = &mut part[r * r * block..][..oc];
             db.fill(0.0);
             for g in dy.chunks_exact(oc) {
-                db.iter_mut().zip(g).for_each(|(d, &g)| *d += g);
+                add_assign(db, g);
             }
         }
     }

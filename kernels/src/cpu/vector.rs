@@ -1,0 +1,61 @@
+//! Whole-vector loads, stores and adds for hand-blocked loops.
+//!
+//! Why by hand: LLVM vectorises a plain `d[i] += s[i]` over a length known
+//! only at run time where the length reaches its unrolled block (65 floats
+//! for 16-wide vectors), so rows of 32 or 64 channels ran one float at a
+//! time. These work [`LANES`] floats at a time, whatever the length; inside
+//! a `widest_fn!` body a `[f32; LANES]` is one AVX-512 register.
+
+/// Floats in one vector of these helpers.
+pub(crate) const LANES: usize = 16;
+
+/// `LANES` values from `buf[at..]`, as one vector load.
+#[inline(always)]
+pub(crate) fn load(buf: &[f32], at: usize) -> [f32; LANES] {
+    assert!(at + LANES <= buf.len());
+    // SAFETY: in bounds by the assert; `[f32; LANES]` has no alignment
+    // beyond `f32`'s and the read is unaligned.
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at) as *const [f32; LANES]) }
+}
+
+/// `v` into `buf[at..]`, as one vector store.
+#[inline(always)]
+pub(crate) fn store(buf: &mut [f32], at: usize, v: [f32; LANES]) {
+    assert!(at + LANES <= buf.len());
+    // SAFETY: in bounds by the assert; the write is unaligned.
+    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; LANES], v) }
+}
+
+/// `d += s` element by element (`s` at least as long as `d`), whole
+/// vectors at a time: the same bits as the plain loop.
+#[inline(always)]
+pub(crate) fn add_assign(d: &mut [f32], s: &[f32]) {
+    let mut c0 = 0;
+    while c0 + LANES <= d.len() {
+        let (mut v, sv) = (load(d, c0), load(s, c0));
+        for j in 0..LANES {
+            v[j] += sv[j];
+        }
+        store(d, c0, v);
+        c0 += LANES;
+    }
+    for (d, s) in d[c0..].iter_mut().zip(&s[c0..]) {
+        *d += s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn add_assign_adds_every_element_of_any_length() {
+        for len in [0, 1, 15, 16, 17, 32, 33, 64, 100] {
+            let s: Vec<f32> = (0..len + 3).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut d: Vec<f32> = (0..len).map(|i| (i * i) as f32).collect();
+            let want: Vec<f32> = d.iter().zip(&s).map(|(d, s)| d + s).collect();
+            add_assign(&mut d, &s);
+            assert_eq!(d, want, "length {len}");
+        }
+    }
+}
