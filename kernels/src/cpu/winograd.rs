@@ -206,7 +206,6 @@ fn combine<'a>(
     }
 }
 
-
 /// Which of the one-dimensional transforms [`transform`] applies.
 #[derive(Clone, Copy)]
 enum OneD {
