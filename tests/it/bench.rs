@@ -348,19 +348,19 @@ fn bench_packing_on_cuda_without_a_device_is_an_input_error() {
 #[test]
 fn bench_workers_measures_the_round_trip_and_the_throughput() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_in(
-        dir.path(),
-        &[
-            "bench",
-            "workers",
-            "--json",
-            "--trials",
-            "4",
-            "--objective-ms",
-            "20",
-        ],
-    );
+    let tmp = private_tmp(dir.path());
+    let out = output_of(bin().current_dir(dir.path()).env("TMPDIR", &tmp).args([
+        "bench",
+        "workers",
+        "--json",
+        "--trials",
+        "4",
+        "--objective-ms",
+        "20",
+    ]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Its study, client and sockets are gone.
+    assert_eq!(left_in(&tmp), Vec::<String>::new());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for key in [
         "round_trip_mean_us",
@@ -605,19 +605,19 @@ fn bench_swap_measures_both_ways_to_pause_a_torch_trial() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = run_in(
-        dir.path(),
-        &[
-            "bench",
-            "swap",
-            "--json",
-            "--megabytes",
-            "8",
-            "--rounds",
-            "2",
-        ],
-    );
+    let tmp = private_tmp(dir.path());
+    let out = output_of(bin().current_dir(dir.path()).env("TMPDIR", &tmp).args([
+        "bench",
+        "swap",
+        "--json",
+        "--megabytes",
+        "8",
+        "--rounds",
+        "2",
+    ]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    // Its worker, checkpoints and sockets are gone.
+    assert_eq!(left_in(&tmp), Vec::<String>::new());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // 8 MiB of 2048-wide layers is one layer: 2048 x 2048 + 2048 floats.
     assert_eq!(v["parameter_bytes"], 4 * (2048 * 2048 + 2048));

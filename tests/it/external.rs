@@ -1274,3 +1274,49 @@ fn an_external_receiver_refuses_a_built_in_state_and_names_a_missing_file() {
         "{err}"
     );
 }
+
+/// A pruned trial's worker is told to stop and reaped by a thread of its
+/// own, which may outlive the run (here the last trial is pruned): the run
+/// still leaves no socket, and no socket folder, behind.
+#[test]
+fn pruned_workers_leave_no_sockets_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = private_tmp(dir.path());
+    // Each trial reports its number: one after another, every trial after
+    // the first is worse than the median before it.
+    let script = write(
+        dir.path(),
+        "worse.py",
+        "import salus_worker
+\
+         t = salus_worker.connect()
+\
+         for i in t.iterations(6):
+\
+         \x20   t.report(i + 1, float(t.number))
+\
+         t.done(float(t.number))
+",
+    );
+    let study = worker_study("worse", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 3")
+        + "\n[scheduler]\nmax_concurrent = 1\n\n\
+           [pruner]\nkind = \"median\"\nstartup_trials = 1\nwarmup_steps = 0\n";
+    write(dir.path(), "w.toml", &study);
+    let out = output_of(
+        bin()
+            .current_dir(dir.path())
+            .env("TMPDIR", &tmp)
+            .args(["w.toml", "--no-progress"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let states: Vec<TrialState> = trials(&dir.path().join("worse.db"), None)
+        .iter()
+        .map(|t| t.state)
+        .collect();
+    assert_eq!(
+        states,
+        [TrialState::Complete, TrialState::Pruned, TrialState::Pruned]
+    );
+    assert_eq!(left_in(&tmp), Vec::<String>::new());
+}

@@ -245,6 +245,7 @@ pub fn run(
     }
     progress(&format!("salus-tune: {salus_s:.2} s"));
     let _ = std::fs::remove_dir_all(&dir);
+    crate::external::worker::shut_down_workers();
     super::remove_carried_files();
     Ok(Results {
         python: python.into(),

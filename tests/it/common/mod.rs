@@ -168,6 +168,37 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// A fresh folder inside `dir` to run the binary with as its `TMPDIR`, so
+/// that [`left_in`] can see what a run leaves behind.
+pub fn private_tmp(dir: &Path) -> PathBuf {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
+/// What runs with `tmp` as their `TMPDIR` left in it under salus-tune's
+/// names (a worker's own libraries keep caches there, as torch's
+/// `torchinductor_*`): those entries and theirs, one level down, sorted.
+pub fn left_in(tmp: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    for e in std::fs::read_dir(tmp).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("salus") {
+            continue;
+        }
+        let inner = std::fs::read_dir(e.path())
+            .map(|d| {
+                d.flatten()
+                    .map(|f| f.file_name().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        left.push(format!("{name} {inner:?}"));
+    }
+    left.sort();
+    left
+}
+
 pub fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
