@@ -117,6 +117,9 @@ pub fn run(
 ) -> Result<Results> {
     python_ok(python)?;
     let dir = tempfile_dir()?;
+    let _cleanup = super::TempCleanup {
+        own: Some(dir.clone()),
+    };
     let io = |source: std::io::Error| Error::Io {
         what: "bench workers".into(),
         source,
@@ -244,9 +247,6 @@ pub fn run(
         ));
     }
     progress(&format!("salus-tune: {salus_s:.2} s"));
-    let _ = std::fs::remove_dir_all(&dir);
-    crate::external::worker::shut_down_workers();
-    super::remove_carried_files();
     Ok(Results {
         python: python.into(),
         round_trips: times.len() as u64,

@@ -138,6 +138,24 @@ pub fn remove_carried_files() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Removes, when dropped, what a bench that runs external workers in
+/// process leaves in the temporary folder, however it ends: the workers'
+/// sockets, what [`carried_file`] wrote, and the bench's own folder.
+/// Declared before the bench's trials, it is dropped after them.
+pub struct TempCleanup {
+    pub own: Option<std::path::PathBuf>,
+}
+
+impl Drop for TempCleanup {
+    fn drop(&mut self) {
+        crate::external::worker::shut_down_workers();
+        remove_carried_files();
+        if let Some(dir) = &self.own {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// Synthetic classification data with `features` inputs, about 1.5 batches
 /// of training rows (so that an epoch is exactly one iteration, whatever the
 /// stratified split's rounding) and a small validation part.

@@ -210,24 +210,9 @@ pub fn run(
     } else {
         python.to_string()
     };
+    // Its checkpoints, beside the client: hundreds of MB at the default size.
+    let _cleanup = super::TempCleanup { own: None };
     let dir = super::carried_client()?;
-    // The folder holds the checkpoints too (hundreds of MB at the default
-    // size): removed however the runs end.
-    let results = measure(python, &dir, megabytes, n, device, progress);
-    crate::external::worker::shut_down_workers();
-    super::remove_carried_files();
-    results
-}
-
-/// [`run`]'s measurement, its worker and checkpoints in `dir`.
-fn measure(
-    python: &str,
-    dir: &std::path::Path,
-    megabytes: u64,
-    n: usize,
-    device: &'static str,
-    progress: &mut dyn FnMut(&str),
-) -> Result<Results> {
     std::fs::write(dir.join("swap_worker.py"), SCRIPT).map_err(|source| Error::Io {
         what: "bench swap: writing the worker".into(),
         source,
@@ -243,9 +228,9 @@ fn measure(
         "{layers} layers of {width} x {width}: {:.0} MiB of parameters; in process...",
         parameter_bytes as f64 / (1 << 20) as f64
     ));
-    let in_process_ms = rounds(python, dir, true, params.clone(), n, device)?;
+    let in_process_ms = rounds(python, &dir, true, params.clone(), n, device)?;
     progress("checkpoint, exit and restart...");
-    let checkpoint_ms = rounds(python, dir, false, params, n, device)?;
+    let checkpoint_ms = rounds(python, &dir, false, params, n, device)?;
     Ok(Results {
         device,
         python: python.to_string(),
