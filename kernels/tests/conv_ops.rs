@@ -467,7 +467,8 @@ fn pool_of(
 /// against a float64 reference, and their gradients against finite
 /// differences of L = sum(G * pool(x)).
 fn pooling_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
-    let (n, c) = (2, 3);
+    // 19 channels: a whole vector and a tail, where the CPU works by vectors.
+    let (n, c) = (2, 19);
     for (case, geom) in pools().into_iter().enumerate() {
         let (h, w) = (geom.1, geom.2);
         let p = pool_of(1, n, c, n * h * w * c, geom);
@@ -494,25 +495,29 @@ fn pooling_forward_and_finite_differences<B: Backend>(d: &mut D<B>) {
 }
 
 /// Max pooling passes the gradient to the first largest input of a window,
-/// as PyTorch does, when values tie.
+/// as PyTorch does, when values tie: with one channel, and with 17 (a
+/// whole vector of channels and one more) holding the same windows.
 fn max_pool_ties_go_to_the_first<B: Backend>(d: &mut D<B>) {
-    let p = pool_of(1, 1, 1, 4, (PoolKind::Max, 2, 2, 2, 2));
-    let xb = d.put(&[1.0, 3.0, 3.0, 2.0]);
-    let gb = d.put(&[5.0]);
-    let mut dx = d.zeros(4);
-    d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
-        .unwrap();
-    assert_eq!(d.get(&dx), vec![0.0, 5.0, 0.0, 0.0]);
     // A NaN is the window's maximum (it propagates), the first NaN taking
     // the gradient; +0 and -0 tie.
-    for (x, want) in [
+    let windows = [
+        ([1.0, 3.0, 3.0, 2.0], [0.0, 5.0, 0.0, 0.0]),
         ([2.0, f32::NAN, 5.0, f32::NAN], [0.0, 5.0, 0.0, 0.0]),
         ([-0.0, 0.0, -1.0, 0.0], [5.0, 0.0, 0.0, 0.0]),
-    ] {
-        let xb = d.put(&x);
-        d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
-            .unwrap();
-        assert_eq!(d.get(&dx), want, "window {x:?}");
+    ];
+    for c in [1, 17] {
+        let p = pool_of(1, 1, c, 4 * c, (PoolKind::Max, 2, 2, 2, 2));
+        let per_channel =
+            |v: [f32; 4]| -> Vec<f32> { v.iter().flat_map(|&v| vec![v; c]).collect() };
+        let gb = d.put(&vec![5.0; c]);
+        let mut dx = d.zeros(4 * c);
+        for (x, want) in windows {
+            let xb = d.put(&per_channel(x));
+            d.b.pool2d_backward(&mut d.ctx, &p, at(&xb, 0), at(&gb, 0), at_mut(&mut dx, 0))
+                .unwrap();
+            let want: Vec<f32> = per_channel(want);
+            assert_eq!(d.get(&dx), want, "window {x:?}, {c} channels");
+        }
     }
 }
 

@@ -15,6 +15,7 @@ use super::CpuCtx;
 use super::conv::{beats, image_at, image_tasks_with, window_pixel};
 use super::elementwise::{ElementFns, Identity, with_element_fns};
 use super::par;
+use super::vector::{LANES, load, store};
 use crate::ops::{Activation, Pool2d, PoolKind};
 
 /// `y = pool(act(x))`.
@@ -64,6 +65,13 @@ widest_fn! {
 }
 
 widest_fn! {
+    /// Pooling with no activation, any windows (they need not tile).
+    pub(super) fn pool_forward_images(p: &Pool2d, x: &[f32], images: Range<usize>, out: &mut [f32]) {
+        forward_generic::<Identity>(p, x, images, out)
+    }
+}
+
+widest_fn! {
     /// Max pooling's gradient where the windows tile the image (no
     /// activation): per window, its maximum, then the first pixel equal
     /// to it (NaN equal to NaN) takes the gradient and the others 0. The
@@ -79,39 +87,82 @@ widest_fn! {
     }
 }
 
+/// Runs `block` over a pixel's channels: whole vectors, then one at a time.
+///
+/// Why by hand: see [`super::vector`]; loops over 32 or 64 channels ran a
+/// float at a time, the slowest part of `cnn-32`'s first stage.
+macro_rules! channel_blocks {
+    ($c:expr, |$ch:ident, $N:ident| $block:expr) => {{
+        let mut $ch = 0;
+        while $ch + LANES <= $c {
+            {
+                const $N: usize = LANES;
+                $block;
+            }
+            $ch += LANES;
+        }
+        while $ch < $c {
+            {
+                const $N: usize = 1;
+                $block;
+            }
+            $ch += 1;
+        }
+    }};
+}
+
 #[inline(always)]
 fn forward_generic<A: ElementFns>(p: &Pool2d, x: &[f32], images: Range<usize>, out: &mut [f32]) {
     let (i, o, c) = (p.input, p.output(), p.input.c);
-    let inv = 1.0 / (p.kh * p.kw) as f32;
     for (t, dst) in images.zip(out.chunks_exact_mut(o.image_len())) {
         let img = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
         for oy in 0..o.h {
             for ox in 0..o.w {
-                let d = &mut dst[(oy * o.w + ox) * c..][..c];
-                for ki in 0..p.kh {
-                    for kj in 0..p.kw {
-                        let at = window_pixel(p, oy, ox, ki, kj) * c;
-                        let v = &img[at..at + c];
-                        let pairs = d.iter_mut().zip(v);
-                        if ki == 0 && kj == 0 {
-                            pairs.for_each(|(d, &v)| *d = A::y(v));
-                            continue;
-                        }
-                        match p.kind {
-                            PoolKind::Max => pairs.for_each(|(b, &v)| {
-                                let v = A::y(v);
-                                *b = if beats(v, *b) { v } else { *b };
-                            }),
-                            PoolKind::Avg => pairs.for_each(|(b, &v)| *b += A::y(v)),
-                        }
-                    }
-                }
-                if p.kind == PoolKind::Avg {
-                    d.iter_mut().for_each(|v| *v *= inv);
-                }
+                let at = (oy * o.w + ox) * c;
+                channel_blocks!(c, |ch, N| store(
+                    dst,
+                    at + ch,
+                    forward_window::<A, N>(p, img, (oy, ox), ch)
+                ));
             }
         }
     }
+}
+
+/// `pool(act(x))` of window `(oy, ox)`, channels `ch..ch + N`.
+#[inline(always)]
+fn forward_window<A: ElementFns, const N: usize>(
+    p: &Pool2d,
+    img: &[f32],
+    (oy, ox): (usize, usize),
+    ch: usize,
+) -> [f32; N] {
+    let c = p.input.c;
+    let at = |ki, kj| window_pixel(p, oy, ox, ki, kj) * c + ch;
+    let first: [f32; N] = load(img, at(0, 0));
+    let mut d = first.map(A::y);
+    for ki in 0..p.kh {
+        for kj in 0..p.kw {
+            if ki + kj == 0 {
+                continue;
+            }
+            let v: [f32; N] = load(img, at(ki, kj));
+            match p.kind {
+                PoolKind::Max => {
+                    for j in 0..N {
+                        let v = A::y(v[j]);
+                        d[j] = if beats(v, d[j]) { v } else { d[j] };
+                    }
+                }
+                PoolKind::Avg => (0..N).for_each(|j| d[j] += A::y(v[j])),
+            }
+        }
+    }
+    if p.kind == PoolKind::Avg {
+        let inv = 1.0 / (p.kh * p.kw) as f32;
+        d.iter_mut().for_each(|v| *v *= inv);
+    }
+    d
 }
 
 #[inline(always)]
@@ -123,59 +174,80 @@ fn backward_generic<A: ElementFns>(
     out: &mut [f32],
 ) {
     let (i, o, c) = (p.input, p.output(), p.input.c);
-    let inv = 1.0 / (p.kh * p.kw) as f32;
-    // Per channel: the window's largest activation, and whether a pixel
-    // has taken the window's gradient yet.
-    let (mut best, mut taken) = (vec![0.0f32; c], vec![false; c]);
     for (t, dimg) in images.zip(out.chunks_exact_mut(i.image_len())) {
         let img = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
         let g = &dy[t * o.image_len()..(t + 1) * o.image_len()];
         for oy in 0..o.h {
             for ox in 0..o.w {
-                let gd = &g[(oy * o.w + ox) * c..][..c];
-                if p.kind == PoolKind::Max {
-                    let first = window_pixel(p, oy, ox, 0, 0) * c;
-                    best.iter_mut()
-                        .zip(&img[first..first + c])
-                        .for_each(|(b, &v)| *b = A::y(v));
-                    for ki in 0..p.kh {
-                        for kj in 0..p.kw {
-                            let at = window_pixel(p, oy, ox, ki, kj) * c;
-                            for (b, &v) in best.iter_mut().zip(&img[at..at + c]) {
-                                let v = A::y(v);
-                                *b = if beats(v, *b) { v } else { *b };
-                            }
-                        }
+                let at = (oy * o.w + ox) * c;
+                channel_blocks!(c, |ch, N| backward_window::<A, N>(
+                    p,
+                    img,
+                    load(g, at + ch),
+                    (oy, ox),
+                    ch,
+                    dimg
+                ));
+            }
+        }
+    }
+}
+
+/// The gradient of window `(oy, ox)`'s pixels, channels `ch..ch + N`,
+/// given the window's output gradient `g`.
+#[inline(always)]
+fn backward_window<A: ElementFns, const N: usize>(
+    p: &Pool2d,
+    img: &[f32],
+    g: [f32; N],
+    (oy, ox): (usize, usize),
+    ch: usize,
+    dimg: &mut [f32],
+) {
+    let c = p.input.c;
+    let at = |ki, kj| window_pixel(p, oy, ox, ki, kj) * c + ch;
+    match p.kind {
+        PoolKind::Max => {
+            // The window's largest activation, then the first pixel equal
+            // to it (NaN equal to NaN), row-major, takes the gradient, as
+            // in unfused max pooling; `&` and `|` keep the loop branch-free.
+            let first: [f32; N] = load(img, at(0, 0));
+            let mut best = first.map(A::y);
+            for ki in 0..p.kh {
+                for kj in 0..p.kw {
+                    let v: [f32; N] = load(img, at(ki, kj));
+                    for j in 0..N {
+                        let y = A::y(v[j]);
+                        best[j] = if beats(y, best[j]) { y } else { best[j] };
                     }
-                    taken.fill(false);
                 }
-                for ki in 0..p.kh {
-                    for kj in 0..p.kw {
-                        let at = window_pixel(p, oy, ox, ki, kj) * c;
-                        let v = &img[at..at + c];
-                        let d = &mut dimg[at..at + c];
-                        match p.kind {
-                            // The first pixel equal to the largest takes the
-                            // gradient (NaN equal to NaN), as in unfused max
-                            // pooling; `&` and `|` keep the loop branch-free.
-                            PoolKind::Max => {
-                                for ((((d, &v), &b), &g), t) in
-                                    d.iter_mut().zip(v).zip(&best).zip(gd).zip(taken.iter_mut())
-                                {
-                                    let y = A::y(v);
-                                    let hit = !*t & ((y == b) | (y.is_nan() & b.is_nan()));
-                                    *t |= hit;
-                                    *d = A::dx(v, y, if hit { g } else { 0.0 });
-                                }
-                            }
-                            PoolKind::Avg => {
-                                for ((d, &v), &g) in d.iter_mut().zip(v).zip(gd) {
-                                    // `0.0 +`: the unfused op adds onto zeros, which turns -0 into 0.
-                                    *d = A::dx(v, A::y(v), 0.0 + g * inv);
-                                }
-                            }
-                        }
+            }
+            let mut taken = [false; N];
+            for ki in 0..p.kh {
+                for kj in 0..p.kw {
+                    let v: [f32; N] = load(img, at(ki, kj));
+                    let mut d = [0.0; N];
+                    for j in 0..N {
+                        let (y, b) = (A::y(v[j]), best[j]);
+                        let hit = !taken[j] & ((y == b) | (y.is_nan() & b.is_nan()));
+                        taken[j] |= hit;
+                        d[j] = A::dx(v[j], y, if hit { g[j] } else { 0.0 });
                     }
+                    store(dimg, at(ki, kj), d);
+                }
+            }
+        }
+        PoolKind::Avg => {
+            let inv = 1.0 / (p.kh * p.kw) as f32;
+            for ki in 0..p.kh {
+                for kj in 0..p.kw {
+                    let v: [f32; N] = load(img, at(ki, kj));
+                    let mut d = [0.0; N];
+                    for j in 0..N {
+                        // `0.0 +`: the unfused op adds onto zeros, which turns -0 into 0.
+                        d[j] = A::dx(v[j], A::y(v[j]), 0.0 + g[j] * inv);
+                    }
+                    store(dimg, at(ki, kj), d);
                 }
             }
         }

@@ -389,46 +389,15 @@ pub(super) fn window_pixel(p: &Pool2d, oy: usize, ox: usize, ki: usize, kj: usiz
     (oy * p.stride + ki) * p.input.w + ox * p.stride + kj
 }
 
-// Pooling walks each window's pixels and works on whole channel vectors
-// (contiguous in NHWC), which the compiler vectorises; a task is a few
-// whole images, smaller than for element-wise ops since each output reads
-// a window.
+// Pooling works a window's pixels a channel vector at a time (contiguous
+// in NHWC), through the loops of the fused activation's pooling; a task
+// is a few whole images, smaller than for element-wise ops since each
+// output reads a window.
 pub(crate) fn pool2d(ctx: &CpuCtx, p: &Pool2d, x: &[f32], y: &mut [f32]) {
-    let i = p.input;
-    let o = p.output();
-    let c = i.c;
-    let inv = 1.0 / (p.kh * p.kw) as f32;
+    let (i, o) = (p.input, p.output());
     let tasks = image_tasks_with(ctx, &i, 4 * i.image_len(), y, o.image_len());
     par::run(ctx, tasks.into_iter(), |(images, out)| {
-        for (t, dst) in images.zip(out.chunks_exact_mut(o.image_len())) {
-            let img = &x[image_at(&i, t / i.n, t % i.n)..][..i.image_len()];
-            for oy in 0..o.h {
-                for ox in 0..o.w {
-                    let d = &mut dst[(oy * o.w + ox) * c..][..c];
-                    let first = window_pixel(p, oy, ox, 0, 0) * c;
-                    d.copy_from_slice(&img[first..first + c]);
-                    for ki in 0..p.kh {
-                        for kj in 0..p.kw {
-                            if ki == 0 && kj == 0 {
-                                continue;
-                            }
-                            let at = window_pixel(p, oy, ox, ki, kj) * c;
-                            let v = &img[at..at + c];
-                            match p.kind {
-                                PoolKind::Max => d
-                                    .iter_mut()
-                                    .zip(v)
-                                    .for_each(|(b, &v)| *b = if beats(v, *b) { v } else { *b }),
-                                PoolKind::Avg => d.iter_mut().zip(v).for_each(|(b, &v)| *b += v),
-                            }
-                        }
-                    }
-                    if p.kind == PoolKind::Avg {
-                        d.iter_mut().for_each(|v| *v *= inv);
-                    }
-                }
-            }
-        }
+        super::activation_pool::pool_forward_images(p, x, images, out)
     });
 }
 

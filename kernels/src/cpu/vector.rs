@@ -9,21 +9,22 @@
 /// Floats in one vector of these helpers.
 pub(crate) const LANES: usize = 16;
 
-/// `LANES` values from `buf[at..]`, as one vector load.
+/// `N` values from `buf[at..]`: one vector load where `N` is [`LANES`]
+/// (and one float where a loop's tail takes `N = 1`).
 #[inline(always)]
-pub(crate) fn load(buf: &[f32], at: usize) -> [f32; LANES] {
-    assert!(at + LANES <= buf.len());
-    // SAFETY: in bounds by the assert; `[f32; LANES]` has no alignment
+pub(crate) fn load<const N: usize>(buf: &[f32], at: usize) -> [f32; N] {
+    assert!(at + N <= buf.len());
+    // SAFETY: in bounds by the assert; `[f32; N]` has no alignment
     // beyond `f32`'s and the read is unaligned.
-    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at) as *const [f32; LANES]) }
+    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(at) as *const [f32; N]) }
 }
 
-/// `v` into `buf[at..]`, as one vector store.
+/// `v` into `buf[at..]`, as one vector store where `N` is [`LANES`].
 #[inline(always)]
-pub(crate) fn store(buf: &mut [f32], at: usize, v: [f32; LANES]) {
-    assert!(at + LANES <= buf.len());
+pub(crate) fn store<const N: usize>(buf: &mut [f32], at: usize, v: [f32; N]) {
+    assert!(at + N <= buf.len());
     // SAFETY: in bounds by the assert; the write is unaligned.
-    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; LANES], v) }
+    unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; N], v) }
 }
 
 /// `d += s` element by element (`s` at least as long as `d`), whole
@@ -32,7 +33,7 @@ pub(crate) fn store(buf: &mut [f32], at: usize, v: [f32; LANES]) {
 pub(crate) fn add_assign(d: &mut [f32], s: &[f32]) {
     let mut c0 = 0;
     while c0 + LANES <= d.len() {
-        let (mut v, sv) = (load(d, c0), load(s, c0));
+        let (mut v, sv) = (load::<LANES>(d, c0), load::<LANES>(s, c0));
         for j in 0..LANES {
             v[j] += sv[j];
         }

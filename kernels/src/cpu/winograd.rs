@@ -265,7 +265,7 @@ fn transform(
             if w == LANES {
                 let mut v = o[r];
                 if add {
-                    let d = load(dst, at + c0);
+                    let d = load::<LANES>(dst, at + c0);
                     for j in 0..LANES {
                         v[j] += d[j];
                     }
