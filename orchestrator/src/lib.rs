@@ -38,3 +38,4 @@ pub mod progress;
 pub mod run_lock;
 pub mod runner;
 pub mod study;
+pub mod temp_folders;

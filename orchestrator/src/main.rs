@@ -322,6 +322,9 @@ fn main() {
     // SAFETY: the first statement of main, before any thread is started.
     unsafe { kernels::cuda::prefer_device_connections() };
     let cli = cli::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    if matches!(cli.command, Command::Run { .. } | Command::Bench { .. }) {
+        salus_tune::temp_folders::sweep_once();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

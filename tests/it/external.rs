@@ -1320,3 +1320,60 @@ fn pruned_workers_leave_no_sockets_behind() {
     );
     assert_eq!(left_in(&tmp), Vec::<String>::new());
 }
+
+/// A run killed with `kill -9` cannot remove its socket folder; the next
+/// run sweeps it once it has been unchanged for an hour (aged here by
+/// hand), with a bench folder a gone process left. A gone process's folder
+/// changed within the hour, and a live process's, stay.
+#[test]
+fn a_killed_runs_sockets_are_swept_by_a_later_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = private_tmp(dir.path());
+    // Slow iterations, so that the kill lands while a worker runs.
+    let script = write(
+        dir.path(),
+        "slow.py",
+        "import time, salus_worker\n\
+         t = salus_worker.connect()\n\
+         for i in t.iterations(6):\n\
+         \x20   time.sleep(0.3)\n\
+         \x20   t.report(i + 1, 1.0)\n\
+         t.done(1.0)\n",
+    );
+    let study = worker_study("slow", &script, "x = { float = [0.0, 1.0] }", "")
+        .replace("trials = 8", "trials = 2");
+    write(dir.path(), "s.toml", &study);
+    let args = ["s.toml", "--no-progress"];
+    let run = Running::spawn(bin().current_dir(dir.path()).env("TMPDIR", &tmp).args(args));
+    let killed = tmp.join(format!("salus-tune-{}", run.id()));
+    wait_until("a worker's socket", Duration::from_secs(60), || {
+        std::fs::read_dir(&killed).is_ok_and(|mut d| d.next().is_some())
+    });
+    run.kill();
+    assert!(killed.is_dir(), "a killed run cannot clean up");
+
+    // A process that has ended, for folders of a gone process.
+    let mut ended = std::process::Command::new("true").spawn().unwrap();
+    ended.wait().unwrap();
+    let bench = tmp.join(format!("salus-tune-bench-{}", ended.id()));
+    std::fs::create_dir_all(bench.join("ckpt")).unwrap();
+    std::fs::write(bench.join("ckpt/t0.s3"), [0u8; 64]).unwrap();
+    // This test's own process is alive.
+    let live = tmp.join(format!("salus-tune-{}", std::process::id()));
+    std::fs::create_dir_all(&live).unwrap();
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    for d in [&killed, &bench, &live] {
+        std::fs::File::open(d)
+            .and_then(|f| f.set_modified(two_hours_ago))
+            .unwrap();
+    }
+    let recent = tmp.join(format!("salus-tune-{}", ended.id()));
+    std::fs::create_dir_all(&recent).unwrap();
+
+    let out = output_of(bin().current_dir(dir.path()).env("TMPDIR", &tmp).args(args));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let name = |p: &Path| format!("{} []", p.file_name().unwrap().to_string_lossy());
+    let mut kept = vec![name(&live), name(&recent)];
+    kept.sort();
+    assert_eq!(left_in(&tmp), kept);
+}

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 /// process's own temporary folder and returns its path: an installed
 /// binary has no source tree to find it in.
 pub fn carried_file(name: &str, contents: &str) -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    let dir = crate::temp_folders::bench_dir();
     let path = dir.join(name);
     std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::write(&path, contents))
@@ -76,7 +76,7 @@ pub fn write_client(dir: &std::path::Path) -> Result<()> {
 /// The client package in this process's temporary folder (see
 /// [`carried_file`]): the folder to put on `PYTHONPATH`.
 pub fn carried_client() -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    let dir = crate::temp_folders::bench_dir();
     write_client(&dir)?;
     Ok(dir)
 }
@@ -134,7 +134,7 @@ pub fn run_anchor_script(
 
 /// Removes what [`carried_file`] wrote.
 pub fn remove_carried_files() {
-    let dir = std::env::temp_dir().join(format!("salus-tune-bench-{}", std::process::id()));
+    let dir = crate::temp_folders::bench_dir();
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -217,10 +217,7 @@ fn fail(msg: impl Into<String>) -> WorkerError {
     WorkerError::External(msg.into())
 }
 
-/// This process's folder for worker sockets (and its MPS daemon's).
-pub(crate) fn socket_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("salus-tune-{}", std::process::id()))
-}
+pub(crate) use crate::temp_folders::socket_dir;
 
 /// At the end of a run: tells the idle serving workers to exit, reaps
 /// them, and removes the socket folder.
@@ -251,23 +248,11 @@ pub fn shut_down_workers() {
         let _ = p.child.wait();
         let _ = std::fs::remove_file(&p.socket);
     }
-    remove_sockets(&socket_dir());
-}
-
-/// Removes the trial sockets in `dir`, then `dir` if that leaves it empty.
-/// A pruned trial's worker is reaped by a thread of its own that removes
-/// its socket when the worker exits, which may be after the run ends; it
-/// connected long ago, and a socket's name is only needed to connect. (An
-/// MPS daemon's folders there are its own.)
-fn remove_sockets(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.path().extension().is_some_and(|x| x == "sock") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-    let _ = std::fs::remove_dir(dir);
+    // A pruned trial's worker is reaped by a thread of its own that
+    // removes its socket when the worker exits, which may be after the run
+    // ends; it connected long ago, and a socket's name is only needed to
+    // connect.
+    crate::temp_folders::remove_sockets(&socket_dir());
 }
 
 /// Where a PBT donor saves the state a trial with checkpoint file
