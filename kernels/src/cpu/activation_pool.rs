@@ -15,7 +15,7 @@ use super::CpuCtx;
 use super::conv::{beats, image_at, image_tasks_with, window_pixel};
 use super::elementwise::{ElementFns, Identity, with_element_fns};
 use super::par;
-use super::vector::{LANES, load, store};
+use super::vector::{channel_blocks, load, store};
 use crate::ops::{Activation, Pool2d, PoolKind};
 
 /// `y = pool(act(x))`.
@@ -85,30 +85,6 @@ widest_fn! {
     ) {
         backward_generic::<Identity>(p, x, dy, images, out)
     }
-}
-
-/// Runs `block` over a pixel's channels: whole vectors, then one at a time.
-///
-/// Why by hand: see [`super::vector`]; loops over 32 or 64 channels ran a
-/// float at a time, the slowest part of `cnn-32`'s first stage.
-macro_rules! channel_blocks {
-    ($c:expr, |$ch:ident, $N:ident| $block:expr) => {{
-        let mut $ch = 0;
-        while $ch + LANES <= $c {
-            {
-                const $N: usize = LANES;
-                $block;
-            }
-            $ch += LANES;
-        }
-        while $ch < $c {
-            {
-                const $N: usize = 1;
-                $block;
-            }
-            $ch += 1;
-        }
-    }};
 }
 
 #[inline(always)]

@@ -12,6 +12,7 @@ use std::ops::Range;
 use super::CpuCtx;
 use super::gemm;
 use super::par::{self, MIN_ELEMS_PER_TASK, split_ranges};
+use super::vector::{channel_blocks, load, store};
 use crate::ops::{
     AugmentSlot, BatchNorm, Conv2d, ConvGemm, Images, Pool2d, PoolKind, dropout_step,
 };
@@ -465,21 +466,56 @@ pub(crate) fn pool2d_backward(ctx: &CpuCtx, p: &Pool2d, x: &[f32], dy: &[f32], d
     });
 }
 
-/// Per channel of one slot: `(sum of a, sum of b)` over rows, in f64.
-fn channel_sums(
-    rows: usize,
-    cols: usize,
-    mut f: impl FnMut(usize, usize) -> (f64, f64),
-) -> (Vec<f64>, Vec<f64>) {
-    let (mut a, mut b) = (vec![0.0f64; cols], vec![0.0f64; cols]);
-    for r in 0..rows {
-        for c in 0..cols {
-            let (x, y) = f(r, c);
-            a[c] += x;
-            b[c] += y;
-        }
+widest_fn! {
+    /// Per channel of one slot's `rows x c` values `xs`, in f64: the mean
+    /// into `out[..c]`, then the sum of squared deviations from it into
+    /// `out[c..]`, each channel summed over rows in order (a vector of
+    /// channels at a time: the bits of one channel at a time).
+    fn slot_moments(xs: &[f32], c: usize, out: &mut [f64]) {
+        let rows = xs.len() / c;
+        channel_blocks!(c, |ch, N| {
+            let mut sum = [0.0f64; N];
+            for r in 0..rows {
+                let v: [f32; N] = load(xs, r * c + ch);
+                (0..N).for_each(|j| sum[j] += v[j] as f64);
+            }
+            let mean = sum.map(|v| v / rows as f64);
+            let mut sq = [0.0f64; N];
+            for r in 0..rows {
+                let v: [f32; N] = load(xs, r * c + ch);
+                for j in 0..N {
+                    let d = v[j] as f64 - mean[j];
+                    sq[j] += d * d;
+                }
+            }
+            out[ch..ch + N].copy_from_slice(&mean);
+            out[c + ch..c + ch + N].copy_from_slice(&sq);
+        })
     }
-    (a, b)
+}
+
+widest_fn! {
+    /// Per channel of one slot, in f64 (summed as [`slot_moments`]): the
+    /// sum of the output's gradient `dy` into `out[..c]` (beta's gradient)
+    /// and of `dy * xhat` into `out[c..]` (gamma's), `xhat` from `x` and
+    /// the slot's saved `[mean; c]`, `[1/std; c]`.
+    fn slot_param_grads(x: &[f32], dy: &[f32], saved: &[f32], c: usize, out: &mut [f64]) {
+        let rows = x.len() / c;
+        channel_blocks!(c, |ch, N| {
+            let (mean, inv): ([f32; N], [f32; N]) = (load(saved, ch), load(saved, c + ch));
+            let (mut dbeta, mut dgamma) = ([0.0f64; N], [0.0f64; N]);
+            for r in 0..rows {
+                let (xv, g): ([f32; N], [f32; N]) = (load(x, r * c + ch), load(dy, r * c + ch));
+                for j in 0..N {
+                    let xhat = (xv[j] - mean[j]) * inv[j];
+                    dbeta[j] += g[j] as f64;
+                    dgamma[j] += g[j] as f64 * xhat as f64;
+                }
+            }
+            out[ch..ch + N].copy_from_slice(&dbeta);
+            out[c + ch..c + ch + N].copy_from_slice(&dgamma);
+        })
+    }
 }
 
 pub(crate) fn batch_norm_train(
@@ -493,14 +529,15 @@ pub(crate) fn batch_norm_train(
 ) {
     let s = bn.shape;
     let (rows, c) = (s.rows, s.cols);
-    for slot in 0..s.slots {
-        let xs = &x[slot * s.per_slot()..][..s.per_slot()];
-        let (sum, _) = channel_sums(rows, c, |r, ch| (xs[r * c + ch] as f64, 0.0));
-        let mean: Vec<f64> = sum.iter().map(|v| v / rows as f64).collect();
-        let (sq, _) = channel_sums(rows, c, |r, ch| {
-            let d = xs[r * c + ch] as f64 - mean[ch];
-            (d * d, 0.0)
-        });
+    // Slots in parallel: each one's sums are its own, in order.
+    let mut moments = vec![0.0f64; s.slots * 2 * c];
+    par::run(
+        ctx,
+        moments.chunks_exact_mut(2 * c).enumerate(),
+        |(slot, out)| slot_moments(&x[slot * s.per_slot()..][..s.per_slot()], c, out),
+    );
+    for (slot, mo) in moments.chunks_exact(2 * c).enumerate() {
+        let (mean, sq) = mo.split_at(c);
         let sv = &mut saved[slot * 2 * c..(slot + 1) * 2 * c];
         let run = &mut running[slot * bn.running_stride..][..2 * c];
         let m = bn.momentum as f64;
@@ -566,12 +603,25 @@ fn apply(
             None => st[c..].to_vec(),
         };
         let xs = &x[(g.slot * s.rows + g.start) * c..(g.slot * s.rows + g.end) * c];
-        for (yr, xr) in y.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
-            for ch in 0..c {
-                yr[ch] = p[ch] * ((xr[ch] - st[ch]) * inv[ch]) + p[c + ch];
-            }
-        }
+        normalise_rows(xs, st, &inv, p, c, y)
     });
+}
+
+widest_fn! {
+    /// `y = gamma * ((x - mean) * inv_std) + beta` over rows of `c`
+    /// channels, `mean` in `st[..c]` and `[gamma; c] [beta; c]` in `p`.
+    fn normalise_rows(xs: &[f32], st: &[f32], inv: &[f32], p: &[f32], c: usize, y: &mut [f32]) {
+        for (yr, r) in y.chunks_exact_mut(c).zip((0..).step_by(c)) {
+            channel_blocks!(c, |ch, N| {
+                let (x, mean, inv): ([f32; N], [f32; N], [f32; N]) =
+                    (load(xs, r + ch), load(st, ch), load(inv, ch));
+                let (gamma, beta): ([f32; N], [f32; N]) = (load(p, ch), load(p, c + ch));
+                let mut v = [0.0; N];
+                (0..N).for_each(|j| v[j] = gamma[j] * ((x[j] - mean[j]) * inv[j]) + beta[j]);
+                store(yr, ch, v)
+            })
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -587,14 +637,18 @@ pub(crate) fn batch_norm_backward(
 ) {
     let s = bn.shape;
     let (rows, c) = (s.rows, s.cols);
-    for slot in 0..s.slots {
-        let base = slot * s.per_slot();
-        let sv = &saved[slot * 2 * c..(slot + 1) * 2 * c];
-        let (dbeta, dgamma) = channel_sums(rows, c, |r, ch| {
-            let (xv, g) = (x[base + r * c + ch], dy[base + r * c + ch]);
-            let xhat = (xv - sv[ch]) * sv[c + ch];
-            (g as f64, g as f64 * xhat as f64)
-        });
+    let mut sums = vec![0.0f64; s.slots * 2 * c];
+    par::run(
+        ctx,
+        sums.chunks_exact_mut(2 * c).enumerate(),
+        |(slot, out)| {
+            let at = slot * s.per_slot()..(slot + 1) * s.per_slot();
+            let sv = &saved[slot * 2 * c..(slot + 1) * 2 * c];
+            slot_param_grads(&x[at.clone()], &dy[at], sv, c, out)
+        },
+    );
+    for (slot, sums) in sums.chunks_exact(2 * c).enumerate() {
+        let (dbeta, dgamma) = sums.split_at(c);
         let dp = &mut dparams[slot * bn.param_stride..][..2 * c];
         for ch in 0..c {
             dp[ch] = dgamma[ch] as f32;
@@ -612,16 +666,42 @@ pub(crate) fn batch_norm_backward(
         let sv = &saved[g.slot * 2 * c..(g.slot + 1) * 2 * c];
         let p = &params[g.slot * bn.param_stride..][..2 * c];
         let dp = &dparams[g.slot * bn.param_stride..][..2 * c];
-        let m = rows as f32;
-        for (k, dxr) in dx.chunks_exact_mut(c).enumerate() {
-            let at = (g.slot * rows + g.start + k) * c;
-            for ch in 0..c {
-                let xhat = (x[at + ch] - sv[ch]) * sv[c + ch];
-                let scale = p[ch] * sv[c + ch] / m;
-                dxr[ch] = scale * (m * dy[at + ch] - dp[c + ch] - xhat * dp[ch]);
-            }
-        }
+        let at = (g.slot * rows + g.start) * c..(g.slot * rows + g.end) * c;
+        normalise_rows_backward(&x[at.clone()], &dy[at], sv, p, dp, rows, c, dx)
     });
+}
+
+widest_fn! {
+    /// The input's gradient over rows of `c` channels, given the slot's
+    /// saved `[mean; c] [1/std; c]`, `[gamma; c] [beta; c]` and their
+    /// gradients, the statistics over `rows` rows.
+    fn normalise_rows_backward(
+        x: &[f32],
+        dy: &[f32],
+        sv: &[f32],
+        p: &[f32],
+        dp: &[f32],
+        rows: usize,
+        c: usize,
+        dx: &mut [f32],
+    ) {
+        let m = rows as f32;
+        for (dxr, at) in dx.chunks_exact_mut(c).zip((0..).step_by(c)) {
+            channel_blocks!(c, |ch, N| {
+                let (xv, g): ([f32; N], [f32; N]) = (load(x, at + ch), load(dy, at + ch));
+                let (mean, inv, gamma): ([f32; N], [f32; N], [f32; N]) =
+                    (load(sv, ch), load(sv, c + ch), load(p, ch));
+                let (dgamma, dbeta): ([f32; N], [f32; N]) = (load(dp, ch), load(dp, c + ch));
+                let mut d = [0.0; N];
+                for j in 0..N {
+                    let xhat = (xv[j] - mean[j]) * inv[j];
+                    let scale = gamma[j] * inv[j] / m;
+                    d[j] = scale * (m * g[j] - dbeta[j] - xhat * dgamma[j]);
+                }
+                store(dxr, ch, d)
+            })
+        }
+    }
 }
 
 pub(crate) fn add(ctx: &CpuCtx, x: &[f32], y: &mut [f32]) {

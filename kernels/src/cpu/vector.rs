@@ -27,6 +27,31 @@ pub(crate) fn store<const N: usize>(buf: &mut [f32], at: usize, v: [f32; N]) {
     unsafe { std::ptr::write_unaligned(buf.as_mut_ptr().add(at) as *mut [f32; N], v) }
 }
 
+/// Runs `block` over `c` channels: with `N` a constant [`LANES`] for each
+/// whole vector of them, then `N = 1` for each channel left, `ch` the
+/// first channel of the block. A block's code, generic over `N`, is then
+/// one vector's work or one float's.
+macro_rules! channel_blocks {
+    ($c:expr, |$ch:ident, $N:ident| $block:expr) => {{
+        let mut $ch = 0;
+        while $ch + $crate::cpu::vector::LANES <= $c {
+            {
+                const $N: usize = $crate::cpu::vector::LANES;
+                $block;
+            }
+            $ch += $crate::cpu::vector::LANES;
+        }
+        while $ch < $c {
+            {
+                const $N: usize = 1;
+                $block;
+            }
+            $ch += 1;
+        }
+    }};
+}
+pub(crate) use channel_blocks;
+
 /// `d += s` element by element (`s` at least as long as `d`), whole
 /// vectors at a time: the same bits as the plain loop.
 #[inline(always)]
