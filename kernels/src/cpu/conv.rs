@@ -160,9 +160,10 @@ pub(crate) fn col2im(ctx: &CpuCtx, conv: &Conv2d, cols: &[f32], dx: &mut [f32], 
 const CHUNK_BYTES: usize = 512 << 10;
 
 /// Per slot, the filter gradient is summed in this many fixed image groups
-/// (fewer when there are fewer images), each a task of its own, then the
-/// groups' partial sums are added in order. Fixed, so that the bits depend
-/// on neither the thread count nor the other slots of the call.
+/// (fewer when there are fewer images, or a form asks for more images a
+/// group), each a task of its own, then the groups' partial sums are added
+/// in order. Fixed by the shape, so that the bits depend on neither the
+/// thread count nor the other slots of the call.
 const FILTER_GROUPS: usize = 8;
 
 thread_local! {
@@ -301,7 +302,7 @@ pub(crate) fn conv2d_filter_grad(
     let (conv, oc) = (&op.conv, op.out_c);
     let (i, pixels, ld) = (conv.input, conv.out_h() * conv.out_w(), op.weight_rows());
     let per = chunk_images(conv);
-    sum_over_image_groups(ctx, op, dw, |s, images, part| {
+    sum_over_image_groups(ctx, op, 1, dw, |s, images, part| {
         let mut beta = 0.0;
         for lo in images.clone().step_by(per) {
             let chunk = lo..(lo + per).min(images.end);
@@ -317,20 +318,22 @@ pub(crate) fn conv2d_filter_grad(
 }
 
 /// A weight gradient per slot (overwritten), summed over
-/// [`FILTER_GROUPS`] fixed groups of each slot's images: `group(slot,
-/// images, part)` writes one group's partial gradient (`weights_len()`
-/// elements, the bias's after the weights'), each a task of its own, and
-/// the partials are added in group order. Every form of the convolution
-/// sums this way, so that a slot's bits depend on neither the thread count
-/// nor the other slots.
+/// [`FILTER_GROUPS`] fixed groups of each slot's images (fewer where a
+/// group would get fewer than `min_images`): `group(slot, images, part)`
+/// writes one group's partial gradient (`weights_len()` elements, the
+/// bias's after the weights'), each a task of its own, and the partials
+/// are added in group order. Every form of the convolution sums this way,
+/// so that a slot's bits depend on its shape alone, neither on the thread
+/// count nor on the other slots.
 pub(super) fn sum_over_image_groups(
     ctx: &CpuCtx,
     op: &ConvGemm,
+    min_images: usize,
     dw: &mut [f32],
     group: impl Fn(usize, Range<usize>, &mut [f32]) + Sync + Send,
 ) {
     let (i, len) = (op.conv.input, op.weights_len());
-    let groups = FILTER_GROUPS.min(i.n).max(1);
+    let groups = FILTER_GROUPS.min(i.n / min_images.max(1)).max(1);
     let tasks: Vec<(usize, Range<usize>)> = (0..i.slots)
         .flat_map(|s| (0..groups).map(move |g| (s, g * i.n / groups..(g + 1) * i.n / groups)))
         .collect();

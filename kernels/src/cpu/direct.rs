@@ -195,7 +195,7 @@ pub(crate) fn conv2d_filter_grad(
     dy: OutputGrad<'_>,
     dw: &mut [f32],
 ) {
-    super::conv::sum_over_image_groups(ctx, op, dw, |s, images, part| {
+    super::conv::sum_over_image_groups(ctx, op, 1, dw, |s, images, part| {
         filter_grad_group(op, x, dy, s, images, part)
     });
 }

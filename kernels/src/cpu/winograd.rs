@@ -143,6 +143,10 @@ pub(crate) fn pays(conv: &Conv2d, out_c: usize) -> bool {
     conv.stride == 1 && conv.kh == 5 && conv.kw == 5 && conv.input.c >= 16 && out_c >= 16
 }
 
+/// Tiles a filter gradient's image group covers at least, where the
+/// slot's images allow it (see [`conv2d_filter_grad`]).
+const MIN_TILES_PER_GROUP: usize = 64;
+
 /// A convolution's tiles.
 #[derive(Clone, Copy)]
 struct Tiling {
@@ -839,7 +843,10 @@ pub(crate) fn conv2d_filter_grad(
     let (i, oc) = (tl.conv.input, op.out_c);
     let (pixels, block) = (tl.conv.out_h() * tl.conv.out_w(), tl.in_c * oc);
     let per = tl.chunk_images();
-    super::conv::sum_over_image_groups(ctx, op, dw, |s, images, part| {
+    // A group's finish costs about as much as the products of 8 tiles:
+    // with few tiles an image (small images), fewer, larger groups.
+    let min_images = MIN_TILES_PER_GROUP.div_ceil(tl.per_image());
+    super::conv::sum_over_image_groups(ctx, op, min_images, dw, |s, images, part| {
         let mut du = vec![0.0f32; POS * block];
         for (k, lo) in images.clone().step_by(per).enumerate() {
             let chunk = lo..(lo + per).min(images.end);
