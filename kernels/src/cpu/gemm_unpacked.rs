@@ -1,6 +1,7 @@
 //! Products whose operands already sit in cache, multiplied without
-//! packing them first: Winograd's 64 products per chunk of tiles, and the
-//! direct convolutions' products with image rows read in place.
+//! packing them first: Winograd's 64 products per chunk of tiles, the
+//! direct convolutions' products with image rows read in place, and the
+//! patch form's output from a chunk's patch rows.
 //!
 //! Why not `matrixmultiply`: it copies both operands into packed panels on
 //! every call. For a product whose inner dimension is a convolution's
