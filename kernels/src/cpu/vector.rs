@@ -56,18 +56,11 @@ pub(crate) use channel_blocks;
 /// vectors at a time: the same bits as the plain loop.
 #[inline(always)]
 pub(crate) fn add_assign(d: &mut [f32], s: &[f32]) {
-    let mut c0 = 0;
-    while c0 + LANES <= d.len() {
-        let (mut v, sv) = (load::<LANES>(d, c0), load::<LANES>(s, c0));
-        for j in 0..LANES {
-            v[j] += sv[j];
-        }
-        store(d, c0, v);
-        c0 += LANES;
-    }
-    for (d, s) in d[c0..].iter_mut().zip(&s[c0..]) {
-        *d += s;
-    }
+    channel_blocks!(d.len(), |c0, N| {
+        let (mut v, sv): ([f32; N], [f32; N]) = (load(d, c0), load(s, c0));
+        (0..N).for_each(|j| v[j] += sv[j]);
+        store(d, c0, v)
+    })
 }
 
 #[cfg(test)]
