@@ -62,7 +62,7 @@
 #   11-digits-cuda.txt, 12-digits-cpu.txt   studies/digits.toml on each
 #   26-ramp-cost.txt    the wall time of a 100-trial TPE digits study on
 #                       cuda:0 under the default start (scripts/ramp-cost.sh)
-#                       and with 8 and 4 trials in flight throughout
+#                       and with 8, 4 and 2 trials in flight throughout
 #   14-16-profile-*.txt each kernel's time in fused K=64 iterations (h =
 #                       256, 1024) and a lone h=4096 one (ncu)
 #   17-bench-cnn-*.json / .log    bench packing's conv-net cells on cuda:0:
@@ -271,8 +271,9 @@ study 12-digits-cpu.txt 45 cpu
 
 # What the start of one trial per lane costs on a GPU (InFlight::ramp):
 # the digits study with TPE and 100 trials under the default (4 in flight
-# until the study holds 60 trials, then 8), then 8 and 4 throughout.
-phase 26-ramp-cost.txt 60 bash scripts/ramp-cost.sh gpu-build/salus-tune cuda:0
+# until the study holds 60 trials, then 8), then 8, 4 and 2 throughout
+# (2: the pace of a longer start, docs/benchmarks/concurrency.md).
+phase 26-ramp-cost.txt 90 bash scripts/ramp-cost.sh gpu-build/salus-tune cuda:0
 
 # The conv nets: the digits as images (small kernels, launch-bound) and the
 # cuda-convnet preset on 32x32x3 images (about 4.7 GFLOP per iteration at

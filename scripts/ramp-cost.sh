@@ -3,21 +3,24 @@
 # lane (`InFlight::ramp`) costs in time. The digits study with TPE, 100
 # trials and LANES lanes (4, the default on a GPU), run under the default
 # in flight (one trial per lane until the study holds 60 trials, then two),
-# then with `max_concurrent` at two per lane and at one per lane
-# throughout; prints each run's wall time and best value. Each run gets a
-# fresh database in a temporary folder.
+# then with `max_concurrent` at two per lane, at one per lane and at half
+# the lanes throughout (the last: the pace of a longer start, 2 in flight
+# on a GPU's 4 lanes, docs/benchmarks/concurrency.md); prints each run's
+# wall time and best value. Each run gets a fresh database in a temporary
+# folder.
 set -euo pipefail
 bin=$1 device=$2 lanes=${3:-4}
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for mc in default two-per-lane one-per-lane; do
+for mc in default two-per-lane one-per-lane half-the-lanes; do
     toml=$work/$mc.toml
     sed -e 's/^trials = 32/trials = 100/' -e 's/^kind = "random"/kind = "tpe"/' studies/digits.toml > "$toml"
     printf '\n[scheduler]\nlanes = %s\n' "$lanes" >> "$toml"
     case $mc in
         two-per-lane) echo "max_concurrent = $((2 * lanes))" >> "$toml" ;;
         one-per-lane) echo "max_concurrent = $lanes" >> "$toml" ;;
+        half-the-lanes) echo "max_concurrent = $(( (lanes + 1) / 2 ))" >> "$toml" ;;
     esac
     start=$(date +%s%N)
     "$bin" "$toml" --device "$device" --storage "$work/$mc.db" --no-progress > "$work/$mc.log" 2>&1 ||
