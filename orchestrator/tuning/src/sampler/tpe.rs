@@ -51,11 +51,14 @@
 //! Each takes the value a Gaussian process fitted on the finished trials
 //! predicts for it (the kriging believer, [`super::gp`]): a pending trial
 //! that looks good then draws the next proposals near it, as its result
-//! most likely will. On a space where every parameter is discrete, a lone
-//! pending trial counts as a bad observation instead (a constant liar, as
-//! Optuna's `constant_liar`), so that two proposals spread out over the
-//! few levels; from [`BELIEVE_ON_GRIDS_FROM`] pending on, they are believed
-//! there too. Measured at 1-16 trials in flight in
+//! most likely will. From [`WIDEN_BELIEVED_FROM`] pending on, a believed
+//! trial's kernel is measured against the finished trials only, and made
+//! [`BELIEVED_WIDTH`] times as wide, so that many believed trials beside
+//! the best ones do not close the good density on one basin. On a space
+//! where every parameter is discrete, a lone pending trial counts as a bad
+//! observation instead (a constant liar, as Optuna's `constant_liar`), so
+//! that two proposals spread out over the few levels; from
+//! [`BELIEVE_ON_GRIDS_FROM`] pending on, they are believed there too. Measured at 1-16 trials in flight in
 //! `docs/benchmarks/concurrency.md`. Pruned trials are results, not
 //! pending ones: as in Optuna's TPE they count toward the random start and
 //! rank after every finished trial, the furthest first (the runner
@@ -138,6 +141,22 @@ pub const CLIP_EXPONENT: f64 = 1.25;
 /// objective: wider than [`CLIP_EXPONENT`], whose narrow kernels settled
 /// in Levy-5's local minima (`docs/benchmarks/concurrency.md`).
 pub const CONTINUOUS_CLIP_EXPONENT: f64 = 1.15;
+
+/// From this many pending trials on, a believed trial's kernel is
+/// [`BELIEVED_WIDTH`] times as wide as its distance to the finished
+/// trials beside it, and it does not narrow theirs. At 8 in flight seven
+/// believed trials lie where earlier proposals drew them, beside the good
+/// group's best points: narrowed among themselves, they closed the good
+/// density on one basin where nothing new was known (Levy-5 stayed in a
+/// local basin on 41% of seeds, against 34% with this; measured in
+/// `docs/benchmarks/concurrency.md`). Below it, so at the CPU's default
+/// of one trial pending, believed trials are kernels like the others.
+pub const WIDEN_BELIEVED_FROM: usize = 3;
+
+/// How much wider a believed trial's kernel is than its distance to the
+/// finished trials beside it (see [`WIDEN_BELIEVED_FROM`]), for the doubt
+/// in its value.
+pub const BELIEVED_WIDTH: f64 = 1.5;
 
 /// A discrete dimension's kernels are at least this many cells wide.
 pub const MIN_CELLS: f64 = 0.5;
@@ -241,29 +260,58 @@ impl Kernels {
     /// neighbouring observation (the outermost ones use their one inner
     /// neighbour), clipped to `[min_bandwidth, range]` (see
     /// [`min_bandwidth`]: narrower than Optuna's clip); then a prior kernel
-    /// at the centre as wide as the range.
-    fn numeric(points: &[f64], low: f64, high: f64, grid: Option<Grid>, exponent: f64) -> Self {
+    /// at the centre as wide as the range. On a continuous dimension the
+    /// neighbours are finished observations only: a point flagged in
+    /// `believed` is measured as if it alone joined them, [`BELIEVED_WIDTH`]
+    /// times as wide, and is no one's neighbour (no flags: every point is
+    /// finished). A discrete one ignores the flags: on grids it won nothing
+    /// (`docs/benchmarks/concurrency.md`).
+    fn numeric(
+        points: &[f64],
+        believed: &[bool],
+        low: f64,
+        high: f64,
+        grid: Option<Grid>,
+        exponent: f64,
+    ) -> Self {
         let range = (high - low).max(1e-12);
         let n = points.len();
-        let mut order: Vec<usize> = (0..n).collect();
+        let is_believed = |i: usize| grid.is_none() && believed.get(i).copied().unwrap_or(false);
+        let mut order: Vec<usize> = (0..n).filter(|&i| !is_believed(i)).collect();
         order.sort_by(|&a, &b| points[a].total_cmp(&points[b]));
+        let m = order.len();
         let with_ends: Vec<f64> = std::iter::once(low)
             .chain(order.iter().map(|&i| points[i]))
             .chain(std::iter::once(high))
             .collect();
-        let mut sorted_sigmas: Vec<f64> = (1..=n)
+        let mut sorted_sigmas: Vec<f64> = (1..=m)
             .map(|i| (with_ends[i] - with_ends[i - 1]).max(with_ends[i + 1] - with_ends[i]))
             .collect();
-        if n >= 2 {
+        if m >= 2 {
             sorted_sigmas[0] = with_ends[2] - with_ends[1];
-            sorted_sigmas[n - 1] = with_ends[n] - with_ends[n - 1];
+            sorted_sigmas[m - 1] = with_ends[m] - with_ends[m - 1];
+        }
+        let mut widths = vec![0.0; n];
+        for (rank, &i) in order.iter().enumerate() {
+            widths[i] = sorted_sigmas[rank];
+        }
+        for i in (0..n).filter(|&i| is_believed(i)) {
+            let x = points[i];
+            // Its place among the finished points: `with_ends[q]` is the
+            // one below it (or `low`), `with_ends[q + 1]` the one above.
+            let q = with_ends[1..=m].partition_point(|&v| v < x);
+            let (below, above) = (x - with_ends[q], with_ends[q + 1] - x);
+            let width = match (q, m) {
+                (_, 0) => below.max(above),
+                (0, _) => above,
+                (q, m) if q == m => below,
+                _ => below.max(above),
+            };
+            widths[i] = BELIEVED_WIDTH * width;
         }
         let levels = grid.map(|g| ((g.high - g.low) / g.step).round() + 1.0);
         let min_sigma = min_bandwidth(range, n, levels, exponent);
-        let mut sigmas = vec![0.0; n];
-        for (rank, &i) in order.iter().enumerate() {
-            sigmas[i] = sorted_sigmas[rank].clamp(min_sigma, range);
-        }
+        let mut sigmas: Vec<f64> = widths.iter().map(|w| w.clamp(min_sigma, range)).collect();
         let mut mus = points.to_vec();
         mus.push(0.5 * (low + high));
         sigmas.push(range);
@@ -507,6 +555,10 @@ struct Split {
     bad: Vec<Vec<ParamValue>>,
     /// Each good trial's rank in its group, 0 for the best.
     good_ranks: Vec<usize>,
+    /// Which of `good` and of `bad` are believed pending trials whose
+    /// kernels widen (see [`WIDEN_BELIEVED_FROM`]); empty when none do.
+    good_believed: Vec<bool>,
+    bad_believed: Vec<bool>,
 }
 
 /// Where a pruned trial stopped: its last report's step and value.
@@ -517,9 +569,16 @@ fn pruned(t: &TrialRecord) -> Option<(i64, f64)> {
     }
 }
 
-/// The `(good, bad)` groups of each set of finished trials (indices into
-/// the history) met during one proposal.
-type Ranked = std::collections::HashMap<Vec<usize>, (Vec<usize>, Vec<usize>)>;
+/// What one proposal works out once and each of its samplings shares.
+#[derive(Default)]
+struct Proposal {
+    /// The `(good, bad)` groups of each set of finished trials (indices
+    /// into the history) met so far.
+    ranked: std::collections::HashMap<Vec<usize>, (Vec<usize>, Vec<usize>)>,
+    /// By history index: the believed pending trials whose kernels widen
+    /// (see [`WIDEN_BELIEVED_FROM`]); empty when none do.
+    widened: Vec<bool>,
+}
 
 impl TpeSampler {
     /// Whether `t` finished with every objective's value, and finite ones.
@@ -622,11 +681,11 @@ impl TpeSampler {
     /// Trials whose values for every parameter in `names` are known, split
     /// into `(good, bad)` groups ([`TpeSampler::rank`]), each in trial
     /// order, with each good one's rank in its group (0 for the best);
-    /// pending trials are bad. `ranked` keeps the groups of each set of
+    /// pending trials are bad. `proposal` keeps the groups of each set of
     /// finished trials for the rest of a proposal: the parameters sampled
     /// one at a time mostly share one, and with several objectives its
     /// hypervolume thinning costs far more than the rest of a parameter.
-    fn split(&self, names: &[&str], history: &[TrialRecord], ranked: &mut Ranked) -> Split {
+    fn split(&self, names: &[&str], history: &[TrialRecord], proposal: &mut Proposal) -> Split {
         let values = |t: &TrialRecord| {
             names
                 .iter()
@@ -636,7 +695,8 @@ impl TpeSampler {
         let done: Vec<usize> = (0..history.len())
             .filter(|&i| self.learned(&history[i]) && values(&history[i]).is_some())
             .collect();
-        let (good_order, mut bad) = ranked
+        let (good_order, mut bad) = proposal
+            .ranked
             .entry(done.clone())
             .or_insert_with(|| self.rank(history, done))
             .clone();
@@ -655,7 +715,15 @@ impl TpeSampler {
         bad.sort();
         bad.retain(|&i| values(&history[i]).is_some());
         let point = |i: usize| values(&history[i]).expect("filtered");
+        let widened = |indices: &mut dyn Iterator<Item = usize>| -> Vec<bool> {
+            if proposal.widened.is_empty() {
+                return Vec::new();
+            }
+            indices.map(|i| proposal.widened[i]).collect()
+        };
         Split {
+            good_believed: widened(&mut good.iter().map(|x| x.0)),
+            bad_believed: widened(&mut bad.iter().copied()),
             good_ranks: good.iter().map(|x| x.1).collect(),
             good: good.iter().map(|x| point(x.0)).collect(),
             bad: bad.into_iter().map(point).collect(),
@@ -704,6 +772,7 @@ impl TpeSampler {
         dists: &[&Distribution],
         obs: &[Vec<ParamValue>],
         ranks: Option<&[usize]>,
+        believed: &[bool],
     ) -> Estimator {
         let mut weights = observation_weights(obs.len());
         if let Some(ranks) = ranks {
@@ -732,6 +801,7 @@ impl TpeSampler {
                     let grid = grid(d);
                     Kernels::numeric(
                         &obs.iter().map(|o| to_space(d, o[j])).collect::<Vec<_>>(),
+                        believed,
                         low,
                         high,
                         grid,
@@ -750,21 +820,23 @@ impl TpeSampler {
         names: &[&str],
         history: &[TrialRecord],
         rng: &mut StdRng,
-        ranked: &mut Ranked,
+        proposal: &mut Proposal,
     ) -> Option<Vec<ParamValue>> {
         let Split {
             good,
             bad,
             good_ranks,
-        } = self.split(names, history, ranked);
+            good_believed,
+            bad_believed,
+        } = self.split(names, history, proposal);
         if good.is_empty() {
             return None;
         }
         // Ranks within a group of several objectives mean little: equal
         // weights there, as Optuna's.
         let ranked = (self.directions.len() == 1).then_some(good_ranks.as_slice());
-        let l = self.estimator(dists, &good, ranked);
-        let g = self.estimator(dists, &bad, None);
+        let l = self.estimator(dists, &good, ranked, &good_believed);
+        let g = self.estimator(dists, &bad, None, &bad_believed);
         let score = |x: &Vec<f64>| l.log_pdf(x) - g.log_pdf(x);
         let best_of = |xs: Vec<Vec<f64>>| {
             xs.into_iter()
@@ -817,17 +889,18 @@ impl TpeSampler {
         names: &[&str],
         history: &[TrialRecord],
         rng: &mut StdRng,
-        ranked: &mut Ranked,
+        proposal: &mut Proposal,
     ) -> Option<Vec<ParamValue>> {
         // Each dimension's distinct candidates, best first, with scores.
         let mut levels: Vec<Vec<(f64, f64)>> = Vec::with_capacity(dists.len());
         for (d, name) in dists.iter().zip(names) {
-            let Split { good, bad, .. } = self.split(&[name], history, ranked);
+            let Split { good, bad, .. } = self.split(&[name], history, proposal);
             if good.is_empty() {
                 return None;
             }
-            let l = self.estimator(&[d], &good, None);
-            let g = self.estimator(&[d], &bad, None);
+            // Discrete dimensions only: nothing widens (see `Kernels::numeric`).
+            let l = self.estimator(&[d], &good, None, &[]);
+            let g = self.estimator(&[d], &bad, None, &[]);
             let mut c: Vec<(f64, f64)> = (0..self.candidates)
                 .map(|_| {
                     let x = l.sample(rng);
@@ -891,6 +964,20 @@ const UNTRIED_SEARCH: usize = 4096;
 /// flight, `docs/benchmarks/concurrency.md`).
 pub const BELIEVE_ON_GRIDS_FROM: usize = 2;
 
+/// By index into `history`, which of its `pending` trials `believed` (the
+/// same history with the believer's values) believed, for their kernels
+/// to widen: none below [`WIDEN_BELIEVED_FROM`] pending.
+fn widened(pending: usize, history: &[TrialRecord], believed: &[TrialRecord]) -> Vec<bool> {
+    if pending < WIDEN_BELIEVED_FROM {
+        return Vec::new();
+    }
+    history
+        .iter()
+        .zip(believed)
+        .map(|(t, b)| t.is_pending() && b.value.is_some())
+        .collect()
+}
+
 /// An `f64` ordered by `total_cmp`, for the heap.
 #[derive(PartialEq)]
 struct OrdF64(f64);
@@ -917,6 +1004,7 @@ impl Sampler for TpeSampler {
     fn propose(&mut self, space: &SearchSpace, history: &[TrialRecord]) -> Option<Params> {
         let mut rng = super::proposal_rng(self.seed, history.len(), 0x7e7e);
         let finished = history.iter().filter(|t| self.learned(t)).count();
+        let pending = history.iter().filter(|t| t.is_pending()).count();
         // Measured at 2-16 trials in flight (docs/benchmarks/concurrency.md):
         // believing the regressor wins on continuous problems, and on
         // discrete grids from two pending trials; with one, the liar's
@@ -931,16 +1019,20 @@ impl Sampler for TpeSampler {
                         .params()
                         .iter()
                         .any(|p| p.condition.is_none() && super::gp::continuous(&p.dist))
-                        || history.iter().filter(|t| t.is_pending()).count()
-                            >= BELIEVE_ON_GRIDS_FROM
+                        || pending >= BELIEVE_ON_GRIDS_FROM
                 }
             };
         let believed = believe
             .then(|| super::gp::believed(space, history))
             .flatten();
+        let mut proposal = Proposal {
+            widened: believed
+                .as_deref()
+                .map_or_else(Vec::new, |b| widened(pending, history, b)),
+            ..Proposal::default()
+        };
         let history = believed.as_deref().unwrap_or(history);
         let mut params = Params::new();
-        let mut ranked = Ranked::new();
         let grid_space = space
             .params()
             .iter()
@@ -968,7 +1060,7 @@ impl Sampler for TpeSampler {
             let dists: Vec<&Distribution> = space.params().iter().map(|p| &p.dist).collect();
             let names: Vec<&str> = space.params().iter().map(|p| p.name.as_str()).collect();
             if let Some(values) =
-                self.sample_independent_untried(&dists, &names, history, &mut rng, &mut ranked)
+                self.sample_independent_untried(&dists, &names, history, &mut rng, &mut proposal)
             {
                 params.extend(names.iter().map(|n| n.to_string()).zip(values));
             }
@@ -981,7 +1073,8 @@ impl Sampler for TpeSampler {
                 .collect();
             let dists: Vec<&Distribution> = joint.iter().map(|p| &p.dist).collect();
             let names: Vec<&str> = joint.iter().map(|p| p.name.as_str()).collect();
-            if let Some(values) = self.sample_joint(&dists, &names, history, &mut rng, &mut ranked)
+            if let Some(values) =
+                self.sample_joint(&dists, &names, history, &mut rng, &mut proposal)
             {
                 params.extend(names.iter().map(|n| n.to_string()).zip(values));
             }
@@ -998,7 +1091,7 @@ impl Sampler for TpeSampler {
                     &[p.name.as_str()],
                     history,
                     &mut rng,
-                    &mut ranked,
+                    &mut proposal,
                 )
                 .map(|v| v[0])
             };

@@ -198,7 +198,7 @@ fn a_discrete_kernel_is_a_distribution_over_its_grid() {
         .iter()
         .map(|&v| g.coord(v))
         .collect();
-        let k = Kernels::numeric(&obs, low, high, Some(g), CLIP_EXPONENT);
+        let k = Kernels::numeric(&obs, &[], low, high, Some(g), CLIP_EXPONENT);
         let values: Vec<f64> = (0..)
             .map(|i| g.low + i as f64 * g.step)
             .take_while(|v| *v <= g.high + 1e-9)
@@ -242,6 +242,89 @@ fn continuous_dimensions_of_one_objective_clip_wider() {
     // Wider: among 20 observations, the narrowest kernel is wider.
     let narrowest = |discrete| min_bandwidth(1.0, 20, None, one.clip_exponent(discrete));
     assert!(narrowest(false) > narrowest(true));
+}
+
+/// The kernels' widths of `points` on [0, 1] with a clip of a hundredth,
+/// the prior's last.
+fn widths(points: &[f64], believed: &[bool]) -> Vec<f64> {
+    // (n + 2)^3 is above 100 for any n here: the clip is Optuna's floor.
+    match Kernels::numeric(points, believed, 0.0, 1.0, None, 3.0) {
+        Kernels::Numeric { sigmas, .. } => sigmas,
+        Kernels::Categorical { .. } => unreachable!(),
+    }
+}
+
+#[test]
+fn believed_kernels_neither_narrow_nor_are_narrowed_and_are_wider() {
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+    // All finished: 0.25 narrows 0.2's kernel to their distance.
+    let all = widths(&[0.2, 0.6, 0.25], &[]);
+    assert!(close(&all, &[0.05, 0.35, 0.35, 1.0]), "{all:?}");
+    assert_eq!(all, widths(&[0.2, 0.6, 0.25], &[false; 3]));
+    // 0.25 believed: the finished ones are measured among themselves, and
+    // 0.25 by its farther finished neighbour, BELIEVED_WIDTH times.
+    let b = widths(&[0.2, 0.6, 0.25], &[false, false, true]);
+    assert!(close(&b, &[0.4, 0.4, BELIEVED_WIDTH * 0.35, 1.0]), "{b:?}");
+    // Outside the finished ones: its one inner neighbour; alone: the
+    // farther bound; two believed do not measure each other.
+    let b = widths(&[0.2, 0.6, 0.1, 0.9], &[false, false, true, true]);
+    assert!(
+        close(
+            &b,
+            &[0.4, 0.4, BELIEVED_WIDTH * 0.1, BELIEVED_WIDTH * 0.3, 1.0]
+        ),
+        "{b:?}"
+    );
+    let b = widths(&[0.5, 0.45], &[true, true]);
+    assert!(
+        close(&b, &[BELIEVED_WIDTH * 0.5, BELIEVED_WIDTH * 0.55, 1.0]),
+        "{b:?}"
+    );
+    // Clipped after widening: never below the floor, never above the range.
+    let b = widths(&[0.5, 0.501, 0.0], &[false, true, false]);
+    assert!(close(&b, &[0.5, 0.01, 0.5, 1.0]), "{b:?}");
+    let b = widths(&[0.9, 0.1], &[false, true]);
+    assert!(close(&b, &[0.9, 1.0, 1.0]), "{b:?}");
+    // A discrete dimension ignores the flags.
+    let g = Grid {
+        low: 0.0,
+        high: 20.0,
+        step: 1.0,
+        log: false,
+    };
+    let on_grid = |believed: &[bool]| match Kernels::numeric(
+        &[4.0, 12.0, 5.0],
+        believed,
+        -0.5,
+        20.5,
+        Some(g),
+        3.0,
+    ) {
+        Kernels::Numeric { sigmas, .. } => sigmas,
+        Kernels::Categorical { .. } => unreachable!(),
+    };
+    assert_eq!(on_grid(&[false, false, true]), on_grid(&[]));
+    assert_eq!(on_grid(&[]), vec![1.0, 7.0, 7.0, 21.0]);
+}
+
+#[test]
+fn believed_kernels_widen_from_three_pending_trials() {
+    let mut h = bowl();
+    h.extend([0.29, 0.31].map(|x| at_x(x, None)));
+    let believed = crate::sampler::gp::believed(&unit_floats(&["x"]), &h).unwrap();
+    assert!(
+        widened(2, &h, &believed).is_empty(),
+        "two pending: as before"
+    );
+    h.push(at_x(0.3, None));
+    let believed = crate::sampler::gp::believed(&unit_floats(&["x"]), &h).unwrap();
+    let w = widened(3, &h, &believed);
+    assert_eq!(w, [vec![false; 12], vec![true; 3]].concat());
+    // A pending trial the believer left without a value (a parameter it
+    // does not model) stays a liar's bad observation, of usual width.
+    let mut unbelieved = believed.clone();
+    unbelieved[13].value = None;
+    assert!(!widened(3, &h, &unbelieved)[13]);
 }
 
 #[test]
@@ -686,8 +769,7 @@ fn pruned_and_failed_trials_are_not_pending() {
     // The pruned trial is a result, at the bottom; the failed one counts
     // as a bad observation, as a pending one does under the liar.
     let s = TpeSampler::new(0, Direction::Minimize);
-    let mut ranked = Ranked::new();
-    let split = s.split(&["x"], &h, &mut ranked);
+    let split = s.split(&["x"], &h, &mut Proposal::default());
     assert_eq!(split.good.len(), gamma(13));
     assert_eq!(split.bad.len(), 14 - gamma(13));
     // Pruned trials count toward the random start, failed ones do not.
