@@ -58,7 +58,8 @@
 //! where every parameter is discrete, a lone pending trial counts as a bad
 //! observation instead (a constant liar, as Optuna's `constant_liar`), so
 //! that two proposals spread out over the few levels; from
-//! [`BELIEVE_ON_GRIDS_FROM`] pending on, they are believed there too. Measured at 1-16 trials in flight in
+//! [`BELIEVE_ON_GRIDS_FROM`] pending on, they are believed there too.
+//! Measured at 1-16 trials in flight in
 //! `docs/benchmarks/concurrency.md`. Pruned trials are results, not
 //! pending ones: as in Optuna's TPE they count toward the random start and
 //! rank after every finished trial, the furthest first (the runner
@@ -556,7 +557,7 @@ struct Split {
     /// Each good trial's rank in its group, 0 for the best.
     good_ranks: Vec<usize>,
     /// Which of `good` and of `bad` are believed pending trials whose
-    /// kernels widen (see [`WIDEN_BELIEVED_FROM`]); empty when none do.
+    /// kernels widen (see [`WIDEN_BELIEVED_FROM`]).
     good_believed: Vec<bool>,
     bad_believed: Vec<bool>,
 }
@@ -715,15 +716,10 @@ impl TpeSampler {
         bad.sort();
         bad.retain(|&i| values(&history[i]).is_some());
         let point = |i: usize| values(&history[i]).expect("filtered");
-        let widened = |indices: &mut dyn Iterator<Item = usize>| -> Vec<bool> {
-            if proposal.widened.is_empty() {
-                return Vec::new();
-            }
-            indices.map(|i| proposal.widened[i]).collect()
-        };
+        let widened = |i: usize| proposal.widened.get(i).copied().unwrap_or(false);
         Split {
-            good_believed: widened(&mut good.iter().map(|x| x.0)),
-            bad_believed: widened(&mut bad.iter().copied()),
+            good_believed: good.iter().map(|x| widened(x.0)).collect(),
+            bad_believed: bad.iter().map(|&i| widened(i)).collect(),
             good_ranks: good.iter().map(|x| x.1).collect(),
             good: good.iter().map(|x| point(x.0)).collect(),
             bad: bad.into_iter().map(point).collect(),
