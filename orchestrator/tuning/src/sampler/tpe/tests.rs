@@ -244,14 +244,19 @@ fn continuous_dimensions_of_one_objective_clip_wider() {
     assert!(narrowest(false) > narrowest(true));
 }
 
+/// The widths of numeric kernels, the prior's last.
+fn sigmas(k: Kernels) -> Vec<f64> {
+    match k {
+        Kernels::Numeric { sigmas, .. } => sigmas,
+        Kernels::Categorical { .. } => unreachable!(),
+    }
+}
+
 /// The kernels' widths of `points` on [0, 1] with a clip of a hundredth,
 /// the prior's last.
 fn widths(points: &[f64], believed: &[bool]) -> Vec<f64> {
     // (n + 2)^3 is above 100 for any n here: the clip is Optuna's floor.
-    match Kernels::numeric(points, believed, 0.0, 1.0, None, 3.0) {
-        Kernels::Numeric { sigmas, .. } => sigmas,
-        Kernels::Categorical { .. } => unreachable!(),
-    }
+    sigmas(Kernels::numeric(points, believed, 0.0, 1.0, None, 3.0))
 }
 
 #[test]
@@ -292,16 +297,15 @@ fn believed_kernels_neither_narrow_nor_are_narrowed_and_are_wider() {
         step: 1.0,
         log: false,
     };
-    let on_grid = |believed: &[bool]| match Kernels::numeric(
-        &[4.0, 12.0, 5.0],
-        believed,
-        -0.5,
-        20.5,
-        Some(g),
-        3.0,
-    ) {
-        Kernels::Numeric { sigmas, .. } => sigmas,
-        Kernels::Categorical { .. } => unreachable!(),
+    let on_grid = |believed: &[bool]| {
+        sigmas(Kernels::numeric(
+            &[4.0, 12.0, 5.0],
+            believed,
+            -0.5,
+            20.5,
+            Some(g),
+            3.0,
+        ))
     };
     assert_eq!(on_grid(&[false, false, true]), on_grid(&[]));
     assert_eq!(on_grid(&[]), vec![1.0, 7.0, 7.0, 21.0]);
