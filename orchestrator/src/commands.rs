@@ -427,7 +427,15 @@ fn scheduler_text(s: &Study) -> String {
     let cpu_per_lane = crate::runner::InFlight::of(s, 1, true).default_max();
     // Where two per lane would run, TPE and GP start with one.
     let ramp = match crate::runner::InFlight::of(s, 1, false).ramp() {
-        Some(r) => format!("lanes for the first {} trials, then ", r.until_trials),
+        Some(r) => format!(
+            "{}half the lanes (at least 2) until {} trials, lanes until {}, then ",
+            match r.random_start {
+                0 => String::new(),
+                n => format!("2 x lanes for the random start's {n} trials, "),
+            },
+            r.first_until,
+            r.until_trials
+        ),
         None => String::new(),
     };
     let in_flight = match s.max_concurrent_set() {

@@ -150,11 +150,20 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 problems,
                 optuna: !no_optuna,
                 in_flight,
-                // As the runner's default on in_flight / 2 lanes.
-                ramp: ramp.then_some(salus_tune::runner::Ramp {
-                    cap: in_flight.div_ceil(2),
-                    until_trials: salus_tune::runner::RAMP_TRIALS,
-                }),
+                // As the runner's default on in_flight / 2 lanes, for the
+                // bench's TPE and GP (10 random proposals each).
+                ramp: if ramp {
+                    salus_tune::runner::InFlight {
+                        lanes: in_flight.div_ceil(2),
+                        cpu_only: false,
+                        prioritised: false,
+                        external: false,
+                        model_after: Some(salus_tune::bench::samplers::RANDOM_START),
+                    }
+                    .ramp()
+                } else {
+                    None
+                },
             };
             let (rows, mut notes) = bench::samplers::run(&plan, &mut progress)?;
             let (fronts, more) = if plan.in_flight > 1 {

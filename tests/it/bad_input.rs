@@ -246,10 +246,11 @@ fn check_prints_the_resolved_search_space() {
         &["check", "studies/digits_gp.toml"],
     ));
     assert!(gp.contains("gp (startup_trials 8)"), "{gp}");
-    // GP starts with one trial per lane where it would keep two.
+    // GP starts with fewer trials per lane where it would keep two.
     assert!(
         gp.contains(
-            "max_concurrent lanes on a CPU; on a GPU lanes for the first 60 trials, then 2 x lanes (default)"
+            "max_concurrent lanes on a CPU; on a GPU 2 x lanes for the random start's 8 trials, \
+             half the lanes (at least 2) until 18 trials, lanes until 60, then 2 x lanes (default)"
         ),
         "{gp}"
     );

@@ -793,17 +793,21 @@ fn bench_samplers_keeps_trials_in_flight() {
     let best_at_50 = |in_flight: &str| run(in_flight, &[])["best_50_per_seed"].clone();
     // With trials pending, the proposals see fewer values: another run.
     assert_ne!(best_at_50("1"), best_at_50("8"));
-    // The runner's start with one trial per lane: 4 of 8 until 60 trials,
-    // so the first 50 are those of 4 in flight (the unit test
+    // The runner's start on 4 lanes: all 8 for the random start's 10
+    // trials, then 2 until 20 and 4 until 60 (the unit test
     // `a_ramp_keeps_fewer_trials_in_flight_for_the_first_proposals` sees
-    // it end).
+    // each step).
     let ramped = run("8", &["--ramp"]);
     assert_eq!(
         ramped["ramp"],
-        serde_json::json!({ "cap": 4, "until_trials": 60 })
+        serde_json::json!({ "random_start": 10, "first_cap": 2, "first_until": 20, "cap": 4, "until_trials": 60 })
     );
-    assert_eq!(ramped["best_50_per_seed"], best_at_50("4"));
+    assert_ne!(ramped["best_50_per_seed"], best_at_50("4"));
     assert_ne!(ramped["best_50_per_seed"], best_at_50("8"));
+    // On 2 lanes, 2 in flight from the first modelled proposal to 60
+    // trials: running the random start all at once changes no proposal,
+    // so the first 50 are those of 2 in flight.
+    assert_eq!(run("4", &["--ramp"])["best_50_per_seed"], best_at_50("2"));
     assert_eq!(run("8", &[])["ramp"], serde_json::Value::Null);
     let out = run_in(dir.path(), &["bench", "samplers", "--in-flight", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

@@ -885,14 +885,16 @@ fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
 
 #[test]
 fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
-    // Most trials alive at once: counted where each starts, by the times
-    // Optuna's table stores.
-    let most_at_once = |db: &std::path::Path| {
+    // Most trials alive at once where trial `from` or a later one starts,
+    // by the times Optuna's table stores.
+    let most_at_once = |db: &std::path::Path, from: i64| {
         scalar(
             db,
-            "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
-             WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
-             FROM trials a)",
+            &format!(
+                "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
+                 WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
+                 FROM trials a WHERE a.number >= {from})"
+            ),
         )
     };
     let dir = tempfile::tempdir().unwrap();
@@ -917,9 +919,16 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     assert_eq!(start["max_concurrent"], 4, "{start}");
     assert_eq!(
         start["ramp"],
-        serde_json::json!({ "cap": 2, "until_trials": 60 })
+        serde_json::json!({ "random_start": 3, "first_cap": 2, "first_until": 13, "cap": 2, "until_trials": 60 })
     );
-    assert!(most_at_once(&db) <= 2, "{} at once", most_at_once(&db));
+    // The three random proposals run at once (they learn nothing from
+    // results); from the first proposal TPE models on, one per lane.
+    assert_eq!(most_at_once(&db, 0), 3);
+    assert!(
+        most_at_once(&db, 3) <= 2,
+        "{} at once",
+        most_at_once(&db, 3)
+    );
     // Set, max_concurrent has no start: four go at once.
     let set = tempfile::tempdir().unwrap();
     write(
@@ -936,5 +945,9 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     )
     .unwrap();
     assert!(start.contains("\"ramp\":null"), "{start}");
-    assert!(most_at_once(&db) >= 3, "{} at once", most_at_once(&db));
+    assert!(
+        most_at_once(&db, 3) >= 3,
+        "{} at once",
+        most_at_once(&db, 3)
+    );
 }

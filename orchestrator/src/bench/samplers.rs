@@ -23,6 +23,10 @@ use crate::sampler::{GpSampler, QmcSampler, RandomSampler, Sampler, TpeSampler, 
 use crate::space::{Choice, Distribution, Param, ParamValue, Params, SearchSpace};
 use crate::study::Direction;
 
+/// The random proposals the bench's TPE and GP start with (their
+/// defaults), as `--ramp` models the runner's start for them.
+pub const RANDOM_START: usize = 10;
+
 /// A problem's value at a point (to minimise).
 pub type Objective = Box<dyn Fn(&Params) -> f64 + Send + Sync>;
 
@@ -700,7 +704,7 @@ pub fn table(
         n => format!("{n} trials in flight"),
     };
     if let Some(r) = ramp {
-        flight += &format!(" (ours: {} for the first {} trials)", r.cap, r.until_trials);
+        flight += &format!(" (ours: {r})");
     }
     let mut out = format!(
         "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better; {flight});\n\
@@ -791,18 +795,27 @@ mod tests {
             pending: Vec::new(),
             inner: RandomSampler::new(1),
         };
+        assert_eq!(
+            (
+                TpeSampler::new(0, Direction::Minimize).startup_trials,
+                GpSampler::new(0, Direction::Minimize).startup_trials
+            ),
+            (RANDOM_START, RANDOM_START)
+        );
         let ramp = Ramp {
+            random_start: 4,
+            first_cap: 1,
+            first_until: 8,
             cap: 2,
-            until_trials: 10,
+            until_trials: 14,
         };
         let (curve, _) = run_one(&mut w, &branin, 30, 4, Some(ramp));
         assert_eq!(curve.len(), 30);
-        assert_eq!(w.pending.len(), 30);
-        // At most one other trial runs while the first 10 are proposed,
-        // then three, until the budget leaves fewer to start.
-        assert!(w.pending[..10].iter().all(|&n| n <= 1), "{:?}", w.pending);
-        assert_eq!(w.pending[1], 1);
-        assert!(w.pending[11..27].iter().all(|&n| n == 3), "{:?}", w.pending);
+        // All four at once while the study holds fewer than 4 trials, then
+        // one at a time until 8, two until 14, then four.
+        let mut expected = vec![0, 1, 2, 3, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2];
+        expected.resize(30, 3);
+        assert_eq!(w.pending, expected);
         let mut plain = Watcher {
             pending: Vec::new(),
             inner: RandomSampler::new(1),

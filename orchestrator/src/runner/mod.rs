@@ -851,24 +851,37 @@ pub struct InFlight {
     pub prioritised: bool,
     /// The trials are external workers.
     pub external: bool,
-    /// The sampler models the results so far (TPE, GP), so that each
+    /// `Some(n)`: the sampler models the results so far (TPE, GP) after
+    /// its first `n` proposals, drawn at random, so that from then on each
     /// trial in flight is one result fewer for the next proposal to learn
     /// from; no PBT population replaces its proposals.
-    pub model_based: bool,
+    pub model_after: Option<usize>,
 }
 
 /// Trials a study's first proposals fill while a model-based sampler keeps
 /// one per lane, where the default would keep two ([`InFlight::ramp`]).
 pub const RAMP_TRIALS: usize = 60;
 
-/// A lower cap on trials in flight while a study is young (as the
-/// `study_start` event and `bench samplers --json` write it).
+/// A model-based sampler's first proposals after its random start, made
+/// with half the lanes busy ([`InFlight::ramp`]).
+pub const FIRST_PROPOSALS: usize = 10;
+
+/// Lower caps on trials in flight while a study is young (as the
+/// `study_start` event and `bench samplers --json` write it). Each bound
+/// counts the trials the study holds (every process's, in any state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Ramp {
-    /// Trials in flight at most.
+    /// The sampler's random start: until the study holds this many
+    /// trials, its proposals learn nothing from results, and the steady
+    /// `max_concurrent` runs.
+    pub random_start: usize,
+    /// Trials in flight at most after the random start, until the study
+    /// holds `first_until` trials.
+    pub first_cap: usize,
+    pub first_until: usize,
+    /// Trials in flight at most after that, until the study holds
+    /// `until_trials`.
     pub cap: usize,
-    /// Until the study holds this many trials (every process's, in any
-    /// state).
     pub until_trials: usize,
 }
 
@@ -877,9 +890,23 @@ impl Ramp {
     /// steady `max_concurrent`.
     pub fn limit(ramp: Option<Ramp>, trials: usize, max_concurrent: usize) -> usize {
         match ramp {
+            Some(r) if trials < r.random_start => max_concurrent,
+            Some(r) if trials < r.first_until => max_concurrent.min(r.first_cap),
             Some(r) if trials < r.until_trials => max_concurrent.min(r.cap),
             _ => max_concurrent,
         }
+    }
+}
+
+impl std::fmt::Display for Ramp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.random_start > 0 {
+            write!(f, "all for the first {} trials, ", self.random_start)?;
+        }
+        if self.first_cap < self.cap && self.first_until > self.random_start {
+            write!(f, "{} until {} trials, ", self.first_cap, self.first_until)?;
+        }
+        write!(f, "{} until {}", self.cap, self.until_trials)
     }
 }
 
@@ -891,11 +918,12 @@ impl InFlight {
             cpu_only,
             prioritised: study.decides_at_reports(),
             external: study.worker.is_some(),
-            model_based: study.pbt.is_none()
-                && matches!(
-                    study.sampler.kind,
-                    crate::study::SamplerKind::Tpe { .. } | crate::study::SamplerKind::Gp { .. }
-                ),
+            model_after: match study.sampler.kind {
+                _ if study.pbt.is_some() => None,
+                crate::study::SamplerKind::Tpe { startup_trials, .. }
+                | crate::study::SamplerKind::Gp { startup_trials } => Some(startup_trials),
+                _ => None,
+            },
         }
     }
 
@@ -918,17 +946,26 @@ impl InFlight {
         (per_lane * self.lanes).max(1)
     }
 
-    /// One trial per lane for a model-based sampler's first
-    /// [`RAMP_TRIALS`] trials, where the default keeps two per lane.
+    /// Where the default keeps two trials per lane for a model-based
+    /// sampler: all of them in its random start, then half the lanes (at
+    /// least two) for its [`FIRST_PROPOSALS`] first proposals, then one per
+    /// lane until the study holds [`RAMP_TRIALS`] trials.
     ///
     /// While the history is short, each pending trial is a large share of
     /// what a proposal does not know: at 4 in flight our TPE fell behind
     /// sequential Optuna on Levy-5, and drew ahead when its first 60
-    /// trials kept one per lane (`docs/benchmarks/concurrency.md`). The
-    /// second trial per lane pays off over the rest of the study.
+    /// trials kept one per lane; at 8 (a GPU's 4 lanes) it stayed behind
+    /// at 50 trials until its first proposals kept 2
+    /// (`docs/benchmarks/concurrency.md`). The random start's proposals do
+    /// not depend on results, so running them all at once changes none of
+    /// them. The second trial per lane pays off over the rest of the study.
     pub fn ramp(self) -> Option<Ramp> {
         let cap = self.lanes.max(1);
-        (self.model_based && self.default_max() > cap).then_some(Ramp {
+        let random_start = self.model_after?;
+        (self.default_max() > cap).then_some(Ramp {
+            random_start,
+            first_cap: cap.min((cap / 2).max(2)),
+            first_until: random_start + FIRST_PROPOSALS,
             cap,
             until_trials: RAMP_TRIALS,
         })
@@ -1012,7 +1049,7 @@ fn external_params(study: &Study, params: &Params) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
-    use super::{InFlight, RAMP_TRIALS, Ramp};
+    use super::{FIRST_PROPOSALS, InFlight, RAMP_TRIALS, Ramp};
 
     #[test]
     fn built_in_trials_on_a_cpu_with_nothing_to_prioritise_run_one_per_lane() {
@@ -1021,7 +1058,7 @@ mod tests {
             cpu_only: true,
             prioritised: false,
             external: false,
-            model_based: false,
+            model_after: None,
         };
         assert_eq!(plain.default_max(), 2);
         assert_eq!(InFlight { lanes: 0, ..plain }.default_max(), 1);
@@ -1060,28 +1097,66 @@ mod tests {
             cpu_only: false,
             prioritised: false,
             external: false,
-            model_based: true,
+            model_after: Some(10),
         };
         let ramp = gpu.ramp().expect("two per lane by default");
         assert_eq!(
             ramp,
             Ramp {
+                random_start: 10,
+                first_cap: 16,
+                first_until: 10 + FIRST_PROPOSALS,
                 cap: 32,
                 until_trials: RAMP_TRIALS
             }
         );
+        assert_eq!(
+            ramp.to_string(),
+            "all for the first 10 trials, 16 until 20 trials, 32 until 60"
+        );
         let limit = |trials| Ramp::limit(Some(ramp), trials, gpu.default_max());
-        assert_eq!(limit(0), 32);
+        // The random start's proposals learn nothing from results: all
+        // run; then half the lanes, then one per lane, then two.
+        assert_eq!(limit(0), 64);
+        assert_eq!(limit(9), 64);
+        assert_eq!(limit(10), 16);
+        assert_eq!(limit(19), 16);
+        assert_eq!(limit(20), 32);
         assert_eq!(limit(RAMP_TRIALS - 1), 32);
         assert_eq!(limit(RAMP_TRIALS), 64);
         // A cap lowered after running out of memory stays lower.
         assert_eq!(Ramp::limit(Some(ramp), 0, 20), 20);
+        assert_eq!(Ramp::limit(Some(ramp), 12, 8), 8);
         assert_eq!(Ramp::limit(None, 0, 64), 64);
+        // Half the lanes, but never fewer than two: on 2 lanes the first
+        // proposals keep one per lane, on 4 they keep 2.
+        let on = |lanes: usize| InFlight { lanes, ..gpu }.ramp().expect("two per lane");
+        assert_eq!(
+            (
+                on(1).first_cap,
+                on(2).first_cap,
+                on(3).first_cap,
+                on(4).first_cap
+            ),
+            (1, 2, 2, 2)
+        );
+        assert_eq!(on(8).first_cap, 4);
+        assert_eq!(on(2).to_string(), "all for the first 10 trials, 2 until 60");
+        // No random start: the first proposals start at once.
+        let from_0 = InFlight {
+            model_after: Some(0),
+            lanes: 4,
+            ..gpu
+        }
+        .ramp()
+        .expect("two per lane");
+        assert_eq!(Ramp::limit(Some(from_0), 0, 8), 2);
+        assert_eq!(Ramp::limit(Some(from_0), FIRST_PROPOSALS, 8), 4);
         // No ramp for samplers that learn nothing from results in flight,
         // or where the default already keeps one per lane.
         assert_eq!(
             InFlight {
-                model_based: false,
+                model_after: None,
                 ..gpu
             }
             .ramp(),
@@ -1115,13 +1190,19 @@ mod tests {
             let study = crate::study::parse::load(&path).expect("an example study");
             InFlight::of(&study, 2, cpu_only).ramp()
         };
-        let ramp = Some(Ramp {
-            cap: 2,
-            until_trials: RAMP_TRIALS,
-        });
+        // Each starts with its sampler's random proposals (`startup_trials`).
+        let ramp = |random_start| {
+            Some(Ramp {
+                random_start,
+                first_cap: 2,
+                first_until: random_start + FIRST_PROPOSALS,
+                cap: 2,
+                until_trials: RAMP_TRIALS,
+            })
+        };
         // GP on a GPU, and TPE with external workers on a CPU.
-        assert_eq!(at("digits_gp.toml", false), ramp);
-        assert_eq!(at("external_objective.toml", true), ramp);
+        assert_eq!(at("digits_gp.toml", false), ramp(8));
+        assert_eq!(at("external_objective.toml", true), ramp(10));
         // One per lane already, random search (with a pruner, and with
         // external workers), and a PBT population.
         assert_eq!(at("digits_gp.toml", true), None);
