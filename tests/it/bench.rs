@@ -794,13 +794,13 @@ fn bench_samplers_keeps_trials_in_flight() {
     // With trials pending, the proposals see fewer values: another run.
     assert_ne!(best_at_50("1"), best_at_50("8"));
     // The runner's start on 4 lanes: all 8 for the random start's 10
-    // trials, then 2 until 20 and 4 until 60 (the unit test
+    // trials, then 2 until 30 and 4 until 60 (the unit test
     // `a_ramp_keeps_fewer_trials_in_flight_for_the_first_proposals` sees
     // each step).
     let ramped = run("8", &["--ramp"]);
     assert_eq!(
         ramped["ramp"],
-        serde_json::json!({ "random_start": 10, "first_cap": 2, "first_until": 20, "cap": 4, "until_trials": 60 })
+        serde_json::json!({ "random_start": 10, "first_cap": 2, "first_until": 30, "cap": 4, "until_trials": 60 })
     );
     assert_ne!(ramped["best_50_per_seed"], best_at_50("4"));
     assert_ne!(ramped["best_50_per_seed"], best_at_50("8"));

@@ -919,7 +919,7 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     assert_eq!(start["max_concurrent"], 4, "{start}");
     assert_eq!(
         start["ramp"],
-        serde_json::json!({ "random_start": 3, "first_cap": 2, "first_until": 13, "cap": 2, "until_trials": 60 })
+        serde_json::json!({ "random_start": 3, "first_cap": 2, "first_until": 23, "cap": 2, "until_trials": 60 })
     );
     // The three random proposals run at once (they learn nothing from
     // results); from the first proposal TPE models on, one per lane.

@@ -864,7 +864,7 @@ pub const RAMP_TRIALS: usize = 60;
 
 /// A model-based sampler's first proposals after its random start, made
 /// with half the lanes busy ([`InFlight::ramp`]).
-pub const FIRST_PROPOSALS: usize = 10;
+pub const FIRST_PROPOSALS: usize = 20;
 
 /// Lower caps on trials in flight while a study is young (as the
 /// `study_start` event and `bench samplers --json` write it). Each bound
@@ -1112,7 +1112,7 @@ mod tests {
         );
         assert_eq!(
             ramp.to_string(),
-            "all for the first 10 trials, 16 until 20 trials, 32 until 60"
+            "all for the first 10 trials, 16 until 30 trials, 32 until 60"
         );
         let limit = |trials| Ramp::limit(Some(ramp), trials, gpu.default_max());
         // The random start's proposals learn nothing from results: all
@@ -1120,8 +1120,8 @@ mod tests {
         assert_eq!(limit(0), 64);
         assert_eq!(limit(9), 64);
         assert_eq!(limit(10), 16);
-        assert_eq!(limit(19), 16);
-        assert_eq!(limit(20), 32);
+        assert_eq!(limit(29), 16);
+        assert_eq!(limit(30), 32);
         assert_eq!(limit(RAMP_TRIALS - 1), 32);
         assert_eq!(limit(RAMP_TRIALS), 64);
         // A cap lowered after running out of memory stays lower.
