@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# ramp-cost.sh BIN DEVICE [LANES]: what the runner's start of one trial per
-# lane (`InFlight::ramp`) costs in time. The digits study with TPE, 100
-# trials and LANES lanes (4, the default on a GPU), run under the default
-# in flight (one trial per lane until the study holds 60 trials, then two),
-# then with `max_concurrent` at two per lane, at one per lane and at half
-# the lanes throughout (the last: the pace of a longer start, 2 in flight
-# on a GPU's 4 lanes, docs/benchmarks/concurrency.md); prints each run's
+# ramp-cost.sh BIN DEVICE [LANES]: what the runner's start (`InFlight::ramp`)
+# costs in time. The digits study with TPE, 100 trials and LANES lanes (4,
+# the default on a GPU), run under the default in flight (two per lane for
+# TPE's 10 random trials, half the lanes until the study holds 30 trials,
+# one per lane until 60, then two), then with `max_concurrent` at two per
+# lane, at one per lane and at half the lanes throughout (the last: the
+# pace of the start's first step, 2 in flight on a GPU's 4 lanes,
+# docs/benchmarks/concurrency.md); prints each run's
 # wall time and best value. Each run gets a fresh database in a temporary
 # folder.
 set -euo pipefail

@@ -33,7 +33,7 @@ def load(files, sampler='tpe', problems=None):
     return d
 
 
-def table(title, now, before, problems):
+def table(title, now, before, problems, optuna):
     print(title)
     met = met_before = 0
     for p in problems:
@@ -51,22 +51,23 @@ def table(title, now, before, problems):
     print(f'met: {met} of {2 * len(problems)} (before: {met_before})\n')
 
 
-optuna = load([OLD5 + 'seeds-0-199/optuna-1.json'], 'optuna-tpe')
-before_files = {4: [OLD5 + 'ramp/ramp-4-seeds0-199.json'],
-                8: [OLD6 + 'ramp-8-seeds0.json', OLD6 + 'ramp-8-seeds100.json'],
-                16: [OLD6 + 'ramp-16-seeds0.json', OLD6 + 'ramp-16-seeds100.json']}
-unrestricted = ['unrestricted-8-seeds0.json', 'unrestricted-8-seeds100.json']
-for n in (4, 8, 16):
-    before = load(before_files[n], problems=CONTINUOUS)
-    before.update(load([f'{OLD6}grids/grids-{n}-seeds{s}.json' for s in (0, 100)]))
-    if n == 8:
-        now = load(unrestricted, problems=CONTINUOUS[:4])
-        now.update(load(['mixed-8-seeds0-199.json']))
-    else:
-        now = load([f'widen-{n}-seeds0-199.json'])
-    now.update({p: before[p] for p in GRIDS})
-    table(f'seeds 0-199, {n} in flight with the start: ours / Optuna one at a time ("*": met)',
-          now, before, CONTINUOUS + GRIDS)
-    if n == 8:
-        table('the discrete problems at 8 in flight under the first rule, widening on grids too',
-              load(unrestricted, problems=GRIDS), before, GRIDS)
+if __name__ == '__main__':
+    optuna = load([OLD5 + 'seeds-0-199/optuna-1.json'], 'optuna-tpe')
+    before_files = {4: [OLD5 + 'ramp/ramp-4-seeds0-199.json'],
+                    8: [OLD6 + 'ramp-8-seeds0.json', OLD6 + 'ramp-8-seeds100.json'],
+                    16: [OLD6 + 'ramp-16-seeds0.json', OLD6 + 'ramp-16-seeds100.json']}
+    unrestricted = ['unrestricted-8-seeds0.json', 'unrestricted-8-seeds100.json']
+    for n in (4, 8, 16):
+        before = load(before_files[n], problems=CONTINUOUS)
+        before.update(load([f'{OLD6}grids/grids-{n}-seeds{s}.json' for s in (0, 100)]))
+        if n == 8:
+            now = load(unrestricted, problems=CONTINUOUS[:4])
+            now.update(load(['mixed-8-seeds0-199.json']))
+        else:
+            now = load([f'widen-{n}-seeds0-199.json'])
+        now.update({p: before[p] for p in GRIDS})
+        table(f'seeds 0-199, {n} in flight with the start: ours / Optuna one at a time ("*": met)',
+              now, before, CONTINUOUS + GRIDS, optuna)
+        if n == 8:
+            table('the discrete problems at 8 in flight under the first rule, widening on grids too',
+                  load(unrestricted, problems=GRIDS), before, GRIDS, optuna)
