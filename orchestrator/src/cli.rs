@@ -140,9 +140,11 @@ pub enum BenchCmd {
         /// constant_liar. Problems of one objective only.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
         in_flight: u64,
-        /// Model the runner's default for TPE and GP where it keeps two
-        /// trials per lane: one per lane (N / 2 in flight) until the study
-        /// holds its first 60 trials. Ours only; Optuna's keep N.
+        /// Model the runner's default start for TPE and GP where it keeps
+        /// two trials per lane (N / 2 lanes): all N for the sampler's 10
+        /// random trials, half the lanes (at least 2) until the study holds
+        /// 30 trials, one per lane (N / 2) until 60, then N. Ours only;
+        /// Optuna's keep N.
         #[arg(long, requires = "in_flight")]
         ramp: bool,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,
