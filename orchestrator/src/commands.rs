@@ -425,7 +425,7 @@ fn scheduler_text(s: &Study) -> String {
     };
     // The default per lane on a CPU (a GPU always takes two).
     let cpu_per_lane = crate::runner::InFlight::of(s, 1, true).default_max();
-    // Where two per lane would run, TPE and GP start with one.
+    // Where two per lane would run, TPE and GP start with fewer.
     let ramp = match crate::runner::InFlight::of(s, 1, false).ramp() {
         Some(r) => format!(
             "{}half the lanes (at least 2) until {} trials, lanes until {}, then ",
