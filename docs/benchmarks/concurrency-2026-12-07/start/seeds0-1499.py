@@ -29,21 +29,23 @@ runs = {
     'before': ['../widen/unrestricted-8-seeds0.json', '../widen/unrestricted-8-seeds100.json',
                '../widen/widen-levy5-hartmann6-8-seeds200-499.json',
                '../widen/widen-levy5-hartmann6-8-seeds500-999.json', '../widen/widen-levy5-hartmann6-8-seeds1000-1499.json'],
-    'start in steps': ['first-steps-8-seeds0-199.json', 'until-30-levy5-hartmann6-8-seeds200-499.json',
-                       'until-30-levy5-hartmann6-8-seeds500-999.json', 'until-30-levy5-hartmann6-8-seeds1000-1499.json'],
+    'start in steps': ['../start/first-steps-8-seeds0-199.json', '../start/until-30-levy5-hartmann6-8-seeds200-499.json',
+                       '../start/until-30-levy5-hartmann6-8-seeds500-999.json',
+                       '../start/until-30-levy5-hartmann6-8-seeds1000-1499.json'],
 }
-print('| seeds 0-1499 | Hartmann-6 @50 | Hartmann-6 @100 | Levy-5 @50 | Levy-5 @100 |')
-print('|---|---|---|---|---|')
-print('| Optuna, one at a time | ' + ' | '.join(
-    f'{statistics.median(optuna[p][b]):.4g}' for p in PROBLEMS for b in ('50', '100')) + ' |')
-for name, files in runs.items():
-    d = load(files)
-    cells = []
-    for p in PROBLEMS:
-        for b in ('50', '100'):
-            o, x = optuna[p][b], d[p][b]
-            assert len(o) == len(x) == 1500, (name, p, b, len(o), len(x))
-            m = f'{statistics.median(x):.4g}'
-            cells.append((f'**{m}**' if statistics.median(x) <= statistics.median(o) else m)
-                         + f' ({sum(v < u for u, v in zip(o, x))} / {sum(v > u for u, v in zip(o, x))})')
-    print(f'| {name} | ' + ' | '.join(cells) + ' |')
+if __name__ == '__main__':
+    print('| seeds 0-1499 | Hartmann-6 @50 | Hartmann-6 @100 | Levy-5 @50 | Levy-5 @100 |')
+    print('|---|---|---|---|---|')
+    print('| Optuna, one at a time | ' + ' | '.join(
+        f'{statistics.median(optuna[p][b]):.4g}' for p in PROBLEMS for b in ('50', '100')) + ' |')
+    for name, files in runs.items():
+        d = load(files)
+        cells = []
+        for p in PROBLEMS:
+            for b in ('50', '100'):
+                o, x = optuna[p][b], d[p][b]
+                assert len(o) == len(x) == 1500, (name, p, b, len(o), len(x))
+                m = f'{statistics.median(x):.4g}'
+                cells.append((f'**{m}**' if statistics.median(x) <= statistics.median(o) else m)
+                             + f' ({sum(v < u for u, v in zip(o, x))} / {sum(v > u for u, v in zip(o, x))})')
+        print(f'| {name} | ' + ' | '.join(cells) + ' |')
