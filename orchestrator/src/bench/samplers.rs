@@ -9,12 +9,15 @@
 //! `scripts/anchors/optuna_samplers.py`, in the same run, when a Python with
 //! Optuna is found (`SALUS_TUNE_PYTHON`, else `.venv/bin/python`); the GP
 //! one also needs torch and scipy there, and is skipped with a note
-//! without them.
+//! without them. Where ours and Optuna's same sampler both ran, the table
+//! ends with how sure each comparison of their medians is
+//! ([`PairedVerdict`]).
 
 use std::f64::consts::PI;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use rand::{RngExt, SeedableRng, rngs::StdRng};
 use serde_json::json;
 
 use crate::error::Result;
@@ -454,6 +457,69 @@ pub(super) fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Resamples of the seeds behind each [`PairedVerdict`].
+pub const RESAMPLES: usize = 2_000;
+
+/// Ours against another sampler at one budget, over the same seeds.
+///
+/// A median over a few hundred seeds moves by more than many of the gaps
+/// between two samplers on problems with many local minima: over seeds
+/// 0-199 and 0-499 the same start missed different cells
+/// (`docs/benchmarks/concurrency.md`, 2026-12-07). So the verdict comes
+/// with its share of resamples: the seeds drawn again with replacement,
+/// each seed's two runs kept together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PairedVerdict {
+    /// Seeds where ours found a lower best value.
+    pub better: usize,
+    /// Seeds where ours found a higher one.
+    pub worse: usize,
+    /// Share of [`RESAMPLES`] resamples in which our median is at most
+    /// theirs (ties meet, as the goal counts them).
+    pub met_share: f64,
+}
+
+impl PairedVerdict {
+    /// `None` unless both ran the same seeds (as many, at least one).
+    pub fn of(ours: &[f64], theirs: &[f64]) -> Option<Self> {
+        let n = ours.len();
+        if n == 0 || theirs.len() != n {
+            return None;
+        }
+        // Fixed, so that a table reads the same on every run of its data.
+        let mut rng = StdRng::seed_from_u64(0);
+        let (mut a, mut b) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let mut met = 0;
+        for _ in 0..RESAMPLES {
+            a.clear();
+            b.clear();
+            for _ in 0..n {
+                let i = rng.random_range(0..n);
+                a.push(ours[i]);
+                b.push(theirs[i]);
+            }
+            met += usize::from(median(a.clone()) <= median(b.clone()));
+        }
+        Some(PairedVerdict {
+            better: ours.iter().zip(theirs).filter(|(x, y)| x < y).count(),
+            worse: ours.iter().zip(theirs).filter(|(x, y)| x > y).count(),
+            met_share: met as f64 / RESAMPLES as f64,
+        })
+    }
+}
+
+impl std::fmt::Display for PairedVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cell = format!(
+            "{} / {} ({:.0}%)",
+            self.better,
+            self.worse,
+            100.0 * self.met_share
+        );
+        f.pad(&cell)
+    }
+}
+
 /// One row: problem, sampler, median best at 50 and at 100 trials, the
 /// median time per proposal at 90-99 trials, and each seed's best values
 /// (in seed order), so that two samplers can be compared seed by seed or
@@ -717,6 +783,28 @@ pub fn table(
             r.problem, r.sampler, r.at_50, r.at_100, r.ms_per_proposal
         );
     }
+    let verdicts: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let theirs = rows
+                .iter()
+                .find(|o| o.problem == r.problem && o.sampler == format!("optuna-{}", r.sampler))?;
+            let v50 = PairedVerdict::of(&r.best_50, &theirs.best_50)?;
+            let v100 = PairedVerdict::of(&r.best_100, &theirs.best_100)?;
+            Some(format!(
+                "{:<18} {:<12} {v50:<22} {v100}\n",
+                r.problem, r.sampler
+            ))
+        })
+        .collect();
+    if !verdicts.is_empty() {
+        out += &format!(
+            "\nours against Optuna's same sampler, seed for seed: seeds better / worse, and (in brackets)\n\
+             the share of {RESAMPLES} resamples of the seeds in which our median is at most Optuna's\n\n\
+             problem            sampler      @50                    @100\n"
+        );
+        out += &verdicts.concat();
+    }
     out
 }
 
@@ -769,6 +857,60 @@ mod tests {
         // A grid cannot beat the continuous minimum, and this one gets near it.
         let grid = by_name("ordinal-hartmann6").optimum;
         assert!(grid > -3.32237 && grid < -2.8, "{grid}");
+    }
+
+    #[test]
+    fn a_paired_verdict_says_how_sure_a_median_comparison_is() {
+        let theirs: Vec<f64> = (0..200).map(f64::from).collect();
+        let lower: Vec<f64> = theirs.iter().map(|v| v - 1.0).collect();
+        let higher: Vec<f64> = theirs.iter().map(|v| v + 1.0).collect();
+        let v = PairedVerdict::of(&lower, &theirs).expect("same seeds");
+        assert_eq!((v.better, v.worse, v.met_share), (200, 0, 1.0));
+        let v = PairedVerdict::of(&higher, &theirs).expect("same seeds");
+        assert_eq!((v.better, v.worse, v.met_share), (0, 200, 0.0));
+        // The same values on other seeds: equal medians on these seeds,
+        // and a coin toss on seeds like them.
+        let shifted: Vec<f64> = (0..200).map(|i| theirs[(i + 1) % 200]).collect();
+        let v = PairedVerdict::of(&shifted, &theirs).expect("same seeds");
+        assert_eq!((v.better, v.worse), (1, 199));
+        assert!((0.3..0.7).contains(&v.met_share), "{}", v.met_share);
+        assert_eq!(
+            format!("{v:<16}|"),
+            format!("{:<16}|", format!("1 / 199 ({:.0}%)", 100.0 * v.met_share))
+        );
+        assert_eq!(PairedVerdict::of(&theirs[..10], &theirs), None);
+        assert_eq!(PairedVerdict::of(&[], &[]), None);
+    }
+
+    #[test]
+    fn the_table_says_how_sure_each_comparison_with_optuna_is() {
+        let row = |sampler: &str, best: Vec<f64>| Row {
+            problem: "levy5",
+            sampler: sampler.into(),
+            at_50: median(best.clone()),
+            at_100: median(best.clone()),
+            ms_per_proposal: 1.0,
+            best_50: best.clone(),
+            best_100: best,
+        };
+        let rows = vec![
+            row("random", vec![3.0, 4.0, 5.0]),
+            row("tpe", vec![1.0, 2.0, 3.0]),
+            row("optuna-tpe", vec![2.0, 3.0, 4.0]),
+        ];
+        let t = table(&rows, 3, 0, 1, None);
+        assert!(t.contains("ours against Optuna's same sampler"), "{t}");
+        let line = t
+            .lines()
+            .rfind(|l| l.starts_with("levy5") && l.contains("tpe"))
+            .expect("a verdict line");
+        assert!(line.contains("3 / 0 (100%)"), "{line}");
+        assert!(
+            !t.lines()
+                .any(|l| l.starts_with("levy5              random") && l.contains('%'))
+        );
+        let ours_only = table(&rows[..2], 3, 0, 1, None);
+        assert!(!ours_only.contains("ours against Optuna's"), "{ours_only}");
     }
 
     /// Counts the trials pending at each proposal.
