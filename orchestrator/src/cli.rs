@@ -118,9 +118,9 @@ pub enum BenchCmd {
     /// trials, time per proposal, and, where ours and Optuna's same sampler
     /// both ran, the seeds where ours is better / worse and the share of
     /// resamples of the seeds in which our median is at most Optuna's. Of
-    /// several objectives, NSGA-II,
-    /// NSGA-III and TPE (and Optuna's) on ZDT1, ZDT2, DTLZ2, BNH and the
-    /// digits MLP: median hypervolume at 100 and 300 trials.
+    /// several objectives, NSGA-II, NSGA-III and TPE (and Optuna's) on
+    /// ZDT1, ZDT2, DTLZ2, BNH and the digits MLP: median hypervolume at 100
+    /// and 300 trials.
     Samplers {
         /// Print rows as JSON, with each seed's best values
         /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians.
