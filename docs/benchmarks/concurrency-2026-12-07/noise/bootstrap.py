@@ -100,5 +100,5 @@ if __name__ == '__main__':
         table(f'seeds 0-199, {n} in flight', ours_0_199(n), optuna, rng, problems, 200)
         table(f'seeds 0-499, {n} in flight', ours_0_499(n), optuna_499, rng, problems, 500)
     o = seeds0_1499.optuna
-    x = seeds0_1499.load(seeds0_1499.runs['start in steps'])
+    x = load(seeds0_1499.runs['start in steps'], problems=seeds0_1499.PROBLEMS)
     table('seeds 0-1499, 8 in flight', x, o, rng, seeds0_1499.PROBLEMS, 1500)

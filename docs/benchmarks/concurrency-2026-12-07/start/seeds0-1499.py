@@ -5,26 +5,20 @@ time on the same seeds: medians, and seeds better / worse. Seeds 0-199
 from the full tables (this folder's first-steps-8-seeds0-199.json and
 ../widen/unrestricted-8-*), 200-499 run for this comparison, 500-1499
 from rows.py's runs. Run from this folder: python3 seeds0-1499.py"""
-import json, statistics
+import statistics
+import sys
+
+sys.path.insert(0, '../widen')
+from medians import load  # noqa: E402
 
 O5, O6 = '../../concurrency-2026-12-05/', '../../concurrency-2026-12-06/nonarrow/'
 PROBLEMS = ('hartmann6', 'levy5')
 
 
-def load(files, sampler='tpe'):
-    d = {p: {'50': [], '100': []} for p in PROBLEMS}
-    for f in files:
-        for r in json.load(open(f)):
-            if r['sampler'] == sampler and r['problem'] in PROBLEMS:
-                d[r['problem']]['50'] += r['best_50_per_seed']
-                d[r['problem']]['100'] += r['best_100_per_seed']
-    return d
-
-
 optuna = load([O5 + 'seeds-0-199/optuna-1.json', O5 + 'seeds-0-499/optuna-1-hartmann6-levy5-seeds200-349.json',
                O5 + 'seeds-0-499/optuna-1-hartmann6-levy5-seeds350-499.json',
                O6 + 'optuna-1-levy5-hartmann6-seeds500-999.json', O6 + 'optuna-1-levy5-hartmann6-seeds1000-1499.json'],
-              'optuna-tpe')
+              'optuna-tpe', PROBLEMS)
 runs = {
     'before': ['../widen/unrestricted-8-seeds0.json', '../widen/unrestricted-8-seeds100.json',
                '../widen/widen-levy5-hartmann6-8-seeds200-499.json',
@@ -39,7 +33,7 @@ if __name__ == '__main__':
     print('| Optuna, one at a time | ' + ' | '.join(
         f'{statistics.median(optuna[p][b]):.4g}' for p in PROBLEMS for b in ('50', '100')) + ' |')
     for name, files in runs.items():
-        d = load(files)
+        d = load(files, problems=PROBLEMS)
         cells = []
         for p in PROBLEMS:
             for b in ('50', '100'):
