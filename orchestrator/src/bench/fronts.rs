@@ -11,13 +11,15 @@
 //! `NSGAIIISampler` and `TPESampler` run the same functions through
 //! `scripts/anchors/optuna_fronts.py`, which returns every trial's values,
 //! so that both sides' hypervolumes are computed here, by one function
-//! ([`crate::pareto::hypervolume`]).
+//! ([`crate::pareto::hypervolume`]). Where ours and Optuna's same
+//! sampler both ran, the table ends with how sure each comparison of
+//! their median hypervolumes is (`samplers::PairedVerdict`).
 
 use std::time::Instant;
 
 use serde_json::json;
 
-use super::samplers::{Plan, float, median};
+use super::samplers::{Plan, SeedValues, against_optuna, float, median};
 use crate::error::Result;
 use crate::pareto;
 use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
@@ -394,13 +396,56 @@ pub fn table(rows: &[FrontRow], seeds: u64) -> String {
             r.problem, r.sampler, r.hv_100, r.hv_300, r.ms_per_proposal
         );
     }
-    out
+    let values: Vec<SeedValues<'_>> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.problem,
+                r.sampler.as_str(),
+                [&r.per_seed_100[..], &r.per_seed_300[..]],
+            )
+        })
+        .collect();
+    out + &against_optuna(&values, ["@100", "@300"], true)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::space::{Distribution, ParamValue};
+
+    #[test]
+    fn the_table_says_how_sure_each_hypervolume_comparison_with_optuna_is() {
+        let row = |sampler: &str, hv: Vec<f64>| FrontRow {
+            problem: "zdt1",
+            sampler: sampler.into(),
+            hv_100: median(hv.clone()),
+            hv_300: median(hv.clone()),
+            ms_per_proposal: 1.0,
+            per_seed_100: hv.clone(),
+            per_seed_300: hv,
+        };
+        // Ours is higher (better) on every seed.
+        let rows = vec![
+            row("nsga2", vec![0.7, 0.8, 0.9]),
+            row("optuna-nsga2", vec![0.6, 0.7, 0.8]),
+            row("tpe", vec![0.5, 0.6, 0.7]),
+        ];
+        let t = table(&rows, 3);
+        assert!(t.contains("seeds where ours is higher / lower"), "{t}");
+        assert!(t.contains("our median is at least Optuna's"), "{t}");
+        let line = t
+            .lines()
+            .rfind(|l| l.starts_with("zdt1") && l.contains("nsga2"))
+            .expect("a verdict line");
+        assert!(line.contains("3 / 0 (100%)"), "{line}");
+        // No Optuna TPE, so no verdict for ours.
+        assert!(
+            !t.lines()
+                .any(|l| l.starts_with("zdt1               tpe") && l.contains('%'))
+        );
+        assert!(!table(&rows[2..], 3).contains("ours against Optuna's"));
+    }
 
     #[test]
     fn the_fronts_are_where_the_problems_say() {

@@ -500,6 +500,62 @@ impl PairedVerdict {
             met_share: met as f64 / RESAMPLES as f64,
         })
     }
+
+    /// Of values where higher is better (a hypervolume): `better` counts
+    /// the seeds where ours is higher, and `met_share` the resamples in
+    /// which our median is at least theirs.
+    pub fn of_maximised(ours: &[f64], theirs: &[f64]) -> Option<Self> {
+        let negated = |v: &[f64]| v.iter().map(|x| -x).collect::<Vec<f64>>();
+        Self::of(&negated(ours), &negated(theirs))
+    }
+}
+
+/// One row of a table as [`against_optuna`] reads it: problem, sampler,
+/// and each seed's value at the table's two budgets.
+pub(super) type SeedValues<'a> = (&'a str, &'a str, [&'a [f64]; 2]);
+
+/// The section that ends a table wherever ours and Optuna's same sampler
+/// (`tpe` and `optuna-tpe`) both ran the same seeds: a line per pair, with
+/// a [`PairedVerdict`] at each budget. Empty without such a pair.
+pub(super) fn against_optuna(
+    rows: &[SeedValues<'_>],
+    budgets: [&str; 2],
+    higher_is_better: bool,
+) -> String {
+    let verdict = if higher_is_better {
+        PairedVerdict::of_maximised
+    } else {
+        PairedVerdict::of
+    };
+    let lines: Vec<String> = rows
+        .iter()
+        .filter_map(|&(problem, sampler, ours)| {
+            let theirs = rows
+                .iter()
+                .find(|o| o.0 == problem && o.1 == format!("optuna-{sampler}"))?
+                .2;
+            let first = verdict(ours[0], theirs[0])?;
+            let second = verdict(ours[1], theirs[1])?;
+            Some(format!(
+                "{problem:<18} {sampler:<12} {first:<22} {second}\n"
+            ))
+        })
+        .collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let (better, worse, most) = if higher_is_better {
+        ("higher", "lower", "least")
+    } else {
+        ("lower", "higher", "most")
+    };
+    let [a, b] = budgets;
+    format!(
+        "\nours against Optuna's same sampler, seed for seed: seeds where ours is {better} / {worse},\n\
+         and (in brackets) the share of {RESAMPLES} resamples of the seeds in which our median is at {most} Optuna's\n\n\
+         problem            sampler      {a:<22} {b}\n{}",
+        lines.concat()
+    )
 }
 
 impl std::fmt::Display for PairedVerdict {
@@ -777,28 +833,17 @@ pub fn table(
             r.problem, r.sampler, r.at_50, r.at_100, r.ms_per_proposal
         );
     }
-    let verdicts: Vec<String> = rows
+    let values: Vec<SeedValues<'_>> = rows
         .iter()
-        .filter_map(|r| {
-            let theirs = rows
-                .iter()
-                .find(|o| o.problem == r.problem && o.sampler == format!("optuna-{}", r.sampler))?;
-            let v50 = PairedVerdict::of(&r.best_50, &theirs.best_50)?;
-            let v100 = PairedVerdict::of(&r.best_100, &theirs.best_100)?;
-            Some(format!(
-                "{:<18} {:<12} {v50:<22} {v100}\n",
-                r.problem, r.sampler
-            ))
+        .map(|r| {
+            (
+                r.problem,
+                r.sampler.as_str(),
+                [&r.best_50[..], &r.best_100[..]],
+            )
         })
         .collect();
-    if !verdicts.is_empty() {
-        out += &format!(
-            "\nours against Optuna's same sampler, seed for seed: seeds better / worse, and (in brackets)\n\
-             the share of {RESAMPLES} resamples of the seeds in which our median is at most Optuna's\n\n\
-             problem            sampler      @50                    @100\n"
-        );
-        out += &verdicts.concat();
-    }
+    out += &against_optuna(&values, ["@50", "@100"], false);
     out
 }
 
@@ -874,6 +919,11 @@ mod tests {
         );
         assert_eq!(PairedVerdict::of(&theirs[..10], &theirs), None);
         assert_eq!(PairedVerdict::of(&[], &[]), None);
+        // Where higher is better, the same seeds count the other way.
+        let v = PairedVerdict::of_maximised(&higher, &theirs).expect("same seeds");
+        assert_eq!((v.better, v.worse, v.met_share), (200, 0, 1.0));
+        let v = PairedVerdict::of_maximised(&lower, &theirs).expect("same seeds");
+        assert_eq!((v.better, v.worse, v.met_share), (0, 200, 0.0));
     }
 
     #[test]
