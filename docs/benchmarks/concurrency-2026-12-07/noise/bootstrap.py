@@ -9,7 +9,10 @@ runs that the tables of ../widen/ and ../start/ count; seeds 200-499 were
 run for this (`ours-N-seeds200-499.json` and `optuna-1-seeds200-499.json`
 here; Optuna's continuous problems and our Levy-5 and Hartmann-6 at 8 in
 flight from earlier runs). Last, Levy-5 and Hartmann-6 over seeds 0-1499
-at 8 in flight (../start/seeds0-1499.py). Run from this folder:
+at 8 in flight (../start/seeds0-1499.py), and every problem over seeds
+0-999 at 8 in flight (seeds 500-999 run in the thirty-first session:
+`ours-8-seeds500-999.json` and `optuna-1-seeds500-999.json` here). Run
+from this folder:
 python3 bootstrap.py (a few minutes)"""
 import random
 import statistics
@@ -91,6 +94,20 @@ def ours_0_499(n):
     return d
 
 
+# Seeds 500-999 (thirty-first session): the eleven problems run for this,
+# Levy-5 and Hartmann-6 from the start's and Optuna's earlier runs.
+OPTUNA_500_999 = ['../../concurrency-2026-12-06/nonarrow/optuna-1-levy5-hartmann6-seeds500-999.json',
+                  'optuna-1-seeds500-999.json']
+
+
+def ours_0_999_8():
+    d = ours_0_499(8)
+    for p, x in load(['../start/until-30-levy5-hartmann6-8-seeds500-999.json', 'ours-8-seeds500-999.json']).items():
+        for b in ('50', '100'):
+            d[p][b] += x[b]
+    return d
+
+
 if __name__ == '__main__':
     rng = random.Random(37)
     problems = CONTINUOUS + GRIDS
@@ -102,3 +119,5 @@ if __name__ == '__main__':
     o = seeds0_1499.optuna
     x = load(seeds0_1499.runs['start in steps'], problems=seeds0_1499.PROBLEMS)
     table('seeds 0-1499, 8 in flight', x, o, rng, seeds0_1499.PROBLEMS, 1500)
+    table('seeds 0-999, 8 in flight', ours_0_999_8(),
+          load(OPTUNA_0_199 + OPTUNA_200_499 + OPTUNA_500_999, 'optuna-tpe'), rng, problems, 1000)
