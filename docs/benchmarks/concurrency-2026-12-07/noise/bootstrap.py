@@ -11,7 +11,9 @@ here; Optuna's continuous problems and our Levy-5 and Hartmann-6 at 8 in
 flight from earlier runs). Last, Levy-5 and Hartmann-6 over seeds 0-1499
 at 8 in flight (../start/seeds0-1499.py), and every problem over seeds
 0-999 at 8 in flight (seeds 500-999 run in the thirty-first session:
-`ours-8-seeds500-999.json` and `optuna-1-seeds500-999.json` here). Run
+`ours-8-seeds500-999.json` and `optuna-1-seeds500-999.json` here) and
+over seeds 0-499 at 16 in flight (`ours-16-seeds200-499.json`, the same
+session). Run
 from this folder:
 python3 bootstrap.py (a few minutes)"""
 import random
@@ -74,8 +76,8 @@ OPTUNA_200_499 = [OLD5 + 'seeds-0-499/optuna-1-branin-rosenbrock10-mixed-seeds20
 def ours_0_199(n):
     """Our seeds 0-199 at `n` in flight, checked bit for bit against the
     current sampler on their first 10 seeds."""
-    if n == 8:
-        return load(['../start/first-steps-8-seeds0-199.json'])
+    if n in (8, 16):
+        return load([f'../start/first-steps-{n}-seeds0-199.json'])
     if n == 4:
         d = load(['../widen/widen-4-seeds0-199.json'], problems=CONTINUOUS)
         d.update(load([OLD6 + 'grids/grids-4-seeds0.json', OLD6 + 'grids/grids-4-seeds100.json'], problems=GRIDS))
@@ -121,3 +123,5 @@ if __name__ == '__main__':
     table('seeds 0-1499, 8 in flight', x, o, rng, seeds0_1499.PROBLEMS, 1500)
     table('seeds 0-999, 8 in flight', ours_0_999_8(),
           load(OPTUNA_0_199 + OPTUNA_200_499 + OPTUNA_500_999, 'optuna-tpe'), rng, problems, 1000)
+    table('seeds 0-199, 16 in flight', ours_0_199(16), optuna, rng, problems, 200)
+    table('seeds 0-499, 16 in flight', ours_0_499(16), optuna_499, rng, problems, 500)
