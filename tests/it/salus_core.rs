@@ -184,8 +184,9 @@ fn an_idle_lane_takes_a_job_from_a_lane_that_has_two() {
     let data = data();
     // Long enough that the first is still running when the short one
     // ends, on a loaded machine too. Only a lane kept off the CPU for a
-    // whole long job (200 epochs, about 200 ms) sees nothing to take: at 40
-    // epochs (60 ms) that happened once in CI, beside the wheel's build.
+    // whole long job sees nothing to take: at 40 epochs (about 60 ms in
+    // release) that happened once in CI, under the other tests' load;
+    // 200 epochs make that window five times as long.
     let long = [cfg(96, 1, 200), cfg(96, 2, 200)];
     let short = cfg(8, 3, 1);
     let expected = [
