@@ -406,7 +406,7 @@ pub fn table(rows: &[FrontRow], seeds: u64) -> String {
             )
         })
         .collect();
-    out + &against_optuna(&values, ["@100", "@300"], true)
+    out + &against_optuna(&values, ["@100", "@300"], Direction::Maximize)
 }
 
 #[cfg(test)]

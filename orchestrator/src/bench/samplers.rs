@@ -516,16 +516,16 @@ pub(super) type SeedValues<'a> = (&'a str, &'a str, [&'a [f64]; 2]);
 
 /// The section that ends a table wherever ours and Optuna's same sampler
 /// (`tpe` and `optuna-tpe`) both ran the same seeds: a line per pair, with
-/// a [`PairedVerdict`] at each budget. Empty without such a pair.
+/// a [`PairedVerdict`] at each budget, in the values' `direction`. Empty
+/// without such a pair.
 pub(super) fn against_optuna(
     rows: &[SeedValues<'_>],
     budgets: [&str; 2],
-    higher_is_better: bool,
+    direction: Direction,
 ) -> String {
-    let verdict = if higher_is_better {
-        PairedVerdict::of_maximised
-    } else {
-        PairedVerdict::of
+    let verdict = match direction {
+        Direction::Minimize => PairedVerdict::of,
+        Direction::Maximize => PairedVerdict::of_maximised,
     };
     let lines: Vec<String> = rows
         .iter()
@@ -544,10 +544,9 @@ pub(super) fn against_optuna(
     if lines.is_empty() {
         return String::new();
     }
-    let (better, worse, most) = if higher_is_better {
-        ("higher", "lower", "least")
-    } else {
-        ("lower", "higher", "most")
+    let (better, worse, most) = match direction {
+        Direction::Minimize => ("lower", "higher", "most"),
+        Direction::Maximize => ("higher", "lower", "least"),
     };
     let [a, b] = budgets;
     format!(
@@ -843,7 +842,7 @@ pub fn table(
             )
         })
         .collect();
-    out += &against_optuna(&values, ["@50", "@100"], false);
+    out += &against_optuna(&values, ["@50", "@100"], Direction::Minimize);
     out
 }
 
