@@ -146,9 +146,9 @@ pub enum BenchCmd {
         in_flight: u64,
         /// Model the runner's default start for TPE and GP where it keeps
         /// two trials per lane (N / 2 lanes): all N for the sampler's 10
-        /// random trials, half the lanes (at least 2) until the study holds
-        /// 30 trials, one per lane (N / 2) until 60, then N. Ours only;
-        /// Optuna's keep N.
+        /// random trials, then 2 until the study holds 30 trials, 4 (at
+        /// most N / 2) until 60, and twice as many each time the trials
+        /// double (8 until 120), up to N. Ours only; Optuna's keep N.
         #[arg(long, requires = "in_flight")]
         ramp: bool,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,

@@ -428,10 +428,11 @@ fn scheduler_text(s: &Study) -> String {
     // Where two per lane would run, TPE and GP start with fewer.
     let ramp = match crate::runner::InFlight::of(s, 1, false).ramp() {
         Some(r) => format!(
-            "{}half the lanes (at least 2) until {} trials, lanes until {}, then ",
+            "{}over every process on the study 2 until {} trials, 4 (at most lanes) \
+             until {}, twice as many each time the trials double, up to ",
             match r.random_start {
                 0 => String::new(),
-                n => format!("2 x lanes for the random start's {n} trials, "),
+                n => format!("2 x lanes for the random start's {n} trials, then "),
             },
             r.first_until,
             r.until_trials

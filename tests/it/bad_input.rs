@@ -250,7 +250,8 @@ fn check_prints_the_resolved_search_space() {
     assert!(
         gp.contains(
             "max_concurrent lanes on a CPU; on a GPU 2 x lanes for the random start's 8 trials, \
-             half the lanes (at least 2) until 28 trials, lanes until 60, then 2 x lanes (default)"
+             then over every process on the study 2 until 28 trials, 4 (at most lanes) until 60, \
+             twice as many each time the trials double, up to 2 x lanes (default)"
         ),
         "{gp}"
     );

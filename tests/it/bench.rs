@@ -804,6 +804,16 @@ fn bench_samplers_keeps_trials_in_flight() {
     );
     assert_ne!(ramped["best_50_per_seed"], best_at_50("4"));
     assert_ne!(ramped["best_50_per_seed"], best_at_50("8"));
+    // Two GPUs' 8 lanes keep the same counts until 60 trials and 8 until
+    // 120: their first 100 trials are those of one GPU's start.
+    let two_gpus = run("16", &["--ramp"]);
+    assert_eq!(two_gpus["ramp"], ramped["ramp"]);
+    assert_eq!(two_gpus["best_50_per_seed"], ramped["best_50_per_seed"]);
+    assert_eq!(two_gpus["best_100_per_seed"], ramped["best_100_per_seed"]);
+    assert_ne!(
+        two_gpus["best_100_per_seed"],
+        run("16", &[])["best_100_per_seed"]
+    );
     // On 2 lanes, 2 in flight from the first modelled proposal to 60
     // trials: running the random start all at once changes no proposal,
     // so the first 50 are those of 2 in flight.

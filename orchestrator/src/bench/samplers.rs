@@ -819,7 +819,7 @@ pub fn table(
         n => format!("{n} trials in flight"),
     };
     if let Some(r) = ramp {
-        flight += &format!(" (ours: {r})");
+        flight += &format!(" (ours: {})", r.steps(in_flight));
     }
     let mut out = format!(
         "bench samplers: median best value over {seeds} seeds ({first_seed}-{last}; minimising; lower is better; {flight});\n\
@@ -994,12 +994,16 @@ mod tests {
             cap: 2,
             until_trials: 14,
         };
-        let (curve, _) = run_one(&mut w, &branin, 30, 4, Some(ramp));
-        assert_eq!(curve.len(), 30);
-        // All four at once while the study holds fewer than 4 trials, then
-        // one at a time until 8, two until 14, then four.
-        let mut expected = vec![0, 1, 2, 3, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2];
-        expected.resize(30, 3);
+        let (curve, _) = run_one(&mut w, &branin, 40, 8, Some(ramp));
+        assert_eq!(curve.len(), 40);
+        // All at once while the study holds fewer than 4 trials, then one
+        // at a time until 8, two until 14, four until 28, then eight.
+        let mut expected = vec![0, 1, 2, 3, 0, 0, 0, 0];
+        expected.extend([1; 6]);
+        expected.extend([2]);
+        expected.extend([3; 13]);
+        expected.extend([4, 5, 6]);
+        expected.resize(40, 7);
         assert_eq!(w.pending, expected);
         let mut plain = Watcher {
             pending: Vec::new(),

@@ -362,12 +362,19 @@ impl Runner<'_> {
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
         while !st.nothing_to_start()
             && !timed_out
-            && st
-                .in_flight
-                .len()
-                .saturating_sub(st.paused.len() + st.pbt_waiting())
-                + batch.len()
-                < Ramp::limit(st.ramp, st.history.len(), st.max_concurrent)
+            && Ramp::room(
+                st.ramp,
+                st.history.len(),
+                st.max_concurrent,
+                st.in_flight
+                    .len()
+                    .saturating_sub(st.paused.len() + st.pbt_waiting())
+                    + batch.len(),
+                // Held below a cut elsewhere: pruned, to the sampler.
+                st.liveness
+                    .elsewhere
+                    .saturating_sub(st.liveness.elsewhere_held) as usize,
+            ) > 0
             && st.budget_has_room(batch.len())
         {
             let mut pending = match self.next_pending(st)? {
@@ -858,17 +865,19 @@ pub struct InFlight {
     pub model_after: Option<usize>,
 }
 
-/// Trials a study's first proposals fill while a model-based sampler keeps
-/// one per lane, where the default would keep two ([`InFlight::ramp`]).
+/// Trials a study holds when a model-based sampler's start first lets the
+/// study's trials in flight double ([`InFlight::ramp`]).
 pub const RAMP_TRIALS: usize = 60;
 
 /// A model-based sampler's first proposals after its random start, made
-/// with half the lanes busy ([`InFlight::ramp`]).
+/// with 2 trials in flight ([`InFlight::ramp`]).
 pub const FIRST_PROPOSALS: usize = 20;
 
-/// Lower caps on trials in flight while a study is young (as the
+/// Lower caps on the study's trials in flight while it is young (as the
 /// `study_start` event and `bench samplers --json` write it). Each bound
-/// counts the trials the study holds (every process's, in any state).
+/// counts the trials the study holds (every process's, in any state); the
+/// caps count the study's trials in flight, every process's, except in
+/// the random start, where each process keeps its `max_concurrent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Ramp {
     /// The sampler's random start: until the study holds this many
@@ -880,33 +889,79 @@ pub struct Ramp {
     pub first_cap: usize,
     pub first_until: usize,
     /// Trials in flight at most after that, until the study holds
-    /// `until_trials`.
+    /// `until_trials`; from there the cap doubles each time the trials
+    /// the study holds double (twice `cap` until twice `until_trials`,
+    /// and so on), until it no longer binds.
     pub cap: usize,
     pub until_trials: usize,
 }
 
 impl Ramp {
+    /// The cap on the study's trials in flight when it holds `trials`:
+    /// `None` in the random start, where only `max_concurrent` bounds.
+    pub fn cap_at(self, trials: usize) -> Option<usize> {
+        if trials < self.random_start {
+            return None;
+        }
+        if trials < self.first_until {
+            return Some(self.first_cap);
+        }
+        // Doublings of `until_trials` that `trials` has reached.
+        let doublings = (trials / self.until_trials.max(1))
+            .checked_ilog2()
+            .map_or(0, |d| d + 1);
+        Some(
+            self.cap
+                .saturating_mul(1usize.checked_shl(doublings).unwrap_or(usize::MAX)),
+        )
+    }
+
     /// Trials in flight at most when the study holds `trials`, under a
-    /// steady `max_concurrent`.
+    /// steady `max_concurrent`, where this process runs all of them.
     pub fn limit(ramp: Option<Ramp>, trials: usize, max_concurrent: usize) -> usize {
-        match ramp {
-            Some(r) if trials < r.random_start => max_concurrent,
-            Some(r) if trials < r.first_until => max_concurrent.min(r.first_cap),
-            Some(r) if trials < r.until_trials => max_concurrent.min(r.cap),
-            _ => max_concurrent,
+        match ramp.and_then(|r| r.cap_at(trials)) {
+            Some(cap) => max_concurrent.min(cap),
+            None => max_concurrent,
         }
     }
-}
 
-impl std::fmt::Display for Ramp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    /// Trials this process may start now, with `here` of its own in
+    /// flight and `elsewhere` in flight in other processes on the study:
+    /// its own `max_concurrent` bounds `here`, and the start's cap bounds
+    /// both together, since a proposal learns from none of them.
+    pub fn room(
+        ramp: Option<Ramp>,
+        trials: usize,
+        max_concurrent: usize,
+        here: usize,
+        elsewhere: usize,
+    ) -> usize {
+        let own = max_concurrent.saturating_sub(here);
+        match ramp.and_then(|r| r.cap_at(trials)) {
+            Some(cap) => own.min(cap.saturating_sub(here + elsewhere)),
+            None => own,
+        }
+    }
+
+    /// The start's steps, in words, up to where `max_concurrent` binds.
+    pub fn steps(self, max_concurrent: usize) -> String {
+        let mut out = Vec::new();
         if self.random_start > 0 {
-            write!(f, "all for the first {} trials, ", self.random_start)?;
+            out.push(format!("all for the first {} trials", self.random_start));
         }
         if self.first_cap < self.cap && self.first_until > self.random_start {
-            write!(f, "{} until {} trials, ", self.first_cap, self.first_until)?;
+            out.push(format!(
+                "{} until {} trials",
+                self.first_cap, self.first_until
+            ));
         }
-        write!(f, "{} until {}", self.cap, self.until_trials)
+        let (mut cap, mut until) = (self.cap, self.until_trials.max(1));
+        while cap > 0 && cap < max_concurrent {
+            out.push(format!("{cap} until {until}"));
+            cap = cap.saturating_mul(2);
+            until = until.saturating_mul(2);
+        }
+        out.join(", ")
     }
 }
 
@@ -947,26 +1002,32 @@ impl InFlight {
     }
 
     /// Where the default keeps two trials per lane for a model-based
-    /// sampler: all of them in its random start, then half the lanes (at
-    /// least two) for its [`FIRST_PROPOSALS`] first proposals, then one per
-    /// lane until the study holds [`RAMP_TRIALS`] trials.
+    /// sampler: all of them in its random start; then, over the study's
+    /// processes, 2 in flight for its [`FIRST_PROPOSALS`] first proposals,
+    /// 4 (at most one per lane) until the study holds [`RAMP_TRIALS`]
+    /// trials, and from there twice as many each time the trials double
+    /// (8 until 120, 16 until 240), so that the trials in flight stay
+    /// about one in 7.5 of those the study holds.
     ///
     /// While the history is short, each pending trial is a large share of
     /// what a proposal does not know: at 4 in flight our TPE fell behind
     /// sequential Optuna on Levy-5, and drew ahead when its first 60
     /// trials kept one per lane; at 8 (a GPU's 4 lanes) it stayed behind
-    /// at 50 trials until its first proposals kept 2
-    /// (`docs/benchmarks/concurrency.md`). The random start's proposals do
-    /// not depend on results, so running them all at once changes none of
+    /// at 50 trials until its first proposals kept 2; at 16 (two GPUs)
+    /// half the lanes and then one per lane stayed behind on 7 of 26 cells
+    /// over 500 seeds, where 8's counts met all 26 over 1,000
+    /// (`docs/benchmarks/concurrency.md`). The caps are counts of trials,
+    /// not of lanes, for that reason. The random start's proposals do not
+    /// depend on results, so running them all at once changes none of
     /// them. The second trial per lane pays off over the rest of the study.
     pub fn ramp(self) -> Option<Ramp> {
-        let cap = self.lanes.max(1);
+        let lanes = self.lanes.max(1);
         let random_start = self.model_after?;
-        (self.default_max() > cap).then_some(Ramp {
+        (self.default_max() > lanes).then_some(Ramp {
             random_start,
-            first_cap: cap.min((cap / 2).max(2)),
+            first_cap: lanes.min(2),
             first_until: random_start + FIRST_PROPOSALS,
-            cap,
+            cap: lanes.min(4),
             until_trials: RAMP_TRIALS,
         })
     }
@@ -1091,7 +1152,7 @@ mod tests {
     }
 
     #[test]
-    fn a_model_based_sampler_keeps_one_trial_per_lane_while_the_study_is_young() {
+    fn a_model_based_sampler_keeps_few_trials_in_flight_while_the_study_is_young() {
         let gpu = InFlight {
             lanes: 32,
             cpu_only: false,
@@ -1104,44 +1165,58 @@ mod tests {
             ramp,
             Ramp {
                 random_start: 10,
-                first_cap: 16,
+                first_cap: 2,
                 first_until: 10 + FIRST_PROPOSALS,
-                cap: 32,
+                cap: 4,
                 until_trials: RAMP_TRIALS
             }
         );
         assert_eq!(
-            ramp.to_string(),
-            "all for the first 10 trials, 16 until 30 trials, 32 until 60"
+            ramp.steps(gpu.default_max()),
+            "all for the first 10 trials, 2 until 30 trials, 4 until 60, 8 until 120, \
+             16 until 240, 32 until 480"
         );
         let limit = |trials| Ramp::limit(Some(ramp), trials, gpu.default_max());
         // The random start's proposals learn nothing from results: all
-        // run; then half the lanes, then one per lane, then two.
+        // run; then 2, then 4, then twice as many each time the trials
+        // double, until two per lane.
         assert_eq!(limit(0), 64);
         assert_eq!(limit(9), 64);
-        assert_eq!(limit(10), 16);
-        assert_eq!(limit(29), 16);
-        assert_eq!(limit(30), 32);
-        assert_eq!(limit(RAMP_TRIALS - 1), 32);
-        assert_eq!(limit(RAMP_TRIALS), 64);
+        assert_eq!(limit(10), 2);
+        assert_eq!(limit(29), 2);
+        assert_eq!(limit(30), 4);
+        assert_eq!(limit(RAMP_TRIALS - 1), 4);
+        assert_eq!(limit(RAMP_TRIALS), 8);
+        assert_eq!(limit(2 * RAMP_TRIALS - 1), 8);
+        assert_eq!(limit(2 * RAMP_TRIALS), 16);
+        assert_eq!(limit(4 * RAMP_TRIALS), 32);
+        assert_eq!(limit(8 * RAMP_TRIALS - 1), 32);
+        assert_eq!(limit(8 * RAMP_TRIALS), 64);
+        assert_eq!(limit(usize::MAX), 64);
         // A cap lowered after running out of memory stays lower.
         assert_eq!(Ramp::limit(Some(ramp), 0, 20), 20);
-        assert_eq!(Ramp::limit(Some(ramp), 12, 8), 8);
+        assert_eq!(Ramp::limit(Some(ramp), 12, 1), 1);
         assert_eq!(Ramp::limit(None, 0, 64), 64);
-        // Half the lanes, but never fewer than two: on 2 lanes the first
-        // proposals keep one per lane, on 4 they keep 2.
+        // The caps count trials, not lanes, but never more than one per
+        // lane before the doubling: one GPU's 4 lanes and two GPUs' 8 keep
+        // the same counts until 60 trials, and 8 lanes keep one per lane
+        // until 120, where 4 lanes reach their steady 8 at 60.
         let on = |lanes: usize| InFlight { lanes, ..gpu }.ramp().expect("two per lane");
         assert_eq!(
-            (
-                on(1).first_cap,
-                on(2).first_cap,
-                on(3).first_cap,
-                on(4).first_cap
-            ),
-            (1, 2, 2, 2)
+            [1, 2, 3, 4, 8].map(|n| (on(n).first_cap, on(n).cap)),
+            [(1, 1), (2, 2), (2, 3), (2, 4), (2, 4)]
         );
-        assert_eq!(on(8).first_cap, 4);
-        assert_eq!(on(2).to_string(), "all for the first 10 trials, 2 until 60");
+        assert_eq!(on(2).steps(4), "all for the first 10 trials, 2 until 60");
+        assert_eq!(
+            on(4).steps(8),
+            "all for the first 10 trials, 2 until 30 trials, 4 until 60"
+        );
+        let one_gpu = |t| Ramp::limit(Some(on(4)), t, 8);
+        let two_gpus = |t| Ramp::limit(Some(on(8)), t, 16);
+        for trials in 10..2 * RAMP_TRIALS {
+            assert_eq!(one_gpu(trials), two_gpus(trials), "{trials}");
+        }
+        assert_eq!((one_gpu(120), two_gpus(120)), (8, 16));
         // No random start: the first proposals start at once.
         let from_0 = InFlight {
             model_after: Some(0),
@@ -1179,6 +1254,37 @@ mod tests {
         ] {
             assert_eq!(pays.ramp(), Some(ramp), "{pays:?}");
         }
+    }
+
+    #[test]
+    fn the_start_caps_the_study_s_trials_in_flight_over_every_process() {
+        // One process per GPU, 4 lanes each, on one study.
+        let per_gpu = InFlight {
+            lanes: 4,
+            cpu_only: false,
+            prioritised: false,
+            external: false,
+            model_after: Some(10),
+        };
+        let ramp = per_gpu.ramp();
+        let max = per_gpu.default_max();
+        // The random start: each process fills its own 8.
+        assert_eq!(Ramp::room(ramp, 5, max, 0, 8), 8);
+        assert_eq!(Ramp::room(ramp, 5, max, 3, 8), 5);
+        // The first proposals: 2 in flight over both processes.
+        assert_eq!(Ramp::room(ramp, 12, max, 0, 0), 2);
+        assert_eq!(Ramp::room(ramp, 12, max, 0, 1), 1);
+        assert_eq!(Ramp::room(ramp, 12, max, 0, 2), 0);
+        assert_eq!(Ramp::room(ramp, 12, max, 1, 5), 0);
+        // 4 until 60 trials, 8 until 120: this process may take them all.
+        assert_eq!(Ramp::room(ramp, 40, max, 1, 2), 1);
+        assert_eq!(Ramp::room(ramp, 60, max, 0, 3), 5);
+        assert_eq!(Ramp::room(ramp, 60, max, 0, 0), 8);
+        // From 120 the cap of 16 no longer binds: each keeps its own 8.
+        assert_eq!(Ramp::room(ramp, 120, max, 2, 8), 6);
+        assert_eq!(Ramp::room(ramp, 120, max, 8, 8), 0);
+        // Set, max_concurrent alone bounds each process.
+        assert_eq!(Ramp::room(None, 12, 8, 3, 100), 5);
     }
 
     #[test]
