@@ -124,7 +124,9 @@ pub enum BenchCmd {
     /// resamples in which our median hypervolume is at least Optuna's).
     Samplers {
         /// Print rows as JSON, with each seed's best values
-        /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians.
+        /// (`best_50_per_seed`, `best_100_per_seed`) beside the medians,
+        /// and on ours beside Optuna's same sampler the seed-for-seed
+        /// verdicts (`against_optuna`: `better`, `worse`, `met_share`).
         #[arg(long)]
         json: bool,
         /// How many seeds per sampler and problem: 0 to N-1, or F to F+N-1

@@ -488,6 +488,8 @@ fn bench_samplers_runs_the_chosen_samplers_and_problems() {
         // Best-so-far never worsens, and never beats the known optimum.
         assert!(b100 <= b50 && b100 >= 0.397887 - 1e-6, "{r}");
         assert!(r["ms_per_proposal_at_100"].as_f64().unwrap() >= 0.0);
+        // No Optuna ran: no verdict.
+        assert!(r.get("against_optuna").is_some_and(|v| v.is_null()), "{r}");
         // One seed: its own best values are the medians.
         assert_eq!(r["best_50_per_seed"], serde_json::json!([b50]), "{r}");
         assert_eq!(r["best_100_per_seed"], serde_json::json!([b100]), "{r}");
@@ -725,6 +727,7 @@ fn bench_samplers_scores_fronts_by_hypervolume() {
             // More trials never shrink the dominated volume.
             assert!(h100 > 0.0 && h300 >= h100, "{r}");
             assert_eq!(r["hypervolume_300_per_seed"].as_array().unwrap().len(), 2);
+            assert!(r.get("against_optuna").is_some_and(|v| v.is_null()), "{r}");
             (
                 r["problem"].as_str().unwrap().to_string(),
                 r["sampler"].as_str().unwrap().to_string(),

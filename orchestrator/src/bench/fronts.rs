@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::samplers::{Plan, SeedValues, against_optuna, float, median};
+use super::samplers::{Plan, SeedValues, against_optuna, float, median, verdicts_json};
 use crate::error::Result;
 use crate::pareto;
 use crate::sampler::{Nsga2Sampler, RandomSampler, Sampler, TpeSampler, TrialRecord};
@@ -364,10 +364,27 @@ fn optuna_trials(run: &serde_json::Value) -> Vec<(Vec<f64>, bool)> {
         .collect()
 }
 
+/// The rows as `--json` prints them; each of ours beside Optuna's same
+/// sampler carries its verdicts on hypervolume (`against_optuna`).
+/// Each row's hypervolumes per seed, as [`against_optuna`] reads them.
+fn seed_values(rows: &[FrontRow]) -> Vec<SeedValues<'_>> {
+    rows.iter()
+        .map(|r| {
+            (
+                r.problem,
+                r.sampler.as_str(),
+                [&r.per_seed_100[..], &r.per_seed_300[..]],
+            )
+        })
+        .collect()
+}
+
 pub fn json(rows: &[FrontRow]) -> serde_json::Value {
+    let values = seed_values(rows);
     serde_json::Value::Array(
         rows.iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 json!({
                     "problem": r.problem,
                     "sampler": r.sampler,
@@ -376,6 +393,7 @@ pub fn json(rows: &[FrontRow]) -> serde_json::Value {
                     "ms_per_proposal_at_300": r.ms_per_proposal,
                     "hypervolume_100_per_seed": r.per_seed_100,
                     "hypervolume_300_per_seed": r.per_seed_300,
+                    "against_optuna": verdicts_json(&values, Direction::Maximize, ["at_100", "at_300"], i),
                 })
             })
             .collect(),
@@ -396,17 +414,7 @@ pub fn table(rows: &[FrontRow], seeds: u64) -> String {
             r.problem, r.sampler, r.hv_100, r.hv_300, r.ms_per_proposal
         );
     }
-    let values: Vec<SeedValues<'_>> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.problem,
-                r.sampler.as_str(),
-                [&r.per_seed_100[..], &r.per_seed_300[..]],
-            )
-        })
-        .collect();
-    out + &against_optuna(&values, ["@100", "@300"], Direction::Maximize)
+    out + &against_optuna(&seed_values(rows), ["@100", "@300"], Direction::Maximize)
 }
 
 #[cfg(test)]
@@ -445,6 +453,14 @@ mod tests {
                 .any(|l| l.starts_with("zdt1               tpe") && l.contains('%'))
         );
         assert!(!table(&rows[2..], 3).contains("ours against Optuna's"));
+        // `--json` carries the same verdicts on our row, none elsewhere.
+        let j = json(&rows);
+        assert_eq!(
+            j[0]["against_optuna"]["at_300"],
+            serde_json::json!({ "better": 3, "worse": 0, "met_share": 1.0 })
+        );
+        assert_eq!(j[1]["against_optuna"], serde_json::Value::Null);
+        assert_eq!(j[2]["against_optuna"], serde_json::Value::Null);
     }
 
     #[test]

@@ -468,7 +468,7 @@ pub const RESAMPLES: usize = 2_000;
 /// (`docs/benchmarks/concurrency.md`, 2026-12-07). So the verdict comes
 /// with its share of resamples: the seeds drawn again with replacement,
 /// each seed's two runs kept together.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct PairedVerdict {
     /// Seeds where ours found a lower best value.
     pub better: usize,
@@ -514,31 +514,62 @@ impl PairedVerdict {
 /// and each seed's value at the table's two budgets.
 pub(super) type SeedValues<'a> = (&'a str, &'a str, [&'a [f64]; 2]);
 
+/// Each of our rows whose Optuna twin (`tpe` and `optuna-tpe`) ran the
+/// same seeds, with a [`PairedVerdict`] at each budget, in the values'
+/// `direction`.
+pub(super) fn verdicts<'a>(
+    rows: &[SeedValues<'a>],
+    direction: Direction,
+) -> Vec<(&'a str, &'a str, [PairedVerdict; 2])> {
+    let verdict = match direction {
+        Direction::Minimize => PairedVerdict::of,
+        Direction::Maximize => PairedVerdict::of_maximised,
+    };
+    rows.iter()
+        .filter_map(|&(problem, sampler, ours)| {
+            let theirs = rows
+                .iter()
+                .find(|o| o.0 == problem && o.1 == format!("optuna-{sampler}"))?
+                .2;
+            Some((
+                problem,
+                sampler,
+                [verdict(ours[0], theirs[0])?, verdict(ours[1], theirs[1])?],
+            ))
+        })
+        .collect()
+}
+
+/// The `against_optuna` field of row `i` of a `--json` array: its
+/// verdicts at the two `budgets` (as the JSON names them), or null.
+pub(super) fn verdicts_json(
+    rows: &[SeedValues<'_>],
+    direction: Direction,
+    budgets: [&str; 2],
+    i: usize,
+) -> serde_json::Value {
+    let (problem, sampler, _) = rows[i];
+    verdicts(rows, direction)
+        .into_iter()
+        .find(|v| v.0 == problem && v.1 == sampler)
+        .map_or(
+            serde_json::Value::Null,
+            |(_, _, [a, b])| json!({ budgets[0]: a, budgets[1]: b }),
+        )
+}
+
 /// The section that ends a table wherever ours and Optuna's same sampler
-/// (`tpe` and `optuna-tpe`) both ran the same seeds: a line per pair, with
-/// a [`PairedVerdict`] at each budget, in the values' `direction`. Empty
+/// both ran the same seeds: a line per pair, with its [`verdicts`]. Empty
 /// without such a pair.
 pub(super) fn against_optuna(
     rows: &[SeedValues<'_>],
     budgets: [&str; 2],
     direction: Direction,
 ) -> String {
-    let verdict = match direction {
-        Direction::Minimize => PairedVerdict::of,
-        Direction::Maximize => PairedVerdict::of_maximised,
-    };
-    let lines: Vec<String> = rows
-        .iter()
-        .filter_map(|&(problem, sampler, ours)| {
-            let theirs = rows
-                .iter()
-                .find(|o| o.0 == problem && o.1 == format!("optuna-{sampler}"))?
-                .2;
-            let first = verdict(ours[0], theirs[0])?;
-            let second = verdict(ours[1], theirs[1])?;
-            Some(format!(
-                "{problem:<18} {sampler:<12} {first:<22} {second}\n"
-            ))
+    let lines: Vec<String> = verdicts(rows, direction)
+        .into_iter()
+        .map(|(problem, sampler, [first, second])| {
+            format!("{problem:<18} {sampler:<12} {first:<22} {second}\n")
         })
         .collect();
     if lines.is_empty() {
@@ -786,10 +817,28 @@ fn run_optuna(
         .collect())
 }
 
+/// The rows as `--json` prints them; each of ours beside Optuna's same
+/// sampler carries its verdicts (`against_optuna`, as the table's last
+/// section gives them).
+/// Each row's seed values, as [`verdicts`] reads them.
+fn seed_values(rows: &[Row]) -> Vec<SeedValues<'_>> {
+    rows.iter()
+        .map(|r| {
+            (
+                r.problem,
+                r.sampler.as_str(),
+                [&r.best_50[..], &r.best_100[..]],
+            )
+        })
+        .collect()
+}
+
 pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::Value {
+    let values = seed_values(rows);
     serde_json::Value::Array(
         rows.iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(i, r)| {
                 json!({
                     "problem": r.problem,
                     "sampler": r.sampler,
@@ -800,6 +849,7 @@ pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::V
                     "ms_per_proposal_at_100": r.ms_per_proposal,
                     "best_50_per_seed": r.best_50,
                     "best_100_per_seed": r.best_100,
+                    "against_optuna": verdicts_json(&values, Direction::Minimize, ["at_50", "at_100"], i),
                 })
             })
             .collect(),
@@ -832,17 +882,7 @@ pub fn table(
             r.problem, r.sampler, r.at_50, r.at_100, r.ms_per_proposal
         );
     }
-    let values: Vec<SeedValues<'_>> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.problem,
-                r.sampler.as_str(),
-                [&r.best_50[..], &r.best_100[..]],
-            )
-        })
-        .collect();
-    out += &against_optuna(&values, ["@50", "@100"], Direction::Minimize);
+    out += &against_optuna(&seed_values(rows), ["@50", "@100"], Direction::Minimize);
     out
 }
 
@@ -954,6 +994,28 @@ mod tests {
         );
         let ours_only = table(&rows[..2], 3, 0, 1, None);
         assert!(!ours_only.contains("ours against Optuna's"), "{ours_only}");
+        // `--json` carries the same verdicts on our row, none elsewhere.
+        let j = json(&rows, 1, None);
+        assert_eq!(
+            j[1]["against_optuna"],
+            serde_json::json!({
+                "at_50": { "better": 3, "worse": 0, "met_share": 1.0 },
+                "at_100": { "better": 3, "worse": 0, "met_share": 1.0 },
+            })
+        );
+        assert_eq!(j[0]["against_optuna"], serde_json::Value::Null);
+        assert_eq!(j[2]["against_optuna"], serde_json::Value::Null);
+        let worse: Vec<Row> = rows
+            .iter()
+            .map(|r| match r.sampler.as_str() {
+                "tpe" => row("tpe", vec![5.0, 6.0, 7.0]),
+                _ => r.clone(),
+            })
+            .collect();
+        assert_eq!(
+            json(&worse, 1, None)[1]["against_optuna"]["at_100"],
+            serde_json::json!({ "better": 0, "worse": 3, "met_share": 0.0 })
+        );
     }
 
     /// Counts the trials pending at each proposal.
