@@ -2,8 +2,9 @@
 # ramp-cost.sh BIN DEVICE [LANES]: what the runner's start (`InFlight::ramp`)
 # costs in time. The digits study with TPE, 100 trials and LANES lanes (4,
 # the default on a GPU), run under the default in flight (two per lane for
-# TPE's 10 random trials, half the lanes until the study holds 30 trials,
-# one per lane until 60, then two), then with `max_concurrent` at two per
+# TPE's 10 random trials, 2 in flight until the study holds 30 trials, 4
+# (at most one per lane) until 60, doubling as the trials double, then two
+# per lane), then with `max_concurrent` at two per
 # lane, at one per lane and at half the lanes throughout (the last: the
 # pace of the start's first step, 2 in flight on a GPU's 4 lanes,
 # docs/benchmarks/concurrency.md); prints each run's
