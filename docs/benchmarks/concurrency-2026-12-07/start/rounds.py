@@ -27,8 +27,9 @@ STARTS = {
     '2 until 60': lambda h: 2 if h < 60 else 8,
     '8 throughout': lambda h: 8,
 }
-print('| start | 50 trials | 100 trials | 200 trials |')
-print('|---|---|---|---|')
-for name, f in STARTS.items():
-    cells = [f"{wall(f, n):.0f} ({wall(f, n) / wall(STARTS['before: 4 until 60'], n):.2f}x)" for n in (50, 100, 200)]
-    print(f'| {name} | ' + ' | '.join(cells) + ' |')
+if __name__ == '__main__':
+    print('| start | 50 trials | 100 trials | 200 trials |')
+    print('|---|---|---|---|')
+    for name, f in STARTS.items():
+        cells = [f"{wall(f, n):.0f} ({wall(f, n) / wall(STARTS['before: 4 until 60'], n):.2f}x)" for n in (50, 100, 200)]
+        print(f'| {name} | ' + ' | '.join(cells) + ' |')

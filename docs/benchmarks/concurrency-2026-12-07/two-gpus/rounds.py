@@ -5,18 +5,12 @@ ran N times as fast as one: an upper bound on what running fewer at once
 costs, since a GPU's lanes run fewer trials each faster. TPE's random
 start is 10 trials. One GPU's start on its 4 lanes is the last row, for
 comparison. Run: python3 rounds.py"""
-import heapq
+import os
+import sys
 
-
-def wall(limit, trials):
-    t, running, held, done = 0.0, [], 0, 0
-    while done < trials:
-        while held < trials and len(running) < limit(held):
-            heapq.heappush(running, t + 1.0)
-            held += 1
-        t = heapq.heappop(running)
-        done += 1
-    return t
+# The same model as one GPU's table (../start/rounds.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'start'))
+from rounds import wall  # noqa: E402
 
 
 def doubling(h):
