@@ -883,20 +883,22 @@ fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
     assert_eq!(&more[..8], &first[..]);
 }
 
+/// Most trials alive at once where a trial numbered `from` to `to` starts,
+/// by the times Optuna's table stores.
+fn most_alive_at_once(db: &std::path::Path, from: i64, to: i64) -> i64 {
+    scalar(
+        db,
+        &format!(
+            "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
+             WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
+             FROM trials a WHERE a.number BETWEEN {from} AND {to})"
+        ),
+    )
+}
+
 #[test]
 fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
-    // Most trials alive at once where trial `from` or a later one starts,
-    // by the times Optuna's table stores.
-    let most_at_once = |db: &std::path::Path, from: i64| {
-        scalar(
-            db,
-            &format!(
-                "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
-                 WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
-                 FROM trials a WHERE a.number >= {from})"
-            ),
-        )
-    };
+    let most_at_once = |db: &std::path::Path, from: i64| most_alive_at_once(db, from, i64::MAX);
     let dir = tempfile::tempdir().unwrap();
     let base = StudyFile::digits("young", 8)
         .set("sampler", "kind", "\"tpe\"")
@@ -950,4 +952,45 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
         "{} at once",
         most_at_once(&db, 3)
     );
+}
+
+#[test]
+fn on_eight_lanes_the_start_keeps_counts_of_trials_not_shares_of_lanes() {
+    // Two GPUs' 8 lanes, here 8 CPU devices of a lane each (on 2 cores),
+    // with a pruner (two per lane by default): 2 in flight after the random
+    // start, as on one GPU's 4 lanes, where half the lanes would be 4; then
+    // 4 from 23 trials.
+    let dir = tempfile::tempdir().unwrap();
+    let study = StudyFile::digits("eight", 30)
+        .set("sampler", "kind", "\"tpe\"")
+        .set("sampler", "startup_trials", "3")
+        .set("pruner", "kind", "\"median\"")
+        .set(
+            "scheduler",
+            "devices",
+            "[\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\", \"cpu:4\", \"cpu:5\", \"cpu:6\", \"cpu:7\"]",
+        );
+    write(dir.path(), "s.toml", &study.build());
+    let out = run_in(dir.path(), &["s.toml", "--no-progress"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let db = dir.path().join("eight.db");
+    assert_eq!(trials(&db, None).len(), 30);
+    let start: serde_json::Value = serde_json::from_str(
+        &scalar_text(
+            &db,
+            "SELECT detail FROM salus_events WHERE kind = 'study_start'",
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(start["max_concurrent"], 16, "{start}");
+    assert_eq!(
+        start["ramp"],
+        serde_json::json!({ "random_start": 3, "first_cap": 2, "first_until": 23, "cap": 4, "until_trials": 60 })
+    );
+    assert_eq!(most_alive_at_once(&db, 0, 2), 3);
+    let first = most_alive_at_once(&db, 3, 22);
+    assert!(first <= 2, "{first} at once in the first proposals");
+    let then = most_alive_at_once(&db, 23, 29);
+    assert!(then <= 4, "{then} at once from 23 trials");
 }
