@@ -364,8 +364,6 @@ fn optuna_trials(run: &serde_json::Value) -> Vec<(Vec<f64>, bool)> {
         .collect()
 }
 
-/// The rows as `--json` prints them; each of ours beside Optuna's same
-/// sampler carries its verdicts on hypervolume (`against_optuna`).
 /// Each row's hypervolumes per seed, as [`against_optuna`] reads them.
 fn seed_values(rows: &[FrontRow]) -> Vec<SeedValues<'_>> {
     rows.iter()
@@ -379,12 +377,18 @@ fn seed_values(rows: &[FrontRow]) -> Vec<SeedValues<'_>> {
         .collect()
 }
 
+/// The rows as `--json` prints them; each of ours beside Optuna's same
+/// sampler carries its verdicts on hypervolume (`against_optuna`).
 pub fn json(rows: &[FrontRow]) -> serde_json::Value {
-    let values = seed_values(rows);
+    let against = verdicts_json(
+        &seed_values(rows),
+        Direction::Maximize,
+        ["at_100", "at_300"],
+    );
     serde_json::Value::Array(
         rows.iter()
-            .enumerate()
-            .map(|(i, r)| {
+            .zip(against)
+            .map(|(r, against)| {
                 json!({
                     "problem": r.problem,
                     "sampler": r.sampler,
@@ -393,7 +397,7 @@ pub fn json(rows: &[FrontRow]) -> serde_json::Value {
                     "ms_per_proposal_at_300": r.ms_per_proposal,
                     "hypervolume_100_per_seed": r.per_seed_100,
                     "hypervolume_300_per_seed": r.per_seed_300,
-                    "against_optuna": verdicts_json(&values, Direction::Maximize, ["at_100", "at_300"], i),
+                    "against_optuna": against,
                 })
             })
             .collect(),

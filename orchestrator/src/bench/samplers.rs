@@ -540,22 +540,25 @@ pub(super) fn verdicts<'a>(
         .collect()
 }
 
-/// The `against_optuna` field of row `i` of a `--json` array: its
-/// verdicts at the two `budgets` (as the JSON names them), or null.
+/// The `against_optuna` field of each row of a `--json` array: its
+/// verdicts at the two `budgets` (as the JSON names them), or null. Each
+/// verdict resamples the seeds, so they are computed once for all rows.
 pub(super) fn verdicts_json(
     rows: &[SeedValues<'_>],
     direction: Direction,
     budgets: [&str; 2],
-    i: usize,
-) -> serde_json::Value {
-    let (problem, sampler, _) = rows[i];
-    verdicts(rows, direction)
-        .into_iter()
-        .find(|v| v.0 == problem && v.1 == sampler)
-        .map_or(
-            serde_json::Value::Null,
-            |(_, _, [a, b])| json!({ budgets[0]: a, budgets[1]: b }),
-        )
+) -> Vec<serde_json::Value> {
+    let all = verdicts(rows, direction);
+    rows.iter()
+        .map(|&(problem, sampler, _)| {
+            all.iter()
+                .find(|v| v.0 == problem && v.1 == sampler)
+                .map_or(
+                    serde_json::Value::Null,
+                    |(_, _, [a, b])| json!({ budgets[0]: a, budgets[1]: b }),
+                )
+        })
+        .collect()
 }
 
 /// The section that ends a table wherever ours and Optuna's same sampler
@@ -817,9 +820,6 @@ fn run_optuna(
         .collect())
 }
 
-/// The rows as `--json` prints them; each of ours beside Optuna's same
-/// sampler carries its verdicts (`against_optuna`, as the table's last
-/// section gives them).
 /// Each row's seed values, as [`verdicts`] reads them.
 fn seed_values(rows: &[Row]) -> Vec<SeedValues<'_>> {
     rows.iter()
@@ -833,12 +833,15 @@ fn seed_values(rows: &[Row]) -> Vec<SeedValues<'_>> {
         .collect()
 }
 
+/// The rows as `--json` prints them; each of ours beside Optuna's same
+/// sampler carries its verdicts (`against_optuna`, as the table's last
+/// section gives them).
 pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::Value {
-    let values = seed_values(rows);
+    let against = verdicts_json(&seed_values(rows), Direction::Minimize, ["at_50", "at_100"]);
     serde_json::Value::Array(
         rows.iter()
-            .enumerate()
-            .map(|(i, r)| {
+            .zip(against)
+            .map(|(r, against)| {
                 json!({
                     "problem": r.problem,
                     "sampler": r.sampler,
@@ -849,7 +852,7 @@ pub fn json(rows: &[Row], in_flight: usize, ramp: Option<Ramp>) -> serde_json::V
                     "ms_per_proposal_at_100": r.ms_per_proposal,
                     "best_50_per_seed": r.best_50,
                     "best_100_per_seed": r.best_100,
-                    "against_optuna": verdicts_json(&values, Direction::Minimize, ["at_50", "at_100"], i),
+                    "against_optuna": against,
                 })
             })
             .collect(),
