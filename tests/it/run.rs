@@ -896,6 +896,16 @@ fn most_alive_at_once(db: &std::path::Path, from: i64, to: i64) -> i64 {
     )
 }
 
+/// The detail of the run's `study_start` event.
+fn study_start(db: &std::path::Path) -> serde_json::Value {
+    let detail = scalar_text(
+        db,
+        "SELECT detail FROM salus_events WHERE kind = 'study_start'",
+    )
+    .expect("a study_start event");
+    serde_json::from_str(&detail).expect("its detail is JSON")
+}
+
 #[test]
 fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     let most_at_once = |db: &std::path::Path, from: i64| most_alive_at_once(db, from, i64::MAX);
@@ -910,14 +920,7 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let db = dir.path().join("young.db");
     assert_eq!(trials(&db, None).len(), 8);
-    let start: serde_json::Value = serde_json::from_str(
-        &scalar_text(
-            &db,
-            "SELECT detail FROM salus_events WHERE kind = 'study_start'",
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let start = study_start(&db);
     assert_eq!(start["max_concurrent"], 4, "{start}");
     assert_eq!(
         start["ramp"],
@@ -941,12 +944,8 @@ fn tpe_with_a_pruner_keeps_one_trial_per_lane_while_the_study_is_young() {
     let out = run_in(set.path(), &["s.toml", "--no-progress"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let db = set.path().join("young.db");
-    let start = scalar_text(
-        &db,
-        "SELECT detail FROM salus_events WHERE kind = 'study_start'",
-    )
-    .unwrap();
-    assert!(start.contains("\"ramp\":null"), "{start}");
+    let start = study_start(&db);
+    assert_eq!(start.get("ramp"), Some(&serde_json::Value::Null), "{start}");
     assert!(
         most_at_once(&db, 3) >= 3,
         "{} at once",
@@ -975,14 +974,7 @@ fn on_eight_lanes_the_start_keeps_counts_of_trials_not_shares_of_lanes() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let db = dir.path().join("eight.db");
     assert_eq!(trials(&db, None).len(), 30);
-    let start: serde_json::Value = serde_json::from_str(
-        &scalar_text(
-            &db,
-            "SELECT detail FROM salus_events WHERE kind = 'study_start'",
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let start = study_start(&db);
     assert_eq!(start["max_concurrent"], 16, "{start}");
     assert_eq!(
         start["ramp"],
