@@ -317,7 +317,9 @@ fn the_slurm_array_and_the_kubernetes_indexed_job_run_one_study_on_postgres() {
 // the trial's current one.
 
 use salus_tune::storage::writer::{RunInfo, TrialEnd, WriteOp};
-use salus_tune::storage::{Claim, Requeuer, RunId, Store, StudyId, Writer};
+use salus_tune::storage::{
+    CapAt, Claim, InFlightCap, NewTrial, Requeuer, RunId, Store, StudyId, Writer,
+};
 
 /// Two writers (two "processes") on one study, their runs registered.
 struct Pair {
@@ -361,10 +363,21 @@ impl Pair {
     /// A new RUNNING trial that writer `w` (`p.a` or `p.b`) holds, in a
     /// study of `budget` trials.
     fn new_trial(&self, (w, run): &(Writer, RunId), budget: u64) -> Claim {
-        w.create_trial(self.study_id, vec![], "{}".into(), *run, budget)
+        match self.capped_trial((w, *run), budget, None) {
+            NewTrial::Created(claim, _) => claim,
+            other => panic!("no trial: {other:?}"),
+        }
+    }
+
+    /// What creating a trial under `cap` gives.
+    fn capped_trial(
+        &self,
+        (w, run): (&Writer, RunId),
+        budget: u64,
+        cap: Option<InFlightCap>,
+    ) -> NewTrial {
+        w.create_trial(self.study_id, vec![], "{}".into(), run, budget, cap)
             .unwrap()
-            .unwrap()
-            .0
     }
 }
 
@@ -388,10 +401,7 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
     };
     let p = pair(&db, dir.path());
     let ((a, run_a), (b, run_b)) = (&p.a, &p.b);
-    let (ca, _) = a
-        .create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
-        .unwrap()
-        .unwrap();
+    let ca = p.new_trial(&p.a, 8);
     assert_eq!(ca.attempt, 1);
     let ckpt = dir.path().join("ckpt/trial.state");
     let save = |claim: Claim, bytes: &[u8], step: i64| WriteOp::SaveFile {
@@ -511,6 +521,126 @@ fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(postgres: bool
     drop(p.rt);
 }
 
+/// Two processes on one young TPE study, as one per GPU start: the
+/// start's caps hold for the study's trials in flight over both, not for
+/// each process's. A trial is created only while the study's trials, as
+/// they are then, leave room (checked in the transaction that creates
+/// it), so a process that last read the study a moment ago can neither
+/// start past the cap nor take the study for younger than it is and add
+/// to the random start. On SQLite, whose write lock comes before a
+/// transaction's clock, the stored times order as those checks did.
+/// Checked against the binary before the check moved into the
+/// transaction: it kept up to 8-11 in flight in the first window and 4-6
+/// in the second.
+#[test]
+fn two_processes_keep_one_start_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "start", false) else {
+        return;
+    };
+    // A pruner that never prunes: the start is for prioritised trials (two
+    // per lane on a CPU), and no trial is held below a cut, where it
+    // would stay alive without counting.
+    let study = StudyFile::digits("start", 50)
+        .set("train", "epochs", "150")
+        .set("sampler", "kind", "\"tpe\"")
+        .set("sampler", "startup_trials", "10")
+        .set("pruner", "kind", "\"median\"")
+        .set("pruner", "startup_trials", "1000")
+        .set(
+            "scheduler",
+            "devices",
+            "[\"cpu:0\", \"cpu:1\", \"cpu:2\", \"cpu:3\"]",
+        );
+    write(dir.path(), "s.toml", &study.build());
+    for (i, p) in start(dir.path(), 2, &db).into_iter().enumerate() {
+        let out = p.wait();
+        assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(&out));
+    }
+    exactly(&db, 50);
+    // The random start's 10 at once (8 is each process's own most); then
+    // 2 in flight until 30 trials, then 4.
+    assert!(db.most_alive_at_once(0, 9) <= 10);
+    let first = db.most_alive_at_once(10, 29);
+    assert!(first <= 2, "{first} at once in the first proposals");
+    let then = db.most_alive_at_once(30, 49);
+    assert!(then <= 4, "{then} at once from 30 trials");
+}
+
+/// The start's cap is counted where a trial is created, under the lock
+/// that numbers it: the other run's RUNNING trials (less one its pruner
+/// holds below a cut, and those finished) and the creator's own as it
+/// counts them, which the database leaves out; the cap is the one for the
+/// trials the study holds then.
+fn a_new_trial_keeps_the_cap_on_the_study_s_trials_in_flight(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "cap", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let cap = |limit: u64, here| {
+        Some(InFlightCap {
+            here,
+            cap_at: CapAt::new(move |_| Some(limit)),
+        })
+    };
+    let a = (&p.a.0, p.a.1);
+    let created = |got: NewTrial| matches!(got, NewTrial::Created(..));
+    let (b1, b2) = (p.new_trial(&p.b, 8), p.new_trial(&p.b, 8));
+    let at_cap = |trials, elsewhere| NewTrial::AtCap { trials, elsewhere };
+    assert_eq!(p.capped_trial(a, 8, cap(2, 0)), at_cap(2, 2));
+    assert_eq!(p.capped_trial(a, 8, cap(3, 1)), at_cap(2, 2));
+    assert!(created(p.capped_trial(a, 8, cap(3, 0))));
+    // Its own RUNNING trial counts only as `here` says.
+    assert!(created(p.capped_trial(a, 8, cap(4, 1))));
+    assert_eq!(p.capped_trial(a, 8, cap(4, 2)), at_cap(4, 2));
+    // The cap the study's count of trials gives: none below 5, 1 from 5.
+    let young = |here| {
+        Some(InFlightCap {
+            here,
+            cap_at: CapAt::new(|n| (n >= 5).then_some(1)),
+        })
+    };
+    assert!(created(p.capped_trial(a, 8, young(3))));
+    assert_eq!(p.capped_trial(a, 8, young(0)), at_cap(5, 2));
+    // One of b's is held below a cut, the other finishes.
+    let (w, _) = &p.b;
+    w.send(WriteOp::Priority {
+        claim: b1,
+        priority: 0.0,
+        rung: Some(0),
+        reason: "paused",
+    })
+    .unwrap();
+    w.send(end(b2, TrialState::Complete, Some(0.5))).unwrap();
+    w.flush().unwrap();
+    assert_eq!(p.capped_trial(a, 8, cap(2, 2)), at_cap(5, 0));
+    assert!(created(p.capped_trial(a, 8, cap(2, 1))));
+    // Promoted, it counts again.
+    w.send(WriteOp::Priority {
+        claim: b1,
+        priority: 1.0,
+        rung: Some(1),
+        reason: "promoted",
+    })
+    .unwrap();
+    w.flush().unwrap();
+    assert_eq!(p.capped_trial(a, 8, cap(2, 1)), at_cap(6, 1));
+    // The budget is checked first: the study holds 6 trials.
+    assert_eq!(p.capped_trial(a, 6, cap(1, 0)), NewTrial::BudgetMet);
+    assert_eq!(db.scalar("SELECT COUNT(*) FROM trials"), 6);
+}
+
+#[test]
+fn a_new_trial_keeps_the_cap_on_the_study_s_trials_in_flight_on_sqlite() {
+    a_new_trial_keeps_the_cap_on_the_study_s_trials_in_flight(false);
+}
+
+#[test]
+fn a_new_trial_keeps_the_cap_on_the_study_s_trials_in_flight_on_postgres() {
+    a_new_trial_keeps_the_cap_on_the_study_s_trials_in_flight(true);
+}
+
 #[test]
 fn a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost_on_sqlite() {
     a_process_back_from_a_pause_writes_nothing_for_a_trial_it_lost(false);
@@ -531,10 +661,7 @@ fn a_requeue_rechecks_the_holder_inside_its_own_update(postgres: bool) {
     };
     let p = pair(&db, dir.path());
     let ((a, run_a), (b, _)) = (&p.a, &p.b);
-    let (ca, _) = a
-        .create_trial(p.study_id, vec![], "{}".into(), *run_a, 8)
-        .unwrap()
-        .unwrap();
+    let ca = p.new_trial(&p.a, 8);
     let requeue = |seen: (RunId, i64), pid_gone: bool| WriteOp::Requeue {
         by: Requeuer::Finder {
             trial_id: ca.trial_id,

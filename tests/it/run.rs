@@ -883,17 +883,9 @@ fn a_gp_study_runs_with_trials_in_flight_and_resumes() {
     assert_eq!(&more[..8], &first[..]);
 }
 
-/// Most trials alive at once where a trial numbered `from` to `to` starts,
-/// by the times Optuna's table stores.
+/// Most trials alive at once where a trial numbered `from` to `to` starts.
 fn most_alive_at_once(db: &std::path::Path, from: i64, to: i64) -> i64 {
-    scalar(
-        db,
-        &format!(
-            "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
-             WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
-             FROM trials a WHERE a.number BETWEEN {from} AND {to})"
-        ),
-    )
+    TestDb::Sqlite(db.to_path_buf()).most_alive_at_once(from, to)
 }
 
 /// The detail of the run's `study_start` event.

@@ -56,7 +56,9 @@ use crate::salus::policy::{Policy, default_policy};
 use crate::sampler::{Sampler, Stopped, TrialRecord};
 use crate::space::{Distribution, ParamValue, Params, distribution_json};
 use crate::storage::writer::{LaneStats, WriteOp};
-use crate::storage::{Claim, Requeuer, StoredParam, StudyInfo, TrialRow, TrialState, Writer};
+use crate::storage::{
+    CapAt, Claim, InFlightCap, Requeuer, StoredParam, StudyInfo, TrialRow, TrialState, Writer,
+};
 use crate::storage::{TrialId, TrialNumber};
 use crate::study::{GraphsMode, Study};
 
@@ -323,6 +325,12 @@ impl Runner<'_> {
                     std::thread::sleep(st.liveness.sync.interval());
                     continue;
                 }
+                // The reread may show room that the last fill's view (or
+                // the start's cap, as the database counted it) did not.
+                self.fill(&mut st, false)?;
+                if !st.in_flight.is_empty() || st.liveness.at_cap {
+                    continue;
+                }
             }
             if st.in_flight.is_empty() {
                 if halted {
@@ -360,24 +368,34 @@ impl Runner<'_> {
     fn fill<B: Backend>(&mut self, st: &mut RunState<B>, timed_out: bool) -> Result<()> {
         let study = self.study;
         let mut batch: Vec<(TrainTrial<B>, Flight)> = Vec::new();
-        while !st.nothing_to_start()
-            && !timed_out
-            && Ramp::room(
-                st.ramp,
-                st.history.len(),
-                st.max_concurrent,
-                st.in_flight
-                    .len()
-                    .saturating_sub(st.paused.len() + st.pbt_waiting())
-                    + batch.len(),
-                // Held below a cut elsewhere: pruned, to the sampler.
-                st.liveness
-                    .elsewhere
-                    .saturating_sub(st.liveness.elsewhere_held) as usize,
-            ) > 0
-            && st.budget_has_room(batch.len())
-        {
-            let mut pending = match self.next_pending(st)? {
+        loop {
+            let here = st
+                .in_flight
+                .len()
+                .saturating_sub(st.paused.len() + st.pbt_waiting())
+                + batch.len();
+            // Held below a cut elsewhere: pruned, to the sampler.
+            let elsewhere = st
+                .liveness
+                .elsewhere
+                .saturating_sub(st.liveness.elsewhere_held) as usize;
+            let trials = st.history.len();
+            if st.nothing_to_start()
+                || timed_out
+                || st.liveness.at_cap
+                || Ramp::room(st.ramp, trials, st.max_concurrent, here, elsewhere) == 0
+                || !st.budget_has_room(batch.len())
+            {
+                break;
+            }
+            // The start's cap, checked again where the trial is created,
+            // against the study as it is then: other processes may have
+            // made trials or started them since the last reread.
+            let cap = st.ramp.map(|ramp| InFlightCap {
+                here: here as u64,
+                cap_at: CapAt::new(move |n| ramp.cap_at(n as usize).map(|c| c as u64)),
+            });
+            let mut pending = match self.next_pending(st, cap)? {
                 Next::Run(p) => *p,
                 Next::Skip => continue,
                 Next::Stop => break,
@@ -829,6 +847,9 @@ struct Liveness {
     sync: processes::SyncPace,
     /// The database said the study has its budget of trials: no new ones.
     target_met: bool,
+    /// The database said the start's cap is full, which this run's last
+    /// reread did not show: no new trials until the next reread.
+    at_cap: bool,
     /// Where this process runs, as `salus_runs` records it.
     place: crate::storage::Place,
     /// The liveness limit (`[study] liveness`), in seconds.

@@ -35,7 +35,8 @@ use crate::error::Result;
 use crate::pruner::Curve;
 use crate::sampler::TrialRecord;
 use crate::storage::{
-    Owner, Place, Requeuer, TrialId, TrialRow, TrialState, owner_gone_here, pid_exists, run_alive,
+    InFlightCap, NewTrial, Owner, Place, Requeuer, TrialId, TrialRow, TrialState, owner_gone_here,
+    pid_exists, run_alive,
 };
 
 /// What [`Runner::next_pending`] found.
@@ -50,7 +51,12 @@ pub(super) enum Next {
 impl Runner<'_> {
     /// The next trial to start: a waiting one this run manages to claim,
     /// else a new proposal, created only while the study's budget allows.
-    pub(super) fn next_pending<B: Backend>(&mut self, st: &mut RunState<B>) -> Result<Next> {
+    /// A new trial keeps `cap` on the study's trials in flight.
+    pub(super) fn next_pending<B: Backend>(
+        &mut self,
+        st: &mut RunState<B>,
+        cap: Option<InFlightCap>,
+    ) -> Result<Next> {
         let study = self.study;
         if let Some(mut p) = st.waiting.pop_front() {
             let store = match &p.enqueued {
@@ -93,17 +99,28 @@ impl Runner<'_> {
             st.exhausted = true;
             return Ok(Next::Stop);
         };
-        let Some((claim, number)) = self.writer.create_trial(
+        let (claim, number) = match self.writer.create_trial(
             self.info.id,
             encode_params(study, &params),
             study.fixed_json().to_string(),
             st.timeline.run_id,
             st.budget,
-        )?
-        else {
-            // Other processes filled the study's budget.
-            st.liveness.target_met = true;
-            return Ok(Next::Skip);
+            cap,
+        )? {
+            NewTrial::Created(claim, number) => (claim, number),
+            NewTrial::BudgetMet => {
+                // Other processes filled the study's budget.
+                st.liveness.target_met = true;
+                return Ok(Next::Skip);
+            }
+            NewTrial::AtCap { .. } => {
+                // Others made or started trials since the last reread: the
+                // proposal, which saw fewer of them, is dropped, and new
+                // ones wait for the next reread, due now.
+                st.liveness.at_cap = true;
+                st.liveness.sync.due_now();
+                return Ok(Next::Skip);
+            }
         };
         st.record(number, params.clone());
         Ok(Next::Run(Box::new(Pending {
@@ -186,6 +203,7 @@ impl Runner<'_> {
                 }
             },
         )?;
+        st.liveness.at_cap = false;
         st.liveness.elsewhere = 0;
         st.liveness.elsewhere_held = 0;
         st.liveness.elsewhere_ids.clear();
@@ -286,6 +304,11 @@ impl SyncPace {
             next: Instant::now(),
             interval: Self::SLOWEST,
         }
+    }
+
+    /// Due at once, whatever the pace.
+    pub(super) fn due_now(&mut self) {
+        self.next = Instant::now();
     }
 
     pub(super) fn is_due(&self) -> bool {

@@ -241,6 +241,7 @@ impl Runner<'_> {
                 elsewhere_held: 0,
                 sync: super::processes::SyncPace::new(),
                 target_met: false,
+                at_cap: false,
                 place,
                 limit_s,
                 unclaimed: BTreeMap::new(),

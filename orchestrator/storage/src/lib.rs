@@ -46,7 +46,7 @@ pub use claims::{
 pub use dialect::{Clock, Dialect, begin_write, sql, table_exists};
 pub use read::{KeptModel, Owner, PbtLineage, StoredParam, StudyInfo, TrialRow, TrialState};
 pub use record::{FIXED_KEY, StudyOpened, StudyRecord};
-pub use writer::{Writer, WriterStats};
+pub use writer::{CapAt, InFlightCap, NewTrial, Writer, WriterStats};
 
 pub use error::{Error, Result, StorageFailure};
 

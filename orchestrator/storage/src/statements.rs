@@ -5,7 +5,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::claims::Claim;
 use super::dialect::{Clock, Dialect, sql};
-use super::writer::{Answer, TakenCommand, TrialEnd, WriteOp};
+use super::writer::{Answer, NewTrial, TakenCommand, TrialEnd, WriteOp};
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::dashboard::DashCommand;
 use crate::ids::{RunId, StudyId};
@@ -346,7 +346,8 @@ pub(super) async fn study_event(
 
 /// A new RUNNING trial, numbered after the study's others (the write lock
 /// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
-/// parameters and its claim; none when the study has its budget of trials.
+/// parameters and its claim; none when the study has its budget of trials,
+/// or when its trials in flight fill the cap (counted under the same lock).
 pub(super) async fn create_trial(
     conn: &mut AnyConnection,
     op: &WriteOp,
@@ -359,6 +360,7 @@ pub(super) async fn create_trial(
         fixed,
         run_id,
         budget,
+        cap,
         ..
     } = op
     else {
@@ -366,7 +368,15 @@ pub(super) async fn create_trial(
     };
     let number = next_number(conn, *study_id).await?;
     if number.0 as u64 >= *budget {
-        return Ok(Some(Answer::Ids(None)));
+        return Ok(Some(Answer::Ids(NewTrial::BudgetMet)));
+    }
+    let trials = number.0 as u64;
+    if let Some(limit) = cap.as_ref().and_then(|c| (c.cap_at.0)(trials)) {
+        let here = cap.as_ref().map_or(0, |c| c.here);
+        let elsewhere = in_flight_elsewhere(conn, *study_id, *run_id).await?;
+        if here + elsewhere >= limit {
+            return Ok(Some(Answer::Ids(NewTrial::AtCap { trials, elsewhere })));
+        }
     }
     let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
             .bind(number.0)
@@ -387,7 +397,29 @@ pub(super) async fn create_trial(
         time,
     )
     .await?;
-    Ok(Some(Answer::Ids(Some((claim, number)))))
+    Ok(Some(Answer::Ids(NewTrial::Created(claim, number))))
+}
+
+/// The study's RUNNING trials that runs other than `run_id` hold (or no
+/// run: an Optuna process's), less those a pruner holds below a cut (whose
+/// latest priority with a rung pauses them), as a sync counts them.
+async fn in_flight_elsewhere(
+    conn: &mut AnyConnection,
+    study_id: StudyId,
+    run_id: RunId,
+) -> std::result::Result<u64, sqlx::Error> {
+    let count: i64 = sqlx::query_scalar(&sql(
+        &*conn,
+        "SELECT COUNT(*) FROM trials t LEFT JOIN salus_claims c ON c.trial_id = t.trial_id \
+         WHERE t.study_id = ? AND t.state = 'RUNNING' AND (c.run_id IS NULL OR c.run_id <> ?) \
+         AND NOT EXISTS (SELECT 1 FROM salus_priority p WHERE p.trial_id = t.trial_id AND p.reason = 'paused' \
+         AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = t.trial_id AND q.rung IS NOT NULL))",
+    ))
+    .bind(study_id)
+    .bind(run_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(count as u64)
 }
 
 /// Holds the study until the transaction ends, so that what a process

@@ -191,13 +191,62 @@ pub struct TakenCommand {
     pub word: String,
 }
 
+/// A cap on a study's trials in flight over every process, which a new
+/// trial must keep (a young study's start: the runner's `Ramp`). Checked
+/// in the transaction that creates the trial, against the study's trials
+/// as they are then, so that processes that each read the study a moment
+/// ago cannot all start one.
+#[derive(Debug, Clone)]
+pub struct InFlightCap {
+    /// The creating run's own trials in flight, as it counts them: the
+    /// database counts only the others' RUNNING trials (those a pruner
+    /// holds below a cut left out), since a run's own may be paused in
+    /// ways the database does not show.
+    pub here: u64,
+    /// The cap when the study holds a number of trials.
+    pub cap_at: CapAt,
+}
+
+/// The cap on a study's trials in flight as a function of how many trials
+/// it holds; `None` where none applies.
+#[derive(Clone)]
+pub struct CapAt(pub Arc<dyn Fn(u64) -> Option<u64> + Send + Sync>);
+
+impl CapAt {
+    pub fn new(f: impl Fn(u64) -> Option<u64> + Send + Sync + 'static) -> Self {
+        CapAt(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for CapAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CapAt(..)")
+    }
+}
+
+/// What [`WriteOp::CreateTrial`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewTrial {
+    Created(Claim, TrialNumber),
+    /// The study has its budget of trials: none was created.
+    BudgetMet,
+    /// None was created: with `trials` in the study, `elsewhere` trials
+    /// in flight in other processes and the run's own fill the cap.
+    AtCap {
+        trials: u64,
+        elsewhere: u64,
+    },
+}
+
 /// One write. See the module docs.
 #[derive(Debug)]
 pub enum WriteOp {
     /// A new RUNNING trial with its parameters, held by run `run_id`;
-    /// answers `None` when the study already has `budget` trials (every
-    /// trial holds a slot: finished, running or waiting), so that processes
-    /// together never start more than the target.
+    /// answers [`NewTrial::BudgetMet`] when the study already has `budget`
+    /// trials (every trial holds a slot: finished, running or waiting), so
+    /// that processes together never start more than the target, and
+    /// [`NewTrial::AtCap`] when it would take the study's trials in flight
+    /// past `cap`.
     CreateTrial {
         study_id: StudyId,
         params: Vec<StoredParam>,
@@ -205,7 +254,8 @@ pub enum WriteOp {
         fixed: String,
         run_id: RunId,
         budget: u64,
-        reply: oneshot::Sender<std::result::Result<Option<(Claim, TrialNumber)>, StorageFailure>>,
+        cap: Option<InFlightCap>,
+        reply: oneshot::Sender<std::result::Result<NewTrial, StorageFailure>>,
     },
     /// Takes a WAITING trial for run `run_id`: answers its claim, or none
     /// when another process took it first.
@@ -548,8 +598,9 @@ impl Writer {
             .map_err(|failure| Error::storage(&self.url, failure))
     }
 
-    /// Creates a RUNNING trial held by `run_id`; returns its claim and
-    /// number, or `None` when the study has `budget` trials already.
+    /// Creates a RUNNING trial held by `run_id`, unless the study has
+    /// `budget` trials already or, under `cap`, as many in flight as the
+    /// cap allows (see [`WriteOp::CreateTrial`]).
     pub fn create_trial(
         &self,
         study_id: StudyId,
@@ -557,13 +608,15 @@ impl Writer {
         fixed: String,
         run_id: RunId,
         budget: u64,
-    ) -> Result<Option<(Claim, TrialNumber)>> {
+        cap: Option<InFlightCap>,
+    ) -> Result<NewTrial> {
         self.ask(|reply| WriteOp::CreateTrial {
             study_id,
             params,
             fixed,
             run_id,
             budget,
+            cap,
             reply,
         })
     }
@@ -627,8 +680,8 @@ impl Writer {
 
 enum Reply {
     Trial(
-        oneshot::Sender<std::result::Result<Option<(Claim, TrialNumber)>, StorageFailure>>,
-        Option<(Claim, TrialNumber)>,
+        oneshot::Sender<std::result::Result<NewTrial, StorageFailure>>,
+        NewTrial,
     ),
     Run(
         oneshot::Sender<std::result::Result<(RunId, i64), StorageFailure>>,
@@ -769,8 +822,8 @@ pub(super) fn retryable(e: &sqlx::Error) -> bool {
 
 /// What an op answers once its transaction has committed.
 pub(super) enum Answer {
-    /// A created trial's claim and number, or none: the study is full.
-    Ids(Option<(Claim, TrialNumber)>),
+    /// What [`WriteOp::CreateTrial`] did.
+    Ids(NewTrial),
     RunId((RunId, i64)),
     Claimed(Option<Claimed>),
     Commands(Vec<TakenCommand>),

@@ -441,6 +441,16 @@ impl TestDb {
         })
     }
 
+    /// Most trials alive at once where a trial numbered `from` to `to`
+    /// starts, by the times Optuna's table stores.
+    pub fn most_alive_at_once(&self, from: i64, to: i64) -> i64 {
+        self.scalar(&format!(
+            "SELECT MAX(c) FROM (SELECT (SELECT COUNT(*) FROM trials b \
+             WHERE b.datetime_start <= a.datetime_start AND b.datetime_complete > a.datetime_start) AS c \
+             FROM trials a WHERE a.number BETWEEN {from} AND {to}) AS alive"
+        ))
+    }
+
     /// Runs one statement, as another process would.
     pub fn execute(&self, sql: &str) {
         if let TestDb::Sqlite(path) = self {
