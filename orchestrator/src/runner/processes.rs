@@ -22,7 +22,10 @@
 //!
 //! Taking a WAITING trial is a claim in the database, so two processes
 //! that both list it never both run it, and a new trial is created only
-//! while the study has fewer trials than its budget ([`Runner::next_pending`]).
+//! while the study has fewer trials than its budget and, in the start of
+//! TPE or GP, fewer in flight than the start's cap allows, both counted
+//! as the study is when the trial is created, not as the last reread
+//! showed it ([`Runner::next_pending`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,7 +6,8 @@
 //! one conditional statement inside a writer's transaction (SQLite's
 //! `BEGIN IMMEDIATE`; on PostgreSQL, row locks), so that two processes
 //! never both win: a trial is created only while the study has fewer
-//! trials than its budget (its row locked on PostgreSQL), a WAITING trial
+//! trials than its budget, and fewer in flight than a cap the creator
+//! may set (its row locked on PostgreSQL), a WAITING trial
 //! goes to the first process whose `UPDATE ... WHERE state = 'WAITING'`
 //! changes it (after `FOR UPDATE SKIP LOCKED` on PostgreSQL), and an
 //! orphan is requeued by the first whose `UPDATE ... WHERE state =
