@@ -147,12 +147,17 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
         in_flight: u64,
         /// Model the runner's default start for TPE and GP where it keeps
-        /// two trials per lane (N / 2 lanes): all N for the sampler's 10
-        /// random trials, then 2 until the study holds 30 trials, 4 (at
-        /// most N / 2) until 60, and twice as many each time the trials
-        /// double (8 until 120), up to N. Ours only; Optuna's keep N.
+        /// N in flight on --lanes lanes: all N for the sampler's 10 random
+        /// trials, then 2 until the study holds 30 trials, 4 (at most
+        /// N / 2) until 60, and twice as many each time the trials double
+        /// (8 until 120), up to N. Ours only; Optuna's keep N.
         #[arg(long, requires = "in_flight")]
         ramp: bool,
+        /// The lanes --ramp models: N / 2 by default (a GPU, or a CPU with
+        /// a pruner, PBT or external workers, two trials per lane); N for a
+        /// CPU's one trial per lane, which has no start on 1 or 2 lanes.
+        #[arg(long, requires = "ramp", value_parser = clap::value_parser!(u64).range(1..=64))]
+        lanes: Option<u64>,
         /// Run only these samplers (comma-separated): random, qmc, tpe, gp,
         /// optuna-tpe, optuna-gp on the problems of one objective; random,
         /// nsga2, nsga3, tpe, optuna-nsga2, optuna-nsga3, optuna-tpe on those

@@ -425,14 +425,14 @@ fn scheduler_text(s: &Study) -> String {
     };
     // The default per lane on a CPU (a GPU always takes two).
     let cpu_per_lane = crate::runner::InFlight::of(s, 1, true).default_max();
-    // Where two per lane would run, TPE and GP start with fewer.
+    // Where more than 2 would run, TPE and GP start with fewer.
     let ramp = match crate::runner::InFlight::of(s, 1, false).ramp() {
         Some(r) => format!(
-            "{}over every process on the study 2 until {} trials, 4 (at most lanes) \
+            "{}over every process on the study 2 until {} trials, 4 (at most half of it) \
              until {}, twice as many each time the trials double, up to ",
             match r.random_start {
                 0 => String::new(),
-                n => format!("2 x lanes for the random start's {n} trials, then "),
+                n => format!("all for the random start's {n} trials, then "),
             },
             r.first_until,
             r.until_trials
@@ -443,7 +443,9 @@ fn scheduler_text(s: &Study) -> String {
         Some(n) => n.to_string(),
         None if cpu_per_lane == 2 => format!("{ramp}2 x lanes (default)"),
         None if ramp.is_empty() => "lanes on a CPU, 2 x lanes on a GPU (default)".into(),
-        None => format!("lanes on a CPU; on a GPU {ramp}2 x lanes (default)"),
+        None => {
+            format!("{ramp}lanes on a CPU (no start on 1 or 2 lanes), 2 x lanes on a GPU (default)")
+        }
     };
     format!(
         "policy {policy}, lanes {}, max_concurrent {in_flight}, memory {memory}, fuse {}, graphs {graphs}",

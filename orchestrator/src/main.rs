@@ -139,6 +139,7 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
             no_optuna,
             in_flight,
             ramp,
+            lanes,
             samplers,
             problems,
         } => {
@@ -150,13 +151,15 @@ fn bench(which: BenchCmd) -> salus_tune::error::Result<i32> {
                 problems,
                 optuna: !no_optuna,
                 in_flight,
-                // As the runner's default on in_flight / 2 lanes, for the
-                // bench's TPE and GP (10 random proposals each).
+                // As the runner's default on in_flight / 2 lanes (or
+                // --lanes: in_flight of them is a CPU's one per lane), for
+                // the bench's TPE and GP (10 random proposals each).
                 ramp: if ramp {
+                    let lanes = lanes.map_or(in_flight.div_ceil(2), |l| l as usize);
                     salus_tune::runner::InFlight {
-                        lanes: in_flight.div_ceil(2),
-                        cpu_only: false,
-                        prioritised: false,
+                        lanes,
+                        cpu_only: lanes >= in_flight,
+                        prioritised: lanes < in_flight,
                         external: false,
                         model_after: Some(salus_tune::bench::samplers::RANDOM_START),
                     }

@@ -246,12 +246,13 @@ fn check_prints_the_resolved_search_space() {
         &["check", "studies/digits_gp.toml"],
     ));
     assert!(gp.contains("gp (startup_trials 8)"), "{gp}");
-    // GP starts with fewer trials per lane where it would keep two.
+    // GP starts with fewer trials in flight where more than 2 would run.
     assert!(
         gp.contains(
-            "max_concurrent lanes on a CPU; on a GPU 2 x lanes for the random start's 8 trials, \
-             then over every process on the study 2 until 28 trials, 4 (at most lanes) until 60, \
-             twice as many each time the trials double, up to 2 x lanes (default)"
+            "max_concurrent all for the random start's 8 trials, then over every process on \
+             the study 2 until 28 trials, 4 (at most half of it) until 60, twice as many each \
+             time the trials double, up to lanes on a CPU (no start on 1 or 2 lanes), \
+             2 x lanes on a GPU (default)"
         ),
         "{gp}"
     );

@@ -822,6 +822,22 @@ fn bench_samplers_keeps_trials_in_flight() {
     // so the first 50 are those of 2 in flight.
     assert_eq!(run("4", &["--ramp"])["best_50_per_seed"], best_at_50("2"));
     assert_eq!(run("8", &[])["ramp"], serde_json::Value::Null);
+    // A CPU's one per lane: 8 lanes keep one GPU's counts, 4 lanes those
+    // of 2 lanes keeping two each (2 until 60 trials), and 2 lanes have no
+    // start.
+    let cpu_8 = run("8", &["--ramp", "--lanes", "8"]);
+    assert_eq!(cpu_8["ramp"], ramped["ramp"]);
+    assert_eq!(cpu_8["best_100_per_seed"], ramped["best_100_per_seed"]);
+    let (cpu_4, two_lanes) = (run("4", &["--ramp", "--lanes", "4"]), run("4", &["--ramp"]));
+    assert_eq!(cpu_4["ramp"]["cap"], 2);
+    assert_eq!(cpu_4["ramp"], two_lanes["ramp"]);
+    assert_eq!(cpu_4["best_100_per_seed"], two_lanes["best_100_per_seed"]);
+    assert_eq!(
+        run("2", &["--ramp", "--lanes", "2"])["ramp"],
+        serde_json::Value::Null
+    );
+    let out = run_in(dir.path(), &["bench", "samplers", "--lanes", "4"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let out = run_in(dir.path(), &["bench", "samplers", "--in-flight", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }

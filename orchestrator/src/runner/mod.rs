@@ -1022,10 +1022,10 @@ impl InFlight {
         (per_lane * self.lanes).max(1)
     }
 
-    /// Where the default keeps two trials per lane for a model-based
-    /// sampler: all of them in its random start; then, over the study's
+    /// Where the default keeps more than 2 trials in flight for a
+    /// model-based sampler: all of them in its random start; then, over the study's
     /// processes, 2 in flight for its [`FIRST_PROPOSALS`] first proposals,
-    /// 4 (at most one per lane) until the study holds [`RAMP_TRIALS`]
+    /// 4 (at most half the default) until the study holds [`RAMP_TRIALS`]
     /// trials, and from there twice as many each time the trials double
     /// (8 until 120, 16 until 240), so that the trials in flight stay
     /// about one in 7.5 of those the study holds.
@@ -1041,14 +1041,24 @@ impl InFlight {
     /// not of lanes, for that reason. The random start's proposals do not
     /// depend on results, so running them all at once changes none of
     /// them. The second trial per lane pays off over the rest of the study.
+    ///
+    /// A CPU that keeps one trial per lane starts the same way where it has
+    /// more than 2 lanes: the counts, not the lanes, are what the proposals
+    /// see. There, fewer trials in flight cost less time than on a GPU,
+    /// since a lane borrows the cores of the lanes that sit idle.
     pub fn ramp(self) -> Option<Ramp> {
         let lanes = self.lanes.max(1);
         let random_start = self.model_after?;
-        (self.default_max() > lanes).then_some(Ramp {
+        let first_cap = lanes.min(2);
+        let max = self.default_max();
+        (max > first_cap).then_some(Ramp {
             random_start,
-            first_cap: lanes.min(2),
+            first_cap,
             first_until: random_start + FIRST_PROPOSALS,
-            cap: lanes.min(4),
+            // Half the default at most: one per lane where it keeps two.
+            // A 4-lane CPU's one per lane met fewer cells with 4 from 30
+            // trials than with 2 until 60 (`docs/benchmarks/concurrency.md`).
+            cap: (max / 2).clamp(first_cap, 4),
             until_trials: RAMP_TRIALS,
         })
     }
@@ -1248,8 +1258,7 @@ mod tests {
         .expect("two per lane");
         assert_eq!(Ramp::limit(Some(from_0), 0, 8), 2);
         assert_eq!(Ramp::limit(Some(from_0), FIRST_PROPOSALS, 8), 4);
-        // No ramp for samplers that learn nothing from results in flight,
-        // or where the default already keeps one per lane.
+        // No ramp for samplers that learn nothing from results in flight.
         assert_eq!(
             InFlight {
                 model_after: None,
@@ -1258,11 +1267,29 @@ mod tests {
             .ramp(),
             None
         );
+        // A CPU's one trial per lane: the same start on its 32 lanes (up to
+        // 32 in flight), none where it keeps 2 or fewer.
         let cpu = InFlight {
             cpu_only: true,
             ..gpu
         };
-        assert_eq!(cpu.ramp(), None);
+        assert_eq!(cpu.default_max(), 32);
+        assert_eq!(cpu.ramp(), Some(ramp));
+        assert_eq!(
+            ramp.steps(cpu.default_max()),
+            "all for the first 10 trials, 2 until 30 trials, 4 until 60, 8 until 120, \
+             16 until 240"
+        );
+        for lanes in [1, 2] {
+            assert_eq!(InFlight { lanes, ..cpu }.ramp(), None, "{lanes} lanes");
+        }
+        // Half the default at most until 60 trials: a 4-lane CPU keeps 2,
+        // as 2 lanes keeping two per lane do.
+        let four = InFlight { lanes: 4, ..cpu }.ramp();
+        assert_eq!(four, InFlight { lanes: 2, ..gpu }.ramp());
+        assert_eq!(four.map(|r| (r.first_cap, r.cap)), Some((2, 2)));
+        let three = InFlight { lanes: 3, ..cpu }.ramp().expect("3 in flight");
+        assert_eq!((three.first_cap, three.cap), (2, 2));
         for pays in [
             InFlight {
                 prioritised: true,
