@@ -33,11 +33,7 @@ def ours_500_999(n):
 
 
 def ours_0_999(n):
-    d = bootstrap.ours_0_499(n)
-    for p, x in ours_500_999(n).items():
-        for b in ('50', '100'):
-            d[p][b] += x[b]
-    return d
+    return bootstrap.extend(bootstrap.ours_0_499(n), ours_500_999(n))
 
 
 if __name__ == '__main__':

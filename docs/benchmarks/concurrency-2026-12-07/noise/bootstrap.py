@@ -87,13 +87,18 @@ def ours_0_199(n):
     return d
 
 
-def ours_0_499(n):
-    d = ours_0_199(n)
-    later = ['../start/until-30-levy5-hartmann6-8-seeds200-499.json'] if n == 8 else []
-    for p, x in load(later + [f'ours-{n}-seeds200-499.json']).items():
+def extend(d, more):
+    """Each problem's per-seed values in `d`, followed by those of the
+    later seeds in `more`."""
+    for p, x in more.items():
         for b in ('50', '100'):
             d[p][b] += x[b]
     return d
+
+
+def ours_0_499(n):
+    later = ['../start/until-30-levy5-hartmann6-8-seeds200-499.json'] if n == 8 else []
+    return extend(ours_0_199(n), load(later + [f'ours-{n}-seeds200-499.json']))
 
 
 # Seeds 500-999 (thirty-first session): the eleven problems run for this,
@@ -103,11 +108,8 @@ OPTUNA_500_999 = ['../../concurrency-2026-12-06/nonarrow/optuna-1-levy5-hartmann
 
 
 def ours_0_999_8():
-    d = ours_0_499(8)
-    for p, x in load(['../start/until-30-levy5-hartmann6-8-seeds500-999.json', 'ours-8-seeds500-999.json']).items():
-        for b in ('50', '100'):
-            d[p][b] += x[b]
-    return d
+    return extend(ours_0_499(8), load(['../start/until-30-levy5-hartmann6-8-seeds500-999.json',
+                                       'ours-8-seeds500-999.json']))
 
 
 if __name__ == '__main__':
