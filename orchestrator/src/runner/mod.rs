@@ -1044,8 +1044,9 @@ impl InFlight {
     ///
     /// A CPU that keeps one trial per lane starts the same way where it has
     /// more than 2 lanes: the counts, not the lanes, are what the proposals
-    /// see. There, fewer trials in flight cost less time than on a GPU,
-    /// since a lane borrows the cores of the lanes that sit idle.
+    /// see. There, fewer trials in flight should cost less time than on
+    /// a GPU, since a lane borrows the cores of the lanes that sit idle
+    /// (not measured).
     pub fn ramp(self) -> Option<Ramp> {
         let lanes = self.lanes.max(1);
         let random_start = self.model_after?;
