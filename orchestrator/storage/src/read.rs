@@ -11,6 +11,12 @@ use crate::error::{Error, Result};
 use crate::ids::{RunId, StudyId};
 use tuning::objective::Direction;
 
+/// Where `p` is a row of `salus_priority`: it holds its trial below a
+/// rung's cut (the trial's latest pruner row, one with a rung, pauses it).
+/// A sync's read and a new trial's cap both count holds by it.
+pub(crate) const HELD_BELOW_CUT: &str = "p.reason = 'paused' AND p.priority_id = \
+     (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = p.trial_id AND q.rung IS NOT NULL)";
+
 /// One parameter of a trial as Optuna's `trial_params` stores it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredParam {
@@ -412,9 +418,13 @@ pub(super) async fn read_trials(
                 trials[i].rung = r.get(2);
             }
         }
-        let pruner = sqlx::query(&sql(&*conn, "SELECT p.trial_id, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
-                 WHERE t.study_id = ? AND p.reason = 'paused' AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q \
-                 WHERE q.trial_id = p.trial_id AND q.rung IS NOT NULL)",))
+        let pruner = sqlx::query(&sql(
+            &*conn,
+            &format!(
+                "SELECT p.trial_id, p.rung FROM salus_priority p JOIN trials t ON t.trial_id = p.trial_id \
+                 WHERE t.study_id = ? AND {HELD_BELOW_CUT}"
+            ),
+        ))
             .bind(study_id)
             .fetch_all(&mut *conn)
             .await?;

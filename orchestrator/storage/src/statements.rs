@@ -5,6 +5,7 @@ use sqlx::{AnyConnection, Row};
 
 use super::claims::Claim;
 use super::dialect::{Clock, Dialect, sql};
+use super::read::HELD_BELOW_CUT;
 use super::writer::{Answer, NewTrial, TakenCommand, TrialEnd, WriteOp};
 use super::{StoredParam, TrialId, TrialNumber, TrialState};
 use crate::dashboard::DashCommand;
@@ -371,10 +372,11 @@ pub(super) async fn create_trial(
         return Ok(Some(Answer::Ids(NewTrial::BudgetMet)));
     }
     let trials = number.0 as u64;
-    if let Some(limit) = cap.as_ref().and_then(|c| (c.cap_at.0)(trials)) {
-        let here = cap.as_ref().map_or(0, |c| c.here);
+    if let Some(cap) = cap
+        && let Some(limit) = (cap.cap_at.0)(trials)
+    {
         let elsewhere = in_flight_elsewhere(conn, *study_id, *run_id).await?;
-        if here + elsewhere >= limit {
+        if cap.here + elsewhere >= limit {
             return Ok(Some(Answer::Ids(NewTrial::AtCap { trials, elsewhere })));
         }
     }
@@ -410,10 +412,11 @@ async fn in_flight_elsewhere(
 ) -> std::result::Result<u64, sqlx::Error> {
     let count: i64 = sqlx::query_scalar(&sql(
         &*conn,
-        "SELECT COUNT(*) FROM trials t LEFT JOIN salus_claims c ON c.trial_id = t.trial_id \
-         WHERE t.study_id = ? AND t.state = 'RUNNING' AND (c.run_id IS NULL OR c.run_id <> ?) \
-         AND NOT EXISTS (SELECT 1 FROM salus_priority p WHERE p.trial_id = t.trial_id AND p.reason = 'paused' \
-         AND p.priority_id = (SELECT MAX(q.priority_id) FROM salus_priority q WHERE q.trial_id = t.trial_id AND q.rung IS NOT NULL))",
+        &format!(
+            "SELECT COUNT(*) FROM trials t LEFT JOIN salus_claims c ON c.trial_id = t.trial_id \
+             WHERE t.study_id = ? AND t.state = 'RUNNING' AND (c.run_id IS NULL OR c.run_id <> ?) \
+             AND NOT EXISTS (SELECT 1 FROM salus_priority p WHERE p.trial_id = t.trial_id AND {HELD_BELOW_CUT})"
+        ),
     ))
     .bind(study_id)
     .bind(run_id)
