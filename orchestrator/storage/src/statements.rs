@@ -349,12 +349,12 @@ pub(super) async fn study_event(
 /// of `BEGIN IMMEDIATE` makes the count and the insert one step), with its
 /// parameters and its claim; none when the study has its budget of trials,
 /// or when its trials in flight fill the cap (counted under the same lock).
+/// Its start is the time after that count.
 pub(super) async fn create_trial(
     conn: &mut AnyConnection,
     op: &WriteOp,
     clock: &Clock,
 ) -> std::result::Result<Option<Answer>, sqlx::Error> {
-    let time = clock.local.as_str();
     let WriteOp::CreateTrial {
         study_id,
         params,
@@ -380,6 +380,15 @@ pub(super) async fn create_trial(
             return Ok(Some(Answer::Ids(NewTrial::AtCap { trials, elsewhere })));
         }
     }
+    // Stamped after the lock and the count, not when the transaction
+    // began: on PostgreSQL the wait for the study's row comes after
+    // `BEGIN`, and the stored starts should order as the checks did, so
+    // that what was alive at a start can be read back from the times.
+    let clock = &Clock {
+        local: super::now(),
+        beat: clock.beat.clone(),
+    };
+    let time = clock.local.as_str();
     let trial_id: TrialId = sqlx::query_scalar(&sql(&*conn, "INSERT INTO trials (number, study_id, state, datetime_start) VALUES (?, ?, 'RUNNING', ?::timestamp) RETURNING trial_id"))
             .bind(number.0)
             .bind(*study_id)
