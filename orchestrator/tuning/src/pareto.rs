@@ -296,8 +296,9 @@ pub fn reference_point(points: &[Vec<f64>]) -> Vec<f64> {
 /// `k` of `points` chosen greedily for hypervolume up to `reference`
 /// (each pick adds the most volume to those before it), as indices in
 /// the order picked: the greedy answer to the hypervolume subset
-/// selection problem, within `1 - 1/e` of the best subset. Optuna solves
-/// two objectives exactly and more greedily; greedy everywhere here.
+/// selection problem, within `1 - 1/e` of the best subset, as Optuna 5's
+/// `_solve_hssp` (which drops repeated points first; a repeat adds no
+/// volume here, so it is picked last).
 pub fn greedy_subset(points: &[Vec<f64>], k: usize, reference: &[f64]) -> Vec<usize> {
     let k = k.min(points.len());
     let mut chosen: Vec<usize> = Vec::with_capacity(k);

@@ -421,6 +421,17 @@ impl Estimator {
     }
 }
 
+/// How an estimator weighs its observations' kernels.
+#[derive(Clone, Copy)]
+enum Weighting<'a> {
+    /// [`observation_weights`]: older observations weigh less.
+    ByAge,
+    /// By age, times [`good_weights`] of each observation's rank.
+    ByAgeAndRank(&'a [usize]),
+    /// All alike.
+    Equal,
+}
+
 /// Optuna's `default_weights`: older observations weigh less once there are
 /// more than 25 (a linear ramp from `1/n`), the newest 25 weigh 1.
 pub fn observation_weights(n: usize) -> Vec<f64> {
@@ -761,17 +772,32 @@ impl TpeSampler {
         }
     }
 
-    /// The Parzen estimator of `obs`; `ranks` weights a good group's
-    /// kernels by rank (see [`good_weights`]).
+    /// How the good group's kernels are weighted: `one_objective` with one
+    /// objective; equally with several, as Optuna's (`weights_below` of
+    /// ones), since neither a rank nor an age within a group of several
+    /// fronts says which member matters more.
+    fn good_weighting<'a>(&self, one_objective: Weighting<'a>) -> Weighting<'a> {
+        if self.directions.len() == 1 {
+            one_objective
+        } else {
+            Weighting::Equal
+        }
+    }
+
+    /// The Parzen estimator of `obs`, its kernels weighted as `weighting`
+    /// says.
     fn estimator(
         &self,
         dists: &[&Distribution],
         obs: &[Vec<ParamValue>],
-        ranks: Option<&[usize]>,
+        weighting: Weighting,
         believed: &[bool],
     ) -> Estimator {
-        let mut weights = observation_weights(obs.len());
-        if let Some(ranks) = ranks {
+        let mut weights = match weighting {
+            Weighting::Equal => vec![1.0; obs.len()],
+            Weighting::ByAge | Weighting::ByAgeAndRank(_) => observation_weights(obs.len()),
+        };
+        if let Weighting::ByAgeAndRank(ranks) = weighting {
             weights
                 .iter_mut()
                 .zip(good_weights(ranks))
@@ -828,11 +854,13 @@ impl TpeSampler {
         if good.is_empty() {
             return None;
         }
-        // Ranks within a group of several objectives mean little: equal
-        // weights there, as Optuna's.
-        let ranked = (self.directions.len() == 1).then_some(good_ranks.as_slice());
-        let l = self.estimator(dists, &good, ranked, &good_believed);
-        let g = self.estimator(dists, &bad, None, &bad_believed);
+        let l = self.estimator(
+            dists,
+            &good,
+            self.good_weighting(Weighting::ByAgeAndRank(&good_ranks)),
+            &good_believed,
+        );
+        let g = self.estimator(dists, &bad, Weighting::ByAge, &bad_believed);
         let score = |x: &Vec<f64>| l.log_pdf(x) - g.log_pdf(x);
         let best_of = |xs: Vec<Vec<f64>>| {
             xs.into_iter()
@@ -895,8 +923,8 @@ impl TpeSampler {
                 return None;
             }
             // Discrete dimensions only: nothing widens (see `Kernels::numeric`).
-            let l = self.estimator(&[d], &good, None, &[]);
-            let g = self.estimator(&[d], &bad, None, &[]);
+            let l = self.estimator(&[d], &good, self.good_weighting(Weighting::ByAge), &[]);
+            let g = self.estimator(&[d], &bad, Weighting::ByAge, &[]);
             let mut c: Vec<(f64, f64)> = (0..self.candidates)
                 .map(|_| {
                     let x = l.sample(rng);

@@ -338,6 +338,47 @@ fn the_good_groups_kernels_weigh_by_rank() {
     assert_eq!(good_weights(&[0]), vec![1.0]);
 }
 
+/// With several objectives the good group's kernels weigh alike, as
+/// Optuna's (`weights_below` of ones), however many it holds; with one,
+/// by age and rank. The bad group weighs by age either way.
+#[test]
+fn the_good_group_of_several_objectives_weighs_alike() {
+    let d = Distribution::Float {
+        low: 0.0,
+        high: 1.0,
+        log: false,
+        step: None,
+    };
+    // 30 observations: past the 25 from which older ones weigh less.
+    let obs: Vec<Vec<ParamValue>> = (0..30)
+        .map(|i| vec![ParamValue::Float(i as f64 / 30.0)])
+        .collect();
+    let ranks: Vec<usize> = (0..30).rev().collect();
+    let kernel_weights = |tpe: &TpeSampler, weighting| {
+        let mut w = tpe.estimator(&[&d], &obs, weighting, &[]).weights;
+        // The prior's, last, and the normalisation aside.
+        let prior = w.pop().unwrap();
+        w.iter().map(|x| x / prior).collect::<Vec<f64>>()
+    };
+    let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-12);
+    let by_age = observation_weights(30);
+    assert!(by_age[0] < 0.1 && by_age[29] == 1.0);
+
+    let several = TpeSampler::multi(1, vec![Direction::Minimize, Direction::Maximize]);
+    let good = several.good_weighting(Weighting::ByAgeAndRank(&ranks));
+    assert!(close(&kernel_weights(&several, good), &[1.0; 30]));
+    assert!(close(&kernel_weights(&several, Weighting::ByAge), &by_age));
+
+    let one = TpeSampler::new(1, Direction::Minimize);
+    let good = one.good_weighting(Weighting::ByAgeAndRank(&ranks));
+    let by_age_and_rank: Vec<f64> = by_age
+        .iter()
+        .zip(good_weights(&ranks))
+        .map(|(a, r)| a * r)
+        .collect();
+    assert!(close(&kernel_weights(&one, good), &by_age_and_rank));
+}
+
 #[test]
 fn pending_trials_push_proposals_apart() {
     let sp = unit_floats(&["x"]);
