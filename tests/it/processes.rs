@@ -816,9 +816,10 @@ fn commands_reach_the_process_that_holds_the_trial_on_postgres() {
 /// reports, and each ends its paused trials once nothing running here or
 /// elsewhere could promote them, so both reach the end (before, two that
 /// counted the same finished trial could wait on each other for ever).
-/// Trials of at least 5 epochs make the study last longer than a process
-/// takes to start on a loaded machine; with 1-epoch rungs one process
-/// could end it before the other had read it.
+/// Trials of at least 5 epochs make the study last a few seconds: with
+/// 1-epoch rungs it lasted under half a second, and in two loaded runs of
+/// seven one process ran every trial (likely ending the study before the
+/// other had read it; the message says when each started).
 fn two_processes_run_one_asha_study_to_its_end(postgres: bool) {
     let dir = tempfile::tempdir().unwrap();
     let Some((db, _cluster)) = database(dir.path(), "asha2", postgres) else {

@@ -797,14 +797,13 @@ impl TpeSampler {
     ) -> Estimator {
         let mut weights = match weighting {
             Weighting::Equal => vec![1.0; obs.len()],
-            Weighting::ByAge | Weighting::ByAgeAndRank(_) => observation_weights(obs.len()),
-        };
-        if let Weighting::ByAgeAndRank(ranks) = weighting {
-            weights
-                .iter_mut()
+            Weighting::ByAge => observation_weights(obs.len()),
+            Weighting::ByAgeAndRank(ranks) => observation_weights(obs.len())
+                .into_iter()
                 .zip(good_weights(ranks))
-                .for_each(|(w, r)| *w *= r);
-        }
+                .map(|(w, r)| w * r)
+                .collect(),
+        };
 
         weights.push(self.prior_weight);
         let total: f64 = weights.iter().sum();
