@@ -575,6 +575,70 @@ fn two_processes_keep_one_start_on_postgres() {
     two_processes_keep_one_start(true);
 }
 
+/// A new trial's `datetime_start` is read after the lock that numbers it,
+/// not as its transaction began: another connection holds that lock (on
+/// SQLite the write lock, on PostgreSQL the study's row) for a second
+/// while a writer creates a trial, and the trial starts no earlier than
+/// the lock's release. So the stored starts order as the cap's checks
+/// did (`two_processes_keep_one_start`).
+fn a_new_trial_is_stamped_after_the_lock(postgres: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((db, _cluster)) = database(dir.path(), "stamp", postgres) else {
+        return;
+    };
+    let p = pair(&db, dir.path());
+    let take = if postgres {
+        "BEGIN; SELECT study_id FROM studies FOR UPDATE"
+    } else {
+        "BEGIN IMMEDIATE"
+    };
+    let url = match &db {
+        TestDb::Sqlite(path) => format!("sqlite://{}", path.display()),
+        TestDb::Postgres(u) => u.replacen("postgresql://", "postgres://", 1),
+    };
+    let (taken, taken_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        block_on(async {
+            use sqlx::Connection;
+            sqlx::any::install_default_drivers();
+            let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
+            taken.send(()).unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let released = salus_tune::storage::now();
+            sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+            released
+        })
+    });
+    taken_rx.recv().unwrap();
+    p.new_trial(&p.a, 8);
+    let released = holder.join().unwrap();
+    let at = if postgres {
+        format!("CAST('{released}' AS TIMESTAMP)")
+    } else {
+        format!("'{released}'")
+    };
+    assert_eq!(
+        db.scalar(&format!(
+            "SELECT COUNT(*) FROM trials WHERE datetime_start >= {at}"
+        )),
+        1,
+        "released at {released}, started at {:?}",
+        db.texts("SELECT CAST(datetime_start AS TEXT) FROM trials")
+    );
+    drop(p.rt);
+}
+
+#[test]
+fn a_new_trial_is_stamped_after_the_lock_on_sqlite() {
+    a_new_trial_is_stamped_after_the_lock(false);
+}
+
+#[test]
+fn a_new_trial_is_stamped_after_the_lock_on_postgres() {
+    a_new_trial_is_stamped_after_the_lock(true);
+}
+
 /// The start's cap is counted where a trial is created, under the lock
 /// that numbers it: the other run's RUNNING trials (less one its pruner
 /// holds below a cut, and those finished) and the creator's own as it
