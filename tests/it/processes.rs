@@ -587,32 +587,14 @@ fn a_new_trial_is_stamped_after_the_lock(postgres: bool) {
         return;
     };
     let p = pair(&db, dir.path());
-    let take = if postgres {
-        "BEGIN; SELECT study_id FROM studies FOR UPDATE"
-    } else {
-        "BEGIN IMMEDIATE"
-    };
-    let url = match &db {
-        TestDb::Sqlite(path) => format!("sqlite://{}", path.display()),
-        TestDb::Postgres(u) => u.replacen("postgresql://", "postgres://", 1),
-    };
     let (taken, taken_rx) = std::sync::mpsc::channel();
-    let holder = std::thread::spawn(move || {
-        block_on(async {
-            use sqlx::Connection;
-            sqlx::any::install_default_drivers();
-            let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
-            sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
-            taken.send(()).unwrap();
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            let released = salus_tune::storage::now();
-            sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
-            released
-        })
+    let released = std::thread::scope(|s| {
+        let holder = s
+            .spawn(|| db.hold_the_writers_lock(Duration::from_secs(1), || taken.send(()).unwrap()));
+        taken_rx.recv().unwrap();
+        p.new_trial(&p.a, 8);
+        holder.join().unwrap()
     });
-    taken_rx.recv().unwrap();
-    p.new_trial(&p.a, 8);
-    let released = holder.join().unwrap();
     let at = if postgres {
         format!("CAST('{released}' AS TIMESTAMP)")
     } else {
@@ -1283,24 +1265,7 @@ fn a_lock_held_elsewhere_stalls_runs_but_never_fails_them(postgres: bool) {
             ) == 2
         },
     );
-    let (take, hold) = if postgres {
-        ("BEGIN; SELECT study_id FROM studies FOR UPDATE", "SELECT 1")
-    } else {
-        ("BEGIN IMMEDIATE", "SELECT 1")
-    };
-    block_on(async {
-        use sqlx::Connection;
-        sqlx::any::install_default_drivers();
-        let url = match &db {
-            TestDb::Sqlite(p) => format!("sqlite://{}", p.display()),
-            TestDb::Postgres(u) => u.replacen("postgresql://", "postgres://", 1),
-        };
-        let mut conn = sqlx::AnyConnection::connect(&url).await.unwrap();
-        sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(15)).await;
-        sqlx::raw_sql(hold).execute(&mut conn).await.unwrap();
-        sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
-    });
+    db.hold_the_writers_lock(Duration::from_secs(15), || ());
     let outs: Vec<Output> = procs.into_iter().map(|p| p.wait()).collect();
     for (i, out) in outs.iter().enumerate() {
         assert_eq!(out.status.code(), Some(0), "process {i}: {}", text(out));

@@ -418,6 +418,28 @@ impl TestDb {
         sqlx::AnyConnection::connect(&url).await.unwrap()
     }
 
+    /// Holds the lock every writer needs (on SQLite the database's write
+    /// lock, as a process stopped inside its transaction would; on
+    /// PostgreSQL the studies' rows) for `hold`, as another process would;
+    /// calls `taken` once it is held, and answers the local time (as the
+    /// writers stamp trials) just before it is let go.
+    pub fn hold_the_writers_lock(&self, hold: Duration, taken: impl FnOnce()) -> String {
+        let take = match self {
+            TestDb::Sqlite(_) => "BEGIN IMMEDIATE",
+            TestDb::Postgres(_) => "BEGIN; SELECT study_id FROM studies FOR UPDATE",
+        };
+        block_on(async {
+            let mut conn = self.connect().await;
+            sqlx::raw_sql(take).execute(&mut conn).await.unwrap();
+            taken();
+            tokio::time::sleep(hold).await;
+            sqlx::raw_sql("SELECT 1").execute(&mut conn).await.unwrap();
+            let released = salus_tune::storage::now();
+            sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+            released
+        })
+    }
+
     /// Every trial of the only (or named) study, as stored ([`as_stored`]).
     pub fn trials(&self, study: Option<&str>) -> Vec<TrialRow> {
         as_stored(block_on(async {
