@@ -271,6 +271,7 @@ fn asha_pauses_and_prunes_conv_net_trials_at_rungs() {
         ) >= pruned as i64,
         "trials paused at their rungs"
     );
+    assert_asha_promises(&db, &rows, &[1, 2], true);
 }
 
 /// The conv net learns the digit images as well as the same net in PyTorch

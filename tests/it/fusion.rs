@@ -160,59 +160,8 @@ fn asha_pauses_members_out_of_groups_and_later_trials_join_running_ones() {
     // Which trials pause, and so which are promoted, depends on the order
     // in which the two lanes' reports arrive (about one run in fifteen
     // promotes nobody), so what is checked is what ASHA promises in any
-    // order. Members paused out of their groups ...
-    assert!(
-        scalar(
-            &fdb,
-            "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'"
-        ) > 0,
-        "ASHA paused nobody"
-    );
-    // ... and a paused trial ran on past its rung exactly when it was
-    // promoted there ...
-    for t in &fused {
-        let last = t.intermediate.last().map_or(0, |(s, _)| *s);
-        for (rung, step) in [(0, 1), (1, 2)] {
-            let rows = |reason: &str| {
-                scalar(
-                    &fdb,
-                    &format!(
-                        "SELECT COUNT(*) FROM salus_priority p JOIN trials t USING (trial_id) \
-                         WHERE t.number = {} AND p.rung = {rung} AND p.reason = '{reason}'",
-                        t.number
-                    ),
-                )
-            };
-            let (paused, promoted) = (rows("paused"), rows("promoted"));
-            assert!(promoted <= paused, "trial {}: promoted unpaused", t.number);
-            if paused > 0 {
-                assert_eq!(
-                    promoted > 0,
-                    last > step,
-                    "trial {} paused at rung {rung} (step {step}), last step {last}",
-                    t.number
-                );
-            }
-        }
-    }
-    // ... so that at each rung the better half of the trials that reached
-    // it went on, at once or promoted.
-    for step in [1, 2] {
-        let mut at: Vec<(f64, i64)> = fused
-            .iter()
-            .filter_map(|t| {
-                let v = t.intermediate.iter().find(|(s, _)| *s == step)?.1;
-                Some((v, t.intermediate.last()?.0))
-            })
-            .collect();
-        at.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (v, last) in &at[..at.len() / 2] {
-            assert!(
-                *last > step,
-                "val_loss {v} at step {step}, in the better half, stopped there: {at:?}"
-            );
-        }
-    }
+    // order.
+    assert_asha_promises(&fdb, &fused, &[1, 2], false);
     let g = groups(&fdb);
     assert!(g.len() >= 8, "most trials ran fused: {g:?}");
     // Trials started after the first four joined the running group.

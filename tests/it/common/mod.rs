@@ -269,6 +269,68 @@ pub fn scalar_text(db: &Path, sql: &str) -> Option<String> {
     })
 }
 
+/// What ASHA (`reduction_factor = 2`) promises of a finished study `rows`
+/// in `db`, whatever order the reports came in: some trial paused; a trial
+/// paused at a rung (whose steps are `rung_steps`) ran on past it exactly
+/// when it was promoted there; and at each rung the better half of the
+/// trials that reached it went on, at once or promoted (the runner asks
+/// for promotions after every report, so the last report at a rung sees
+/// the whole rung).
+#[track_caller]
+pub fn assert_asha_promises(db: &Path, rows: &[TrialRow], rung_steps: &[i64], maximize: bool) {
+    assert!(
+        scalar(
+            db,
+            "SELECT COUNT(*) FROM salus_priority WHERE reason = 'paused'"
+        ) > 0,
+        "ASHA paused nobody"
+    );
+    for t in rows {
+        let last = t.intermediate.last().map_or(0, |(s, _)| *s);
+        for (rung, step) in rung_steps.iter().enumerate() {
+            let count = |reason: &str| {
+                scalar(
+                    db,
+                    &format!(
+                        "SELECT COUNT(*) FROM salus_priority p JOIN trials t USING (trial_id) \
+                         WHERE t.number = {} AND p.rung = {rung} AND p.reason = '{reason}'",
+                        t.number
+                    ),
+                )
+            };
+            let (paused, promoted) = (count("paused"), count("promoted"));
+            assert!(promoted <= paused, "trial {}: promoted unpaused", t.number);
+            if paused > 0 {
+                assert_eq!(
+                    promoted > 0,
+                    last > *step,
+                    "trial {} paused at rung {rung} (step {step}), last step {last}",
+                    t.number
+                );
+            }
+        }
+    }
+    for &step in rung_steps {
+        let mut at: Vec<(f64, i64)> = rows
+            .iter()
+            .filter_map(|t| {
+                let v = t.intermediate.iter().find(|(s, _)| *s == step)?.1;
+                Some((v, t.intermediate.last()?.0))
+            })
+            .collect();
+        at.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if maximize {
+            at.reverse();
+        }
+        for (v, last) in &at[..at.len() / 2] {
+            assert!(
+                *last > step,
+                "{v} at step {step}, in the better half, stopped there: {at:?}"
+            );
+        }
+    }
+}
+
 /// A study file for a test, built section by section: the one builder
 /// of the test modules (files that must be malformed are written out as
 /// text instead). Values are TOML as written (`"\"adam\""`, `"{ int =
