@@ -285,18 +285,17 @@ pub fn assert_asha_promises(db: &Path, rows: &[TrialRow], rung_steps: &[i64], ma
         ) > 0,
         "ASHA paused nobody"
     );
+    // Each pause and promotion as "number rung reason", read once.
+    let marks = TestDb::Sqlite(db.to_path_buf()).texts(
+        "SELECT t.number || ' ' || p.rung || ' ' || p.reason FROM salus_priority p \
+         JOIN trials t USING (trial_id) WHERE p.reason IN ('paused', 'promoted')",
+    );
     for t in rows {
         let last = t.intermediate.last().map_or(0, |(s, _)| *s);
         for (rung, step) in rung_steps.iter().enumerate() {
             let count = |reason: &str| {
-                scalar(
-                    db,
-                    &format!(
-                        "SELECT COUNT(*) FROM salus_priority p JOIN trials t USING (trial_id) \
-                         WHERE t.number = {} AND p.rung = {rung} AND p.reason = '{reason}'",
-                        t.number
-                    ),
-                )
+                let mark = format!("{} {rung} {reason}", t.number);
+                marks.iter().filter(|m| **m == mark).count()
             };
             let (paused, promoted) = (count("paused"), count("promoted"));
             assert!(promoted <= paused, "trial {}: promoted unpaused", t.number);
